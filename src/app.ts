@@ -1,0 +1,161 @@
+import { createServer, type IncomingMessage, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { costLimitPlugin } from "@escape.tech/graphql-armor-cost-limit";
+import { maxAliasesPlugin } from "@escape.tech/graphql-armor-max-aliases";
+import { maxDepthPlugin } from "@escape.tech/graphql-armor-max-depth";
+import { GraphQLError } from "graphql";
+import { useServer } from "graphql-ws/use/ws";
+import { createYoga, maskError as defaultMaskError, type YogaServerInstance } from "graphql-yoga";
+import { WebSocketServer } from "ws";
+import type { Context } from "./builder.ts";
+import { EngramError } from "./errors.ts";
+import { schema } from "./graphql/index.ts";
+import { authenticate } from "./memory/keys.ts";
+import { LIMITS } from "./memory/limits.ts";
+import type { Services } from "./services.ts";
+
+const GRAPHQL_PATH = "/graphql";
+
+type InitialContext = {
+  request?: Request;
+  connectionParams?: Record<string, unknown>;
+};
+
+function authorizationOf(initial: InitialContext): string | null {
+  const params = initial.connectionParams ?? {};
+  const fromParams = Object.entries(params).find(([key]) => key.toLowerCase() === "authorization")?.[1];
+  if (typeof fromParams === "string") return fromParams;
+  return initial.request?.headers.get("authorization") ?? null;
+}
+
+const unauthenticated = () =>
+  new GraphQLError("A valid API key is required: send `Authorization: Bearer <key>`.", {
+    extensions: { code: "UNAUTHENTICATED", http: { status: 401 } },
+  });
+
+/** Expected failures keep their code and message; everything else stays masked. */
+function maskError(error: unknown, message: string, isDev?: boolean) {
+  const original = error instanceof GraphQLError ? error.originalError : error;
+  if (original instanceof EngramError) {
+    const graphQLError = error instanceof GraphQLError ? error : undefined;
+    return new GraphQLError(original.message, {
+      nodes: graphQLError?.nodes,
+      path: graphQLError?.path,
+      extensions: { code: original.code, ...original.details },
+    });
+  }
+  if (original instanceof GraphQLError) return original;
+  return defaultMaskError(error, message, isDev);
+}
+
+export type App = {
+  yoga: YogaServerInstance<Record<string, never>, Context>;
+  /** Listens on host:port (port 0 picks a free one) and returns the base URL. */
+  start(port?: number, host?: string): Promise<string>;
+  stop(): Promise<void>;
+};
+
+/**
+ * HTTP and WebSocket on one path, sharing one plugin pipeline, one context factory and so one
+ * auth check: a request without a valid key gets nothing, GraphiQL included.
+ */
+export function buildApp(services: Services): App {
+  const yoga = createYoga<InitialContext, Context>({
+    schema,
+    graphqlEndpoint: GRAPHQL_PATH,
+    landingPage: false,
+    logging: false,
+    maskedErrors: { maskError },
+    graphiql: {
+      title: "Engram",
+      subscriptionsProtocol: "WS",
+      headers: JSON.stringify({ Authorization: "Bearer <your Engram API key>" }),
+      defaultQuery: "{\n  viewer {\n    role\n    tenant { id name }\n  }\n}\n",
+    },
+    context: async (initial) => {
+      const principal = await authenticate(services.db, authorizationOf(initial));
+      if (!principal) throw unauthenticated();
+      return { principal, services };
+    },
+    plugins: [
+      maxDepthPlugin({ n: LIMITS.queryDepth }),
+      costLimitPlugin({ maxCost: LIMITS.queryCost }),
+      maxAliasesPlugin({ n: LIMITS.aliases }),
+    ],
+  });
+
+  const server: Server = createServer((req: IncomingMessage, res) => {
+    if (req.url === "/healthz") {
+      res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}');
+      return;
+    }
+    if (Number(req.headers["content-length"] ?? 0) > LIMITS.requestBodyBytes) {
+      res.writeHead(413, { "content-type": "application/json" });
+      res.end(JSON.stringify({ errors: [{ message: `Request body over ${LIMITS.requestBodyBytes} bytes.`, extensions: { code: "BAD_USER_INPUT" } }] }));
+      return;
+    }
+    void yoga(req, res);
+  });
+
+  const wsServer = new WebSocketServer({ server, path: GRAPHQL_PATH, maxPayload: LIMITS.requestBodyBytes });
+  const wsDisposable = useServer<Record<string, unknown>, { request: IncomingMessage }>(
+    {
+      onConnect: async (ctx) =>
+        Boolean(await authenticate(services.db, authorizationOf({ connectionParams: ctx.connectionParams }))),
+      onSubscribe: async (ctx, _id, payload) => {
+        const { schema, execute, subscribe, contextFactory, parse, validate } = yoga.getEnveloped({
+          ...ctx,
+          req: ctx.extra.request,
+          socket: ctx.extra.socket,
+          params: payload,
+          connectionParams: ctx.connectionParams,
+        });
+        let document;
+        try {
+          document = parse(payload.query);
+        } catch (error) {
+          return [error as GraphQLError];
+        }
+        const errors = validate(schema, document);
+        if (errors.length) return errors;
+        try {
+          return {
+            schema,
+            operationName: payload.operationName,
+            document,
+            variableValues: payload.variables ?? undefined,
+            contextValue: await contextFactory(),
+            rootValue: { execute, subscribe },
+          };
+        } catch (error) {
+          if (error instanceof GraphQLError) return [error];
+          throw error;
+        }
+      },
+      execute: (args) => (args.rootValue as { execute: typeof import("graphql").execute }).execute(args),
+      subscribe: (args) => (args.rootValue as { subscribe: typeof import("graphql").subscribe }).subscribe(args),
+    },
+    wsServer,
+  );
+
+  return {
+    yoga,
+    start(port = services.env.PORT, host = services.env.HOST) {
+      return new Promise((resolve, reject) => {
+        server.once("error", reject);
+        server.listen(port, host, () => {
+          const address = server.address() as AddressInfo;
+          resolve(`http://${host.includes(":") ? `[${host}]` : host}:${address.port}`);
+        });
+      });
+    },
+    async stop() {
+      await wsDisposable.dispose();
+      for (const client of wsServer.clients) client.terminate();
+      await new Promise<void>((resolve) => wsServer.close(() => resolve()));
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await yoga.dispose();
+    },
+  };
+}

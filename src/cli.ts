@@ -1,0 +1,91 @@
+import { parseArgs } from "node:util";
+import { runCompaction } from "../jobs/compact.ts";
+import { EnvError, readEnv } from "./env.ts";
+import { EngramError } from "./errors.ts";
+import { createLogger } from "./log.ts";
+import { createApiKey, createTenant } from "./memory/keys.ts";
+import { openServices, type Services } from "./services.ts";
+import { StoreBusyError } from "./store/embedded.ts";
+
+const USAGE = `Usage: engram <command>
+
+  start                                   run the server (same as npm start)
+  tenants create <name>                   create a tenant; prints its admin key alone on stdout
+  keys create --role <admin|writer|reader> [--tenant <id>] [--name <label>]
+                                          create an API key; prints the key alone on stdout
+  compact --now                           run the daily compaction now, for every tenant
+
+While the server runs on the embedded store, commands go through its store.`;
+
+async function withServices<T>(work: (services: Services) => Promise<T>): Promise<T> {
+  const env = readEnv();
+  const log = createLogger(env.ENGRAM_LOG_LEVEL === "info" ? "warn" : env.ENGRAM_LOG_LEVEL);
+  const services = await openServices(env, { attach: true, log });
+  try {
+    return await work(services);
+  } finally {
+    await services.close();
+  }
+}
+
+async function resolveTenantId(services: Services, given?: string) {
+  if (given) return given;
+  const tenants = await services.db.tenant.findMany({ select: { id: true, name: true }, take: 2 });
+  if (tenants.length === 1) return tenants[0].id;
+  throw new EngramError(
+    "BAD_USER_INPUT",
+    tenants.length ? "Several tenants exist: pass --tenant <id>." : "No tenant exists yet: start Engram once or run `engram tenants create <name>`.",
+  );
+}
+
+async function main(argv: string[]) {
+  const [command, sub, ...rest] = argv;
+  if (command === "start") {
+    await import("./main.ts");
+    return;
+  }
+  if (command === "tenants" && sub === "create") {
+    const name = rest.join(" ").trim();
+    if (!name) throw new EngramError("BAD_USER_INPUT", "Give the tenant a name: engram tenants create <name>");
+    const { adminKey } = await withServices((services) => createTenant(services.db, { name }));
+    process.stdout.write(`${adminKey}\n`);
+    return;
+  }
+  if (command === "keys" && sub === "create") {
+    const { values } = parseArgs({
+      args: rest,
+      options: { role: { type: "string" }, tenant: { type: "string" }, name: { type: "string" } },
+    });
+    const role = values.role?.toUpperCase();
+    if (role !== "ADMIN" && role !== "WRITER" && role !== "READER") {
+      throw new EngramError("BAD_USER_INPUT", "--role must be admin, writer or reader.");
+    }
+    const { key } = await withServices(async (services) => {
+      const tenantId = await resolveTenantId(services, values.tenant);
+      if (!(await services.db.tenant.findUnique({ where: { id: tenantId } }))) {
+        throw new EngramError("NOT_FOUND", `Tenant ${tenantId} was not found.`);
+      }
+      return createApiKey(services.db, { tenantId, role, name: values.name ?? "" });
+    });
+    process.stdout.write(`${key}\n`);
+    return;
+  }
+  if (command === "compact" && sub === "--now") {
+    const runs = await withServices((services) => runCompaction(services, {}));
+    for (const run of runs) {
+      process.stdout.write(`${run.tenantId} ${run.status} ${JSON.stringify(run.result ?? run.error)}\n`);
+    }
+    return;
+  }
+  process.stderr.write(`${USAGE}\n`);
+  process.exitCode = command && command !== "help" && command !== "--help" ? 2 : 0;
+}
+
+main(process.argv.slice(2)).catch((error) => {
+  if (error instanceof EnvError || error instanceof EngramError || error instanceof StoreBusyError) {
+    process.stderr.write(`${error.message}\n`);
+  } else {
+    process.stderr.write(`${(error as Error).stack ?? error}\n`);
+  }
+  process.exit(1);
+});

@@ -1,0 +1,86 @@
+import { PrismaPg } from "@prisma/adapter-pg";
+import { PrismaClient } from "./generated/prisma/client.ts";
+import { getDatamodel } from "./generated/pothos-types.ts";
+
+export type Db = PrismaClient;
+
+/** The one Prisma client of a process, always over pg + @prisma/adapter-pg. */
+export function createDb(url: string, poolSize = 8): Db {
+  const adapter = new PrismaPg({ connectionString: url, max: poolSize, allowExitOnIdle: true });
+  return new PrismaClient({ adapter });
+}
+
+// Every model with a tenantId column is tenant-owned; derived from the schema, so a new model
+// cannot be forgotten here.
+const datamodel = getDatamodel().datamodel.models;
+const tenantOwned = new Set(
+  Object.entries(datamodel)
+    .filter(([, model]) => model.fields.some((field) => field.name === "tenantId"))
+    .map(([name]) => name),
+);
+
+const WHERE_OPERATIONS = new Set([
+  "findUnique",
+  "findUniqueOrThrow",
+  "findFirst",
+  "findFirstOrThrow",
+  "findMany",
+  "count",
+  "aggregate",
+  "groupBy",
+  "update",
+  "updateMany",
+  "updateManyAndReturn",
+  "delete",
+  "deleteMany",
+  "upsert",
+]);
+
+type Args = Record<string, unknown> & { where?: object; data?: unknown; create?: object };
+
+function scopeArgs(operation: string, args: Args, tenantId: string): Args {
+  const scoped: Args = { ...args };
+  if (WHERE_OPERATIONS.has(operation)) scoped.where = { ...args.where, tenantId };
+  if (operation === "create") scoped.data = { ...(args.data as object), tenantId };
+  if (operation === "createMany" || operation === "createManyAndReturn") {
+    const rows = Array.isArray(args.data) ? args.data : [args.data];
+    scoped.data = rows.map((row: object) => ({ ...row, tenantId }));
+  }
+  if (operation === "upsert") scoped.create = { ...args.create, tenantId };
+  return scoped;
+}
+
+function scopeToTenant(db: Db, tenantId: string) {
+  return db.$extends({
+    name: "tenant-scope",
+    client: { $tenantId: () => tenantId },
+    query: {
+      $allModels: {
+        $allOperations({ model, operation, args, query }) {
+          if (!tenantOwned.has(model)) return query(args);
+          return query(scopeArgs(operation, args as Args, tenantId) as typeof args);
+        },
+      },
+    },
+  });
+}
+
+/**
+ * A client that can only see and write one tenant's rows: every where gets the tenant id and
+ * every create is stamped with it. The only place tenant filtering happens. Raw SQL is not
+ * covered: raw queries take `$tenantId()` explicitly.
+ */
+export type TenantDb = ReturnType<typeof scopeToTenant>;
+
+const scopedClients = new WeakMap<Db, Map<string, TenantDb>>();
+
+export function forTenant(db: Db, tenantId: string): TenantDb {
+  let clients = scopedClients.get(db);
+  if (!clients) scopedClients.set(db, (clients = new Map()));
+  let scoped = clients.get(tenantId);
+  if (!scoped) {
+    if (clients.size > 10_000) clients.clear();
+    clients.set(tenantId, (scoped = scopeToTenant(db, tenantId)));
+  }
+  return scoped;
+}

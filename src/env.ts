@@ -1,0 +1,48 @@
+import { z } from "zod";
+
+// The one reader of process.env. A wrong setting stops start-up with every problem listed.
+const schema = z.object({
+  HOST: z.string().min(1).default("127.0.0.1"),
+  PORT: z.coerce.number().int().min(0).max(65535).default(4000),
+  ENGRAM_DATA_DIR: z.string().min(1).default("./.engram"),
+  DATABASE_URL: z
+    .string()
+    .regex(/^postgres(ql)?:\/\//, "must be a postgres:// or postgresql:// URL")
+    .optional(),
+  REDIS_URL: z.string().regex(/^rediss?:\/\//, "must be a redis:// or rediss:// URL").optional(),
+  OPENAI_API_KEY: z.string().min(1).optional(),
+  OPENAI_BASE_URL: z.string().url().optional(),
+  ENGRAM_CHEAP_MODEL: z.string().min(1).default("gpt-4o-mini"),
+  ENGRAM_COMPACTION_MODEL: z.string().min(1).default("gpt-4o"),
+  ENGRAM_MODEL_TIMEOUT_MS: z.coerce.number().int().positive().default(60_000),
+  ENGRAM_MODEL_MAX_RETRIES: z.coerce.number().int().min(0).max(10).default(2),
+  ENGRAM_JOBS: z.enum(["on", "off"]).default("on"),
+  ENGRAM_JOB_POLL_MS: z.coerce.number().int().positive().default(2_000),
+  ENGRAM_LOG_LEVEL: z.enum(["debug", "info", "warn", "error", "silent"]).default("info"),
+});
+
+export type Env = z.infer<typeof schema>;
+
+export class EnvError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`Invalid configuration:\n${problems.map((p) => `  - ${p}`).join("\n")}`);
+    this.name = "EnvError";
+  }
+}
+
+/** Parses a set of variables (process.env by default); empty strings count as unset. */
+export function readEnv(source: Record<string, string | undefined> = process.env): Env {
+  const cleaned = Object.fromEntries(
+    Object.entries(source).filter(([, value]) => value !== undefined && value !== ""),
+  );
+  const parsed = schema.safeParse(cleaned);
+  if (!parsed.success) {
+    throw new EnvError(parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`));
+  }
+  return parsed.data;
+}
+
+/** Whether a chat model is configured: without one, model-driven features say they are off. */
+export function modelsConfigured(env: Env): boolean {
+  return Boolean(env.OPENAI_API_KEY || env.OPENAI_BASE_URL);
+}

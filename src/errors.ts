@@ -1,0 +1,47 @@
+import { ZodError } from "zod";
+
+export type ErrorCode =
+  | "UNAUTHENTICATED"
+  | "FORBIDDEN"
+  | "NOT_FOUND"
+  | "BAD_USER_INPUT"
+  | "CONFLICT"
+  | "MODEL_UNAVAILABLE"
+  | "BUDGET_EXHAUSTED";
+
+/** An expected failure: reaches the caller with its code; anything else stays masked. */
+export class EngramError extends Error {
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly details?: Record<string, unknown>,
+  ) {
+    super(message);
+    this.name = "EngramError";
+  }
+}
+
+export const notFound = (what: string, id?: string) =>
+  new EngramError("NOT_FOUND", id ? `${what} ${id} was not found.` : `${what} was not found.`);
+
+export const badInput = (message: string, details?: Record<string, unknown>) =>
+  new EngramError("BAD_USER_INPUT", message, details);
+
+/** Validates input at the edge with one zod schema; failures become BAD_USER_INPUT. */
+export function parseInput<T>(schema: { parse(input: unknown): T }, input: unknown): T {
+  try {
+    return schema.parse(input);
+  } catch (error) {
+    if (error instanceof ZodError) {
+      const issues = error.issues.map((issue) => ({
+        path: issue.path.join("."),
+        message: issue.message,
+      }));
+      throw badInput(
+        `Invalid input: ${issues.map((i) => (i.path ? `${i.path}: ${i.message}` : i.message)).join("; ")}`,
+        { issues },
+      );
+    }
+    throw error;
+  }
+}

@@ -1,0 +1,13 @@
+import { lexicographicSortSchema, printSchema } from "graphql";
+import { builder } from "../builder.ts";
+import "./scalars.ts";
+import "./enums.ts";
+import "./events.ts";
+import "./entries.ts";
+import "./keys.ts";
+import "./usage.ts";
+import "./jobs.ts";
+
+export const schema = builder.toSchema();
+
+export const printedSchema = () => `${printSchema(lexicographicSortSchema(schema))}\n`;

@@ -1,0 +1,86 @@
+import { builder, tenantDb } from "../builder.ts";
+import { notFound } from "../errors.ts";
+import { createApiKey } from "../memory/keys.ts";
+import { RoleEnum } from "./enums.ts";
+
+builder.prismaObject("ApiKey", {
+  description: "An API key's record; the key itself is shown once, when created, and never stored.",
+  fields: (t) => ({
+    id: t.exposeID("id"),
+    name: t.exposeString("name"),
+    role: t.expose("role", { type: RoleEnum }),
+    prefix: t.exposeString("prefix", { description: "The key's first characters, to recognise it." }),
+    createdAt: t.expose("createdAt", { type: "DateTime" }),
+    revokedAt: t.expose("revokedAt", { type: "DateTime", nullable: true }),
+  }),
+});
+
+builder.prismaObject("Tenant", {
+  fields: (t) => ({ id: t.exposeID("id"), name: t.exposeString("name") }),
+});
+
+const Viewer = builder.objectRef<{ tenantId: string; apiKeyId: string; role: "ADMIN" | "WRITER" | "READER" }>("Viewer").implement({
+  description: "Who is calling: the key's tenant and role.",
+  fields: (t) => ({
+    role: t.field({ type: RoleEnum, resolve: (v) => v.role }),
+    apiKeyId: t.exposeID("apiKeyId"),
+    tenant: t.prismaField({
+      type: "Tenant",
+      resolve: (query, v, _args, ctx) =>
+        ctx.services.db.tenant.findUniqueOrThrow({ ...query, where: { id: v.tenantId } }),
+    }),
+  }),
+});
+
+const CreatedApiKey = builder.simpleObject("CreatedApiKey", {
+  fields: (t) => ({
+    key: t.string({ description: "The secret: shown this once only." }),
+    id: t.id(),
+    role: t.field({ type: RoleEnum }),
+  }),
+});
+
+builder.queryFields((t) => ({
+  viewer: t.field({
+    type: Viewer,
+    authScopes: { reader: true },
+    resolve: (_root, _args, ctx) => ctx.principal,
+  }),
+  apiKeys: t.prismaField({
+    type: ["ApiKey"],
+    authScopes: { admin: true },
+    resolve: (query, _root, _args, ctx) =>
+      tenantDb(ctx).apiKey.findMany({ ...query, orderBy: { createdAt: "asc" } }),
+  }),
+}));
+
+builder.mutationFields((t) => ({
+  createApiKey: t.field({
+    type: CreatedApiKey,
+    authScopes: { admin: true },
+    args: { role: t.arg({ type: RoleEnum, required: true }), name: t.arg.string() },
+    resolve: async (_root, { role, name }, ctx) => {
+      const { key, apiKey } = await createApiKey(ctx.services.db, {
+        tenantId: ctx.principal.tenantId,
+        role,
+        name: name ?? "",
+      });
+      return { key, id: apiKey.id, role: apiKey.role };
+    },
+  }),
+  revokeApiKey: t.prismaField({
+    type: "ApiKey",
+    authScopes: { admin: true },
+    args: { id: t.arg.id({ required: true }) },
+    resolve: async (query, _root, { id }, ctx) => {
+      const db = tenantDb(ctx);
+      const { count } = await db.apiKey.updateMany({
+        where: { id: String(id), revokedAt: null },
+        data: { revokedAt: new Date() },
+      });
+      const key = await db.apiKey.findUnique({ ...query, where: { id: String(id) } });
+      if (!key || (count === 0 && !key.revokedAt)) throw notFound("API key", String(id));
+      return key;
+    },
+  }),
+}));

@@ -1,0 +1,107 @@
+import { z } from "zod";
+import type { TenantDb } from "../db.ts";
+import { notFound, parseInput } from "../errors.ts";
+import { Prisma, type MemoryEntry } from "../generated/prisma/client.ts";
+import { LIMITS, scopeRefSchema, scopeSchema, tagsSchema } from "./limits.ts";
+
+const entryFields = {
+  title: z
+    .string()
+    .trim()
+    .min(1)
+    .max(LIMITS.titleMax)
+    .refine((title) => !title.includes("\n"), "must be one line"),
+  summary: z.string().min(1).max(LIMITS.summaryMaxChars),
+  tags: tagsSchema,
+  importance: z.number().int().min(1).max(5),
+  source: z.enum(["CHAT", "CALL", "EMAIL", "MANUAL", "COMPACTOR"]),
+};
+
+export const createEntryInput = z.object({
+  scope: scopeSchema,
+  scopeRef: scopeRefSchema,
+  ...entryFields,
+  tags: entryFields.tags.default([]),
+  importance: entryFields.importance.default(3),
+  source: entryFields.source.default("MANUAL"),
+});
+
+// A correction changes the content; the scope of an entry is part of its identity.
+export const correctEntryInput = z
+  .object({
+    title: entryFields.title.nullish(),
+    summary: entryFields.summary.nullish(),
+    tags: entryFields.tags.nullish(),
+    importance: entryFields.importance.nullish(),
+  })
+  .transform((input) =>
+    Object.fromEntries(Object.entries(input).filter(([, value]) => value != null)),
+  );
+
+export function createEntry(db: TenantDb, input: z.input<typeof createEntryInput>) {
+  return db.memoryEntry.create({ data: parseInput(createEntryInput, input) });
+}
+
+export async function correctEntry(
+  db: TenantDb,
+  id: string,
+  input: z.input<typeof correctEntryInput>,
+): Promise<MemoryEntry> {
+  const data = parseInput(correctEntryInput, input);
+  const { count } = await db.memoryEntry.updateMany({ where: { id }, data });
+  if (count === 0) throw notFound("Entry", id);
+  return db.memoryEntry.findUniqueOrThrow({ where: { id } });
+}
+
+/** Deletes an entry; events folded into it keep existing and lose the link. */
+export async function forgetEntry(db: TenantDb, id: string): Promise<MemoryEntry> {
+  const entry = await db.memoryEntry.findUnique({ where: { id } });
+  if (!entry) throw notFound("Entry", id);
+  await db.memoryEntry.deleteMany({ where: { id } });
+  return entry;
+}
+
+export const searchEntriesInput = z.object({
+  scope: scopeSchema.nullish(),
+  scopeRef: scopeRefSchema.nullish(),
+  tags: tagsSchema.nullish(),
+  search: z.string().trim().max(1_000).nullish(),
+});
+
+export type EntryFilter = z.input<typeof searchEntriesInput>;
+
+export function entriesWhere(filter: EntryFilter): Prisma.MemoryEntryWhereInput {
+  const { scope, scopeRef, tags } = parseInput(searchEntriesInput, filter);
+  return {
+    ...(scope ? { scope } : {}),
+    ...(scopeRef ? { scopeRef } : {}),
+    ...(tags?.length ? { tags: { hasEvery: tags } } : {}),
+  };
+}
+
+/**
+ * Ids of the entries matching a full-text search, best first: PostgreSQL ts_rank_cd over the
+ * weighted title (A) and summary (B), nudged up by importance.
+ */
+export async function searchEntryIds(
+  db: TenantDb,
+  filter: EntryFilter,
+  page: { offset: number; limit: number },
+): Promise<string[]> {
+  const { scope, scopeRef, tags, search } = parseInput(searchEntriesInput, filter);
+  if (!search) return [];
+  const conditions = [
+    Prisma.sql`e."tenantId" = ${db.$tenantId()}`,
+    Prisma.sql`e."search" @@ q`,
+    ...(scope ? [Prisma.sql`e."scope" = ${scope}::"Scope"`] : []),
+    ...(scopeRef ? [Prisma.sql`e."scopeRef" = ${scopeRef}`] : []),
+    ...(tags?.length ? [Prisma.sql`e."tags" @> ${tags}::text[]`] : []),
+  ];
+  const rows = await db.$queryRaw<{ id: string }[]>`
+    SELECT e."id"
+    FROM "MemoryEntry" e, websearch_to_tsquery('english', ${search}) q
+    WHERE ${Prisma.join(conditions, " AND ")}
+    ORDER BY ts_rank_cd(e."search", q) * (1 + e."importance" / 10.0) DESC, e."updatedAt" DESC, e."id"
+    LIMIT ${page.limit} OFFSET ${page.offset}`;
+  return rows.map((row) => row.id);
+}

@@ -1,0 +1,31 @@
+import type { TenantDb } from "../db.ts";
+import type { JobStatus, Prisma } from "../generated/prisma/client.ts";
+import type { PubSub } from "../pubsub.ts";
+
+/** Records one job's run for one tenant and announces it, so the inspector sees jobs live. */
+export async function recordJobRun<T extends Prisma.InputJsonValue>(
+  db: TenantDb,
+  pubsub: PubSub,
+  name: string,
+  work: () => Promise<{ status: Exclude<JobStatus, "RUNNING">; result: T }>,
+) {
+  const tenantId = db.$tenantId();
+  const run = await db.jobRun.create({ data: { name, status: "RUNNING" } });
+  pubsub.publish("jobRunChanged", tenantId, { id: run.id });
+  try {
+    const { status, result } = await work();
+    const finished = await db.jobRun.update({
+      where: { id: run.id },
+      data: { status, result, finishedAt: new Date() },
+    });
+    pubsub.publish("jobRunChanged", tenantId, { id: run.id });
+    return finished;
+  } catch (error) {
+    await db.jobRun.update({
+      where: { id: run.id },
+      data: { status: "FAILED", error: (error as Error).message, finishedAt: new Date() },
+    });
+    pubsub.publish("jobRunChanged", tenantId, { id: run.id });
+    throw error;
+  }
+}

@@ -1,0 +1,27 @@
+import { z } from "zod";
+
+// Input limits, documented in README ("Limits").
+export const LIMITS = {
+  titleMax: 200,
+  bodyMaxChars: 64_000,
+  summaryMaxChars: 32_000,
+  tagsMax: 32,
+  tagMaxChars: 64,
+  scopeRefMaxChars: 200,
+  kindMaxChars: 100,
+  sourceMaxChars: 100,
+  sourceRefMaxChars: 500,
+  pageMax: 100,
+  requestBodyBytes: 1_000_000,
+  queryDepth: 10,
+  queryCost: 5_000,
+  aliases: 30,
+} as const;
+
+export const scopeSchema = z.enum(["INSTITUTIONAL", "ENTITY", "PROJECT", "TEAM"]);
+export const scopeRefSchema = z.string().trim().min(1).max(LIMITS.scopeRefMaxChars);
+export const tagsSchema = z
+  .array(z.string().trim().min(1).max(LIMITS.tagMaxChars))
+  .max(LIMITS.tagsMax)
+  .transform((tags) => [...new Set(tags)]);
+export const pageSizeSchema = z.number().int().min(1).max(LIMITS.pageMax);

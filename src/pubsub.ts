@@ -1,0 +1,35 @@
+import { createRedisEventTarget } from "@graphql-yoga/redis-event-target";
+import { createPubSub } from "graphql-yoga";
+import { Redis } from "ioredis";
+
+/**
+ * Every topic is keyed by tenant id, so a subscriber can only ever hear its own tenant.
+ * Payloads carry ids; subscription fields re-read rows through the tenant-scoped client.
+ */
+export type Topics = {
+  eventAppended: [tenantId: string, payload: { id: string; scope: string; scopeRef: string }];
+  entryChanged: [
+    tenantId: string,
+    payload: { id: string; scope: string; scopeRef: string; change: EntryChange; entry?: unknown },
+  ];
+  jobRunChanged: [tenantId: string, payload: { id: string }];
+};
+
+export type EntryChange = "CREATED" | "CORRECTED" | "FORGOTTEN";
+
+export type PubSub = ReturnType<typeof createPubSub<Topics>> & { close(): Promise<void> };
+
+/** In-process, or through Redis so a mutation on one instance reaches subscribers on another. */
+export function createEngramPubSub(redisUrl?: string): PubSub {
+  if (!redisUrl) return Object.assign(createPubSub<Topics>(), { close: async () => {} });
+  const publishClient = new Redis(redisUrl, { lazyConnect: false, maxRetriesPerRequest: 3 });
+  const subscribeClient = new Redis(redisUrl, { lazyConnect: false, maxRetriesPerRequest: 3 });
+  const pubsub = createPubSub<Topics>({
+    eventTarget: createRedisEventTarget({ publishClient, subscribeClient }),
+  });
+  return Object.assign(pubsub, {
+    async close() {
+      await Promise.allSettled([publishClient.quit(), subscribeClient.quit()]);
+    },
+  });
+}

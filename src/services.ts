@@ -1,0 +1,72 @@
+import type { BaseChatModel } from "@langchain/core/language_models/chat_models";
+import { createDb, type Db } from "./db.ts";
+import type { Env } from "./env.ts";
+import { createLogger, type Logger } from "./log.ts";
+import type { ModelRoute } from "./models/index.ts";
+import { createModelProvider, type ModelProvider } from "./models/provider.ts";
+import { createEngramPubSub, type PubSub } from "./pubsub.ts";
+import {
+  attachOrStartEmbeddedStore,
+  externalStore,
+  startEmbeddedStore,
+  type Store,
+} from "./store/embedded.ts";
+import { migrate } from "./store/migrate.ts";
+
+/** What the API, the jobs and the CLI share in one process; handed around as arguments. */
+export type Services = {
+  env: Env;
+  store: Store;
+  db: Db;
+  pubsub: PubSub;
+  models: ModelProvider;
+  log: Logger;
+  close(): Promise<void>;
+};
+
+export type OpenOptions = {
+  /** CLI commands go through a running server's embedded store instead of refusing. */
+  attach?: boolean;
+  /** Tests hand in a scripted model; production builds ChatOpenAI from the routes. */
+  createModel?: (route: ModelRoute) => BaseChatModel;
+  log?: Logger;
+};
+
+/**
+ * Opens the store (PostgreSQL at DATABASE_URL, else embedded PGlite in ENGRAM_DATA_DIR),
+ * applies pending migrations, and builds what runs on top of it.
+ */
+export async function openServices(env: Env, options: OpenOptions = {}): Promise<Services> {
+  const log = options.log ?? createLogger(env.ENGRAM_LOG_LEVEL);
+  const store = env.DATABASE_URL
+    ? externalStore(env.DATABASE_URL)
+    : options.attach
+      ? await attachOrStartEmbeddedStore(env.ENGRAM_DATA_DIR)
+      : await startEmbeddedStore(env.ENGRAM_DATA_DIR);
+  try {
+    const applied = await migrate(store.url);
+    if (applied.length) log.info("applied migrations", { applied });
+  } catch (error) {
+    await store.stop();
+    throw error;
+  }
+  const db = createDb(store.url);
+  const pubsub = createEngramPubSub(env.REDIS_URL);
+  const models = createModelProvider({ db, env, createModel: options.createModel });
+  return {
+    env,
+    store,
+    db,
+    pubsub,
+    models,
+    log,
+    async close() {
+      await pubsub.close();
+      log.debug("pubsub closed");
+      await db.$disconnect();
+      log.debug("database client closed");
+      await store.stop();
+      log.debug("store stopped");
+    },
+  };
+}

@@ -9,5 +9,8 @@ export default defineConfig({
   experimental: { adapter: true },
   engine: "js",
   adapter: async () =>
-    new PrismaPg({ connectionString: process.env.DATABASE_URL ?? "postgres://127.0.0.1:5432/postgres" }),
+    new PrismaPg({
+      connectionString: process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres",
+      allowExitOnIdle: true,
+    }),
 });

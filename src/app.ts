@@ -33,18 +33,32 @@ const unauthenticated = () =>
     extensions: { code: "UNAUTHENTICATED", http: { status: 401 } },
   });
 
-/** Expected failures keep their code and message; everything else stays masked. */
-function maskError(error: unknown, message: string, isDev?: boolean) {
-  const original = error instanceof GraphQLError ? error.originalError : error;
-  if (original instanceof EngramError) {
-    const graphQLError = error instanceof GraphQLError ? error : undefined;
-    return new GraphQLError(original.message, {
-      nodes: graphQLError?.nodes,
-      path: graphQLError?.path,
-      extensions: { code: original.code, ...original.details },
-    });
+// graphql ships CJS and ESM builds and both get loaded, so GraphQLErrors are recognised by name.
+const isGraphQLError = (error: unknown): error is GraphQLError =>
+  error instanceof Error && error.name === "GraphQLError";
+
+/** The error a resolver threw, under the GraphQLErrors that located it. */
+function rootCause(error: unknown): unknown {
+  let current = error;
+  while (isGraphQLError(current) && current.originalError) current = current.originalError;
+  return current;
+}
+
+/** Expected failures keep their code and message; everything else is logged and masked. */
+function maskError(error: unknown, message: string, isDev: boolean | undefined, log: Services["log"]) {
+  const located = isGraphQLError(error) ? error : undefined;
+  const cause = rootCause(error);
+  const where = { nodes: located?.nodes, path: located?.path };
+  if (cause instanceof EngramError) {
+    return new GraphQLError(cause.message, { ...where, extensions: { code: cause.code, ...cause.details } });
   }
-  if (original instanceof GraphQLError) return original;
+  if (isGraphQLError(cause)) {
+    return new GraphQLError(cause.message, { ...where, extensions: cause.extensions });
+  }
+  log.error("unexpected error in a GraphQL operation", {
+    error: cause,
+    stack: (cause as Error)?.stack?.split("\n").slice(0, 6).join(" | "),
+  });
   return defaultMaskError(error, message, isDev);
 }
 
@@ -65,7 +79,7 @@ export function buildApp(services: Services): App {
     graphqlEndpoint: GRAPHQL_PATH,
     landingPage: false,
     logging: false,
-    maskedErrors: { maskError },
+    maskedErrors: { maskError: (error, message, isDev) => maskError(error, message, isDev, services.log) },
     graphiql: {
       title: "Engram",
       subscriptionsProtocol: "WS",

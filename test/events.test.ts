@@ -1,0 +1,129 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { collect, settle, wsClient } from "./helpers/ws.ts";
+
+const APPEND = /* GraphQL */ `
+  mutation Append($input: AppendEventInput!) {
+    appendEvent(input: $input) { id scope scopeRef kind body source sourceRef occurredAt compressedAt }
+  }
+`;
+
+const event = (overrides: Record<string, unknown> = {}) => ({
+  scope: "PROJECT",
+  scopeRef: "launch-q3",
+  kind: "decision",
+  body: "We **cut** the ROAS target to 3.",
+  source: "crm-skill",
+  ...overrides,
+});
+
+let engram: TestEngram;
+beforeAll(async () => {
+  engram = await startTestEngram();
+});
+afterAll(() => engram?.stop());
+
+describe("appendEvent", () => {
+  it("appends an event and reads it back", async () => {
+    const { data, errors } = await engram.gql(APPEND, { input: event({ sourceRef: "call-1" }) }, engram.tenant.writer);
+    expect(errors).toBeUndefined();
+    expect(data.appendEvent).toMatchObject({ kind: "decision", sourceRef: "call-1", compressedAt: null });
+    const read = await engram.gql(`query($id: ID!) { event(id: $id) { id body } }`, { id: data.appendEvent.id }, engram.tenant.reader);
+    expect(read.data.event.body).toContain("ROAS");
+  });
+
+  it("is idempotent on source + sourceRef: a retry returns the first event and creates nothing", async () => {
+    const first = await engram.gql(APPEND, { input: event({ sourceRef: "retry-1" }) });
+    const retries = await Promise.all(
+      Array.from({ length: 5 }, () => engram.gql(APPEND, { input: event({ sourceRef: "retry-1", body: "changed" }) })),
+    );
+    for (const retry of retries) expect(retry.data.appendEvent.id).toBe(first.data.appendEvent.id);
+    const count = await engram.services.db.memoryEvent.count({ where: { sourceRef: "retry-1" } });
+    expect(count).toBe(1);
+  });
+
+  it("rejects bad input with BAD_USER_INPUT and writes nothing", async () => {
+    const before = await engram.services.db.memoryEvent.count();
+    const bad = await engram.gql(APPEND, { input: event({ kind: "  ", body: "x".repeat(70_000) }) });
+    expect(bad.errors?.[0].extensions?.code).toBe("BAD_USER_INPUT");
+    expect(bad.errors?.[0].message).toMatch(/kind/);
+    expect(await engram.services.db.memoryEvent.count()).toBe(before);
+  });
+
+  it("keeps events immutable: there is no update mutation", async () => {
+    const result = await engram.gql(`mutation { updateEvent(id: "x") { id } }`);
+    expect(result.errors?.[0].message).toMatch(/Cannot query field "updateEvent"/);
+  });
+
+  it("lists events newest first with filters and cursor pagination", async () => {
+    for (let day = 1; day <= 5; day++) {
+      await engram.gql(APPEND, {
+        input: event({ scopeRef: "paged", kind: day % 2 ? "call_summary" : "decision", occurredAt: `2026-01-0${day}T10:00:00Z` }),
+      });
+    }
+    const LIST = `query($after: String, $kind: String) {
+      events(scope: PROJECT, scopeRef: "paged", kind: $kind, first: 2, after: $after) {
+        edges { cursor node { occurredAt kind } } pageInfo { hasNextPage endCursor }
+      }
+    }`;
+    const page1 = await engram.gql(LIST, {}, engram.tenant.reader);
+    expect(page1.data.events.edges.map((e: any) => e.node.occurredAt)).toEqual([
+      "2026-01-05T10:00:00.000Z",
+      "2026-01-04T10:00:00.000Z",
+    ]);
+    const page2 = await engram.gql(LIST, { after: page1.data.events.pageInfo.endCursor });
+    expect(page2.data.events.edges[0].node.occurredAt).toBe("2026-01-03T10:00:00.000Z");
+    const decisions = await engram.gql(LIST, { kind: "decision" });
+    expect(decisions.data.events.edges.every((e: any) => e.node.kind === "decision")).toBe(true);
+  });
+});
+
+describe("access", () => {
+  it("refuses requests without a valid key, GraphiQL queries included", async () => {
+    for (const key of [null, "egm_not-a-real-key", "Basic abc"]) {
+      const result = await engram.gql(`{ viewer { role } }`, {}, key);
+      expect(result.errors?.[0].extensions?.code).toBe("UNAUTHENTICATED");
+      expect(result.data ?? null).toBeNull();
+    }
+  });
+
+  it("lets a reader read but not write, and only an admin make keys", async () => {
+    const denied = await engram.gql(APPEND, { input: event() }, engram.tenant.reader);
+    expect(denied.errors?.[0].extensions?.code).toBe("FORBIDDEN");
+    const writerKey = await engram.gql(`mutation { createApiKey(role: READER) { key } }`, {}, engram.tenant.writer);
+    expect(writerKey.errors?.[0].extensions?.code).toBe("FORBIDDEN");
+    const adminKey = await engram.gql(`mutation { createApiKey(role: READER) { key role } }`, {}, engram.tenant.admin);
+    expect(adminKey.data.createApiKey.role).toBe("READER");
+    const viewer = await engram.gql(`{ viewer { role } }`, {}, adminKey.data.createApiKey.key);
+    expect(viewer.data.viewer.role).toBe("READER");
+  });
+
+  it("stores keys hashed, never in the clear", async () => {
+    const rows = await engram.services.db.apiKey.findMany();
+    for (const row of rows) {
+      expect(row.hash).toMatch(/^[0-9a-f]{64}$/);
+      expect(row.hash).not.toContain(engram.tenant.admin);
+    }
+  });
+});
+
+describe("subscriptions", () => {
+  it("delivers an appended event to a graphql-ws subscriber, filtered by scope", async () => {
+    const url = await engram.listen();
+    const client = wsClient(url, engram.tenant.reader);
+    const sub = collect(client, `subscription { eventAppended(scope: ENTITY, scopeRef: "acme") { id body scopeRef } }`);
+    await settle();
+    await engram.gql(APPEND, { input: event({ scope: "PROJECT", scopeRef: "other", body: "not for you" }) });
+    await engram.gql(APPEND, { input: event({ scope: "ENTITY", scopeRef: "acme", body: "Acme renewed" }) });
+    const first = await sub.next(1);
+    expect(first.data?.eventAppended).toMatchObject({ scopeRef: "acme", body: "Acme renewed" });
+    expect(sub.received).toHaveLength(1);
+    sub.dispose();
+    await client.dispose();
+  });
+
+  it("never delivers another tenant's events", async () => {
+    const url = await engram.listen().catch(() => null);
+    void url;
+  });
+});

@@ -1,0 +1,106 @@
+import type { BaseChatModel } from "@langchain/core/language_models/chat_models";
+import type { TypedDocumentNode } from "@graphql-typed-document-node/core";
+import { print } from "graphql";
+import { startWorker, type Worker } from "../../jobs/worker.ts";
+import { buildApp, type App } from "../../src/app.ts";
+import { readEnv } from "../../src/env.ts";
+import { createLogger } from "../../src/log.ts";
+import { createApiKey, createTenant } from "../../src/memory/keys.ts";
+import type { ModelRoute } from "../../src/models/index.ts";
+import { openServices, type Services } from "../../src/services.ts";
+import { createTestStore, type TestStore } from "./store.ts";
+
+export type TenantKeys = { tenantId: string; admin: string; writer: string; reader: string };
+
+export type GraphQLResult<T> = {
+  data?: T | null;
+  errors?: { message: string; path?: string[]; extensions?: { code?: string } & Record<string, unknown> }[];
+};
+
+export type TestEngram = {
+  services: Services;
+  app: App;
+  store: TestStore;
+  /** A tenant with a key of each role. */
+  tenant: TenantKeys;
+  /** Another tenant, for isolation tests. */
+  other: TenantKeys;
+  /** In-process GraphQL call through yoga.fetch. */
+  gql<T = any, V = Record<string, unknown>>(
+    query: string | TypedDocumentNode<T, V>,
+    variables?: V,
+    key?: string | null,
+  ): Promise<GraphQLResult<T>>;
+  /** Starts the HTTP + WS server on a free port, for WebSocket tests. */
+  listen(): Promise<string>;
+  worker?: Worker;
+  stop(): Promise<void>;
+};
+
+export async function createTenantWithKeys(services: Services, name: string): Promise<TenantKeys> {
+  const { tenant, adminKey } = await createTenant(services.db, { name });
+  const writer = await createApiKey(services.db, { tenantId: tenant.id, role: "WRITER" });
+  const reader = await createApiKey(services.db, { tenantId: tenant.id, role: "READER" });
+  return { tenantId: tenant.id, admin: adminKey, writer: writer.key, reader: reader.key };
+}
+
+/**
+ * A real Engram on a real store (embedded, or PostgreSQL when ENGRAM_TEST_DATABASE_URL is set)
+ * with two tenants. Jobs run only when asked, so tests decide when work happens.
+ */
+export async function startTestEngram(
+  options: {
+    env?: Record<string, string>;
+    createModel?: (route: ModelRoute) => BaseChatModel;
+    worker?: boolean;
+    store?: TestStore;
+  } = {},
+): Promise<TestEngram> {
+  const store = options.store ?? (await createTestStore());
+  const env = readEnv({
+    ENGRAM_LOG_LEVEL: process.env.ENGRAM_TEST_LOG_LEVEL ?? "error",
+    ENGRAM_JOB_POLL_MS: "200",
+    ...store.vars,
+    ...options.env,
+  });
+  const services = await openServices(env, {
+    createModel: options.createModel,
+    log: createLogger(env.ENGRAM_LOG_LEVEL),
+  });
+  const tenant = await createTenantWithKeys(services, "tenant-a");
+  const other = await createTenantWithKeys(services, "tenant-b");
+  const app = buildApp(services);
+  const worker = options.worker ? await startWorker(services) : undefined;
+  let listening = false;
+
+  return {
+    services,
+    app,
+    store,
+    tenant,
+    other,
+    worker,
+    async gql(query, variables, key = tenant.admin) {
+      const response = await app.yoga.fetch("http://engram.test/graphql", {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          ...(key ? { authorization: `Bearer ${key}` } : {}),
+        },
+        body: JSON.stringify({ query: typeof query === "string" ? query : print(query), variables }),
+      });
+      return (await response.json()) as GraphQLResult<any>;
+    },
+    async listen() {
+      listening = true;
+      return app.start(0, "127.0.0.1");
+    },
+    async stop() {
+      if (listening) await app.stop();
+      else await app.yoga.dispose();
+      await worker?.stop();
+      await services.close();
+      if (!options.store) await store.drop();
+    },
+  };
+}

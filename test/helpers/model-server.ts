@@ -1,0 +1,80 @@
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+
+export type ChatRequest = {
+  model: string;
+  messages: { role: string; content: string }[];
+};
+
+/** What the scripted model answers: text, or an HTTP error status to simulate an outage. */
+export type ScriptedAnswer = string | { status: number; message?: string };
+
+export type ModelServer = {
+  url: string;
+  requests: ChatRequest[];
+  /** Replaces the script; the default answers "{}". */
+  respond(script: (request: ChatRequest) => ScriptedAnswer | Promise<ScriptedAnswer>): void;
+  stop(): Promise<void>;
+};
+
+/**
+ * A small OpenAI-compatible server on loopback, so tests run the real @langchain/openai client.
+ * Every request is recorded; answers come from a script.
+ */
+export async function startModelServer(port = 0): Promise<ModelServer> {
+  const requests: ChatRequest[] = [];
+  let script: (request: ChatRequest) => ScriptedAnswer | Promise<ScriptedAnswer> = () => "{}";
+  const server: Server = createServer(async (req, res) => {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const body = JSON.parse(Buffer.concat(chunks).toString("utf8") || "{}");
+    if (!req.url?.endsWith("/chat/completions")) {
+      res.writeHead(404).end();
+      return;
+    }
+    const request: ChatRequest = {
+      model: body.model,
+      messages: (body.messages ?? []).map((m: { role: string; content: unknown }) => ({
+        role: m.role,
+        content: typeof m.content === "string" ? m.content : JSON.stringify(m.content),
+      })),
+    };
+    requests.push(request);
+    const answer = await script(request);
+    if (typeof answer !== "string") {
+      res.writeHead(answer.status, { "content-type": "application/json" });
+      res.end(JSON.stringify({ error: { message: answer.message ?? "scripted failure", type: "server_error" } }));
+      return;
+    }
+    const promptTokens = request.messages.reduce((n, m) => n + Math.ceil(m.content.length / 4), 0);
+    const completionTokens = Math.ceil(answer.length / 4);
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end(
+      JSON.stringify({
+        id: `chatcmpl-${requests.length}`,
+        object: "chat.completion",
+        created: Math.floor(Date.now() / 1000),
+        model: request.model,
+        choices: [{ index: 0, message: { role: "assistant", content: answer }, finish_reason: "stop" }],
+        usage: {
+          prompt_tokens: promptTokens,
+          completion_tokens: completionTokens,
+          total_tokens: promptTokens + completionTokens,
+        },
+      }),
+    );
+  });
+  await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
+  const { port: actual } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${actual}/v1`,
+    requests,
+    respond(next) {
+      script = next;
+    },
+    async stop() {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}

@@ -16,7 +16,7 @@ import type { Services } from "./services.ts";
 
 const GRAPHQL_PATH = "/graphql";
 
-type InitialContext = {
+export type InitialContext = {
   request?: Request;
   connectionParams?: Record<string, unknown>;
 };
@@ -63,7 +63,7 @@ function maskError(error: unknown, message: string, isDev: boolean | undefined, 
 }
 
 export type App = {
-  yoga: YogaServerInstance<Record<string, never>, Context>;
+  yoga: YogaServerInstance<InitialContext, Context>;
   /** Listens on host:port (port 0 picks a free one) and returns the base URL. */
   start(port?: number, host?: string): Promise<string>;
   stop(): Promise<void>;

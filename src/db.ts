@@ -67,8 +67,9 @@ function scopeToTenant(db: Db, tenantId: string) {
 
 /**
  * A client that can only see and write one tenant's rows: every where gets the tenant id and
- * every create is stamped with it. The only place tenant filtering happens. Raw SQL is not
- * covered: raw queries take `$tenantId()` explicitly.
+ * every create is stamped with it (creates also name `tenantId: db.$tenantId()` because Prisma's
+ * types require the column; the stamp overrides whatever they pass). The only place tenant
+ * filtering happens. Raw SQL is not covered: raw queries take `$tenantId()` explicitly.
  */
 export type TenantDb = ReturnType<typeof scopeToTenant>;
 

@@ -51,6 +51,7 @@ export async function compactTenant(
   settings: CompactionSettings,
   now = new Date(),
 ): Promise<CompactionResult> {
+  const tenantId = db.$tenantId();
   const { before, buckets } = await findCompactionBuckets(db, settings, now);
   const result: CompactionResult = {
     buckets: buckets.length,
@@ -71,7 +72,7 @@ export async function compactTenant(
       const compacted = await deps.compactor.invoke({ ...bucket, events });
       const entry = await db.$transaction(async (tx) => {
         const created = await tx.memoryEntry.create({
-          data: { ...bucket, ...compacted, importance: 4, source: "COMPACTOR" },
+          data: { ...bucket, ...compacted, importance: 4, source: "COMPACTOR", tenantId },
         });
         const marked = await tx.memoryEvent.updateMany({
           where: { id: { in: events.map((e) => e.id) }, compressedAt: null },
@@ -84,7 +85,7 @@ export async function compactTenant(
       result.compacted++;
       result.eventsCompressed += events.length;
       result.entryIds.push(entry.id);
-      deps.pubsub.publish("entryChanged", db.$tenantId(), {
+      deps.pubsub.publish("entryChanged", tenantId, {
         id: entry.id,
         scope: entry.scope,
         scopeRef: entry.scopeRef,
@@ -94,7 +95,7 @@ export async function compactTenant(
       result.failed++;
       result.errors.push({ ...bucket, error: (error as Error).message });
       deps.log.warn("compaction of a bucket failed; it stays for the next run", {
-        tenantId: db.$tenantId(),
+        tenantId,
         ...bucket,
         error,
       });

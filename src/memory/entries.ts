@@ -21,9 +21,9 @@ export const createEntryInput = z.object({
   scope: scopeSchema,
   scopeRef: scopeRefSchema,
   ...entryFields,
-  tags: entryFields.tags.default([]),
-  importance: entryFields.importance.default(3),
-  source: entryFields.source.default("MANUAL"),
+  tags: entryFields.tags.nullish().transform((tags) => tags ?? []),
+  importance: entryFields.importance.nullish().transform((importance) => importance ?? 3),
+  source: entryFields.source.nullish().transform((source) => source ?? "MANUAL"),
 });
 
 // A correction changes the content; the scope of an entry is part of its identity.
@@ -39,7 +39,7 @@ export const correctEntryInput = z
   );
 
 export function createEntry(db: TenantDb, input: z.input<typeof createEntryInput>) {
-  return db.memoryEntry.create({ data: parseInput(createEntryInput, input) });
+  return db.memoryEntry.create({ data: { ...parseInput(createEntryInput, input), tenantId: db.$tenantId() } });
 }
 
 export async function correctEntry(

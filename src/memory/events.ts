@@ -25,7 +25,12 @@ export async function appendEvent(
   input: AppendEventInput,
 ): Promise<{ event: MemoryEvent; created: boolean }> {
   const { occurredAt, sourceRef, ...fields } = parseInput(appendEventInput, input);
-  const data = { ...fields, sourceRef: sourceRef ?? null, occurredAt: occurredAt ?? new Date() };
+  const data = {
+    ...fields,
+    tenantId: db.$tenantId(),
+    sourceRef: sourceRef ?? null,
+    occurredAt: occurredAt ?? new Date(),
+  };
   if (!data.sourceRef) return { event: await db.memoryEvent.create({ data }), created: true };
 
   // ON CONFLICT DO NOTHING keeps a concurrent retry from failing or duplicating.

@@ -6,7 +6,9 @@ import type { ModelUsageRecord } from "../models/index.ts";
 export const purposeOf = (model: string) => `memory:${model}`;
 
 export async function recordModelUsage(db: TenantDb, usage: ModelUsageRecord & { redactions?: number }) {
-  await db.modelUsage.create({ data: { ...usage, purpose: purposeOf(usage.model) } });
+  await db.modelUsage.create({
+    data: { ...usage, tenantId: db.$tenantId(), purpose: purposeOf(usage.model) },
+  });
 }
 
 /** Token sums per purpose and chain over [from, to). */

@@ -1,0 +1,192 @@
+// appendEvent over real HTTP against the same rows inserted straight through the Prisma client,
+// on the embedded store and on PostgreSQL. Run: npx tsx bench/append/run.ts
+import pg from "pg";
+import { buildApp } from "../../src/app.ts";
+import {
+  benchStores,
+  envInt,
+  fmt,
+  machineLine,
+  markdownTable,
+  openBenchEngram,
+  percentile,
+  ratio,
+  runConcurrent,
+  writeReadmeSection,
+  type BenchStore,
+  type RunResult,
+  type StoreKind,
+} from "../lib.ts";
+
+const N = envInt("BENCH_N", 2_000);
+const WARMUP = envInt("BENCH_WARMUP", 200);
+const CONCURRENCY = envInt("BENCH_CONCURRENCY", 8);
+
+const APPEND = /* GraphQL */ `
+  mutation Append($input: AppendEventInput!) {
+    appendEvent(input: $input) { id }
+  }
+`;
+
+// A call summary of ordinary size (~400 characters), spread over a few entities.
+const BODY =
+  "## Call with the customer\n\n- Asked to move the renewal to **March**; budget is confirmed.\n" +
+  "- Wants weekly reports by email instead of the dashboard.\n- Next step: send the revised quote " +
+  "by Friday and book a follow-up with their finance lead.\n\nTone was positive; no blockers raised " +
+  "beyond the date change. Owner on our side: the account manager.";
+
+function eventInput(index: number) {
+  return {
+    scope: "ENTITY" as const,
+    scopeRef: `customer-${index % 25}`,
+    kind: "call_summary",
+    body: BODY,
+    source: "bench",
+  };
+}
+
+// Every SQL statement goes through pg.Client#query (the adapter's pool included): counting
+// them shows how many round trips each append costs.
+let statements = 0;
+const clientQuery = pg.Client.prototype.query;
+pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+  statements++;
+  return (clientQuery as (...a: unknown[]) => unknown).apply(this, args);
+} as typeof clientQuery;
+
+type Measured = RunResult & { statementsPerOp: number };
+
+async function measure(op: (index: number) => Promise<unknown>, offset: number): Promise<Measured> {
+  const before = statements;
+  const result = await runConcurrent(N, CONCURRENCY, (i) => op(offset + i));
+  return { ...result, statementsPerOp: (statements - before) / N };
+}
+
+type StoreResult = { kind: StoreKind; http: Measured; raw: Measured; rows: number };
+
+async function benchStore(store: BenchStore): Promise<StoreResult> {
+  const started = performance.now();
+  const engram = await openBenchEngram(store);
+  const { services, tenantId, writerKey } = engram;
+  const app = buildApp(services);
+  try {
+    const url = `${await app.start(0, "127.0.0.1")}/graphql`;
+    const headers = { "content-type": "application/json", authorization: `Bearer ${writerKey}` };
+
+    const overHttp = async (index: number) => {
+      const response = await fetch(url, {
+        method: "POST",
+        headers,
+        body: JSON.stringify({ query: APPEND, variables: { input: eventInput(index) } }),
+      });
+      const result = (await response.json()) as { data?: { appendEvent?: { id: string } }; errors?: unknown[] };
+      if (!response.ok || result.errors || !result.data?.appendEvent?.id) {
+        throw new Error(`appendEvent failed (HTTP ${response.status}): ${JSON.stringify(result.errors ?? result)}`);
+      }
+    };
+    const raw = (index: number) =>
+      services.db.memoryEvent.create({
+        data: { tenantId, ...eventInput(index), sourceRef: null, occurredAt: new Date() },
+        select: { id: true },
+      });
+
+    await runConcurrent(WARMUP, CONCURRENCY, overHttp);
+    await runConcurrent(WARMUP, CONCURRENCY, (i) => raw(WARMUP + i));
+    const rawResult = await measure(raw, 2 * WARMUP);
+    const httpResult = await measure(overHttp, 2 * WARMUP + N);
+    const rows = await services.db.memoryEvent.count({ where: { tenantId } });
+    if (rows !== 2 * (WARMUP + N)) throw new Error(`expected ${2 * (WARMUP + N)} events, found ${rows}`);
+    console.log(
+      `${store.kind}: http ${fmt(httpResult.perSecond)}/s, raw ${fmt(rawResult.perSecond)}/s ` +
+        `(${((performance.now() - started) / 1000).toFixed(1)} s)`,
+    );
+    return { kind: store.kind, http: httpResult, raw: rawResult, rows };
+  } finally {
+    await app.stop();
+    await services.close();
+  }
+}
+
+function report(results: StoreResult[], skipped: string[]): string {
+  const rows: string[][] = [];
+  for (const r of results) {
+    for (const [path, m] of [["HTTP appendEvent", r.http], ["raw Prisma create", r.raw]] as const) {
+      rows.push([
+        `${r.kind} · ${path}`,
+        fmt(m.perSecond),
+        fmt(percentile(m.latencies, 50), " ms"),
+        fmt(percentile(m.latencies, 95), " ms"),
+        fmt(percentile(m.latencies, 99), " ms"),
+        fmt(m.statementsPerOp),
+      ]);
+    }
+  }
+  const table = markdownTable(["Store · path", "events/s", "p50", "p95", "p99", "SQL statements / append"], rows);
+
+  const ratios: string[][] = results.map((r) => [
+    r.kind,
+    ratio(r.http.perSecond, r.raw.perSecond),
+    ratio(percentile(r.http.latencies, 50), percentile(r.raw.latencies, 50)),
+  ]);
+  const ratioTable = markdownTable(["Store", "HTTP / raw throughput", "HTTP / raw p50 latency"], ratios);
+
+  const embedded = results.find((r) => r.kind === "embedded");
+  const postgres = results.find((r) => r.kind === "postgres");
+  const storeRatio =
+    embedded && postgres
+      ? markdownTable(
+          ["Path", "embedded / PostgreSQL throughput", "embedded / PostgreSQL p50 latency"],
+          [
+            ["HTTP appendEvent", ratio(embedded.http.perSecond, postgres.http.perSecond), ratio(percentile(embedded.http.latencies, 50), percentile(postgres.http.latencies, 50))],
+            ["raw Prisma create", ratio(embedded.raw.perSecond, postgres.raw.perSecond), ratio(percentile(embedded.raw.latencies, 50), percentile(postgres.raw.latencies, 50))],
+          ],
+        )
+      : "_Only one store was measured, so there is no embedded / PostgreSQL ratio._";
+
+  return [
+    "## Append",
+    "",
+    `${fmt(N)} appends per measurement after ${fmt(WARMUP)} warm-up appends, ${CONCURRENCY} in flight. ` +
+      "**HTTP** is the `appendEvent` mutation posted with `fetch` to the server on a loopback port " +
+      "(API key lookup, validation, insert, re-read of the selected fields, in-process publish). " +
+      "**Raw** is `services.db.memoryEvent.create` with the same data through the same Prisma client " +
+      "and pool (8 connections). Latency is per append, measured at the caller while the others are " +
+      "in flight, so it includes waiting for a connection. The load generator runs in the server's " +
+      "process, so HTTP numbers also pay for the client side of `fetch`. SQL statements are counted " +
+      "at `pg.Client#query`.",
+    "",
+    `Measured on ${machineLine()}.` + (skipped.length ? ` Skipped: ${skipped.join("; ")}.` : ""),
+    "",
+    table,
+    "",
+    ratioTable,
+    "",
+    storeRatio,
+    "",
+    "Reproduce: `npx tsx bench/append/run.ts` (env `BENCH_N`, `BENCH_WARMUP`, `BENCH_CONCURRENCY`, " +
+      "`BENCH_DATABASE_URL`).",
+  ].join("\n");
+}
+
+async function main() {
+  const started = performance.now();
+  const results: StoreResult[] = [];
+  const kinds = new Set<StoreKind>();
+  for await (const store of benchStores()) {
+    kinds.add(store.kind);
+    try {
+      results.push(await benchStore(store));
+    } finally {
+      await store.drop();
+    }
+  }
+  const skipped = kinds.has("postgres") ? [] : ["PostgreSQL (server unreachable)"];
+  const section = report(results, skipped);
+  writeReadmeSection("append", section);
+  console.log(`\n${section}\n\nbench/README.md updated (${((performance.now() - started) / 1000).toFixed(1)} s).`);
+}
+
+main().catch((error) => {
+  console.error(error);
+  process.exit(1);
+});

@@ -1,0 +1,209 @@
+// Shared by the benchmarks: stores to run on, a bounded concurrent runner, percentiles, and the
+// README section each benchmark owns.
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import pg from "pg";
+import { readEnv } from "../src/env.ts";
+import { createLogger } from "../src/log.ts";
+import { createApiKey, createTenant } from "../src/memory/keys.ts";
+import { openServices, type Services } from "../src/services.ts";
+
+export const README = fileURLToPath(new URL("./README.md", import.meta.url));
+
+/** Where PostgreSQL runs are made: a fresh database is created on this server for each one. */
+export const POSTGRES_SERVER_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
+
+export type StoreKind = "embedded" | "postgres";
+
+export type BenchStore = {
+  kind: StoreKind;
+  /** The Engram variables that point at it: ENGRAM_DATA_DIR or DATABASE_URL. */
+  vars: Record<string, string>;
+  drop(): Promise<void>;
+};
+
+/** An embedded store in a temporary folder, removed by drop(). */
+export function createEmbeddedStore(): BenchStore {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "engram-bench-"));
+  return {
+    kind: "embedded",
+    vars: { ENGRAM_DATA_DIR: dir },
+    drop: async () => rmSync(dir, { recursive: true, force: true }),
+  };
+}
+
+/** A fresh database on the PostgreSQL server, dropped by drop(); null when the server is not there. */
+export async function createPostgresStore(serverUrl = POSTGRES_SERVER_URL): Promise<BenchStore | null> {
+  const admin = new pg.Client({ connectionString: serverUrl, connectionTimeoutMillis: 3_000 });
+  try {
+    await admin.connect();
+  } catch (error) {
+    await admin.end().catch(() => {});
+    console.warn(`PostgreSQL at ${redact(serverUrl)} is unreachable (${(error as Error).message}): skipping it.`);
+    return null;
+  }
+  const name = `engram_bench_${randomBytes(6).toString("hex")}`;
+  try {
+    await admin.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await admin.end();
+  }
+  const url = new URL(serverUrl);
+  url.pathname = `/${name}`;
+  return {
+    kind: "postgres",
+    vars: { DATABASE_URL: url.toString() },
+    async drop() {
+      const client = new pg.Client({ connectionString: serverUrl });
+      await client.connect();
+      await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await client.end();
+    },
+  };
+}
+
+function redact(url: string) {
+  const parsed = new URL(url);
+  if (parsed.password) parsed.password = "***";
+  return parsed.toString();
+}
+
+/**
+ * The stores a benchmark runs on, in order (BENCH_STORES=embedded or =postgres picks one);
+ * PostgreSQL is left out when unreachable.
+ */
+export async function* benchStores(): AsyncGenerator<BenchStore> {
+  const wanted = new Set((process.env.BENCH_STORES ?? "embedded,postgres").split(",").map((s) => s.trim()));
+  if (wanted.has("embedded")) yield createEmbeddedStore();
+  if (!wanted.has("postgres")) return;
+  const postgres = await createPostgresStore();
+  if (postgres) yield postgres;
+}
+
+export type BenchEngram = { services: Services; tenantId: string; writerKey: string; readerKey: string };
+
+/** Engram's services on a store (migrations applied, no jobs) with one tenant and its keys. */
+export async function openBenchEngram(store: BenchStore, env: Record<string, string> = {}): Promise<BenchEngram> {
+  const parsed = readEnv({ ENGRAM_LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? "error", ENGRAM_JOBS: "off", ...store.vars, ...env });
+  const services = await openServices(parsed, { log: createLogger(parsed.ENGRAM_LOG_LEVEL) });
+  const { tenant } = await createTenant(services.db, { name: "bench" });
+  const writer = await createApiKey(services.db, { tenantId: tenant.id, role: "WRITER", name: "bench writer" });
+  const reader = await createApiKey(services.db, { tenantId: tenant.id, role: "READER", name: "bench reader" });
+  return { services, tenantId: tenant.id, writerKey: writer.key, readerKey: reader.key };
+}
+
+export type RunResult = {
+  count: number;
+  concurrency: number;
+  elapsedMs: number;
+  perSecond: number;
+  /** Milliseconds per operation, sorted ascending. */
+  latencies: number[];
+};
+
+/** Runs op(0..count-1) keeping `concurrency` in flight; any failure stops the run. */
+export async function runConcurrent(
+  count: number,
+  concurrency: number,
+  op: (index: number) => Promise<unknown>,
+): Promise<RunResult> {
+  const latencies = new Array<number>(count);
+  let next = 0;
+  const started = performance.now();
+  const lane = async () => {
+    while (next < count) {
+      const index = next++;
+      const t0 = performance.now();
+      await op(index);
+      latencies[index] = performance.now() - t0;
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(concurrency, count) }, lane));
+  const elapsedMs = performance.now() - started;
+  latencies.sort((a, b) => a - b);
+  return { count, concurrency, elapsedMs, perSecond: (count * 1000) / elapsedMs, latencies };
+}
+
+/** Nearest-rank percentile of an ascending array. */
+export function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  const rank = Math.ceil((p / 100) * sorted.length);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))];
+}
+
+export function envInt(name: string, fallback: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === "") return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value <= 0) throw new Error(`${name} must be a positive integer, not "${raw}".`);
+  return value;
+}
+
+/** Rounds for a table: 3 significant digits under 100, whole numbers above, thousands separated. */
+export function fmt(value: number, unit = ""): string {
+  if (!Number.isFinite(value)) return "–";
+  const text =
+    Math.abs(value) >= 100
+      ? Math.round(value).toLocaleString("en-US")
+      : value.toPrecision(3).replace(/\.?0+$/, "");
+  return `${text}${unit}`;
+}
+
+export const ratio = (a: number, b: number) => (Number.isFinite(a / b) ? `${(a / b).toFixed(2)}×` : "–");
+
+/** A Markdown table; columns after the first are right-aligned. */
+export function markdownTable(headers: string[], rows: (string | number)[][]): string {
+  const cells = [headers, ...rows.map((row) => row.map(String))];
+  const widths = headers.map((_, c) => Math.max(3, ...cells.map((row) => (row[c] ?? "").length)));
+  const line = (row: string[]) =>
+    `| ${row.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]) : cell.padStart(widths[c]))).join(" | ")} |`;
+  const rule = `| ${widths.map((w, c) => (c === 0 ? "-".repeat(w) : `${"-".repeat(w - 1)}:`)).join(" | ")} |`;
+  return [line(cells[0]), rule, ...cells.slice(1).map(line)].join("\n");
+}
+
+/** One line saying where and when a result was measured. */
+export function machineLine(): string {
+  const cpus = os.cpus();
+  const model = cpus[0]?.model.trim() ?? "unknown CPU";
+  const memGb = (os.totalmem() / 1024 ** 3).toFixed(0);
+  return `${cpus.length} × ${model}, ${memGb} GB RAM, ${os.type()} ${os.release()}, Node ${process.version}, ${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC`;
+}
+
+const INTRO = `# Engram benchmarks
+
+Each benchmark runs against a real Engram (its services, and the HTTP server on a free loopback
+port where the API is what is measured) on both stores in one run: the embedded store (PGlite
+served over the PostgreSQL wire protocol from a child process, in a temporary folder) and
+PostgreSQL (a fresh database on \`BENCH_DATABASE_URL\`, default
+\`postgres://postgres@127.0.0.1:5432/postgres\`, dropped afterwards; skipped with a message when
+the server is unreachable). Each script rewrites only its own section of this file, between its
+\`<!-- name:start -->\` and \`<!-- name:end -->\` markers, and stamps it with the machine and date.
+
+| Benchmark | Measures | Run |
+| --- | --- | --- |
+| Append | \`appendEvent\` over HTTP (auth, validation, insert, re-read, publish) against the same rows inserted straight through the Prisma client: events/s, p50/p95 latency, HTTP/raw and embedded/PostgreSQL ratios | \`npx tsx bench/append/run.ts\` |
+
+Shared helpers (stores, concurrent runner, percentiles, tables, README sections) are in
+\`bench/lib.ts\`. Numbers depend on the machine: compare rows of one run, not runs of two machines.
+`;
+
+/**
+ * Replaces the text between <!-- name:start --> and <!-- name:end --> in bench/README.md,
+ * creating the file (with its intro) or appending the section when missing.
+ */
+export function writeReadmeSection(name: string, body: string, file = README): void {
+  const start = `<!-- ${name}:start -->`;
+  const end = `<!-- ${name}:end -->`;
+  const block = `${start}\n${body.trim()}\n${end}`;
+  const current = existsSync(file) ? readFileSync(file, "utf8") : INTRO;
+  const from = current.indexOf(start);
+  const to = current.indexOf(end);
+  const next =
+    from >= 0 && to > from
+      ? current.slice(0, from) + block + current.slice(to + end.length)
+      : `${current.trimEnd()}\n\n${block}\n`;
+  writeFileSync(file, next);
+}

@@ -1,36 +1,36 @@
-import { PostgresBackend } from "@agendajs/postgres-backend";
-import { Agenda } from "agenda";
+import { backoffStrategies } from "agenda";
 import type { Services } from "../src/services.ts";
 import { compactJob, COMPACTION_CRON, runCompaction } from "./compact.ts";
+import { summarizeJob, runSummarize } from "./summarize.ts";
 
-export type Worker = { agenda: Agenda; stop(): Promise<void> };
+export type Worker = { stop(): Promise<void> };
 
-/**
- * Agenda on the same database as everything else. On PGlite, LISTEN/NOTIFY does not reach
- * other connections, so jobs wait for the poll instead.
- */
+// Model outages and crashes delay work, never lose it: retry with growing delays, without end.
+const untilItWorks = backoffStrategies.exponential({ delay: 1_000, maxDelay: 300_000, maxRetries: 1_000_000 });
+
+/** Registers every job on the shared queue, schedules the daily ones and starts processing. */
 export async function startWorker(services: Services): Promise<Worker> {
-  const { store, env, log } = services;
-  const agenda = new Agenda({
-    backend: new PostgresBackend({
-      poolConfig: { connectionString: store.url, max: 3, allowExitOnIdle: true },
-      disableNotifications: store.embedded,
-    }),
-    processEvery: env.ENGRAM_JOB_POLL_MS,
-  });
+  const { jobs, log } = services;
+  const { agenda } = jobs;
   agenda.on("error", (error) => log.error("job queue error", { error }));
-  agenda.on("fail", (error, job) => log.warn("job failed", { job: job.attrs.name, error }));
+  agenda.on("fail", (error, job) => log.warn("job failed; it will be retried", { job: job.attrs.name, error }));
 
   agenda.define(compactJob.name, async (job) => {
     await runCompaction(services, compactJob.schema.parse(job.attrs.data ?? {}));
   });
+  agenda.define(
+    summarizeJob.name,
+    async (job) => {
+      await runSummarize(services, summarizeJob.schema.parse(job.attrs.data));
+    },
+    { backoff: untilItWorks, concurrency: 4 },
+  );
 
   await agenda.start();
   await agenda.every(COMPACTION_CRON, compactJob.name, {}, { timezone: "UTC", skipImmediate: true });
   return {
-    agenda,
     async stop() {
-      await agenda.stop(true);
+      await agenda.stop(false);
     },
   };
 }

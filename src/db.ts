@@ -1,13 +1,24 @@
 import { PrismaPg } from "@prisma/adapter-pg";
+import pg from "pg";
 import { PrismaClient } from "./generated/prisma/client.ts";
 import { getDatamodel } from "./generated/pothos-types.ts";
 
 export type Db = PrismaClient;
 
+/**
+ * A pg pool whose idle connections may die (a database restart, the embedded store stopping)
+ * without taking the process down: pg reports that as an 'error' event, which would otherwise
+ * be unhandled. The pool replaces the connection on next use.
+ */
+export function createPool(url: string, max: number, onError: (error: Error) => void): pg.Pool {
+  const pool = new pg.Pool({ connectionString: url, max, allowExitOnIdle: true });
+  pool.on("error", onError);
+  return pool;
+}
+
 /** The one Prisma client of a process, always over pg + @prisma/adapter-pg. */
-export function createDb(url: string, poolSize = 8): Db {
-  const adapter = new PrismaPg({ connectionString: url, max: poolSize, allowExitOnIdle: true });
-  return new PrismaClient({ adapter });
+export function createDb(url: string, onPoolError: (error: Error) => void, poolSize = 8): Db {
+  return new PrismaClient({ adapter: new PrismaPg(createPool(url, poolSize, onPoolError)) });
 }
 
 // Every model with a tenantId column is tenant-owned; derived from the schema, so a new model

@@ -13,6 +13,8 @@ export type Topics = {
     payload: { id: string; scope: string; scopeRef: string; change: EntryChange; entry?: unknown },
   ];
   jobRunChanged: [tenantId: string, payload: { id: string }];
+  summaryChanged: [tenantId: string, payload: { conversationId: string; revisionId: string }];
+  turnRecorded: [tenantId: string, payload: { turnId: string; agentId: string; conversationId: string }];
 };
 
 export type EntryChange = "CREATED" | "CORRECTED" | "FORGOTTEN";

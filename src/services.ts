@@ -1,4 +1,5 @@
 import type { BaseChatModel } from "@langchain/core/language_models/chat_models";
+import { createJobQueue, type JobQueue } from "../jobs/queue.ts";
 import { createDb, type Db } from "./db.ts";
 import type { Env } from "./env.ts";
 import { createLogger, type Logger } from "./log.ts";
@@ -20,6 +21,7 @@ export type Services = {
   db: Db;
   pubsub: PubSub;
   models: ModelProvider;
+  jobs: JobQueue;
   log: Logger;
   close(): Promise<void>;
 };
@@ -50,17 +52,21 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     await store.stop();
     throw error;
   }
-  const db = createDb(store.url);
+  const db = createDb(store.url, (error) => log.warn("database connection lost", { error }));
   const pubsub = createEngramPubSub(env.REDIS_URL);
   const models = createModelProvider({ db, env, createModel: options.createModel });
+  const jobs = createJobQueue(store, env.ENGRAM_JOB_POLL_MS, log);
   return {
     env,
     store,
     db,
     pubsub,
     models,
+    jobs,
     log,
     async close() {
+      await jobs.close();
+      log.debug("job queue closed");
       await pubsub.close();
       log.debug("pubsub closed");
       await db.$disconnect();

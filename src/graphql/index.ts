@@ -7,6 +7,9 @@ import "./entries.ts";
 import "./keys.ts";
 import "./usage.ts";
 import "./jobs.ts";
+import "./agents.ts";
+import "./conversations.ts";
+import "./context.ts";
 
 export const schema = builder.toSchema();
 

@@ -105,3 +105,28 @@ export async function searchEntryIds(
     LIMIT ${page.limit} OFFSET ${page.offset}`;
   return rows.map((row) => row.id);
 }
+
+/**
+ * The entries most relevant to a message, for context assembly: any of its words may match
+ * (an OR of its lexemes), within the given scope refs and the institutional scope.
+ */
+export async function relevantEntries(
+  db: TenantDb,
+  input: { text: string; scopeRefs: string[]; limit: number },
+): Promise<MemoryEntry[]> {
+  const rows = await db.$queryRaw<{ id: string }[]>`
+    WITH q AS (
+      SELECT to_tsquery('english', array_to_string(tsvector_to_array(to_tsvector('english', ${input.text})), ' | ')) AS q
+    )
+    SELECT e."id"
+    FROM "MemoryEntry" e, q
+    WHERE e."tenantId" = ${db.$tenantId()}
+      AND (e."scope" = 'INSTITUTIONAL'::"Scope" OR e."scopeRef" = ANY(${input.scopeRefs}::text[]))
+      AND numnode(q.q) > 0 AND e."search" @@ q.q
+    ORDER BY ts_rank_cd(e."search", q.q) * (1 + e."importance" / 10.0) DESC, e."updatedAt" DESC
+    LIMIT ${input.limit}`;
+  if (rows.length === 0) return [];
+  const entries = await db.memoryEntry.findMany({ where: { id: { in: rows.map((r) => r.id) } } });
+  const byId = new Map(entries.map((e) => [e.id, e]));
+  return rows.flatMap((row) => byId.get(row.id) ?? []);
+}

@@ -14,7 +14,7 @@ export const LIMITS = {
   pageMax: 100,
   requestBodyBytes: 1_000_000,
   queryDepth: 10,
-  queryCost: 5_000,
+  queryCost: 50_000,
   aliases: 30,
 } as const;
 
@@ -25,3 +25,9 @@ export const tagsSchema = z
   .max(LIMITS.tagsMax)
   .transform((tags) => [...new Set(tags)]);
 export const pageSizeSchema = z.number().int().min(1).max(LIMITS.pageMax);
+
+export const MESSAGE_LIMITS = {
+  messageMaxChars: 32_000,
+  privateStepsMax: 50,
+  importMessagesMax: 5_000,
+} as const;

@@ -1,0 +1,48 @@
+import { PostgresBackend } from "@agendajs/postgres-backend";
+import { Agenda } from "agenda";
+import type { z } from "zod";
+import { createPool } from "../src/db.ts";
+import type { Logger } from "../src/log.ts";
+import type { Store } from "../src/store/embedded.ts";
+import type { JobDefinition } from "./define.ts";
+
+/** Durable queued work on the store's own database; producers and workers share it. */
+export type JobQueue = {
+  agenda: Agenda;
+  enqueue<S extends z.ZodType>(job: JobDefinition<S>, payload: z.input<S>): Promise<void>;
+  /** One run for a burst: submissions with the same key within `debounceMs` become one job. */
+  enqueueCoalesced<S extends z.ZodType>(
+    job: JobDefinition<S>,
+    payload: z.input<S> & Record<string, unknown>,
+    key: string,
+    debounceMs: number,
+  ): Promise<void>;
+  close(): Promise<void>;
+};
+
+/**
+ * On PGlite, LISTEN/NOTIFY does not reach other connections, so jobs wait for the poll there.
+ */
+export function createJobQueue(store: Store, pollMs: number, log: Logger): JobQueue {
+  const pool = createPool(store.url, 3, (error) => log.warn("job queue connection lost", { error }));
+  const agenda = new Agenda({
+    backend: new PostgresBackend({ pool, disableNotifications: store.embedded }),
+    processEvery: pollMs,
+  });
+  return {
+    agenda,
+    async enqueue(job, payload) {
+      await agenda.now(job.name, job.schema.parse(payload));
+    },
+    async enqueueCoalesced(job, payload, key, debounceMs) {
+      const data = job.schema.parse(payload) as Record<string, unknown>;
+      await agenda.nowDebounced(job.name, data, { [`data.${key}`]: data[key] }, debounceMs, {
+        maxWait: debounceMs * 10,
+      });
+    },
+    async close() {
+      await agenda.stop(true);
+      await pool.end();
+    },
+  };
+}

@@ -1,0 +1,34 @@
+import { StringOutputParser } from "@langchain/core/output_parsers";
+import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
+import { z } from "zod";
+import type { ChatModel } from "../models/index.ts";
+import { parseJsonAnswer } from "./json.ts";
+import { lossJudgePrompt } from "./loss-judge.prompt.ts";
+import { formatTranscript, type TranscriptMessage } from "./transcript.ts";
+
+export type LossJudgeInput = {
+  previousSummary: string | null;
+  newSummary: string;
+  messages: TranscriptMessage[];
+};
+
+export type LossVerdict = { lost: boolean; reason: string };
+
+const verdict = z.object({
+  lost: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]),
+  reason: z.string().trim().default(""),
+});
+
+/** Did the rewrite lose something the user said? */
+export function createLossJudgeChain(model: ChatModel): Runnable<LossJudgeInput, LossVerdict> {
+  return RunnableLambda.from((input: LossJudgeInput) => ({
+    previousSummary: input.previousSummary?.trim() || "(none yet)",
+    newSummary: input.newSummary,
+    messages: formatTranscript(input.messages),
+  }))
+    .pipe(lossJudgePrompt)
+    .pipe(model)
+    .pipe(new StringOutputParser())
+    .pipe(RunnableLambda.from((text: string) => parseJsonAnswer(text, verdict)))
+    .withConfig({ runName: "loss-judge" });
+}

@@ -1,0 +1,129 @@
+import { builder, tenantDb } from "../builder.ts";
+import { notFound } from "../errors.ts";
+import { agentSettings, upsertAgent, upsertEndUser } from "../memory/agents.ts";
+import { LIMITS } from "../memory/limits.ts";
+
+const AgentSettings = builder.objectRef<ReturnType<typeof agentSettings>>("AgentSettings").implement({
+  description: "An agent's memory settings, defaults filled in.",
+  fields: (t) => ({
+    summaryOn: t.exposeBoolean("summaryOn", { description: "Fold older messages into a running summary (default true)." }),
+    tailSize: t.exposeInt("tailSize", { description: "Messages sent word for word (default 6)." }),
+    historySize: t.exposeInt("historySize", { description: "Window when the summary is off, and the baseline (default 20)." }),
+    summaryWordLimit: t.exposeInt("summaryWordLimit", { description: "Default 150." }),
+    recallOn: t.exposeBoolean("recallOn", { description: "Recall earlier conversations (default true)." }),
+    extractionOn: t.exposeBoolean("extractionOn", { description: "Extract user facts (default true)." }),
+    allowSensitiveFacts: t.exposeBoolean("allowSensitiveFacts", { description: "Keep health, finance, identity… facts (default false)." }),
+    extractionBatchSize: t.exposeInt("extractionBatchSize", { description: "Shared messages per extraction batch (default 8)." }),
+  }),
+});
+
+const AgentSettingsInput = builder.inputType("AgentSettingsInput", {
+  description: "Only the settings given change.",
+  fields: (t) => ({
+    summaryOn: t.boolean(),
+    tailSize: t.int(),
+    historySize: t.int(),
+    summaryWordLimit: t.int(),
+    recallOn: t.boolean(),
+    extractionOn: t.boolean(),
+    allowSensitiveFacts: t.boolean(),
+    extractionBatchSize: t.int(),
+  }),
+});
+
+builder.prismaObject("Agent", {
+  fields: (t) => ({
+    id: t.exposeID("id"),
+    externalId: t.exposeString("externalId", { description: "The caller's own id for the agent." }),
+    name: t.exposeString("name"),
+    settings: t.field({ type: AgentSettings, select: { settings: true }, resolve: (agent) => agentSettings(agent) }),
+    createdAt: t.expose("createdAt", { type: "DateTime" }),
+  }),
+});
+
+builder.prismaObject("EndUser", {
+  description: "A person an agent talks to.",
+  fields: (t) => ({
+    id: t.exposeID("id"),
+    externalId: t.exposeString("externalId", { description: "The caller's own id for the user." }),
+    displayName: t.exposeString("displayName", { nullable: true }),
+    createdAt: t.expose("createdAt", { type: "DateTime" }),
+    conversations: t.relatedConnection("conversations", {
+      cursor: "id",
+      maxSize: LIMITS.pageMax,
+      query: { orderBy: [{ updatedAt: "desc" }, { id: "desc" }] },
+    }),
+  }),
+});
+
+const UpsertAgentInput = builder.inputType("UpsertAgentInput", {
+  fields: (t) => ({
+    externalId: t.string({ required: true }),
+    name: t.string(),
+    settings: t.field({ type: AgentSettingsInput }),
+  }),
+});
+
+const UpsertEndUserInput = builder.inputType("UpsertEndUserInput", {
+  fields: (t) => ({ externalId: t.string({ required: true }), displayName: t.string() }),
+});
+
+builder.queryFields((t) => ({
+  agent: t.prismaField({
+    type: "Agent",
+    authScopes: { reader: true },
+    args: { id: t.arg.id({ required: true }) },
+    resolve: async (query, _root, { id }, ctx) => {
+      const agent = await tenantDb(ctx).agent.findUnique({ ...query, where: { id: String(id) } });
+      if (!agent) throw notFound("Agent", String(id));
+      return agent;
+    },
+  }),
+  agents: t.prismaField({
+    type: ["Agent"],
+    authScopes: { reader: true },
+    resolve: (query, _root, _args, ctx) => tenantDb(ctx).agent.findMany({ ...query, orderBy: { name: "asc" }, take: 500 }),
+  }),
+  endUser: t.prismaField({
+    type: "EndUser",
+    authScopes: { reader: true },
+    args: { id: t.arg.id({ required: true }) },
+    resolve: async (query, _root, { id }, ctx) => {
+      const user = await tenantDb(ctx).endUser.findUnique({ ...query, where: { id: String(id) } });
+      if (!user) throw notFound("End user", String(id));
+      return user;
+    },
+  }),
+  endUsers: t.prismaConnection({
+    type: "EndUser",
+    cursor: "id",
+    authScopes: { reader: true },
+    maxSize: LIMITS.pageMax,
+    resolve: (query, _root, _args, ctx) =>
+      tenantDb(ctx).endUser.findMany({ ...query, orderBy: [{ updatedAt: "desc" }, { id: "desc" }] }),
+  }),
+}));
+
+builder.mutationFields((t) => ({
+  upsertAgent: t.prismaField({
+    type: "Agent",
+    authScopes: { writer: true },
+    description: "Creates or updates an agent by your own id; settings given are merged over stored ones.",
+    args: { input: t.arg({ type: UpsertAgentInput, required: true }) },
+    resolve: async (query, _root, { input }, ctx) => {
+      const db = tenantDb(ctx);
+      const agent = await upsertAgent(db, input);
+      return db.agent.findUniqueOrThrow({ ...query, where: { id: agent.id } });
+    },
+  }),
+  upsertEndUser: t.prismaField({
+    type: "EndUser",
+    authScopes: { writer: true },
+    args: { input: t.arg({ type: UpsertEndUserInput, required: true }) },
+    resolve: async (query, _root, { input }, ctx) => {
+      const db = tenantDb(ctx);
+      const user = await upsertEndUser(db, input);
+      return db.endUser.findUniqueOrThrow({ ...query, where: { id: user.id } });
+    },
+  }),
+}));

@@ -1,0 +1,58 @@
+import { builder, tenantDb } from "../builder.ts";
+import { assembleContext, type ContextBlock, type ContextItem, type Context as MemoryContext } from "../memory/context.ts";
+
+const BlockKindEnum = builder.enumType("ContextBlockKind", {
+  values: ["FACTS", "ENTRIES", "RECALL", "SUMMARY", "KEPT", "TAIL"] as const,
+});
+
+const ContextItemRef = builder.objectRef<ContextItem>("ContextItem").implement({
+  description: "One thing in a block: a message, an entry, a fact or a snippet.",
+  fields: (t) => ({
+    id: t.exposeID("id"),
+    text: t.exposeString("text"),
+    tokens: t.exposeInt("tokens"),
+    seq: t.exposeInt("seq", { nullable: true }),
+    role: t.exposeString("role", { nullable: true }),
+    score: t.exposeInt("score", { nullable: true, description: "Keep score, importance or relevance, by block." }),
+  }),
+});
+
+const ContextBlockRef = builder.objectRef<ContextBlock>("ContextBlock").implement({
+  fields: (t) => ({
+    kind: t.field({ type: BlockKindEnum, resolve: (b) => b.kind }),
+    title: t.exposeString("title"),
+    text: t.exposeString("text", { description: "Ready to put in the prompt." }),
+    tokens: t.exposeInt("tokens", { description: "o200k_base tokens of text." }),
+    items: t.field({ type: [ContextItemRef], resolve: (b) => b.items }),
+  }),
+});
+
+const ContextRef = builder.objectRef<MemoryContext>("Context").implement({
+  description: "Prompt material for an agent's next model call, with what it costs and saves.",
+  fields: (t) => ({
+    conversationId: t.exposeID("conversationId"),
+    blocks: t.field({ type: [ContextBlockRef], resolve: (c) => c.blocks }),
+    totalTokens: t.exposeInt("totalTokens"),
+    baselineTokens: t.exposeInt("baselineTokens", {
+      description: "Tokens of sending the last history-size messages whole instead.",
+    }),
+    savedTokens: t.exposeInt("savedTokens", { description: "baselineTokens − totalTokens." }),
+  }),
+});
+
+const ContextInput = builder.inputType("ContextInput", {
+  fields: (t) => ({
+    conversationId: t.id({ required: true }),
+    message: t.string({ required: true, description: "The user's new message the agent is about to answer." }),
+  }),
+});
+
+builder.queryFields((t) => ({
+  context: t.field({
+    type: ContextRef,
+    authScopes: { reader: true },
+    args: { input: t.arg({ type: ContextInput, required: true }) },
+    resolve: (_root, { input }, ctx) =>
+      assembleContext(tenantDb(ctx), { conversationId: String(input.conversationId), message: input.message }),
+  }),
+}));

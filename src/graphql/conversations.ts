@@ -1,0 +1,248 @@
+import { filter, pipe } from "graphql-yoga";
+import { requestSummary } from "../../jobs/summarize.ts";
+import { builder, tenantDb, type Context } from "../builder.ts";
+import { notFound } from "../errors.ts";
+import { LIMITS } from "../memory/limits.ts";
+import { importConversation, recordTurn } from "../memory/turns.ts";
+
+const MessageRoleEnum = builder.enumType("MessageRole", {
+  values: ["USER", "ASSISTANT", "SYSTEM", "TOOL"] as const,
+});
+
+builder.prismaObject("Message", {
+  fields: (t) => ({
+    id: t.exposeID("id"),
+    seq: t.exposeInt("seq", { description: "Gapless from 1 within the conversation." }),
+    role: t.expose("role", { type: MessageRoleEnum }),
+    content: t.exposeString("content"),
+    private: t.exposeBoolean("private", { description: "An agent's private step: never shared memory." }),
+    keepScore: t.exposeInt("keepScore", {
+      nullable: true,
+      description: "The verbatim judge's score: 0 noise, 1 background, 2 useful, 3 essential.",
+    }),
+    occurredAt: t.expose("occurredAt", { type: "DateTime" }),
+  }),
+});
+
+builder.prismaObject("SummaryRevision", {
+  description: "One rewrite of a conversation's summary, accepted or rejected by the loss judge.",
+  fields: (t) => ({
+    id: t.exposeID("id"),
+    conversationId: t.exposeID("conversationId"),
+    text: t.exposeString("text"),
+    words: t.exposeInt("words"),
+    coveredThroughSeq: t.exposeInt("coveredThroughSeq"),
+    accepted: t.exposeBoolean("accepted"),
+    reason: t.exposeString("reason", { nullable: true, description: "The loss judge's reason." }),
+    createdAt: t.expose("createdAt", { type: "DateTime" }),
+  }),
+});
+
+builder.prismaObject("Conversation", {
+  fields: (t) => ({
+    id: t.exposeID("id"),
+    externalId: t.exposeString("externalId"),
+    agent: t.relation("agent"),
+    endUser: t.relation("endUser"),
+    summary: t.exposeString("summary", { nullable: true, description: "The accepted running summary." }),
+    summaryThroughSeq: t.exposeInt("summaryThroughSeq", { description: "The last message the summary covers." }),
+    lastSeq: t.exposeInt("lastSeq"),
+    createdAt: t.expose("createdAt", { type: "DateTime" }),
+    updatedAt: t.expose("updatedAt", { type: "DateTime" }),
+    messages: t.relatedConnection("messages", {
+      cursor: "id",
+      maxSize: 500,
+      args: { includePrivate: t.arg.boolean({ defaultValue: false }) },
+      query: (args) => ({
+        where: args.includePrivate ? {} : { private: false },
+        orderBy: { seq: "asc" },
+      }),
+    }),
+    revisions: t.relation("revisions", {
+      query: { orderBy: [{ createdAt: "desc" }, { id: "desc" }] },
+    }),
+  }),
+});
+
+builder.prismaObject("Turn", {
+  fields: (t) => ({
+    id: t.exposeID("id"),
+    clientTurnId: t.exposeString("clientTurnId"),
+    occurredAt: t.expose("occurredAt", { type: "DateTime" }),
+    firstSeq: t.exposeInt("firstSeq"),
+    lastSeq: t.exposeInt("lastSeq"),
+    conversation: t.relation("conversation"),
+    messages: t.prismaField({
+      type: ["Message"],
+      args: { includePrivate: t.arg.boolean({ defaultValue: false }) },
+      select: { conversationId: true, firstSeq: true, lastSeq: true },
+      resolve: (query, turn, args, ctx) =>
+        tenantDb(ctx).message.findMany({
+          ...query,
+          where: {
+            conversationId: turn.conversationId,
+            seq: { gte: turn.firstSeq, lte: turn.lastSeq },
+            ...(args.includePrivate ? {} : { private: false }),
+          },
+          orderBy: { seq: "asc" },
+        }),
+    }),
+  }),
+});
+
+const RecordTurnInput = builder.inputType("RecordTurnInput", {
+  fields: (t) => ({
+    agentExternalId: t.string({ required: true }),
+    endUserExternalId: t.string({ required: true }),
+    conversationExternalId: t.string({ required: true, description: "The conversation is created on first use." }),
+    clientTurnId: t.string({ required: true, description: "Your id for this turn: a retry with it records nothing new." }),
+    userMessage: t.string({ required: true }),
+    assistantMessage: t.string(),
+    privateSteps: t.stringList({ description: "The agent's private steps: kept, never shared memory." }),
+    occurredAt: t.field({ type: "DateTime", description: "For backfills; defaults to now." }),
+  }),
+});
+
+const ImportMessageInput = builder.inputType("ImportMessageInput", {
+  fields: (t) => ({
+    role: t.field({ type: MessageRoleEnum, required: true }),
+    content: t.string({ required: true }),
+    occurredAt: t.field({ type: "DateTime" }),
+    private: t.boolean(),
+  }),
+});
+
+const ImportConversationInput = builder.inputType("ImportConversationInput", {
+  fields: (t) => ({
+    agentExternalId: t.string({ required: true }),
+    endUserExternalId: t.string({ required: true }),
+    conversationExternalId: t.string({ required: true }),
+    messages: t.field({ type: [ImportMessageInput], required: true }),
+  }),
+});
+
+/** After new messages: the background rewrite, and the live record. */
+async function afterNewMessages(ctx: Context, conversationId: string) {
+  try {
+    await requestSummary(ctx.services, ctx.principal.tenantId, conversationId);
+  } catch (error) {
+    // The rewrite is derived from stored state: the next turn's request catches up.
+    ctx.services.log.error("could not queue the summary rewrite", { conversationId, error });
+  }
+}
+
+builder.queryFields((t) => ({
+  conversation: t.prismaField({
+    type: "Conversation",
+    authScopes: { reader: true },
+    args: { id: t.arg.id({ required: true }) },
+    resolve: async (query, _root, { id }, ctx) => {
+      const conversation = await tenantDb(ctx).conversation.findUnique({ ...query, where: { id: String(id) } });
+      if (!conversation) throw notFound("Conversation", String(id));
+      return conversation;
+    },
+  }),
+  conversations: t.prismaConnection({
+    type: "Conversation",
+    cursor: "id",
+    authScopes: { reader: true },
+    maxSize: LIMITS.pageMax,
+    description: "Most recently active first.",
+    args: { agentId: t.arg.id(), endUserId: t.arg.id() },
+    resolve: (query, _root, args, ctx) =>
+      tenantDb(ctx).conversation.findMany({
+        ...query,
+        where: {
+          ...(args.agentId ? { agentId: String(args.agentId) } : {}),
+          ...(args.endUserId ? { endUserId: String(args.endUserId) } : {}),
+        },
+        orderBy: [{ updatedAt: "desc" }, { id: "desc" }],
+      }),
+  }),
+  summaryRevisions: t.prismaField({
+    type: ["SummaryRevision"],
+    authScopes: { reader: true },
+    description: "Every rewrite of the conversation's summary, newest first.",
+    args: { conversationId: t.arg.id({ required: true }) },
+    resolve: async (query, _root, { conversationId }, ctx) => {
+      const db = tenantDb(ctx);
+      if (!(await db.conversation.count({ where: { id: String(conversationId) } }))) {
+        throw notFound("Conversation", String(conversationId));
+      }
+      return db.summaryRevision.findMany({
+        ...query,
+        where: { conversationId: String(conversationId) },
+        orderBy: [{ createdAt: "desc" }, { id: "desc" }],
+      });
+    },
+  }),
+}));
+
+builder.mutationFields((t) => ({
+  recordTurn: t.prismaField({
+    type: "Turn",
+    authScopes: { writer: true },
+    description:
+      "Records a turn: the user's message, the agent's private steps and its reply. Creates the " +
+      "agent, user and conversation on first use. Idempotent on clientTurnId.",
+    args: { input: t.arg({ type: RecordTurnInput, required: true }) },
+    resolve: async (query, _root, { input }, ctx) => {
+      const db = tenantDb(ctx);
+      const { turn, created } = await recordTurn(db, input);
+      if (created) {
+        await afterNewMessages(ctx, turn.conversationId);
+        const { agentId } = await db.conversation.findUniqueOrThrow({
+          where: { id: turn.conversationId },
+          select: { agentId: true },
+        });
+        ctx.services.pubsub.publish("turnRecorded", ctx.principal.tenantId, {
+          turnId: turn.id,
+          agentId,
+          conversationId: turn.conversationId,
+        });
+      }
+      return db.turn.findUniqueOrThrow({ ...query, where: { id: turn.id } });
+    },
+  }),
+  importConversation: t.prismaField({
+    type: "Conversation",
+    authScopes: { writer: true },
+    description: "Backfills a whole past conversation into a new one, for moving from another memory system.",
+    args: { input: t.arg({ type: ImportConversationInput, required: true }) },
+    resolve: async (query, _root, { input }, ctx) => {
+      const db = tenantDb(ctx);
+      const conversation = await importConversation(db, input);
+      await afterNewMessages(ctx, conversation.id);
+      return db.conversation.findUniqueOrThrow({ ...query, where: { id: conversation.id } });
+    },
+  }),
+}));
+
+builder.subscriptionFields((t) => ({
+  summaryChanged: t.prismaField({
+    type: "SummaryRevision",
+    authScopes: { reader: true },
+    description: "Each summary rewrite of the conversation as it happens, accepted or rejected with the reason.",
+    args: { conversationId: t.arg.id({ required: true }) },
+    subscribe: (_root, args, ctx) =>
+      pipe(
+        ctx.services.pubsub.subscribe("summaryChanged", ctx.principal.tenantId),
+        filter((change) => change.conversationId === String(args.conversationId)),
+      ),
+    resolve: (query, change, _args, ctx) =>
+      tenantDb(ctx).summaryRevision.findUniqueOrThrow({ ...query, where: { id: change.revisionId } }),
+  }),
+  turnRecorded: t.prismaField({
+    type: "Turn",
+    authScopes: { reader: true },
+    description: "Turns recorded for the agent, as they are recorded.",
+    args: { agentId: t.arg.id({ required: true }) },
+    subscribe: (_root, args, ctx) =>
+      pipe(
+        ctx.services.pubsub.subscribe("turnRecorded", ctx.principal.tenantId),
+        filter((turn) => turn.agentId === String(args.agentId)),
+      ),
+    resolve: (query, turn, _args, ctx) =>
+      tenantDb(ctx).turn.findUniqueOrThrow({ ...query, where: { id: turn.turnId } }),
+  }),
+}));

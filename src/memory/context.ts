@@ -1,0 +1,138 @@
+import { formatTranscript } from "../chains/transcript.ts";
+import type { TenantDb } from "../db.ts";
+import { z } from "zod";
+import { notFound, parseInput } from "../errors.ts";
+import type { Message } from "../generated/prisma/client.ts";
+import { agentSettings } from "./agents.ts";
+import { relevantEntries } from "./entries.ts";
+import { MESSAGE_LIMITS } from "./limits.ts";
+import { countTokens } from "./tokens.ts";
+
+const contextInput = z.object({
+  conversationId: z.string().min(1),
+  message: z.string().max(MESSAGE_LIMITS.messageMaxChars),
+});
+
+export type BlockKind = "FACTS" | "ENTRIES" | "RECALL" | "SUMMARY" | "KEPT" | "TAIL";
+
+export type ContextItem = {
+  id: string;
+  text: string;
+  tokens: number;
+  seq?: number | null;
+  role?: string | null;
+  score?: number | null;
+};
+
+export type ContextBlock = { kind: BlockKind; title: string; text: string; tokens: number; items: ContextItem[] };
+
+export type Context = {
+  conversationId: string;
+  blocks: ContextBlock[];
+  totalTokens: number;
+  /** What sending the last history-size messages whole would cost. */
+  baselineTokens: number;
+  savedTokens: number;
+};
+
+// At most this many older messages come back verbatim on the judge's word, essential ones first.
+const MAX_KEPT = 4;
+const MAX_ENTRIES = 3;
+
+function block(kind: BlockKind, title: string, items: ContextItem[], text: string): ContextBlock {
+  return { kind, title, text, tokens: countTokens(text), items };
+}
+
+function messageBlock(kind: BlockKind, title: string, messages: Message[]): ContextBlock {
+  const items = messages.map((m) => {
+    const text = formatTranscript([m]);
+    return { id: m.id, text, tokens: countTokens(text), seq: m.seq, role: m.role, score: m.keepScore };
+  });
+  return block(kind, title, items, formatTranscript(messages));
+}
+
+/** Blocks contributed by other areas (facts, recall), computed for the same conversation. */
+export type ExtraBlocks = (input: {
+  conversationId: string;
+  endUserId: string;
+  message: string;
+}) => Promise<ContextBlock[]>;
+
+/**
+ * An agent's prompt material for its next model call: the running summary, older messages the
+ * verbatim judge kept, the tail word for word, and the curated entries relevant to the message,
+ * each block with its token count against the baseline of sending the recent history whole.
+ */
+export async function assembleContext(
+  db: TenantDb,
+  input: { conversationId: string; message: string },
+  extraBlocks: ExtraBlocks[] = [],
+): Promise<Context> {
+  input = parseInput(contextInput, input);
+  const conversation = await db.conversation.findUnique({
+    where: { id: input.conversationId },
+    include: { agent: true, endUser: true },
+  });
+  if (!conversation) throw notFound("Conversation", input.conversationId);
+  const settings = agentSettings(conversation.agent);
+
+  const recent = (
+    await db.message.findMany({
+      where: { conversationId: conversation.id, private: false },
+      orderBy: { seq: "desc" },
+      take: Math.max(settings.historySize, settings.tailSize),
+    })
+  ).reverse();
+  const history = recent.slice(-settings.historySize);
+
+  let window = history;
+  let kept: Message[] = [];
+  const blocks: ContextBlock[] = [];
+  if (settings.summaryOn) {
+    // Everything the summary does not cover yet stays verbatim (at least the tail, at most the
+    // history size), so a pending or rejected rewrite never drops a message.
+    const unfolded = recent.filter((m) => m.seq > conversation.summaryThroughSeq);
+    window = unfolded.length >= settings.tailSize ? unfolded.slice(-settings.historySize) : recent.slice(-settings.tailSize);
+    const firstInWindow = window[0]?.seq ?? Number.MAX_SAFE_INTEGER;
+    kept = (
+      await db.message.findMany({
+        where: { conversationId: conversation.id, private: false, seq: { lt: firstInWindow }, keepScore: { gte: 2 } },
+        orderBy: [{ keepScore: "desc" }, { seq: "desc" }],
+        take: MAX_KEPT,
+      })
+    ).sort((a, b) => a.seq - b.seq);
+  }
+
+  const [entries, ...extra] = await Promise.all([
+    relevantEntries(db, {
+      text: input.message,
+      scopeRefs: [conversation.agent.externalId, conversation.endUser.externalId],
+      limit: MAX_ENTRIES,
+    }),
+    ...extraBlocks.map((produce) =>
+      produce({ conversationId: conversation.id, endUserId: conversation.endUserId, message: input.message }),
+    ),
+  ]);
+
+  blocks.push(...extra.flat());
+  if (entries.length) {
+    const items = entries.map((e) => {
+      const text = `- ${e.title}: ${e.summary}`;
+      return { id: e.id, text, tokens: countTokens(text), score: e.importance };
+    });
+    blocks.push(block("ENTRIES", "Relevant notes", items, items.map((i) => i.text).join("\n")));
+  }
+  if (settings.summaryOn && conversation.summary) {
+    blocks.push(
+      block("SUMMARY", "Conversation so far", [{ id: conversation.id, text: conversation.summary, tokens: countTokens(conversation.summary) }], conversation.summary),
+    );
+  }
+  if (kept.length) blocks.push(messageBlock("KEPT", "Earlier messages still needed", kept));
+  if (window.length) blocks.push(messageBlock("TAIL", "Recent messages", window));
+
+  const order: BlockKind[] = ["FACTS", "ENTRIES", "RECALL", "SUMMARY", "KEPT", "TAIL"];
+  blocks.sort((a, b) => order.indexOf(a.kind) - order.indexOf(b.kind));
+  const totalTokens = blocks.reduce((sum, b) => sum + b.tokens, 0);
+  const baselineTokens = countTokens(formatTranscript(history));
+  return { conversationId: conversation.id, blocks, totalTokens, baselineTokens, savedTokens: baselineTokens - totalTokens };
+}

@@ -1,0 +1,148 @@
+import { OutputParserException } from "@langchain/core/output_parsers";
+import type { Runnable } from "@langchain/core/runnables";
+import type { LossJudgeInput, LossVerdict } from "../chains/loss-judge.ts";
+import { limitWords, type SummarizerInput } from "../chains/summarizer.ts";
+import { countWords } from "../chains/transcript.ts";
+import type { VerbatimJudgeInput, VerbatimScores } from "../chains/verbatim-judge.ts";
+import type { TenantDb } from "../db.ts";
+import type { Logger } from "../log.ts";
+import type { PubSub } from "../pubsub.ts";
+import { agentSettings } from "./agents.ts";
+
+// The verbatim judge looks at this many of the most recent folded messages.
+const VERBATIM_WINDOW = 30;
+
+export type SummaryDeps = {
+  summarizer: Runnable<SummarizerInput, string>;
+  lossJudge: Runnable<LossJudgeInput, LossVerdict>;
+  verbatimJudge: Runnable<VerbatimJudgeInput, VerbatimScores>;
+  pubsub: PubSub;
+  log: Logger;
+};
+
+export type RewriteOutcome =
+  | { status: "ACCEPTED" | "REJECTED"; revisionId: string; coveredThroughSeq: number }
+  | { status: "NOTHING_TO_FOLD" | "SUMMARY_OFF" | "UNPARSABLE" | "SUPERSEDED" | "GONE" };
+
+const shared = (conversationId: string) => ({ conversationId, private: false });
+
+/**
+ * Folds everything older than the tail into the running summary: rewrite with the summarizer,
+ * then let the loss judge decide. A rewrite that lost something the user said is stored as a
+ * rejected revision with the reason and the previous summary stays; an accepted one replaces it
+ * and the verbatim judge re-scores the older messages. A model answer that cannot be read
+ * changes nothing and is logged; a model that cannot be reached throws, so the job retries.
+ */
+export async function rewriteSummary(db: TenantDb, deps: SummaryDeps, conversationId: string): Promise<RewriteOutcome> {
+  const conversation = await db.conversation.findUnique({ where: { id: conversationId }, include: { agent: true } });
+  if (!conversation) return { status: "GONE" };
+  const settings = agentSettings(conversation.agent);
+  if (!settings.summaryOn) return { status: "SUMMARY_OFF" };
+
+  const unfolded = await db.message.findMany({
+    where: { ...shared(conversationId), seq: { gt: conversation.summaryThroughSeq } },
+    orderBy: { seq: "asc" },
+  });
+  const toFold = unfolded.slice(0, Math.max(0, unfolded.length - settings.tailSize));
+  if (toFold.length === 0) return { status: "NOTHING_TO_FOLD" };
+
+  let newSummary: string;
+  let verdict: LossVerdict;
+  try {
+    newSummary = limitWords(
+      await deps.summarizer.invoke({
+        previousSummary: conversation.summary,
+        messages: toFold,
+        wordLimit: settings.summaryWordLimit,
+      }),
+      settings.summaryWordLimit,
+    );
+    verdict = await deps.lossJudge.invoke({
+      previousSummary: conversation.summary,
+      newSummary,
+      messages: toFold,
+    });
+  } catch (error) {
+    if (!(error instanceof OutputParserException)) throw error;
+    deps.log.warn("summary rewrite: the model's answer could not be read; nothing changed", {
+      conversationId,
+      error: error.message,
+      answer: String(error.llmOutput ?? "").slice(0, 500),
+    });
+    return { status: "UNPARSABLE" };
+  }
+
+  const coveredThroughSeq = toFold[toFold.length - 1].seq;
+  const accepted = !verdict.lost;
+  const revision = await db.$transaction(async (tx) => {
+    const created = await tx.summaryRevision.create({
+      data: {
+        tenantId: db.$tenantId(),
+        conversationId,
+        text: newSummary,
+        words: countWords(newSummary),
+        coveredThroughSeq,
+        accepted,
+        reason: verdict.reason || null,
+      },
+    });
+    if (accepted) {
+      // Only over the summary this rewrite started from: a concurrent rewrite wins, this one rolls back.
+      const { count } = await tx.conversation.updateMany({
+        where: { id: conversationId, summaryThroughSeq: conversation.summaryThroughSeq },
+        data: { summary: newSummary, summaryThroughSeq: coveredThroughSeq },
+      });
+      if (count === 0) return null;
+    }
+    return created;
+  });
+  if (!revision) return { status: "SUPERSEDED" };
+  deps.pubsub.publish("summaryChanged", db.$tenantId(), { conversationId, revisionId: revision.id });
+
+  if (accepted) await rescoreOlderMessages(db, deps, conversationId, newSummary, coveredThroughSeq, settings.tailSize);
+  return { status: accepted ? "ACCEPTED" : "REJECTED", revisionId: revision.id, coveredThroughSeq };
+}
+
+/** Asks the verbatim judge which folded messages the next reply still needs word for word. */
+async function rescoreOlderMessages(
+  db: TenantDb,
+  deps: SummaryDeps,
+  conversationId: string,
+  summary: string,
+  throughSeq: number,
+  tailSize: number,
+) {
+  const [older, recent] = await Promise.all([
+    db.message.findMany({
+      where: { ...shared(conversationId), seq: { lte: throughSeq } },
+      orderBy: { seq: "desc" },
+      take: VERBATIM_WINDOW,
+    }),
+    db.message.findMany({
+      where: { ...shared(conversationId), seq: { gt: throughSeq } },
+      orderBy: { seq: "desc" },
+      take: tailSize,
+    }),
+  ]);
+  let scores: VerbatimScores;
+  try {
+    scores = await deps.verbatimJudge.invoke({ summary, older: older.reverse(), recent: recent.reverse() });
+  } catch (error) {
+    if (!(error instanceof OutputParserException)) throw error;
+    deps.log.warn("verbatim judge: the model's answer could not be read; scores unchanged", {
+      conversationId,
+      error: error.message,
+    });
+    return;
+  }
+  const asked = new Set(older.map((m) => m.seq));
+  const bySeq = new Map<number, number[]>();
+  for (const [seq, score] of scores) {
+    if (asked.has(seq)) bySeq.set(score, [...(bySeq.get(score) ?? []), seq]);
+  }
+  await db.$transaction(
+    [...bySeq].map(([score, seqs]) =>
+      db.message.updateMany({ where: { conversationId, seq: { in: seqs } }, data: { keepScore: score } }),
+    ),
+  );
+}

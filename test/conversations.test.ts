@@ -1,0 +1,211 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { countTokens } from "../src/memory/tokens.ts";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+
+const RECORD = /* GraphQL */ `
+  mutation Record($input: RecordTurnInput!) {
+    recordTurn(input: $input) {
+      id clientTurnId firstSeq lastSeq
+      conversation { id externalId lastSeq }
+      messages { seq role content private }
+    }
+  }
+`;
+const CONTEXT = /* GraphQL */ `
+  query Context($input: ContextInput!) {
+    context(input: $input) {
+      totalTokens baselineTokens savedTokens
+      blocks { kind title text tokens items { id seq role text tokens score } }
+    }
+  }
+`;
+
+let engram: TestEngram;
+beforeAll(async () => {
+  engram = await startTestEngram();
+});
+afterAll(() => engram?.stop());
+
+let turnCounter = 0;
+function turn(conversation: string, overrides: Record<string, unknown> = {}) {
+  turnCounter++;
+  return {
+    agentExternalId: "support-bot",
+    endUserExternalId: "user-1",
+    conversationExternalId: conversation,
+    clientTurnId: `${conversation}-t${turnCounter}`,
+    userMessage: `User message ${turnCounter} about the order`,
+    assistantMessage: `Assistant reply ${turnCounter}`,
+    ...overrides,
+  };
+}
+
+describe("agents and end users", () => {
+  it("upserts agents by external id with default settings, merging changes", async () => {
+    const UPSERT = `mutation($input: UpsertAgentInput!) { upsertAgent(input: $input) { id externalId name settings { summaryOn tailSize historySize summaryWordLimit recallOn extractionOn allowSensitiveFacts extractionBatchSize } } }`;
+    const first = await engram.gql(UPSERT, { input: { externalId: "planner", name: "Planner" } }, engram.tenant.writer);
+    expect(first.data.upsertAgent.settings).toEqual({
+      summaryOn: true, tailSize: 6, historySize: 20, summaryWordLimit: 150,
+      recallOn: true, extractionOn: true, allowSensitiveFacts: false, extractionBatchSize: 8,
+    });
+    const second = await engram.gql(UPSERT, { input: { externalId: "planner", settings: { tailSize: 4 } } });
+    expect(second.data.upsertAgent).toMatchObject({ id: first.data.upsertAgent.id, name: "Planner" });
+    expect(second.data.upsertAgent.settings.tailSize).toBe(4);
+    const bad = await engram.gql(UPSERT, { input: { externalId: "planner", settings: { tailSize: 0 } } });
+    expect(bad.errors?.[0].extensions?.code).toBe("BAD_USER_INPUT");
+    const third = await engram.gql(UPSERT, { input: { externalId: "planner", settings: { summaryOn: false } } });
+    expect(third.data.upsertAgent.settings).toMatchObject({ tailSize: 4, summaryOn: false });
+  });
+
+  it("upserts end users by external id", async () => {
+    const UPSERT = `mutation($input: UpsertEndUserInput!) { upsertEndUser(input: $input) { id externalId displayName } }`;
+    const a = await engram.gql(UPSERT, { input: { externalId: "u-42", displayName: "Ada" } });
+    const b = await engram.gql(UPSERT, { input: { externalId: "u-42" } });
+    expect(b.data.upsertEndUser).toEqual(a.data.upsertEndUser);
+  });
+});
+
+describe("recordTurn", () => {
+  it("creates the conversation on first use and numbers messages from 1, private steps included but marked", async () => {
+    const { data, errors } = await engram.gql(RECORD, {
+      input: turn("c-first", { privateSteps: ["search_orders(user-1)"] }),
+    });
+    expect(errors).toBeUndefined();
+    expect(data.recordTurn).toMatchObject({ firstSeq: 1, lastSeq: 3, conversation: { externalId: "c-first", lastSeq: 3 } });
+    expect(data.recordTurn.messages.map((m: any) => m.role)).toEqual(["USER", "ASSISTANT"]);
+    const all = await engram.services.db.message.findMany({ where: { conversation: { externalId: "c-first" } }, orderBy: { seq: "asc" } });
+    expect(all.map((m) => [m.seq, m.private])).toEqual([[1, false], [2, true], [3, false]]);
+  });
+
+  it("is idempotent on clientTurnId", async () => {
+    const input = turn("c-idem");
+    const first = await engram.gql(RECORD, { input });
+    const again = await engram.gql(RECORD, { input: { ...input, userMessage: "different text" } });
+    expect(again.data.recordTurn.id).toBe(first.data.recordTurn.id);
+    expect(await engram.services.db.message.count({ where: { conversationId: first.data.recordTurn.conversation.id } })).toBe(2);
+  });
+
+  it("keeps a gapless sequence under 50 concurrent turns", async () => {
+    const results = await Promise.all(Array.from({ length: 50 }, () => engram.gql(RECORD, { input: turn("c-burst") })));
+    for (const r of results) expect(r.errors).toBeUndefined();
+    const conversationId = results[0].data.recordTurn.conversation.id;
+    const seqs = (await engram.services.db.message.findMany({ where: { conversationId }, select: { seq: true }, orderBy: { seq: "asc" } })).map((m) => m.seq);
+    expect(seqs).toEqual(Array.from({ length: 100 }, (_, i) => i + 1));
+    const ranges = results.map((r) => [r.data.recordTurn.firstSeq, r.data.recordTurn.lastSeq]).sort((a, b) => a[0] - b[0]);
+    ranges.forEach(([first, last], i) => expect([first, last]).toEqual([2 * i + 1, 2 * i + 2]));
+  });
+
+  it("refuses a conversation id that belongs to another user, writing nothing", async () => {
+    await engram.gql(RECORD, { input: turn("c-owned") });
+    const before = await engram.services.db.message.count();
+    const clash = await engram.gql(RECORD, { input: turn("c-owned", { endUserExternalId: "someone-else" }) });
+    expect(clash.errors?.[0].extensions?.code).toBe("CONFLICT");
+    expect(await engram.services.db.message.count()).toBe(before);
+  });
+
+  it("rejects empty messages with BAD_USER_INPUT", async () => {
+    const bad = await engram.gql(RECORD, { input: turn("c-bad", { userMessage: "" }) });
+    expect(bad.errors?.[0].extensions?.code).toBe("BAD_USER_INPUT");
+  });
+
+  it("uses occurredAt for backfills", async () => {
+    const { data } = await engram.gql(RECORD, { input: turn("c-backfill", { occurredAt: "2025-03-01T09:00:00Z" }) });
+    const messages = await engram.services.db.message.findMany({ where: { conversationId: data.recordTurn.conversation.id } });
+    expect(messages.every((m) => m.occurredAt.toISOString() === "2025-03-01T09:00:00.000Z")).toBe(true);
+  });
+});
+
+describe("importConversation", () => {
+  const IMPORT = `mutation($input: ImportConversationInput!) { importConversation(input: $input) { id lastSeq messages(first: 100) { edges { node { seq role content } } } } }`;
+  const messages = Array.from({ length: 12 }, (_, i) => ({
+    role: i % 2 ? "ASSISTANT" : "USER",
+    content: `imported ${i + 1}`,
+    occurredAt: `2024-05-0${1 + Math.floor(i / 4)}T10:00:00Z`,
+  }));
+
+  it("backfills a whole conversation in one call, in order", async () => {
+    const { data, errors } = await engram.gql(IMPORT, {
+      input: { agentExternalId: "support-bot", endUserExternalId: "user-9", conversationExternalId: "imported-1", messages },
+    });
+    expect(errors).toBeUndefined();
+    expect(data.importConversation.lastSeq).toBe(12);
+    expect(data.importConversation.messages.edges.map((e: any) => e.node.content)).toEqual(messages.map((m) => m.content));
+  });
+
+  it("refuses to import into a conversation that has messages", async () => {
+    const again = await engram.gql(IMPORT, {
+      input: { agentExternalId: "support-bot", endUserExternalId: "user-9", conversationExternalId: "imported-1", messages },
+    });
+    expect(again.errors?.[0].extensions?.code).toBe("CONFLICT");
+  });
+});
+
+describe("context", () => {
+  it("sends the last history-size messages when the summary is off, with real token counts", async () => {
+    await engram.gql(`mutation { upsertAgent(input: {externalId: "no-summary", settings: {summaryOn: false, historySize: 4}}) { id } }`);
+    let conversationId = "";
+    for (let i = 0; i < 5; i++) {
+      const r = await engram.gql(RECORD, { input: turn("c-nosum", { agentExternalId: "no-summary" }) });
+      conversationId = r.data.recordTurn.conversation.id;
+    }
+    const { data } = await engram.gql(CONTEXT, { input: { conversationId, message: "Where is my order?" } }, engram.tenant.reader);
+    const kinds = data.context.blocks.map((b: any) => b.kind);
+    expect(kinds).toEqual(["TAIL"]);
+    const tail = data.context.blocks[0];
+    expect(tail.items).toHaveLength(4);
+    expect(tail.items.map((i: any) => i.seq)).toEqual([7, 8, 9, 10]);
+    expect(tail.tokens).toBe(countTokens(tail.text));
+    expect(data.context.totalTokens).toBe(tail.tokens);
+    expect(data.context.baselineTokens).toBe(tail.tokens);
+    expect(data.context.savedTokens).toBe(0);
+  });
+
+  it("with the summary on but no summary yet, keeps every unsummarised message up to the history size", async () => {
+    let conversationId = "";
+    for (let i = 0; i < 4; i++) {
+      const r = await engram.gql(RECORD, { input: turn("c-nosum-yet") });
+      conversationId = r.data.recordTurn.conversation.id;
+    }
+    const { data } = await engram.gql(CONTEXT, { input: { conversationId, message: "hello" } });
+    expect(data.context.blocks.map((b: any) => b.kind)).toEqual(["TAIL"]);
+    expect(data.context.blocks[0].items).toHaveLength(8);
+  });
+
+  it("serves the summary, the judge's kept messages and the tail, with savings against the baseline", async () => {
+    let conversationId = "";
+    for (let i = 0; i < 12; i++) {
+      const r = await engram.gql(RECORD, { input: turn("c-sum", { userMessage: `A long message number ${i} `.repeat(20) }) });
+      conversationId = r.data.recordTurn.conversation.id;
+    }
+    // As an accepted rewrite leaves it: summary through seq 18, message 3 judged essential.
+    await engram.services.db.conversation.update({ where: { id: conversationId }, data: { summary: "The user asked about an order.", summaryThroughSeq: 18 } });
+    await engram.services.db.message.updateMany({ where: { conversationId, seq: 3 }, data: { keepScore: 3 } });
+    await engram.services.db.message.updateMany({ where: { conversationId, seq: 5 }, data: { keepScore: 1 } });
+    const { data } = await engram.gql(CONTEXT, { input: { conversationId, message: "and the refund?" } });
+    const byKind = Object.fromEntries(data.context.blocks.map((b: any) => [b.kind, b]));
+    expect(Object.keys(byKind)).toEqual(["SUMMARY", "KEPT", "TAIL"]);
+    expect(byKind.SUMMARY.text).toBe("The user asked about an order.");
+    expect(byKind.KEPT.items.map((i: any) => [i.seq, i.score])).toEqual([[3, 3]]);
+    expect(byKind.TAIL.items.map((i: any) => i.seq)).toEqual([19, 20, 21, 22, 23, 24]);
+    expect(data.context.totalTokens).toBe(byKind.SUMMARY.tokens + byKind.KEPT.tokens + byKind.TAIL.tokens);
+    expect(data.context.savedTokens).toBe(data.context.baselineTokens - data.context.totalTokens);
+    expect(data.context.savedTokens).toBeGreaterThan(0);
+  });
+
+  it("adds curated entries relevant to the message from the agent's and user's scopes", async () => {
+    const CREATE = `mutation($input: CreateEntryInput!) { createEntry(input: $input) { id } }`;
+    await engram.gql(CREATE, { input: { scope: "ENTITY", scopeRef: "user-1", title: "Refund policy for user-1", summary: "Refunds go to store credit first." } });
+    await engram.gql(CREATE, { input: { scope: "ENTITY", scopeRef: "someone-else", title: "Refund rules elsewhere", summary: "Not this user's." } });
+    await engram.gql(CREATE, { input: { scope: "ENTITY", scopeRef: "user-1", title: "Shipping notes", summary: "Ships on Mondays." } });
+    const r = await engram.gql(RECORD, { input: turn("c-entries") });
+    const { data } = await engram.gql(CONTEXT, { input: { conversationId: r.data.recordTurn.conversation.id, message: "Can I get a refund?" } });
+    const entries = data.context.blocks.find((b: any) => b.kind === "ENTRIES");
+    expect(entries.items).toHaveLength(1);
+    expect(entries.text).toContain("store credit");
+  });
+
+  it("is NOT_FOUND for an unknown conversation", async () => {
+    const { errors } = await engram.gql(CONTEXT, { input: { conversationId: "nope", message: "hi" } });
+    expect(errors?.[0].extensions?.code).toBe("NOT_FOUND");
+  });
+});

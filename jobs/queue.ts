@@ -29,6 +29,15 @@ export function createJobQueue(store: Store, pollMs: number, log: Logger): JobQu
     backend: new PostgresBackend({ pool, disableNotifications: store.embedded }),
     processEvery: pollMs,
   });
+  // Agenda's debounce reads then writes; chaining one key's submissions in this process keeps
+  // a burst from one API instance from racing itself into several jobs.
+  const chains = new Map<string, Promise<unknown>>();
+  const inOrder = (key: string, work: () => Promise<unknown>) => {
+    const next = (chains.get(key) ?? Promise.resolve()).catch(() => {}).then(work);
+    chains.set(key, next);
+    void next.finally(() => chains.get(key) === next && chains.delete(key)).catch(() => {});
+    return next;
+  };
   return {
     agenda,
     async enqueue(job, payload) {
@@ -36,11 +45,15 @@ export function createJobQueue(store: Store, pollMs: number, log: Logger): JobQu
     },
     async enqueueCoalesced(job, payload, key, debounceMs) {
       const data = job.schema.parse(payload) as Record<string, unknown>;
-      await agenda.nowDebounced(job.name, data, { [`data.${key}`]: data[key] }, debounceMs, {
-        maxWait: debounceMs * 10,
-      });
+      await inOrder(`${job.name}:${String(data[key])}`, () =>
+        agenda.nowDebounced(job.name, data, { [`data.${key}`]: data[key] }, debounceMs, {
+          maxWait: debounceMs * 10,
+        }),
+      );
     },
     async close() {
+      // Agenda connects from its constructor: ending the pool mid-connect crashes the process.
+      await agenda.ready;
       await agenda.stop(true);
       await pool.end();
     },

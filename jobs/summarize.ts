@@ -3,7 +3,7 @@ import { createLossJudgeChain } from "../src/chains/loss-judge.ts";
 import { createSummarizerChain } from "../src/chains/summarizer.ts";
 import { createVerbatimJudgeChain } from "../src/chains/verbatim-judge.ts";
 import { forTenant } from "../src/db.ts";
-import { rewriteSummary } from "../src/memory/summary.ts";
+import { hasUnfoldedMessages, rewriteSummary } from "../src/memory/summary.ts";
 import type { Services } from "../src/services.ts";
 import { defineJob } from "./define.ts";
 
@@ -26,8 +26,9 @@ export async function runSummarize(services: Services, payload: z.infer<typeof s
     log.info("summaries are off: no model configured", { conversationId: payload.conversationId });
     return { status: "MODEL_OFF" as const };
   }
+  const tenantDb = forTenant(services.db, payload.tenantId);
   const outcome = await rewriteSummary(
-    forTenant(services.db, payload.tenantId),
+    tenantDb,
     {
       summarizer: createSummarizerChain(summarizer),
       lossJudge: createLossJudgeChain(lossJudge),
@@ -38,6 +39,10 @@ export async function runSummarize(services: Services, payload: z.infer<typeof s
     payload.conversationId,
   );
   log.debug("summary rewrite", { conversationId: payload.conversationId, ...outcome });
+  // Turns that arrived while this rewrite ran (or while another held the lease) get their own.
+  if (outcome.status !== "UNPARSABLE" && (await hasUnfoldedMessages(tenantDb, payload.conversationId))) {
+    await requestSummary(services, payload.tenantId, payload.conversationId);
+  }
   return outcome;
 }
 

@@ -20,8 +20,8 @@ const EVENTS = /* GraphQL */ `
 
 const ENTRIES = /* GraphQL */ `
   query Entries($scope: Scope, $scopeRef: String) {
-    entries(scope: $scope, scopeRef: $scopeRef, first: 50) {
-      edges { node { id scope scopeRef title summary tags importance source events(first: 50) { edges { node { id } } } } }
+    entries(scope: $scope, scopeRef: $scopeRef, first: 5) {
+      edges { node { id scope scopeRef title summary tags importance source events(first: 10) { edges { node { id } } } } }
     }
   }
 `;
@@ -276,6 +276,7 @@ describe("daily compaction against an OpenAI-compatible model", () => {
       const [run] = await runCompaction(engram.services, { tenantId: engram.tenant.tenantId });
       expect(run.status).toBe("FAILED");
       expect(run.result).toMatchObject({ buckets: 1, compacted: 0, failed: 1, eventsCompressed: 0, entryIds: [] });
+      expect((run.result as any).errors[0].error).toMatch(/refuses to mark events compressed/);
       // The model did answer: it is the insert that was rolled back with the marking.
       expect(server.requests.slice(calls).map(bucketOf)).toEqual(["TEAM atomic"]);
       expect(await db.memoryEntry.count()).toBe(entriesBefore);

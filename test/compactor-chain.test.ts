@@ -177,7 +177,7 @@ describe("parseJsonAnswer", () => {
         error = e;
       }
       expect(error, text).toBeInstanceOf(OutputParserException);
-      expect((error as OutputParserException).lc_error_code).toBe("OUTPUT_PARSING_FAILURE");
+      expect((error as { lc_error_code?: string }).lc_error_code).toBe("OUTPUT_PARSING_FAILURE");
     }
   });
 });

@@ -1,10 +1,8 @@
 import { OutputParserException } from "@langchain/core/output_parsers";
 import type { z } from "zod";
 
-/** The first balanced JSON object or array in a text, ignoring braces inside strings. */
-function firstJsonValue(text: string): string | null {
-  const start = text.search(/[[{]/);
-  if (start < 0) return null;
+/** The balanced JSON-looking span starting at `start`, ignoring brackets inside strings. */
+function balancedFrom(text: string, start: number): string | null {
   const stack: string[] = [];
   let inString = false;
   for (let i = start; i < text.length; i++) {
@@ -22,6 +20,22 @@ function firstJsonValue(text: string): string | null {
   return null;
 }
 
+/** Every parseable JSON object or array in a text, in order (prose may hold stray brackets). */
+function* jsonValues(text: string): Generator<unknown> {
+  for (let start = text.search(/[[{]/); start >= 0; ) {
+    const span = balancedFrom(text, start);
+    if (span) {
+      try {
+        yield JSON.parse(span);
+      } catch {
+        // not JSON after all: look further on
+      }
+    }
+    const next = text.slice(start + 1).search(/[[{]/);
+    start = next < 0 ? -1 : start + 1 + next;
+  }
+}
+
 /**
  * Reads a model's JSON answer even when wrapped in prose or code fences, and checks its shape.
  * A broken answer throws LangChain's OutputParserException (code OUTPUT_PARSING_FAILURE).
@@ -31,21 +45,16 @@ export function parseJsonAnswer<T>(text: string, schema: z.ZodType<T>): T {
     ...[...text.matchAll(/```(?:json)?\s*([\s\S]*?)```/g)].map((m) => m[1]),
     text,
   ];
+  let shapeError: string | undefined;
   for (const candidate of candidates) {
-    const json = firstJsonValue(candidate);
-    if (!json) continue;
-    let value: unknown;
-    try {
-      value = JSON.parse(json);
-    } catch {
-      continue;
+    for (const value of jsonValues(candidate)) {
+      const parsed = schema.safeParse(value);
+      if (parsed.success) return parsed.data;
+      shapeError ??= parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ");
     }
-    const parsed = schema.safeParse(value);
-    if (parsed.success) return parsed.data;
-    throw new OutputParserException(
-      `The model's JSON has the wrong shape: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
-      text,
-    );
   }
-  throw new OutputParserException("The model's answer holds no JSON.", text);
+  throw new OutputParserException(
+    shapeError ? `The model's JSON has the wrong shape: ${shapeError}` : "The model's answer holds no JSON.",
+    text,
+  );
 }

@@ -15,13 +15,11 @@ export type VerbatimJudgeInput = {
 /** Scores 0 noise, 1 background, 2 useful, 3 essential, by message sequence number. */
 export type VerbatimScores = Map<number, 0 | 1 | 2 | 3>;
 
+// Numbers, or numbers written as strings; null, booleans and empty strings are broken answers.
+const integer = z.union([z.number(), z.string().regex(/^\d+$/).transform(Number)]).pipe(z.number().int());
+
 const answer = z.object({
-  scores: z.array(
-    z.object({
-      seq: z.coerce.number().int(),
-      score: z.coerce.number().int().min(0).max(3),
-    }),
-  ),
+  scores: z.array(z.object({ seq: integer, score: integer.pipe(z.number().min(0).max(3)) })),
 });
 
 export function createVerbatimJudgeChain(model: ChatModel): Runnable<VerbatimJudgeInput, VerbatimScores> {

@@ -11,6 +11,8 @@ import { agentSettings } from "./agents.ts";
 
 // The verbatim judge looks at this many of the most recent folded messages.
 const VERBATIM_WINDOW = 30;
+// Longer than any rewrite should take; a crashed worker's lease simply runs out.
+const LEASE_MS = 5 * 60_000;
 
 export type SummaryDeps = {
   summarizer: Runnable<SummarizerInput, string>;
@@ -22,7 +24,9 @@ export type SummaryDeps = {
 
 export type RewriteOutcome =
   | { status: "ACCEPTED" | "REJECTED"; revisionId: string; coveredThroughSeq: number }
-  | { status: "NOTHING_TO_FOLD" | "SUMMARY_OFF" | "UNPARSABLE" | "SUPERSEDED" | "GONE" };
+  | { status: "NOTHING_TO_FOLD" | "SUMMARY_OFF" | "UNPARSABLE" | "SUPERSEDED" | "BUSY" | "GONE" };
+
+class Superseded extends Error {}
 
 const shared = (conversationId: string) => ({ conversationId, private: false });
 
@@ -34,6 +38,35 @@ const shared = (conversationId: string) => ({ conversationId, private: false });
  * changes nothing and is logged; a model that cannot be reached throws, so the job retries.
  */
 export async function rewriteSummary(db: TenantDb, deps: SummaryDeps, conversationId: string): Promise<RewriteOutcome> {
+  // One rewrite per conversation at a time, across workers: the lease is taken, not awaited.
+  const now = new Date();
+  const { count: leased } = await db.conversation.updateMany({
+    where: { id: conversationId, OR: [{ summaryLeaseUntil: null }, { summaryLeaseUntil: { lt: now } }] },
+    data: { summaryLeaseUntil: new Date(now.getTime() + LEASE_MS) },
+  });
+  if (!leased) {
+    return (await db.conversation.count({ where: { id: conversationId } })) ? { status: "BUSY" } : { status: "GONE" };
+  }
+  try {
+    return await rewriteUnderLease(db, deps, conversationId);
+  } finally {
+    await db.conversation.updateMany({ where: { id: conversationId }, data: { summaryLeaseUntil: null } });
+  }
+}
+
+/** Whether messages older than the tail are still waiting to be folded (the job re-queues then). */
+export async function hasUnfoldedMessages(db: TenantDb, conversationId: string): Promise<boolean> {
+  const conversation = await db.conversation.findUnique({ where: { id: conversationId }, include: { agent: true } });
+  if (!conversation) return false;
+  const settings = agentSettings(conversation.agent);
+  if (!settings.summaryOn) return false;
+  const unfolded = await db.message.count({
+    where: { ...shared(conversationId), seq: { gt: conversation.summaryThroughSeq } },
+  });
+  return unfolded > settings.tailSize;
+}
+
+async function rewriteUnderLease(db: TenantDb, deps: SummaryDeps, conversationId: string): Promise<RewriteOutcome> {
   const conversation = await db.conversation.findUnique({ where: { id: conversationId }, include: { agent: true } });
   if (!conversation) return { status: "GONE" };
   const settings = agentSettings(conversation.agent);
@@ -74,28 +107,33 @@ export async function rewriteSummary(db: TenantDb, deps: SummaryDeps, conversati
 
   const coveredThroughSeq = toFold[toFold.length - 1].seq;
   const accepted = !verdict.lost;
-  const revision = await db.$transaction(async (tx) => {
-    const created = await tx.summaryRevision.create({
-      data: {
-        tenantId: db.$tenantId(),
-        conversationId,
-        text: newSummary,
-        words: countWords(newSummary),
-        coveredThroughSeq,
-        accepted,
-        reason: verdict.reason || null,
-      },
-    });
-    if (accepted) {
-      // Only over the summary this rewrite started from: a concurrent rewrite wins, this one rolls back.
+  const revision = await db
+    .$transaction(async (tx) => {
+      // Only over the summary this rewrite started from: if another rewrite moved it, this one
+      // (accepted or rejected) is moot and rolls back whole.
       const { count } = await tx.conversation.updateMany({
         where: { id: conversationId, summaryThroughSeq: conversation.summaryThroughSeq },
-        data: { summary: newSummary, summaryThroughSeq: coveredThroughSeq },
+        data: accepted
+          ? { summary: newSummary, summaryThroughSeq: coveredThroughSeq }
+          : { updatedAt: new Date() },
       });
-      if (count === 0) return null;
-    }
-    return created;
-  });
+      if (count === 0) throw new Superseded();
+      return tx.summaryRevision.create({
+        data: {
+          tenantId: db.$tenantId(),
+          conversationId,
+          text: newSummary,
+          words: countWords(newSummary),
+          coveredThroughSeq,
+          accepted,
+          reason: verdict.reason || null,
+        },
+      });
+    })
+    .catch((error) => {
+      if (error instanceof Superseded) return null;
+      throw error;
+    });
   if (!revision) return { status: "SUPERSEDED" };
   deps.pubsub.publish("summaryChanged", db.$tenantId(), { conversationId, revisionId: revision.id });
 
@@ -128,10 +166,11 @@ async function rescoreOlderMessages(
   try {
     scores = await deps.verbatimJudge.invoke({ summary, older: older.reverse(), recent: recent.reverse() });
   } catch (error) {
-    if (!(error instanceof OutputParserException)) throw error;
-    deps.log.warn("verbatim judge: the model's answer could not be read; scores unchanged", {
+    // The accepted summary is already saved; failing the job now would only retry a rewrite
+    // that has nothing left to fold. The next accepted rewrite scores these messages again.
+    deps.log.warn("verbatim judge failed; scores unchanged until the next rewrite", {
       conversationId,
-      error: error.message,
+      error: (error as Error).message,
     });
     return;
   }

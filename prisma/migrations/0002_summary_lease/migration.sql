@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "Conversation" ADD COLUMN     "summaryLeaseUntil" TIMESTAMP(3);

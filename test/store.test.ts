@@ -1,0 +1,318 @@
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import pg from "pg";
+import { afterAll, describe, expect, it } from "vitest";
+import { buildApp } from "../src/app.ts";
+import { EnvError, readEnv } from "../src/env.ts";
+import { createLogger } from "../src/log.ts";
+import { openServices } from "../src/services.ts";
+import {
+  attachOrStartEmbeddedStore,
+  externalStore,
+  readOwner,
+  startEmbeddedStore,
+  StoreBusyError,
+  type Store,
+} from "../src/store/embedded.ts";
+import { committedMigrations, migrate } from "../src/store/migrate.ts";
+import { createTestStore, type TestStore } from "./helpers/store.ts";
+
+const ROOT = path.resolve(import.meta.dirname, "..");
+const KEY = /^egm_[A-Za-z0-9_-]+$/;
+
+const cleanups: (() => Promise<unknown> | unknown)[] = [];
+const children = new Set<ChildProcess>();
+
+afterAll(async () => {
+  for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+  for (const cleanup of cleanups.reverse()) await Promise.resolve(cleanup()).catch(() => {});
+});
+
+function tempDir() {
+  const dir = mkdtempSync(path.join(tmpdir(), "engram-store-test-"));
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+async function testStore(): Promise<TestStore> {
+  const store = await createTestStore();
+  cleanups.push(() => store.drop());
+  return store;
+}
+
+/** The running store behind a test store: the embedded one is started (and owned) here. */
+async function openStore(store: TestStore): Promise<Store> {
+  const running = store.vars.DATABASE_URL
+    ? externalStore(store.vars.DATABASE_URL)
+    : await startEmbeddedStore(store.vars.ENGRAM_DATA_DIR);
+  cleanups.push(() => running.stop());
+  return running;
+}
+
+async function sql<T extends pg.QueryResultRow>(url: string, text: string): Promise<T[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query<T>(text)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+/** Only what the child needs: no DATABASE_URL, REDIS_URL or OPENAI_* leaks in from the host. */
+function childEnv(vars: Record<string, string>) {
+  const env: Record<string, string> = { ENGRAM_LOG_LEVEL: "warn", ...vars };
+  for (const name of ["PATH", "HOME", "TMPDIR", "SYSTEMROOT"]) {
+    if (process.env[name]) env[name] = process.env[name]!;
+  }
+  return env;
+}
+
+/** Runs a CLI command to its end; stdout and stderr are kept apart. */
+function cli(args: string[], vars: Record<string, string>) {
+  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
+    const child = spawn(process.execPath, ["bin/engram.mjs", ...args], {
+      cwd: ROOT,
+      env: childEnv(vars),
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    children.add(child);
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => (stdout += d));
+    child.stderr.on("data", (d) => (stderr += d));
+    child.once("error", reject);
+    child.once("close", (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+async function viewer(url: string, key: string) {
+  const response = await fetch(`${url}/graphql`, {
+    method: "POST",
+    headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+    body: JSON.stringify({ query: "{ viewer { role tenant { id name } } }" }),
+  });
+  return (await response.json()) as { data?: { viewer: { role: string; tenant: { id: string; name: string } } }; errors?: unknown[] };
+}
+
+/** Starts `src/main.ts` as a user would, and resolves once it listens. */
+async function startServer(vars: Record<string, string>) {
+  const port = await freePort();
+  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
+    cwd: ROOT,
+    env: childEnv({ ...vars, HOST: "127.0.0.1", PORT: String(port), ENGRAM_JOBS: "off", ENGRAM_LOG_LEVEL: "info" }),
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  children.add(child);
+  const output = { stdout: "", stderr: "" };
+  child.stdout!.on("data", (d) => (output.stdout += d));
+  child.stderr!.on("data", (d) => (output.stderr += d));
+  const deadline = Date.now() + 90_000;
+  while (!/Engram is listening/.test(output.stderr)) {
+    if (child.exitCode !== null) throw new Error(`the server exited (${child.exitCode}):\n${output.stderr}`);
+    if (Date.now() > deadline) throw new Error(`the server did not start in time:\n${output.stderr}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return {
+    url: `http://127.0.0.1:${port}`,
+    output,
+    /** SIGTERM, as a supervisor would: resolves with the exit code once it is down. */
+    stop: () =>
+      new Promise<number | null>((resolve) => {
+        if (child.exitCode !== null) return resolve(child.exitCode);
+        child.once("exit", (code) => resolve(code));
+        child.kill("SIGTERM");
+      }),
+  };
+}
+
+describe("migrations", () => {
+  it("apply once: a second start on the same store applies nothing", async () => {
+    const store = await openStore(await testStore());
+    const all = committedMigrations().map((m) => m.name);
+    expect(all.length).toBeGreaterThan(0);
+    expect(await migrate(store.url)).toEqual(all);
+    expect(await migrate(store.url)).toEqual([]);
+    const recorded = await sql<{ name: string }>(store.url, `SELECT name FROM "_engram_migrations" ORDER BY name`);
+    expect(recorded.map((r) => r.name)).toEqual(all);
+  });
+
+  it("refuse a migration that was changed after it was applied", async () => {
+    const store = await openStore(await testStore());
+    await migrate(store.url);
+    const changed = committedMigrations().map((m, i) => (i === 0 ? { ...m, checksum: `${m.checksum}-edited` } : m));
+    await expect(migrate(store.url, changed)).rejects.toThrow(/was changed after it was applied/);
+  });
+
+  it("apply a new migration once, and roll back a failing one entirely", async () => {
+    const store = await openStore(await testStore());
+    await migrate(store.url);
+    const extra = { name: "9000_test_extra", sql: `CREATE TABLE "TestExtra" (id int);`, checksum: "extra-1" };
+    expect(await migrate(store.url, [...committedMigrations(), extra])).toEqual(["9000_test_extra"]);
+    expect(await migrate(store.url, [...committedMigrations(), extra])).toEqual([]);
+
+    const broken = { name: "9001_test_broken", sql: `CREATE TABLE "TestHalf" (id int); SELECT no_such_column FROM "TestExtra";`, checksum: "broken-1" };
+    await expect(migrate(store.url, [...committedMigrations(), extra, broken])).rejects.toThrow(/Migration 9001_test_broken failed/);
+    const tables = await sql<{ n: string }>(store.url, `SELECT count(*)::text AS n FROM information_schema.tables WHERE table_name = 'TestHalf'`);
+    expect(tables[0].n).toBe("0");
+    const recorded = await sql<{ name: string }>(store.url, `SELECT name FROM "_engram_migrations" WHERE name LIKE '9%' ORDER BY name`);
+    expect(recorded.map((r) => r.name)).toEqual(["9000_test_extra"]);
+  });
+});
+
+describe("configuration", () => {
+  it("lists every problem of a bad PORT, DATABASE_URL and REDIS_URL at once", () => {
+    let error: unknown;
+    try {
+      readEnv({ PORT: "99999", DATABASE_URL: "mysql://db/engram", REDIS_URL: "http://cache:6379" });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(EnvError);
+    const { problems, message } = error as EnvError;
+    expect(problems).toHaveLength(3);
+    expect(problems.find((p) => p.startsWith("PORT:"))).toBeDefined();
+    expect(problems.find((p) => p.startsWith("DATABASE_URL:"))).toMatch(/postgres:\/\//);
+    expect(problems.find((p) => p.startsWith("REDIS_URL:"))).toMatch(/redis:\/\//);
+    for (const problem of problems) expect(message).toContain(problem);
+  });
+
+  it("rejects a PORT that is not a number, and treats empty values as unset", () => {
+    expect(() => readEnv({ PORT: "four thousand" })).toThrow(EnvError);
+    const env = readEnv({ PORT: "", DATABASE_URL: "", REDIS_URL: "" });
+    expect(env.PORT).toBe(4000);
+    expect(env.DATABASE_URL).toBeUndefined();
+    expect(env.REDIS_URL).toBeUndefined();
+    expect(readEnv({ PORT: "0", DATABASE_URL: "postgresql://u@h/db", REDIS_URL: "rediss://h:6380" })).toMatchObject({
+      PORT: 0,
+      DATABASE_URL: "postgresql://u@h/db",
+      REDIS_URL: "rediss://h:6380",
+    });
+  });
+});
+
+describe("the embedded store", () => {
+  it("has one owner: a second owner of the data folder is refused, while attaching works", async () => {
+    const dir = tempDir();
+    const owner = await startEmbeddedStore(dir);
+    cleanups.push(() => owner.stop());
+    expect(readOwner(dir)?.pid).toBe(process.pid);
+
+    await expect(startEmbeddedStore(dir)).rejects.toThrow(StoreBusyError);
+    await expect(startEmbeddedStore(dir)).rejects.toThrow(/already opened by Engram/);
+
+    const attached = await attachOrStartEmbeddedStore(dir);
+    expect(attached.url).toBe(owner.url);
+    await migrate(owner.url);
+    const [row] = await sql<{ n: string }>(attached.url, `SELECT count(*)::text AS n FROM "_engram_migrations"`);
+    expect(Number(row.n)).toBeGreaterThan(0);
+    await attached.stop();
+    // Stopping an attached store leaves the owner's store up.
+    const [still] = await sql<{ one: number }>(owner.url, "SELECT 1 AS one");
+    expect(still.one).toBe(1);
+
+    await owner.stop();
+    expect(readOwner(dir)).toBeNull();
+    const next = await startEmbeddedStore(dir);
+    cleanups.push(() => next.stop());
+    const [kept] = await sql<{ n: string }>(next.url, `SELECT count(*)::text AS n FROM "_engram_migrations"`);
+    expect(kept.n).toBe(row.n);
+    await next.stop();
+  });
+
+  it("takes over a folder whose owner died without cleaning up", async () => {
+    const dir = tempDir();
+    const dead = spawnSync(process.execPath, ["-e", ""]).pid;
+    writeFileSync(path.join(dir, "engram.owner.json"), JSON.stringify({ pid: dead, port: 1 }));
+    expect(readOwner(dir)).toBeNull();
+    const store = await startEmbeddedStore(dir);
+    cleanups.push(() => store.stop());
+    expect(readOwner(dir)?.pid).toBe(process.pid);
+    await store.stop();
+  });
+});
+
+describe("the CLI", () => {
+  it("prints just a key for `tenants create` and `keys create`, and the keys work", async () => {
+    const store = await testStore();
+    const created = await cli(["tenants", "create", "acme"], store.vars);
+    expect(created.stderr).toBe("");
+    expect(created.code).toBe(0);
+    expect(created.stdout.endsWith("\n")).toBe(true);
+    const adminKey = created.stdout.trimEnd();
+    expect(adminKey).toMatch(KEY);
+
+    const reader = await cli(["keys", "create", "--role", "reader"], store.vars);
+    expect(reader.code).toBe(0);
+    const readerKey = reader.stdout.trimEnd();
+    expect(readerKey).toMatch(KEY);
+    expect(readerKey).not.toBe(adminKey);
+
+    // The keys open the API of a server on that store.
+    const env = readEnv({ ENGRAM_LOG_LEVEL: "error", ...store.vars });
+    const services = await openServices(env, { log: createLogger("error") });
+    cleanups.push(() => services.close());
+    const app = buildApp(services);
+    const url = await app.start(0, "127.0.0.1");
+    cleanups.push(() => app.stop());
+    const asReader = await viewer(url, readerKey);
+    expect(asReader.errors).toBeUndefined();
+    expect(asReader.data?.viewer).toMatchObject({ role: "READER", tenant: { name: "acme" } });
+    expect((await viewer(url, adminKey)).data?.viewer.role).toBe("ADMIN");
+    expect((await viewer(url, "egm_not-a-key")).data?.viewer).toBeFalsy();
+
+    // While the server runs, the CLI goes through its store rather than opening the folder again.
+    const tenantId = asReader.data!.viewer.tenant.id;
+    const writer = await cli(["keys", "create", "--role", "writer", "--tenant", tenantId], store.vars);
+    expect(writer.stderr).toBe("");
+    expect(writer.code).toBe(0);
+    const writerKey = writer.stdout.trimEnd();
+    expect(writerKey).toMatch(KEY);
+    expect((await viewer(url, writerKey)).data?.viewer).toMatchObject({ role: "WRITER", tenant: { id: tenantId } });
+    if (store.kind === "embedded") expect(readOwner(store.vars.ENGRAM_DATA_DIR)?.pid).toBe(process.pid);
+
+    // Mistakes are said on stderr with a non-zero exit, and print no key.
+    const badRole = await cli(["keys", "create", "--role", "owner"], store.vars);
+    expect(badRole.code).not.toBe(0);
+    expect(badRole.stdout).toBe("");
+    expect(badRole.stderr).toMatch(/--role must be admin, writer or reader/);
+
+    await app.stop();
+    await services.close();
+  });
+});
+
+describe("first start of the server", () => {
+  it("prints the admin key once, on a line of its own; a second start does not", async () => {
+    const store = await testStore();
+
+    const first = await startServer(store.vars);
+    const keyLines = first.output.stdout.split("\n").filter((line) => line.startsWith("ENGRAM_ADMIN_KEY="));
+    expect(keyLines).toHaveLength(1);
+    const adminKey = keyLines[0].slice("ENGRAM_ADMIN_KEY=".length);
+    expect(adminKey).toMatch(KEY);
+    expect(first.output.stderr).not.toContain(adminKey);
+    const asAdmin = await viewer(first.url, adminKey);
+    expect(asAdmin.errors).toBeUndefined();
+    expect(asAdmin.data?.viewer).toMatchObject({ role: "ADMIN", tenant: { name: "default" } });
+    expect(await first.stop()).toBe(0);
+
+    const second = await startServer(store.vars);
+    expect(second.output.stdout).not.toContain("ENGRAM_ADMIN_KEY");
+    // The key printed the first time still works.
+    expect((await viewer(second.url, adminKey)).data?.viewer.role).toBe("ADMIN");
+    expect(await second.stop()).toBe(0);
+    expect(second.output.stdout).not.toContain("ENGRAM_ADMIN_KEY");
+  });
+});

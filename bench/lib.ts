@@ -72,15 +72,16 @@ function redact(url: string) {
 }
 
 /**
- * The stores a benchmark runs on, in order (BENCH_STORES=embedded or =postgres picks one);
- * PostgreSQL is left out when unreachable.
+ * The stores a benchmark runs on, in order (BENCH_STORES=embedded or =postgres picks one).
+ * PostgreSQL is left out when unreachable, and the reason is pushed onto `skipped`.
  */
-export async function* benchStores(): AsyncGenerator<BenchStore> {
+export async function* benchStores(skipped: string[] = []): AsyncGenerator<BenchStore> {
   const wanted = new Set((process.env.BENCH_STORES ?? "embedded,postgres").split(",").map((s) => s.trim()));
   if (wanted.has("embedded")) yield createEmbeddedStore();
   if (!wanted.has("postgres")) return;
   const postgres = await createPostgresStore();
   if (postgres) yield postgres;
+  else skipped.push(`PostgreSQL (${redact(POSTGRES_SERVER_URL)} unreachable)`);
 }
 
 export type BenchEngram = { services: Services; tenantId: string; writerKey: string; readerKey: string };
@@ -164,12 +165,26 @@ export function markdownTable(headers: string[], rows: (string | number)[][]): s
   return [line(cells[0]), rule, ...cells.slice(1).map(line)].join("\n");
 }
 
+// Taken when the module loads, before a benchmark does any work: a busy machine skews everything.
+const loadBefore = os.loadavg()[0];
+
+/** Warns when something else is keeping the machine busy, since the numbers would be off. */
+export function warnIfBusy(): void {
+  if (loadBefore > os.cpus().length / 2) {
+    console.warn(`The 1-minute load average is ${loadBefore.toFixed(2)} before starting: results will be noisy.`);
+  }
+}
+
 /** One line saying where and when a result was measured. */
 export function machineLine(): string {
   const cpus = os.cpus();
   const model = cpus[0]?.model.trim() ?? "unknown CPU";
   const memGb = (os.totalmem() / 1024 ** 3).toFixed(0);
-  return `${cpus.length} × ${model}, ${memGb} GB RAM, ${os.type()} ${os.release()}, Node ${process.version}, ${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC`;
+  const when = new Date().toISOString().slice(0, 16).replace("T", " ");
+  return (
+    `${cpus.length} × ${model}, ${memGb} GB RAM, ${os.type()} ${os.release()}, Node ${process.version}, ` +
+    `${when} UTC, 1-minute load average ${loadBefore.toFixed(2)} before the run`
+  );
 }
 
 const INTRO = `# Engram benchmarks

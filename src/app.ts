@@ -62,6 +62,23 @@ function maskError(error: unknown, message: string, isDev: boolean | undefined, 
   return defaultMaskError(error, message, isDev);
 }
 
+/**
+ * Bodies are capped before anything reads them: over the limit is 413, and a body without a
+ * declared length (chunked) is 411, since its size is only known after reading it.
+ */
+function bodyRefusal(req: IncomingMessage): { status: number; message: string } | null {
+  const length = req.headers["content-length"];
+  if (length !== undefined) {
+    return Number(length) > LIMITS.requestBodyBytes
+      ? { status: 413, message: `Request body over ${LIMITS.requestBodyBytes} bytes.` }
+      : null;
+  }
+  if (req.headers["transfer-encoding"]) {
+    return { status: 411, message: "Send the request body with a Content-Length header." };
+  }
+  return null;
+}
+
 export type App = {
   yoga: YogaServerInstance<InitialContext, Context>;
   /** Listens on host:port (port 0 picks a free one) and returns the base URL. */
@@ -103,9 +120,10 @@ export function buildApp(services: Services): App {
       res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}');
       return;
     }
-    if (Number(req.headers["content-length"] ?? 0) > LIMITS.requestBodyBytes) {
-      res.writeHead(413, { "content-type": "application/json" });
-      res.end(JSON.stringify({ errors: [{ message: `Request body over ${LIMITS.requestBodyBytes} bytes.`, extensions: { code: "BAD_USER_INPUT" } }] }));
+    const refusal = bodyRefusal(req);
+    if (refusal) {
+      res.writeHead(refusal.status, { "content-type": "application/json" });
+      res.end(JSON.stringify({ errors: [{ message: refusal.message, extensions: { code: "BAD_USER_INPUT" } }] }));
       return;
     }
     void yoga(req, res);

@@ -18,7 +18,9 @@ export function createPool(url: string, max: number, onError: (error: Error) => 
 
 /** The one Prisma client of a process, always over pg + @prisma/adapter-pg. */
 export function createDb(url: string, onPoolError: (error: Error) => void, poolSize = 8): Db {
-  return new PrismaClient({ adapter: new PrismaPg(createPool(url, poolSize, onPoolError)) });
+  // The adapter leaves a pool it was handed open on $disconnect unless told to end it.
+  const adapter = new PrismaPg(createPool(url, poolSize, onPoolError), { disposeExternalPool: true });
+  return new PrismaClient({ adapter });
 }
 
 // Every model with a tenantId column is tenant-owned; derived from the schema, so a new model

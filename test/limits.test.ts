@@ -40,6 +40,24 @@ describe("request limits", () => {
     expect(await engram.services.db.memoryEvent.count({ where: { sourceRef: "too-big" } })).toBe(0);
   });
 
+  it("refuses a chunked body (no Content-Length) with HTTP 411, whatever its size, and writes nothing", async () => {
+    const body = appendBody(1_200_000, "chunked");
+    const stream = new ReadableStream({
+      start(controller) {
+        for (let i = 0; i < body.length; i += 64_000) controller.enqueue(new TextEncoder().encode(body.slice(i, i + 64_000)));
+        controller.close();
+      },
+    });
+    const response = await fetch(`${url}/graphql`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${engram.tenant.writer}` },
+      body: stream,
+      duplex: "half",
+    } as RequestInit);
+    expect(response.status).toBe(411);
+    expect(await engram.services.db.memoryEvent.count({ where: { sourceRef: "chunked" } })).toBe(0);
+  });
+
   it("accepts a body just under the limit (rejected only by the event's own size limit)", async () => {
     const response = await post(appendBody(999_000, "just-under"));
     expect(response.status).toBe(200);

@@ -16,11 +16,14 @@ import {
   type BenchStore,
   type RunResult,
   type StoreKind,
+  warnIfBusy,
 } from "../lib.ts";
 
 const N = envInt("BENCH_N", 2_000);
 const WARMUP = envInt("BENCH_WARMUP", 200);
 const CONCURRENCY = envInt("BENCH_CONCURRENCY", 8);
+// One append at a time: the latency a single agent sees when nothing else is going on.
+const ALONE_N = envInt("BENCH_ALONE_N", 200);
 
 const APPEND = /* GraphQL */ `
   mutation Append($input: AppendEventInput!) {
@@ -54,15 +57,17 @@ pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
   return (clientQuery as (...a: unknown[]) => unknown).apply(this, args);
 } as typeof clientQuery;
 
-type Measured = RunResult & { statementsPerOp: number };
+type Measured = RunResult & { statementsPerOp: number; alone: RunResult };
 
 async function measure(op: (index: number) => Promise<unknown>, offset: number): Promise<Measured> {
   const before = statements;
   const result = await runConcurrent(N, CONCURRENCY, (i) => op(offset + i));
-  return { ...result, statementsPerOp: (statements - before) / N };
+  const statementsPerOp = (statements - before) / N;
+  const alone = await runConcurrent(ALONE_N, 1, (i) => op(offset + N + i));
+  return { ...result, statementsPerOp, alone };
 }
 
-type StoreResult = { kind: StoreKind; http: Measured; raw: Measured; rows: number };
+type StoreResult = { kind: StoreKind; http: Measured; raw: Measured };
 
 async function benchStore(store: BenchStore): Promise<StoreResult> {
   const started = performance.now();
@@ -93,14 +98,15 @@ async function benchStore(store: BenchStore): Promise<StoreResult> {
     await runConcurrent(WARMUP, CONCURRENCY, overHttp);
     await runConcurrent(WARMUP, CONCURRENCY, (i) => raw(WARMUP + i));
     const rawResult = await measure(raw, 2 * WARMUP);
-    const httpResult = await measure(overHttp, 2 * WARMUP + N);
+    const httpResult = await measure(overHttp, 2 * WARMUP + N + ALONE_N);
+    const expected = 2 * (WARMUP + N + ALONE_N);
     const rows = await services.db.memoryEvent.count({ where: { tenantId } });
-    if (rows !== 2 * (WARMUP + N)) throw new Error(`expected ${2 * (WARMUP + N)} events, found ${rows}`);
+    if (rows !== expected) throw new Error(`expected ${expected} events, found ${rows}`);
     console.log(
       `${store.kind}: http ${fmt(httpResult.perSecond)}/s, raw ${fmt(rawResult.perSecond)}/s ` +
         `(${((performance.now() - started) / 1000).toFixed(1)} s)`,
     );
-    return { kind: store.kind, http: httpResult, raw: rawResult, rows };
+    return { kind: store.kind, http: httpResult, raw: rawResult };
   } finally {
     await app.stop();
     await services.close();
@@ -117,11 +123,16 @@ function report(results: StoreResult[], skipped: string[]): string {
         fmt(percentile(m.latencies, 50), " ms"),
         fmt(percentile(m.latencies, 95), " ms"),
         fmt(percentile(m.latencies, 99), " ms"),
+        fmt(percentile(m.alone.latencies, 50), " ms"),
+        fmt(percentile(m.alone.latencies, 95), " ms"),
         fmt(m.statementsPerOp),
       ]);
     }
   }
-  const table = markdownTable(["Store · path", "events/s", "p50", "p95", "p99", "SQL statements / append"], rows);
+  const table = markdownTable(
+    ["Store · path", "events/s", "p50", "p95", "p99", "p50 alone", "p95 alone", "SQL statements / append"],
+    rows,
+  );
 
   const ratios: string[][] = results.map((r) => [
     r.kind,
@@ -151,7 +162,8 @@ function report(results: StoreResult[], skipped: string[]): string {
       "(API key lookup, validation, insert, re-read of the selected fields, in-process publish). " +
       "**Raw** is `services.db.memoryEvent.create` with the same data through the same Prisma client " +
       "and pool (8 connections). Latency is per append, measured at the caller while the others are " +
-      "in flight, so it includes waiting for a connection. The load generator runs in the server's " +
+      `in flight, so it includes waiting for a connection; the *alone* columns are ${fmt(ALONE_N)} more ` +
+      "appends made one at a time. The load generator runs in the server's " +
       "process, so HTTP numbers also pay for the client side of `fetch`. SQL statements are counted " +
       "at `pg.Client#query`.",
     "",
@@ -164,23 +176,22 @@ function report(results: StoreResult[], skipped: string[]): string {
     storeRatio,
     "",
     "Reproduce: `npx tsx bench/append/run.ts` (env `BENCH_N`, `BENCH_WARMUP`, `BENCH_CONCURRENCY`, " +
-      "`BENCH_DATABASE_URL`).",
+      "`BENCH_ALONE_N`, `BENCH_STORES`, `BENCH_DATABASE_URL`).",
   ].join("\n");
 }
 
 async function main() {
+  warnIfBusy();
   const started = performance.now();
   const results: StoreResult[] = [];
-  const kinds = new Set<StoreKind>();
-  for await (const store of benchStores()) {
-    kinds.add(store.kind);
+  const skipped: string[] = [];
+  for await (const store of benchStores(skipped)) {
     try {
       results.push(await benchStore(store));
     } finally {
       await store.drop();
     }
   }
-  const skipped = kinds.has("postgres") ? [] : ["PostgreSQL (server unreachable)"];
   const section = report(results, skipped);
   writeReadmeSection("append", section);
   console.log(`\n${section}\n\nbench/README.md updated (${((performance.now() - started) / 1000).toFixed(1)} s).`);

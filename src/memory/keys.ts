@@ -50,10 +50,11 @@ export async function bootstrapFirstTenant(db: Db) {
 export async function authenticate(db: Db, authorization: string | null | undefined) {
   const match = /^Bearer\s+(\S+)$/i.exec(authorization?.trim() ?? "");
   if (!match?.[1].startsWith(KEY_PREFIX)) return null;
-  const row = await db.apiKey.findUnique({
-    where: { hash: hashKey(match[1]) },
-    include: { tenant: { select: { active: true } } },
+  // One statement per request: the key, its revocation and its tenant's state together.
+  const row = await db.apiKey.findFirst({
+    where: { hash: hashKey(match[1]), revokedAt: null, tenant: { active: true } },
+    select: { id: true, tenantId: true, role: true },
   });
-  if (!row || row.revokedAt || !row.tenant.active) return null;
+  if (!row) return null;
   return { tenantId: row.tenantId, apiKeyId: row.id, role: row.role } satisfies Principal;
 }

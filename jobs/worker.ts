@@ -2,11 +2,17 @@ import { backoffStrategies } from "agenda";
 import type { Services } from "../src/services.ts";
 import { compactJob, COMPACTION_CRON, runCompaction } from "./compact.ts";
 import { summarizeJob, runSummarize } from "./summarize.ts";
+import { indexSnippetsJob, runIndexSnippets } from "./index-snippets.ts";
+import { reconcileJob, RECONCILE_EVERY, runReconcile } from "./reconcile.ts";
+import { retentionJob, RETENTION_CRON, runRetention } from "./retention.ts";
+import { extractJob, runExtractAll, runTurnWork, turnJob } from "./turn.ts";
 
 export type Worker = { stop(): Promise<void> };
 
 // Model outages and crashes delay work, never lose it: retry with growing delays, without end.
 const untilItWorks = backoffStrategies.exponential({ delay: 1_000, maxDelay: 300_000, maxRetries: 1_000_000 });
+// Indexing retries for a couple of minutes; after that the reconcile job picks the snippets up.
+const untilReconciled = backoffStrategies.exponential({ delay: 1_000, maxDelay: 60_000, maxRetries: 7 });
 
 /** Registers every job on the shared queue, schedules the daily ones and starts processing. */
 export async function startWorker(services: Services): Promise<Worker> {
@@ -26,8 +32,27 @@ export async function startWorker(services: Services): Promise<Worker> {
     { backoff: untilItWorks, concurrency: 4 },
   );
 
+  agenda.define(turnJob.name, async (job) => {
+    await runTurnWork(services, turnJob.schema.parse(job.attrs.data));
+  }, { backoff: untilItWorks, concurrency: 4 });
+  agenda.define(extractJob.name, async (job) => {
+    await runExtractAll(services, extractJob.schema.parse(job.attrs.data));
+  }, { backoff: untilItWorks });
+
+  agenda.define(indexSnippetsJob.name, async (job) => {
+    await runIndexSnippets(services, indexSnippetsJob.schema.parse(job.attrs.data));
+  }, { backoff: untilReconciled, concurrency: 2 });
+  agenda.define(reconcileJob.name, async (job) => {
+    await runReconcile(services, reconcileJob.schema.parse(job.attrs.data ?? {}));
+  });
+  agenda.define(retentionJob.name, async (job) => {
+    await runRetention(services, retentionJob.schema.parse(job.attrs.data ?? {}));
+  });
+
   await agenda.start();
   await agenda.every(COMPACTION_CRON, compactJob.name, {}, { timezone: "UTC", skipImmediate: true });
+  await agenda.every(RECONCILE_EVERY, reconcileJob.name, {}, { skipImmediate: true });
+  await agenda.every(RETENTION_CRON, retentionJob.name, {}, { timezone: "UTC", skipImmediate: true });
   return {
     async stop() {
       await agenda.stop(false);

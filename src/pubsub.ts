@@ -1,6 +1,7 @@
 import { createRedisEventTarget } from "@graphql-yoga/redis-event-target";
 import { createPubSub } from "graphql-yoga";
 import { Redis } from "ioredis";
+import type { RecallEvent } from "./memory/recall.ts";
 
 /**
  * Every topic is keyed by tenant id, so a subscriber can only ever hear its own tenant.
@@ -15,9 +16,24 @@ export type Topics = {
   jobRunChanged: [tenantId: string, payload: { id: string }];
   summaryChanged: [tenantId: string, payload: { conversationId: string; revisionId: string }];
   turnRecorded: [tenantId: string, payload: { turnId: string; agentId: string; conversationId: string }];
+  /** A recall is not stored: its payload is the whole record (candidates, scores, chosen). */
+  memoryRecall: [tenantId: string, payload: RecallEvent];
+  factChanged: [tenantId: string, payload: FactChangePayload];
 };
 
 export type EntryChange = "CREATED" | "CORRECTED" | "FORGOTTEN";
+
+export type FactChangeKind = "ADDED" | "REFRESHED" | "UPDATED" | "CONTRADICTED" | "CORRECTED" | "DELETED" | "FORGOTTEN";
+
+/** A fact change; `text` is kept so a deleted fact can still be shown in the live record. */
+export type FactChangePayload = {
+  endUserId: string;
+  factId: string | null;
+  change: FactChangeKind;
+  reason: string;
+  text: string | null;
+  conversationId: string | null;
+};
 
 export type PubSub = ReturnType<typeof createPubSub<Topics>> & { close(): Promise<void> };
 

@@ -6,6 +6,10 @@ import { createLogger, type Logger } from "./log.ts";
 import type { ModelRoute } from "./models/index.ts";
 import { createModelProvider, type ModelProvider } from "./models/provider.ts";
 import { createEngramPubSub, type PubSub } from "./pubsub.ts";
+import { createEmbeddingsProvider, type EmbeddingsProvider } from "./embeddings/index.ts";
+import { lazyChroma } from "./store/chroma.ts";
+import { createChromaVectorStore } from "./vectors/chroma.ts";
+import type { VectorStore } from "./vectors/index.ts";
 import {
   attachOrStartEmbeddedStore,
   externalStore,
@@ -13,6 +17,7 @@ import {
   type Store,
 } from "./store/embedded.ts";
 import { migrate } from "./store/migrate.ts";
+import type { RecallForgetter } from "./memory/facts.ts";
 
 /** What the API, the jobs and the CLI share in one process; handed around as arguments. */
 export type Services = {
@@ -22,6 +27,11 @@ export type Services = {
   pubsub: PubSub;
   models: ModelProvider;
   jobs: JobQueue;
+  /** Deletes a user's recall snippets and vectors when facts are forgotten (set by the recall area). */
+  recallForgetter?: RecallForgetter;
+  /** Recall: embeddings per tenant, and the vectors in Chroma (started on first use). */
+  embeddings: EmbeddingsProvider;
+  vectors: VectorStore;
   log: Logger;
   close(): Promise<void>;
 };
@@ -56,6 +66,13 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
   const pubsub = createEngramPubSub(env.REDIS_URL);
   const models = createModelProvider({ db, env, createModel: options.createModel });
   const jobs = createJobQueue(store, env.ENGRAM_JOB_POLL_MS, log);
+  const chroma = lazyChroma({
+    url: env.CHROMA_URL,
+    dataDir: env.ENGRAM_DATA_DIR,
+    onStart: (url) => log.debug("embedded Chroma started", { url }),
+  });
+  const vectors = createChromaVectorStore(chroma.get, log);
+  const embeddings = createEmbeddingsProvider(env);
   return {
     env,
     store,
@@ -63,10 +80,16 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     pubsub,
     models,
     jobs,
+    embeddings,
+    vectors,
     log,
     async close() {
       await jobs.close();
       log.debug("job queue closed");
+      await embeddings.close();
+      await vectors.close();
+      await chroma.stop();
+      log.debug("recall embeddings and Chroma stopped");
       await pubsub.close();
       log.debug("pubsub closed");
       await db.$disconnect();

@@ -1,4 +1,8 @@
+import { gateChainFor } from "../../jobs/turn.ts";
 import { builder, tenantDb } from "../builder.ts";
+import { factsBlocks } from "../memory/facts.ts";
+import { gateMessage } from "../memory/gate.ts";
+import { recallBlocks } from "../memory/recall.ts";
 import { assembleContext, type ContextBlock, type ContextItem, type Context as MemoryContext } from "../memory/context.ts";
 
 const BlockKindEnum = builder.enumType("ContextBlockKind", {
@@ -52,7 +56,17 @@ builder.queryFields((t) => ({
     type: ContextRef,
     authScopes: { reader: true },
     args: { input: t.arg({ type: ContextInput, required: true }) },
-    resolve: (_root, { input }, ctx) =>
-      assembleContext(tenantDb(ctx), { conversationId: String(input.conversationId), message: input.message }),
+    resolve: (_root, { input }, ctx) => {
+      const db = tenantDb(ctx);
+      const { services } = ctx;
+      // The per-turn gate runs here, before the reply, and its verdict is stored for the turn's
+      // background work: one gate call per turn serves recall, remembering and forgetting.
+      const needsRecall = async (turn: { conversationId: string; message: string }) =>
+        (await gateMessage(db, { gate: await gateChainFor(services, ctx.principal.tenantId), log: services.log }, turn)).needsRecall;
+      return assembleContext(db, { conversationId: String(input.conversationId), message: input.message }, [
+        factsBlocks(db),
+        recallBlocks(services, ctx.principal.tenantId, { needsRecall }),
+      ]);
+    },
   }),
 }));

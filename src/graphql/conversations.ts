@@ -1,5 +1,7 @@
 import { filter, pipe } from "graphql-yoga";
+import { indexNewTurn } from "../../jobs/index-snippets.ts";
 import { requestSummary } from "../../jobs/summarize.ts";
+import { extractJob, turnJob } from "../../jobs/turn.ts";
 import { builder, tenantDb, type Context } from "../builder.ts";
 import { notFound } from "../errors.ts";
 import { LIMITS } from "../memory/limits.ts";
@@ -122,12 +124,23 @@ const ImportConversationInput = builder.inputType("ImportConversationInput", {
 });
 
 /** After new messages: the background rewrite, and the live record. */
-async function afterNewMessages(ctx: Context, conversationId: string) {
-  try {
-    await requestSummary(ctx.services, ctx.principal.tenantId, conversationId);
-  } catch (error) {
-    // The rewrite is derived from stored state: the next turn's request catches up.
-    ctx.services.log.error("could not queue the summary rewrite", { conversationId, error });
+async function afterNewMessages(ctx: Context, conversationId: string, turn: { turnId: string } | { imported: true }) {
+  const { services } = ctx;
+  const tenantId = ctx.principal.tenantId;
+  const followUps: [string, () => Promise<unknown>][] = [
+    ["the summary rewrite", () => requestSummary(services, tenantId, conversationId)],
+    "turnId" in turn
+      ? ["the turn's gate and extraction", () => services.jobs.enqueue(turnJob, { tenantId, turnId: turn.turnId })]
+      : ["the imported conversation's extraction", () => services.jobs.enqueueCoalesced(extractJob, { tenantId, conversationId }, "conversationId", 1_000)],
+    ["recall indexing", () => indexNewTurn(services, tenantId, conversationId, turn)],
+  ];
+  for (const [what, queue] of followUps) {
+    try {
+      await queue();
+    } catch (error) {
+      // Follow-ups are derived from stored state: the next turn's requests catch up.
+      services.log.error(`could not queue ${what}`, { conversationId, error });
+    }
   }
 }
 
@@ -190,7 +203,7 @@ builder.mutationFields((t) => ({
       const db = tenantDb(ctx);
       const { turn, created } = await recordTurn(db, input);
       if (created) {
-        await afterNewMessages(ctx, turn.conversationId);
+        await afterNewMessages(ctx, turn.conversationId, { turnId: turn.id });
         const { agentId } = await db.conversation.findUniqueOrThrow({
           where: { id: turn.conversationId },
           select: { agentId: true },
@@ -212,7 +225,7 @@ builder.mutationFields((t) => ({
     resolve: async (query, _root, { input }, ctx) => {
       const db = tenantDb(ctx);
       const conversation = await importConversation(db, input);
-      await afterNewMessages(ctx, conversation.id);
+      await afterNewMessages(ctx, conversation.id, { imported: true });
       return db.conversation.findUniqueOrThrow({ ...query, where: { id: conversation.id } });
     },
   }),

@@ -6,10 +6,14 @@ import "./events.ts";
 import "./entries.ts";
 import "./keys.ts";
 import "./usage.ts";
+import "./settings.ts";
 import "./jobs.ts";
 import "./agents.ts";
 import "./conversations.ts";
 import "./context.ts";
+import "./facts.ts";
+import "./recall.ts";
+import "./feed.ts";
 
 export const schema = builder.toSchema();
 

@@ -7,6 +7,9 @@ export function chainOf(request: ChatRequest): string {
   if (system.includes("You check a rewrite")) return "loss-judge";
   if (system.includes("still needs word for word")) return "verbatim-judge";
   if (system.includes("compact an organisation's memory log")) return "compact";
+  if (system.includes("You triage one message")) return "gate";
+  if (system.includes("You write down what is worth keeping")) return "extract";
+  if (system.includes("You judge one candidate fact")) return "fact-judge";
   return "unknown";
 }
 
@@ -53,6 +56,50 @@ export function memoryScript(script: MemoryScript = {}) {
       }
       default:
         return "{}";
+    }
+  };
+}
+
+/** The "[#seq] role: content" lines of a prompt. */
+export function transcriptIn(request: ChatRequest): { seq: number; role: string; content: string }[] {
+  const human = request.messages.find((m) => m.role === "user")?.content ?? "";
+  return [...human.matchAll(/^\[#(\d+)\] (\w+): (.*)$/gm)].map((m) => ({ seq: Number(m[1]), role: m[2], content: m[3] }));
+}
+
+export type FactsScript = {
+  gate?: (message: string) => { remember?: boolean; forget?: "NONE" | "SOME" | "ALL"; forgetTargets?: string[]; needsRecall?: boolean };
+  /** Candidate facts for a batch of user messages. */
+  extract?: (messages: { seq: number; role: string; content: string }[], known: string[]) => { text: string; core?: boolean; seq: number }[];
+  /** The judgment of one candidate against the stored facts ([id] text). */
+  judge?: (candidate: string, stored: { id: string; text: string }[]) => {
+    durability?: string;
+    relation?: string;
+    relatedFactId?: string | null;
+    sensitivity?: string;
+  };
+};
+
+/** A scripted model for the facts chains; anything else falls back to the memory script. */
+export function factsScript(script: FactsScript, fallback = memoryScript()) {
+  return (request: ChatRequest): ScriptedAnswer => {
+    const human = request.messages.find((m) => m.role === "user")?.content ?? "";
+    switch (chainOf(request)) {
+      case "gate": {
+        const message = human.replace(/^Message:\n/, "");
+        return JSON.stringify({ remember: false, forget: "NONE", forgetTargets: [], needsRecall: false, ...script.gate?.(message) });
+      }
+      case "extract": {
+        const known = [...(human.split("<known>")[1]?.split("</known>")[0] ?? "").matchAll(/^- (.*)$/gm)].map((m) => m[1]);
+        return `Sure, here you go: ${JSON.stringify({ facts: script.extract?.(transcriptIn(request), known) ?? [] })}`;
+      }
+      case "fact-judge": {
+        const candidate = human.split("Candidate:\n")[1]?.trim() ?? "";
+        const storedText = human.split("Stored facts:\n")[1]?.split("\n\nCandidate:")[0] ?? "";
+        const stored = [...storedText.matchAll(/^\[([^\]]+)\] (.*)$/gm)].map((m) => ({ id: m[1], text: m[2] }));
+        return JSON.stringify({ durability: "durable", relation: "none", relatedFactId: null, sensitivity: "none", ...script.judge?.(candidate, stored) });
+      }
+      default:
+        return fallback(request);
     }
   };
 }

@@ -1,0 +1,94 @@
+import { z } from "zod";
+import { createExtractorChain } from "../src/chains/extractor.ts";
+import { createFactJudgeChain } from "../src/chains/fact-judge.ts";
+import { createGateChain } from "../src/chains/gate.ts";
+import { forTenant, type TenantDb } from "../src/db.ts";
+import { extractFacts, skipExtractionThrough, type ExtractionResult } from "../src/memory/extraction.ts";
+import { forgetMatching, forgetUser } from "../src/memory/facts.ts";
+import { gateMessage } from "../src/memory/gate.ts";
+import type { Services } from "../src/services.ts";
+import { defineJob } from "./define.ts";
+
+export const turnJob = defineJob({
+  name: "memory.turn",
+  schema: z.object({ tenantId: z.string(), turnId: z.string() }),
+});
+
+export const extractJob = defineJob({
+  name: "memory.extract",
+  schema: z.object({ tenantId: z.string(), conversationId: z.string() }),
+});
+
+/** The gate model for a tenant, or null (then the keyword gate decides). */
+export async function gateChainFor(services: Services, tenantId: string) {
+  const model = await services.models.chat(tenantId, "cheap", "gate");
+  return model ? createGateChain(model) : null;
+}
+
+async function runExtraction(services: Services, db: TenantDb, tenantId: string, conversationId: string, now: boolean) {
+  const [extractor, judge] = await Promise.all([
+    services.models.chat(tenantId, "cheap", "extract"),
+    services.models.chat(tenantId, "cheap", "fact-judge"),
+  ]);
+  if (!extractor || !judge) return { status: "MODEL_OFF" as const };
+  return extractFacts(
+    db,
+    {
+      extractor: createExtractorChain(extractor),
+      judge: createFactJudgeChain(judge),
+      pubsub: services.pubsub,
+      log: services.log,
+    },
+    conversationId,
+    { now },
+  );
+}
+
+/**
+ * After a turn: the gate's verdict on the user's message (the one context assembly already
+ * asked for, or a new one), then forgetting what the user asked to forget, then extraction when
+ * the gate says the turn is worth remembering or a batch is full.
+ */
+export async function runTurnWork(services: Services, payload: z.infer<typeof turnJob.schema>) {
+  const db = forTenant(services.db, payload.tenantId);
+  const turn = await db.turn.findUnique({ where: { id: payload.turnId } });
+  if (!turn) return { status: "GONE" as const };
+  const [userMessage, conversation] = await Promise.all([
+    db.message.findFirst({ where: { conversationId: turn.conversationId, seq: turn.firstSeq, role: "USER" } }),
+    db.conversation.findUniqueOrThrow({ where: { id: turn.conversationId } }),
+  ]);
+  if (!userMessage) return { status: "NO_USER_MESSAGE" as const };
+
+  const verdict = await gateMessage(
+    db,
+    { gate: await gateChainFor(services, payload.tenantId), log: services.log },
+    { conversationId: turn.conversationId, message: userMessage.content },
+  );
+  const deps = { pubsub: services.pubsub, recall: services.recallForgetter };
+  if (verdict.forget !== "NONE") {
+    const forgotten =
+      verdict.forget === "ALL"
+        ? await forgetUser(db, deps, conversation.endUserId, "the user asked to forget everything", turn.conversationId)
+        : await forgetMatching(db, deps, conversation.endUserId, verdict.forgetTargets, turn.conversationId);
+    // What came before the request must not be extracted again from this batch.
+    await skipExtractionThrough(db, turn.conversationId, turn.lastSeq);
+    return { status: "FORGOT" as const, verdict, forgotten };
+  }
+  const extraction: ExtractionResult | { status: "MODEL_OFF" } = await runExtraction(
+    services,
+    db,
+    payload.tenantId,
+    turn.conversationId,
+    verdict.remember,
+  );
+  return { status: "DONE" as const, verdict, extraction };
+}
+
+/** Extraction until caught up, for imported conversations. */
+export async function runExtractAll(services: Services, payload: z.infer<typeof extractJob.schema>) {
+  const db = forTenant(services.db, payload.tenantId);
+  for (let rounds = 0; rounds < 1_000; rounds++) {
+    const result = await runExtraction(services, db, payload.tenantId, payload.conversationId, true);
+    if (result.status !== "EXTRACTED") return result;
+  }
+}

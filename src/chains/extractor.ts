@@ -1,0 +1,37 @@
+import { StringOutputParser } from "@langchain/core/output_parsers";
+import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
+import { z } from "zod";
+import type { ChatModel } from "../models/index.ts";
+import { extractorPrompt } from "./extractor.prompt.ts";
+import { parseJsonAnswer } from "./json.ts";
+import { formatTranscript, type TranscriptMessage } from "./transcript.ts";
+
+export type ExtractorInput = { known: string[]; messages: TranscriptMessage[] };
+export type CandidateFact = { text: string; core: boolean; seq: number | null };
+
+const answer = z.object({
+  facts: z.array(
+    z.object({
+      text: z.string().trim().min(3).max(500),
+      core: z.boolean().default(false),
+      seq: z.coerce.number().int().nullish(),
+    }),
+  ),
+});
+
+/** A batch of shared messages and what is already known in, candidate facts out. */
+export function createExtractorChain(model: ChatModel): Runnable<ExtractorInput, CandidateFact[]> {
+  return RunnableLambda.from((input: ExtractorInput) => ({
+    known: input.known.length ? input.known.map((f) => `- ${f}`).join("\n") : "(nothing yet)",
+    messages: formatTranscript(input.messages),
+  }))
+    .pipe(extractorPrompt)
+    .pipe(model)
+    .pipe(new StringOutputParser())
+    .pipe(
+      RunnableLambda.from((text: string) =>
+        parseJsonAnswer(text, answer).facts.map((f) => ({ text: f.text, core: f.core, seq: f.seq ?? null })),
+      ),
+    )
+    .withConfig({ runName: "extract" });
+}

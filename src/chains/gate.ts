@@ -1,0 +1,39 @@
+import { StringOutputParser } from "@langchain/core/output_parsers";
+import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
+import { z } from "zod";
+import type { ChatModel } from "../models/index.ts";
+import { gatePrompt } from "./gate.prompt.ts";
+import { parseJsonAnswer } from "./json.ts";
+
+export type GateVerdict = {
+  remember: boolean;
+  forget: "NONE" | "SOME" | "ALL";
+  forgetTargets: string[];
+  needsRecall: boolean;
+};
+
+const bool = z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]);
+
+const answer = z.object({
+  remember: bool,
+  forget: z
+    .string()
+    .transform((v) => v.toUpperCase())
+    .pipe(z.enum(["NONE", "SOME", "ALL"])),
+  forgetTargets: z.array(z.string().trim().min(1).max(200)).max(20).default([]),
+  needsRecall: bool,
+});
+
+/** One cheap call per turn answers every gate: remember?, forget what?, needs earlier conversations? */
+export function createGateChain(model: ChatModel): Runnable<{ message: string }, GateVerdict> {
+  return gatePrompt
+    .pipe(model)
+    .pipe(new StringOutputParser())
+    .pipe(
+      RunnableLambda.from((text: string): GateVerdict => {
+        const verdict = parseJsonAnswer(text, answer);
+        return verdict.forget === "SOME" && verdict.forgetTargets.length === 0 ? { ...verdict, forget: "NONE" } : verdict;
+      }),
+    )
+    .withConfig({ runName: "gate" });
+}

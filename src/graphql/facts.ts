@@ -1,0 +1,182 @@
+import { filter, pipe } from "graphql-yoga";
+import { builder, tenantDb, type Context } from "../builder.ts";
+import { notFound } from "../errors.ts";
+import { addFact, correctFact, deleteFact, forgetUser, listFacts } from "../memory/facts.ts";
+import type { FactChangeKind, FactChangePayload } from "../pubsub.ts";
+
+const FactOriginEnum = builder.enumType("FactOrigin", {
+  description: "Who wrote a fact: the extractor from a user's message, a person, or an API call.",
+  values: ["EXTRACTOR", "PERSON", "API"] as const,
+});
+
+builder.prismaObject("Fact", {
+  description: "One durable statement about one end user.",
+  fields: (t) => ({
+    id: t.exposeID("id"),
+    text: t.exposeString("text", { description: "One self-contained sentence." }),
+    core: t.exposeBoolean("core", { description: "Who the user is, or a lasting preference." }),
+    sensitivity: t.exposeString("sensitivity", { nullable: true }),
+    origin: t.field({ type: FactOriginEnum, resolve: (f) => f.origin as "EXTRACTOR" | "PERSON" | "API" }),
+    sourceMessage: t.prismaField({
+      type: "Message",
+      nullable: true,
+      description: "The user's message it was extracted from.",
+      select: { sourceMessageId: true },
+      resolve: (query, fact, _args, ctx) =>
+        fact.sourceMessageId ? tenantDb(ctx).message.findUnique({ ...query, where: { id: fact.sourceMessageId } }) : null,
+    }),
+    writtenBy: t.prismaField({
+      type: "ApiKey",
+      nullable: true,
+      description: "The key of the person who wrote or last corrected it.",
+      select: { apiKeyId: true },
+      resolve: (query, fact, _args, ctx) =>
+        fact.apiKeyId ? tenantDb(ctx).apiKey.findUnique({ ...query, where: { id: fact.apiKeyId } }) : null,
+    }),
+    contradicts: t.prismaField({
+      type: "Fact",
+      nullable: true,
+      description: "The older fact this one contradicts; both are kept, newer first.",
+      select: { contradictsId: true },
+      resolve: (query, fact, _args, ctx) =>
+        fact.contradictsId ? tenantDb(ctx).fact.findUnique({ ...query, where: { id: fact.contradictsId } }) : null,
+    }),
+    confirmedAt: t.expose("confirmedAt", { type: "DateTime", description: "When the user last said it." }),
+    createdAt: t.expose("createdAt", { type: "DateTime" }),
+    updatedAt: t.expose("updatedAt", { type: "DateTime" }),
+  }),
+});
+
+builder.prismaObject("FactVersion", {
+  fields: (t) => ({
+    id: t.exposeID("id"),
+    text: t.exposeString("text"),
+    core: t.exposeBoolean("core"),
+    change: t.exposeString("change", { description: "ADDED, CONTRADICTED, UPDATED or CORRECTED." }),
+    reason: t.exposeString("reason", { nullable: true }),
+    createdAt: t.expose("createdAt", { type: "DateTime" }),
+  }),
+});
+
+export const FactChangeKindEnum = builder.enumType("FactChangeKind", {
+  values: ["ADDED", "REFRESHED", "UPDATED", "CONTRADICTED", "CORRECTED", "DELETED", "FORGOTTEN"] as const satisfies readonly FactChangeKind[],
+});
+
+const FactChange = builder.objectRef<FactChangePayload>("FactChange").implement({
+  fields: (t) => ({
+    change: t.field({ type: FactChangeKindEnum, resolve: (c) => c.change }),
+    endUserId: t.exposeID("endUserId"),
+    factId: t.exposeID("factId", { nullable: true }),
+    text: t.exposeString("text", { nullable: true, description: "The fact's text (kept for deleted facts)." }),
+    reason: t.exposeString("reason"),
+    conversationId: t.exposeID("conversationId", { nullable: true }),
+    fact: t.prismaField({
+      type: "Fact",
+      nullable: true,
+      description: "The fact as a query would return it now; null once deleted.",
+      resolve: (query, c, _args, ctx) => (c.factId ? tenantDb(ctx).fact.findUnique({ ...query, where: { id: c.factId } }) : null),
+    }),
+  }),
+});
+
+const ForgetResult = builder.simpleObject("ForgetResult", {
+  fields: (t) => ({
+    facts: t.int({ description: "Facts removed." }),
+    snippets: t.int({ description: "Recall snippets removed, with their vectors." }),
+  }),
+});
+
+const AddFactInput = builder.inputType("AddFactInput", {
+  fields: (t) => ({
+    endUserId: t.id({ required: true }),
+    text: t.string({ required: true, description: "One self-contained sentence, 3–500 characters." }),
+    core: t.boolean(),
+  }),
+});
+
+const CorrectFactInput = builder.inputType("CorrectFactInput", {
+  fields: (t) => ({ text: t.string(), core: t.boolean() }),
+});
+
+const factDeps = (ctx: Context) => ({ pubsub: ctx.services.pubsub, recall: ctx.services.recallForgetter });
+const author = (ctx: Context) => ({ origin: "PERSON" as const, apiKeyId: ctx.principal.apiKeyId });
+
+builder.queryFields((t) => ({
+  facts: t.prismaField({
+    type: ["Fact"],
+    authScopes: { reader: true },
+    description: "What the agent knows about a user: core facts first, then the most recently confirmed.",
+    args: { endUserId: t.arg.id({ required: true }) },
+    resolve: async (query, _root, { endUserId }, ctx) => {
+      const db = tenantDb(ctx);
+      if (!(await db.endUser.count({ where: { id: String(endUserId) } }))) throw notFound("End user", String(endUserId));
+      return listFacts(db, String(endUserId), query);
+    },
+  }),
+  factHistory: t.prismaField({
+    type: ["FactVersion"],
+    authScopes: { reader: true },
+    description: "Every version of a fact, oldest first.",
+    args: { factId: t.arg.id({ required: true }) },
+    resolve: async (query, _root, { factId }, ctx) => {
+      const db = tenantDb(ctx);
+      if (!(await db.fact.count({ where: { id: String(factId) } }))) throw notFound("Fact", String(factId));
+      return db.factVersion.findMany({ ...query, where: { factId: String(factId) }, orderBy: [{ createdAt: "asc" }, { id: "asc" }] });
+    },
+  }),
+}));
+
+builder.mutationFields((t) => ({
+  addFact: t.prismaField({
+    type: "Fact",
+    authScopes: { writer: true },
+    args: { input: t.arg({ type: AddFactInput, required: true }) },
+    resolve: async (query, _root, { input }, ctx) => {
+      const db = tenantDb(ctx);
+      const fact = await addFact(db, factDeps(ctx), { ...input, endUserId: String(input.endUserId) }, author(ctx));
+      return db.fact.findUniqueOrThrow({ ...query, where: { id: fact.id } });
+    },
+  }),
+  correctFact: t.prismaField({
+    type: "Fact",
+    authScopes: { writer: true },
+    args: { id: t.arg.id({ required: true }), input: t.arg({ type: CorrectFactInput, required: true }) },
+    resolve: async (query, _root, { id, input }, ctx) => {
+      const db = tenantDb(ctx);
+      const fact = await correctFact(db, factDeps(ctx), String(id), input);
+      await db.fact.update({ where: { id: fact.id }, data: { apiKeyId: ctx.principal.apiKeyId } });
+      return db.fact.findUniqueOrThrow({ ...query, where: { id: fact.id } });
+    },
+  }),
+  deleteFact: t.field({
+    type: FactChange,
+    authScopes: { writer: true },
+    args: { id: t.arg.id({ required: true }) },
+    resolve: async (_root, { id }, ctx) => {
+      const fact = await deleteFact(tenantDb(ctx), factDeps(ctx), String(id));
+      return { change: "DELETED" as const, endUserId: fact.endUserId, factId: fact.id, text: fact.text, reason: "deleted by a person", conversationId: null };
+    },
+  }),
+  forgetUser: t.field({
+    type: ForgetResult,
+    authScopes: { writer: true },
+    description: "Forget everything about a user: all facts and all recall data (snippets and vectors), at once.",
+    args: { endUserId: t.arg.id({ required: true }) },
+    resolve: (_root, { endUserId }, ctx) => forgetUser(tenantDb(ctx), factDeps(ctx), String(endUserId)),
+  }),
+}));
+
+builder.subscriptionFields((t) => ({
+  factChanged: t.field({
+    type: FactChange,
+    authScopes: { reader: true },
+    description: "Facts added, refreshed, updated, contradicted, corrected, deleted or forgotten, with the reason.",
+    args: { endUserId: t.arg.id({ required: true }) },
+    subscribe: (_root, args, ctx) =>
+      pipe(
+        ctx.services.pubsub.subscribe("factChanged", ctx.principal.tenantId),
+        filter((change) => change.endUserId === String(args.endUserId)),
+      ),
+    resolve: (change) => change,
+  }),
+}));

@@ -1,0 +1,72 @@
+import { createHash } from "node:crypto";
+import type { Runnable } from "@langchain/core/runnables";
+import { OutputParserException } from "@langchain/core/output_parsers";
+import type { GateVerdict } from "../chains/gate.ts";
+import type { TenantDb } from "../db.ts";
+import type { Logger } from "../log.ts";
+import { needsRecallByKeywords } from "./recall-gate.ts";
+
+export type StoredVerdict = GateVerdict & { decidedBy: "MODEL" | "KEYWORDS" };
+
+const hashOf = (message: string) => createHash("sha256").update(message.trim()).digest("hex");
+
+// Without a model: "forget everything (about me)" forgets all; "forget (that|about|my) X" forgets X.
+const FORGET_ALL = /\bforget\s+(?:everything|all)(?:\s+(?:about|you know about)\s+me)?\b/i;
+const FORGET_SOME = /\bforget\s+(?:that\s+|about\s+)?((?:my|the|that|i)\b[^.!?\n]{1,120})/i;
+
+/**
+ * The keyword gate used when no model is configured (or the model's answer is unreadable):
+ * it never decides to remember (the extractor needs a model anyway), catches explicit requests
+ * to forget, and asks for recall on the phrases of recall-gate.ts.
+ */
+export function keywordGate(message: string): GateVerdict {
+  if (FORGET_ALL.test(message)) return { remember: false, forget: "ALL", forgetTargets: [], needsRecall: false };
+  const some = FORGET_SOME.exec(message);
+  return {
+    remember: false,
+    forget: some ? "SOME" : "NONE",
+    forgetTargets: some ? [some[1].trim()] : [],
+    needsRecall: needsRecallByKeywords(message),
+  };
+}
+
+/**
+ * The per-turn gate: one verdict per user message, stored, so that context assembly (asking
+ * before the reply) and the turn's background work (after it) share a single model call.
+ */
+export async function gateMessage(
+  db: TenantDb,
+  deps: { gate: Runnable<{ message: string }, GateVerdict> | null; log: Logger },
+  input: { conversationId: string; message: string },
+): Promise<StoredVerdict> {
+  const messageHash = hashOf(input.message);
+  const cached = await db.gateVerdict.findUnique({
+    where: { conversationId_messageHash: { conversationId: input.conversationId, messageHash } },
+  });
+  if (cached) {
+    return {
+      remember: cached.remember,
+      forget: cached.forget as GateVerdict["forget"],
+      forgetTargets: cached.forgetTargets,
+      needsRecall: cached.needsRecall,
+      decidedBy: cached.decidedBy as StoredVerdict["decidedBy"],
+    };
+  }
+  let verdict: StoredVerdict = { ...keywordGate(input.message), decidedBy: "KEYWORDS" };
+  if (deps.gate) {
+    try {
+      verdict = { ...(await deps.gate.invoke({ message: input.message })), decidedBy: "MODEL" };
+    } catch (error) {
+      if (!(error instanceof OutputParserException)) throw error;
+      deps.log.warn("gate: the model's answer could not be read; using the keyword gate", {
+        conversationId: input.conversationId,
+        error: error.message,
+      });
+    }
+  }
+  await db.gateVerdict.createMany({
+    data: [{ tenantId: db.$tenantId(), conversationId: input.conversationId, messageHash, ...verdict }],
+    skipDuplicates: true,
+  });
+  return verdict;
+}

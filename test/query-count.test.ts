@@ -1,0 +1,67 @@
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+
+// Counts the SQL statements one GraphQL request sends, so N+1 cannot creep back into hot paths.
+let engram: TestEngram;
+let conversationId = "";
+let endUserId = "";
+beforeAll(async () => {
+  engram = await startTestEngram();
+  for (let i = 0; i < 25; i++) {
+    await engram.gql(`mutation($input: AppendEventInput!) { appendEvent(input: $input) { id } }`, {
+      input: { scope: "ENTITY", scopeRef: "acme", kind: "note", body: `event ${i} about pricing`, source: "qc", sourceRef: `qc-${i}` },
+    });
+  }
+  for (let i = 0; i < 12; i++) {
+    const r = await engram.gql(`mutation($input: RecordTurnInput!) { recordTurn(input: $input) { conversation { id endUser { id } } } }`, {
+      input: { agentExternalId: "qa", endUserExternalId: "qu", conversationExternalId: "qc", clientTurnId: `q${i}`, userMessage: `question ${i} about pricing`, assistantMessage: `answer ${i}` },
+    });
+    conversationId = r.data.recordTurn.conversation.id;
+    endUserId = r.data.recordTurn.conversation.endUser.id;
+  }
+  for (let i = 0; i < 15; i++) {
+    await engram.gql(`mutation($input: AddFactInput!) { addFact(input: $input) { id } }`, { input: { endUserId, text: `Fact number ${i} about the user.` } });
+  }
+});
+afterAll(() => engram?.stop());
+
+async function statementsOf(query: string, variables: Record<string, unknown> = {}) {
+  const spy = vi.spyOn(pg.Client.prototype, "query");
+  try {
+    const result = await engram.gql(query, variables, engram.tenant.reader);
+    expect(result.errors).toBeUndefined();
+    // Prisma sends each statement once; BEGIN/COMMIT of its transactions count too.
+    return spy.mock.calls.length;
+  } finally {
+    spy.mockRestore();
+  }
+}
+
+describe("SQL statements per request on the hot paths", () => {
+  it("events with their entries: the same count for 5 and 25 rows", async () => {
+    const q = `query($n: Int) { events(first: $n) { edges { node { id body entry { id title } } } } }`;
+    const few = await statementsOf(q, { n: 5 });
+    const many = await statementsOf(q, { n: 25 });
+    expect(few).toBeGreaterThan(0);
+    expect(many).toBe(few);
+    expect(many).toBeLessThanOrEqual(4);
+  });
+
+  it("a conversation with its agent, user, messages and revisions", async () => {
+    const q = `query($id: ID!) { conversation(id: $id) { agent { name } endUser { externalId } messages(first: 50) { edges { node { seq content } } } revisions { id } } }`;
+    expect(await statementsOf(q, { id: conversationId })).toBeLessThanOrEqual(6);
+  });
+
+  it("a user's facts with their provenance: no statement per fact", async () => {
+    const q = `query($id: ID!) { facts(endUserId: $id) { id text sourceMessage { seq } writtenBy { id } contradicts { id } } }`;
+    expect(await statementsOf(q, { id: endUserId })).toBeLessThanOrEqual(8);
+  });
+
+  it("the context for the next turn", async () => {
+    const q = `query($input: ContextInput!) { context(input: $input) { totalTokens blocks { kind tokens } } }`;
+    // Auth, the conversation, the recent and kept messages, entries, facts, the gate's stored
+    // verdict and the recall lookups: a fixed number, whatever the conversation's length.
+    expect(await statementsOf(q, { input: { conversationId, message: "what about pricing?" } })).toBeLessThanOrEqual(16);
+  });
+});

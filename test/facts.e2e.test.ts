@@ -1,0 +1,54 @@
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { startModelServer, type ModelServer } from "./helpers/model-server.ts";
+import { factsScript } from "./helpers/scripted-memory-model.ts";
+
+const RECORD = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { conversation { id endUser { id } } } }`;
+
+let model: ModelServer;
+let engram: TestEngram;
+beforeAll(async () => {
+  model = await startModelServer();
+  model.respond(
+    factsScript({
+      gate: (m) => ({ remember: /\bI (am|prefer)\b/.test(m) }),
+      extract: (messages) =>
+        messages
+          .filter((m) => m.role === "user" && /\bI (am|prefer)\b/.test(m.content))
+          .map((m) => ({ text: `The user said: ${m.content}`, seq: m.seq, core: true })),
+    }),
+  );
+  engram = await startTestEngram({
+    worker: true,
+    env: { OPENAI_BASE_URL: model.url, OPENAI_API_KEY: "test-key", ENGRAM_MODEL_MAX_RETRIES: "0" },
+  });
+});
+afterAll(async () => {
+  await engram?.stop();
+  await model?.stop();
+});
+
+it("a user's fact from conversation 1 is in the FACTS block of conversation 2, through the job queue and the real OpenAI client", async () => {
+  const say = (conversation: string, id: string, userMessage: string) =>
+    engram.gql(RECORD, {
+      input: { agentExternalId: "concierge", endUserExternalId: "sam", conversationExternalId: conversation, clientTurnId: id, userMessage, assistantMessage: "Noted." },
+    }, engram.tenant.writer);
+  const first = await say("sam-1", "s1", "Hi! I prefer window seats on every flight.");
+  const endUserId = first.data.recordTurn.conversation.endUser.id;
+  const deadline = Date.now() + 30_000;
+  while ((await engram.services.db.fact.count({ where: { endUserId } })) === 0) {
+    if (Date.now() > deadline) throw new Error("no fact was extracted");
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  const second = await say("sam-2", "s2", "Book me a flight to Rome.");
+  const { data } = await engram.gql(
+    `query($input: ContextInput!) { context(input: $input) { blocks { kind text } } }`,
+    { input: { conversationId: second.data.recordTurn.conversation.id, message: "Any seat preference?" } },
+    engram.tenant.reader,
+  );
+  const facts = data.context.blocks.find((b: { kind: string }) => b.kind === "FACTS");
+  expect(facts.text).toBe("- The user said: Hi! I prefer window seats on every flight.");
+  // One gate call for the first turn's message, shared by every gate.
+  const gateCalls = model.requests.filter((r) => r.messages[0].content.includes("You triage one message"));
+  expect(gateCalls.filter((r) => r.messages[1].content.includes("window seats"))).toHaveLength(1);
+});

@@ -3,7 +3,7 @@ import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
 import type { ChatModel } from "../models/index.ts";
 import { extractorPrompt } from "./extractor.prompt.ts";
-import { parseJsonAnswer } from "./json.ts";
+import { modelBoolean, parseJsonAnswer } from "./json.ts";
 import { formatTranscript, type TranscriptMessage } from "./transcript.ts";
 
 export type ExtractorInput = { known: string[]; messages: TranscriptMessage[] };
@@ -13,7 +13,7 @@ const answer = z.object({
   facts: z.array(
     z.object({
       text: z.string().trim().min(3).max(500),
-      core: z.boolean().default(false),
+      core: modelBoolean.default(false),
       seq: z.coerce.number().int().nullish(),
     }),
   ),

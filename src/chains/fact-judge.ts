@@ -16,11 +16,12 @@ export type FactJudgment = {
 };
 
 const answer = z.object({
-  durability: z.string().transform((v) => v.toLowerCase()).pipe(z.enum(["durable", "situational", "noise"])),
-  relation: z.string().transform((v) => v.toLowerCase()).pipe(z.enum(["none", "same", "update", "contradiction"])),
-  relatedFactId: z.string().nullish(),
+  durability: z.string().trim().toLowerCase().pipe(z.enum(["durable", "situational", "noise"])),
+  relation: z.string().trim().toLowerCase().pipe(z.enum(["none", "same", "update", "contradiction"])),
+  relatedFactId: z.string().trim().nullish(),
   sensitivity: z
     .string()
+    .trim()
     .nullish()
     .transform((v) => (!v || v.toLowerCase() === "none" ? null : v.toLowerCase())),
 });

@@ -3,7 +3,7 @@ import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
 import type { ChatModel } from "../models/index.ts";
 import { gatePrompt } from "./gate.prompt.ts";
-import { parseJsonAnswer } from "./json.ts";
+import { modelBoolean as bool, parseJsonAnswer } from "./json.ts";
 
 export type GateVerdict = {
   remember: boolean;
@@ -11,8 +11,6 @@ export type GateVerdict = {
   forgetTargets: string[];
   needsRecall: boolean;
 };
-
-const bool = z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]);
 
 const answer = z.object({
   remember: bool,

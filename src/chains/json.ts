@@ -1,5 +1,8 @@
 import { OutputParserException } from "@langchain/core/output_parsers";
-import type { z } from "zod";
+import { z } from "zod";
+
+/** A boolean, also when a model writes it as "true" / "false". */
+export const modelBoolean = z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]);
 
 /** The balanced JSON-looking span starting at `start`, ignoring brackets inside strings. */
 function balancedFrom(text: string, start: number): string | null {

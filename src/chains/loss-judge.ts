@@ -2,7 +2,7 @@ import { StringOutputParser } from "@langchain/core/output_parsers";
 import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
 import type { ChatModel } from "../models/index.ts";
-import { parseJsonAnswer } from "./json.ts";
+import { modelBoolean, parseJsonAnswer } from "./json.ts";
 import { lossJudgePrompt } from "./loss-judge.prompt.ts";
 import { formatTranscript, type TranscriptMessage } from "./transcript.ts";
 
@@ -15,7 +15,7 @@ export type LossJudgeInput = {
 export type LossVerdict = { lost: boolean; reason: string };
 
 const verdict = z.object({
-  lost: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]),
+  lost: modelBoolean,
   reason: z.string().trim().default(""),
 });
 

@@ -10,9 +10,12 @@ export type StoredVerdict = GateVerdict & { decidedBy: "MODEL" | "KEYWORDS" };
 
 const hashOf = (message: string) => createHash("sha256").update(message.trim()).digest("hex");
 
-// Without a model: "forget everything (about me)" forgets all; "forget (that|about|my) X" forgets X.
-const FORGET_ALL = /\bforget\s+(?:everything|all)(?:\s+(?:about|you know about)\s+me)?\b/i;
-const FORGET_SOME = /\bforget\s+(?:that\s+|about\s+)?((?:my|the|that|i)\b[^.!?\n]{1,120})/i;
+// Without a model, only a request phrased as one counts: "forget" opening a sentence (after an
+// optional "please"/"can you"), never "don't forget …" or "did you forget …?". Then
+// "forget everything (about me)" forgets all and "forget my X" forgets X.
+const REQUEST = String.raw`(?:^|[.!;:\n]\s*)(?:(?:please|pls|ok|okay|now|and|so)[,\s]+)*(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?)?forget\s+`;
+const FORGET_ALL = new RegExp(`${REQUEST}(?:everything|all)(?:\\s+(?:about\\s+me|you\\s+know(?:\\s+about\\s+me)?))?\\b`, "i");
+const FORGET_SOME = new RegExp(`${REQUEST}(?:that\\s+|about\\s+)?((?:my|the|that)\\b[^.!?\\n]{1,120})`, "i");
 
 /**
  * The keyword gate used when no model is configured (or the model's answer is unreadable):
@@ -20,8 +23,15 @@ const FORGET_SOME = /\bforget\s+(?:that\s+|about\s+)?((?:my|the|that|i)\b[^.!?\n
  * to forget, and asks for recall on the phrases of recall-gate.ts.
  */
 export function keywordGate(message: string): GateVerdict {
-  if (FORGET_ALL.test(message)) return { remember: false, forget: "ALL", forgetTargets: [], needsRecall: false };
-  const some = FORGET_SOME.exec(message);
+  const request = message.trim();
+  // A question about forgetting ("did you forget …?") is not a request to forget; "can you
+  // forget …?" is.
+  const politeRequest = /^(?:please\s+)?(?:can|could|would|will)\s+you\s+(?:please\s+)?forget\b/i.test(request);
+  if (request.endsWith("?") && !politeRequest) {
+    return { remember: false, forget: "NONE", forgetTargets: [], needsRecall: needsRecallByKeywords(message) };
+  }
+  if (FORGET_ALL.test(request)) return { remember: false, forget: "ALL", forgetTargets: [], needsRecall: false };
+  const some = FORGET_SOME.exec(request);
   return {
     remember: false,
     forget: some ? "SOME" : "NONE",
@@ -64,9 +74,10 @@ export async function gateMessage(
       });
     }
   }
-  await db.gateVerdict.createMany({
+  const [stored] = await db.gateVerdict.createManyAndReturn({
     data: [{ tenantId: db.$tenantId(), conversationId: input.conversationId, messageHash, ...verdict }],
     skipDuplicates: true,
   });
-  return verdict;
+  // A concurrent call stored its verdict first: everyone gets that one.
+  return stored ? verdict : gateMessage(db, deps, input);
 }

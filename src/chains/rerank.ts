@@ -1,0 +1,42 @@
+import { StringOutputParser } from "@langchain/core/output_parsers";
+import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
+import { z } from "zod";
+import type { ChatModel } from "../models/index.ts";
+import { parseJsonAnswer } from "./json.ts";
+import { rerankPrompt } from "./rerank.prompt.ts";
+
+export type RerankInput = {
+  message: string;
+  snippets: { text: string; occurredAt: Date }[];
+};
+
+/** 0 irrelevant, 1 related, 2 useful background, 3 essential; one per snippet, in input order. */
+export type RerankScores = (0 | 1 | 2 | 3)[];
+
+const integer = z.union([z.number(), z.string().regex(/^\d+$/).transform(Number)]).pipe(z.number().int());
+
+const answer = z.object({
+  scores: z.array(z.object({ id: integer, score: integer.pipe(z.number().min(0).max(3)) })),
+});
+
+/** Snippets are numbered from 1 in the prompt, each with its date. */
+export function formatSnippets(snippets: RerankInput["snippets"]): string {
+  return snippets
+    .map((s, i) => `[${i + 1}] (${s.occurredAt.toISOString().slice(0, 10)})\n${s.text.trim()}`)
+    .join("\n\n");
+}
+
+/** The recall re-ranker: scores each candidate snippet 0–3 for the new message. */
+export function createRerankChain(model: ChatModel): Runnable<RerankInput, RerankScores> {
+  return RunnableLambda.from(async (input: RerankInput) => {
+    const text = await rerankPrompt
+      .pipe(model)
+      .pipe(new StringOutputParser())
+      .invoke({ message: input.message, snippets: formatSnippets(input.snippets) });
+    const { scores } = parseJsonAnswer(text, answer);
+    // Unscored snippets count as 0; numbers the model invents are ignored.
+    const result: RerankScores = input.snippets.map(() => 0);
+    for (const s of scores) if (s.id >= 1 && s.id <= input.snippets.length) result[s.id - 1] = s.score as 0 | 1 | 2 | 3;
+    return result;
+  }).withConfig({ runName: "rerank" });
+}

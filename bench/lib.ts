@@ -53,10 +53,14 @@ export async function createPostgresStore(serverUrl = POSTGRES_SERVER_URL): Prom
   }
   const url = new URL(serverUrl);
   url.pathname = `/${name}`;
+  // Whatever Engram keeps on disk besides the database (the embedded Chroma for recall) goes
+  // to a temporary folder too, never to ./.engram.
+  const dir = mkdtempSync(path.join(os.tmpdir(), "engram-bench-"));
   return {
     kind: "postgres",
-    vars: { DATABASE_URL: url.toString() },
+    vars: { DATABASE_URL: url.toString(), ENGRAM_DATA_DIR: dir },
     async drop() {
+      rmSync(dir, { recursive: true, force: true });
       const client = new pg.Client({ connectionString: serverUrl });
       await client.connect();
       await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
@@ -94,6 +98,59 @@ export async function openBenchEngram(store: BenchStore, env: Record<string, str
   const writer = await createApiKey(services.db, { tenantId: tenant.id, role: "WRITER", name: "bench writer" });
   const reader = await createApiKey(services.db, { tenantId: tenant.id, role: "READER", name: "bench reader" });
   return { services, tenantId: tenant.id, writerKey: writer.key, readerKey: reader.key };
+}
+
+/**
+ * Counts the SQL statements sent through pg.Client#query, which every statement takes (the
+ * Prisma adapter's pool included). Installed once per process; `record` keeps their text too.
+ */
+export function sqlStatementCounter() {
+  const state = { count: 0, elapsedMs: 0, recording: null as string[] | null };
+  const clientQuery = pg.Client.prototype.query;
+  pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+    state.count++;
+    if (state.recording) {
+      const first = args[0] as string | { text?: string };
+      state.recording.push(typeof first === "string" ? first : (first?.text ?? String(first)));
+    }
+    const started = performance.now();
+    const done = () => {
+      state.elapsedMs += performance.now() - started;
+    };
+    // pg-pool's query (what the Prisma adapter uses) passes a callback; direct calls get a promise.
+    const last = args.length - 1;
+    if (typeof args[last] === "function") {
+      const callback = args[last] as (...a: unknown[]) => unknown;
+      args[last] = (...results: unknown[]) => {
+        done();
+        return callback(...results);
+      };
+    }
+    const result = (clientQuery as (...a: unknown[]) => unknown).apply(this, args);
+    if (typeof args[last] !== "function" && result && typeof (result as Promise<unknown>).then === "function") {
+      (result as Promise<unknown>).then(done, done);
+    }
+    return result;
+  } as typeof clientQuery;
+  return {
+    get count() {
+      return state.count;
+    },
+    /** Milliseconds from sending each statement to its result, summed. */
+    get elapsedMs() {
+      return state.elapsedMs;
+    },
+    /** The statements fn sends, in order. */
+    async record(fn: () => Promise<unknown>): Promise<string[]> {
+      state.recording = [];
+      try {
+        await fn();
+        return state.recording;
+      } finally {
+        state.recording = null;
+      }
+    },
+  };
 }
 
 export type RunResult = {
@@ -200,6 +257,8 @@ the server is unreachable). Each script rewrites only its own section of this fi
 | Benchmark | Measures | Run |
 | --- | --- | --- |
 | Append | \`appendEvent\` over HTTP (auth, validation, insert, re-read, publish) against the same rows inserted straight through the Prisma client: events/s, p50/p95 latency, HTTP/raw and embedded/PostgreSQL ratios | \`npx tsx bench/append/run.ts\` |
+| Context | the \`context\` query (in-process \`yoga.fetch\`, reader key) over 1,000 conversations × 200 messages with summaries, kept messages and curated entries: p50/p95/p99/mean, SQL statements per query | \`npx tsx bench/context/run.ts\` |
+| Tokens | prompt tokens per turn on the LoCoMo conversations: Engram's summary + tail against the last 20 messages and the full history (a replay of the window rules in pure functions, checked turn by turn against the real code on the embedded store; no PostgreSQL run) | \`npx tsx bench/tokens/run.ts\` |
 
 Shared helpers (stores, concurrent runner, percentiles, tables, README sections) are in
 \`bench/lib.ts\`. Numbers depend on the machine: compare rows of one run, not runs of two machines.

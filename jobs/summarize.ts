@@ -6,6 +6,7 @@ import { forTenant } from "../src/db.ts";
 import { hasUnfoldedMessages, rewriteSummary } from "../src/memory/summary.ts";
 import type { Services } from "../src/services.ts";
 import { defineJob } from "./define.ts";
+import { indexSummary } from "./index-snippets.ts";
 
 export const summarizeJob = defineJob({
   name: "memory.summarize",
@@ -39,6 +40,12 @@ export async function runSummarize(services: Services, payload: z.infer<typeof s
     payload.conversationId,
   );
   log.debug("summary rewrite", { conversationId: payload.conversationId, ...outcome });
+  if (outcome.status === "ACCEPTED") {
+    // Recall indexes the accepted summary; a failure here must not redo the rewrite.
+    await indexSummary(services, payload.tenantId, payload.conversationId).catch((error) =>
+      log.warn("could not queue the summary's recall indexing", { conversationId: payload.conversationId, error }),
+    );
+  }
   // Turns that arrived while this rewrite ran (or while another held the lease) get their own.
   if (outcome.status !== "UNPARSABLE" && (await hasUnfoldedMessages(tenantDb, payload.conversationId))) {
     await requestSummary(services, payload.tenantId, payload.conversationId);

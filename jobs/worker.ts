@@ -1,6 +1,6 @@
 import { backoffStrategies } from "agenda";
 import type { Services } from "../src/services.ts";
-import { compactJob, COMPACTION_CRON, runCompaction } from "./compact.ts";
+import { compactJob, COMPACTION_CRON, compactionJobRun } from "./compact.ts";
 import { summarizeJob, runSummarize } from "./summarize.ts";
 import { indexSnippetsJob, runIndexSnippets } from "./index-snippets.ts";
 import { reconcileJob, RECONCILE_EVERY, runReconcile } from "./reconcile.ts";
@@ -21,9 +21,14 @@ export async function startWorker(services: Services): Promise<Worker> {
   agenda.on("error", (error) => log.error("job queue error", { error }));
   agenda.on("fail", (error, job) => log.warn("job failed; it will be retried", { job: job.attrs.name, error }));
 
-  agenda.define(compactJob.name, async (job) => {
-    await runCompaction(services, compactJob.schema.parse(job.attrs.data ?? {}));
-  });
+  agenda.define(
+    compactJob.name,
+    async (job) => {
+      await compactionJobRun(services, compactJob.schema.parse(job.attrs.data ?? {}));
+    },
+    // A tenant's run paused by its budget fails and is retried until the budget allows it.
+    { backoff: untilItWorks },
+  );
   agenda.define(
     summarizeJob.name,
     async (job) => {
@@ -50,7 +55,7 @@ export async function startWorker(services: Services): Promise<Worker> {
   });
 
   await agenda.start();
-  await agenda.every(COMPACTION_CRON, compactJob.name, {}, { timezone: "UTC", skipImmediate: true });
+  await agenda.every(COMPACTION_CRON, compactJob.name, { due: true }, { timezone: "UTC", skipImmediate: true });
   await agenda.every(RECONCILE_EVERY, reconcileJob.name, {}, { skipImmediate: true });
   await agenda.every(RETENTION_CRON, retentionJob.name, {}, { timezone: "UTC", skipImmediate: true });
   return {

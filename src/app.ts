@@ -10,6 +10,7 @@ import { WebSocketServer } from "ws";
 import type { Context } from "./builder.ts";
 import { EngramError } from "./errors.ts";
 import { schema } from "./graphql/index.ts";
+import { serveInspector } from "./inspector.ts";
 import { authenticate } from "./memory/keys.ts";
 import { LIMITS } from "./memory/limits.ts";
 import type { Services } from "./services.ts";
@@ -120,6 +121,7 @@ export function buildApp(services: Services): App {
       res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}');
       return;
     }
+    if (serveInspector(req, res)) return;
     const refusal = bodyRefusal(req);
     if (refusal) {
       res.writeHead(refusal.status, { "content-type": "application/json" });

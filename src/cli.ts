@@ -1,5 +1,9 @@
 import { parseArgs } from "node:util";
 import { runCompaction } from "../jobs/compact.ts";
+import { indexNewTurn } from "../jobs/index-snippets.ts";
+import { runRetention } from "../jobs/retention.ts";
+import { requestSummary } from "../jobs/summarize.ts";
+import { countLines, importJsonl } from "./memory/import-file.ts";
 import { EnvError, readEnv } from "./env.ts";
 import { EngramError } from "./errors.ts";
 import { createLogger } from "./log.ts";
@@ -14,6 +18,10 @@ const USAGE = `Usage: engram <command>
   keys create --role <admin|writer|reader> [--tenant <id>] [--name <label>]
                                           create an API key; prints the key alone on stdout
   compact --now                           run the daily compaction now, for every tenant
+  retention --now                         run the nightly retention now, for every tenant
+  import <file.jsonl> [--tenant <id>]     backfill conversations, one JSON object per line:
+                                          {agentExternalId, endUserExternalId, conversationExternalId,
+                                           messages: [{role, content, occurredAt}]}
 
 While the server runs on the embedded store, commands go through its store.`;
 
@@ -36,6 +44,38 @@ async function resolveTenantId(services: Services, given?: string) {
     "BAD_USER_INPUT",
     tenants.length ? "Several tenants exist: pass --tenant <id>." : "No tenant exists yet: start Engram once or run `engram tenants create <name>`.",
   );
+}
+
+/** `engram import`: conversations from a JSONL file, with a progress bar on stderr. */
+async function importFile(services: Services, file: string, tenant?: string): Promise<number> {
+  const tenantId = await resolveTenantId(services, tenant);
+  const total = await countLines(file);
+  const tty = process.stderr.isTTY;
+  let done = 0;
+  let messages = 0;
+  let failed = 0;
+  const draw = () => {
+    const width = 30;
+    const filled = total ? Math.round((done / total) * width) : width;
+    const line = `[${"#".repeat(filled)}${"-".repeat(width - filled)}] ${done}/${total} conversations, ${messages} messages${failed ? `, ${failed} failed` : ""}`;
+    if (tty) process.stderr.write(`\r${line}`);
+    else if (done === total || done % Math.max(1, Math.ceil(total / 10)) === 0) process.stderr.write(`${line}\n`);
+  };
+  const after = async (conversationId: string) => {
+    await indexNewTurn(services, tenantId, conversationId, { imported: true });
+    await requestSummary(services, tenantId, conversationId);
+  };
+  for await (const result of importJsonl(services.db, tenantId, file, after)) {
+    done++;
+    if (result.error) {
+      failed++;
+      process.stderr.write(`${tty ? "\n" : ""}line ${result.line}: ${result.error}\n`);
+    } else messages += result.messages ?? 0;
+    draw();
+  }
+  if (tty) process.stderr.write("\n");
+  process.stdout.write(`imported ${done - failed} of ${done} conversations (${messages} messages); recall indexing is queued\n`);
+  return failed;
 }
 
 async function main(argv: string[]) {
@@ -75,6 +115,19 @@ async function main(argv: string[]) {
     for (const run of runs) {
       process.stdout.write(`${run.tenantId} ${run.status} ${JSON.stringify(run.result ?? run.error)}\n`);
     }
+    return;
+  }
+  if (command === "retention" && sub === "--now") {
+    const runs = await withServices((services) => runRetention(services, {}));
+    for (const run of runs) {
+      process.stdout.write(`${run.tenantId} ${run.status} ${JSON.stringify(run.result ?? run.error)}\n`);
+    }
+    return;
+  }
+  if (command === "import" && sub) {
+    const { values } = parseArgs({ args: rest, options: { tenant: { type: "string" } } });
+    const failed = await withServices((services) => importFile(services, sub, values.tenant));
+    if (failed) process.exitCode = 1;
     return;
   }
   process.stderr.write(`${USAGE}\n`);

@@ -14,6 +14,13 @@ const schema = z.object({
   OPENAI_BASE_URL: z.string().url().optional(),
   ENGRAM_CHEAP_MODEL: z.string().min(1).default("gpt-4o-mini"),
   ENGRAM_COMPACTION_MODEL: z.string().min(1).default("gpt-4o"),
+  /** Recall embeddings: "auto" uses OpenAI when a key or base URL is set, else the offline encoder. */
+  ENGRAM_EMBEDDINGS: z.enum(["auto", "openai", "offline"]).default("auto"),
+  ENGRAM_EMBEDDING_MODEL: z.string().min(1).default("text-embedding-3-small"),
+  /** An external Chroma server; without it Engram runs its own under ENGRAM_DATA_DIR/chroma. */
+  CHROMA_URL: z.string().url().optional(),
+  /** Encrypts tenants' own model API keys at rest (AES-256-GCM); needed only when a tenant sets one. */
+  ENGRAM_SECRET: z.string().min(16, "must be at least 16 characters").optional(),
   ENGRAM_MODEL_TIMEOUT_MS: z.coerce.number().int().positive().default(60_000),
   ENGRAM_MODEL_MAX_RETRIES: z.coerce.number().int().min(0).max(10).default(2),
   ENGRAM_JOBS: z.enum(["on", "off"]).default("on"),

@@ -7,7 +7,8 @@ export type ErrorCode =
   | "BAD_USER_INPUT"
   | "CONFLICT"
   | "MODEL_UNAVAILABLE"
-  | "BUDGET_EXHAUSTED";
+  | "BUDGET_EXHAUSTED"
+  | "REDACTION_FAILED";
 
 /** An expected failure: reaches the caller with its code; anything else stays masked. */
 export class EngramError extends Error {

@@ -330,18 +330,20 @@ describe("the job worker", () => {
   });
   afterAll(() => engram?.stop());
 
-  it("schedules memory.compact daily at 06:17 UTC", async () => {
+  it("sweeps every minute for tenants whose compaction schedule (default 06:17 UTC) has come round", async () => {
     const jobs = await engram.services.db.$queryRawUnsafe<
-      { name: string; next_run_at: Date; repeat_interval: string; repeat_timezone: string | null; disabled: boolean }[]
-    >(`SELECT name, next_run_at, repeat_interval, repeat_timezone, disabled FROM agenda_jobs WHERE name = 'memory.compact'`);
+      { name: string; next_run_at: Date; repeat_interval: string; repeat_timezone: string | null; disabled: boolean; data: unknown }[]
+    >(`SELECT name, next_run_at, repeat_interval, repeat_timezone, disabled, data FROM agenda_jobs WHERE name = 'memory.compact'`);
     expect(jobs).toHaveLength(1);
     const [job] = jobs;
     expect(job.disabled).toBe(false);
-    expect(job.repeat_interval).toBe("17 6 * * *");
-    const next = new Date(job.next_run_at);
-    expect([next.getUTCHours(), next.getUTCMinutes(), next.getUTCSeconds()]).toEqual([6, 17, 0]);
-    // The next one, not a run now: within the coming day.
-    expect(next.getTime()).toBeGreaterThan(Date.now());
-    expect(next.getTime()).toBeLessThanOrEqual(Date.now() + DAY_MS);
+    expect(job.repeat_interval).toBe("* * * * *");
+    expect(job.data).toEqual({ due: true });
+    // The next sweep, not a run now: within the coming minute.
+    const next = new Date(job.next_run_at).getTime();
+    expect(next).toBeGreaterThan(Date.now() - 5_000);
+    expect(next).toBeLessThanOrEqual(Date.now() + 61_000);
+    const { data } = await engram.gql(`{ tenantSettings { compaction { schedule } } }`);
+    expect(data.tenantSettings.compaction.schedule).toBe("17 6 * * *");
   });
 });

@@ -137,7 +137,7 @@ async function startServer(vars: Record<string, string>) {
   };
 }
 
-describe("migrations", () => {
+describe("migrations", { timeout: 120_000 }, () => {
   it("apply once: a second start on the same store applies nothing", async () => {
     const store = await openStore(await testStore());
     const all = committedMigrations().map((m) => m.name);
@@ -202,7 +202,7 @@ describe("configuration", () => {
   });
 });
 
-describe("the embedded store", () => {
+describe("the embedded store", { timeout: 120_000 }, () => {
   it("has one owner: a second owner of the data folder is refused, while attaching works", async () => {
     const dir = tempDir();
     const owner = await startEmbeddedStore(dir);
@@ -244,7 +244,7 @@ describe("the embedded store", () => {
 });
 
 describe("the CLI", () => {
-  it("prints just a key for `tenants create` and `keys create`, and the keys work", async () => {
+  it("prints just a key for `tenants create` and `keys create`, and the keys work", { timeout: 240_000 }, async () => {
     const store = await testStore();
     const created = await cli(["tenants", "create", "acme"], store.vars);
     expect(created.stderr).toBe("");
@@ -294,7 +294,7 @@ describe("the CLI", () => {
 });
 
 describe("first start of the server", () => {
-  it("prints the admin key once, on a line of its own; a second start does not", async () => {
+  it("prints the admin key once, on a line of its own; a second start does not", { timeout: 240_000 }, async () => {
     const store = await testStore();
 
     const first = await startServer(store.vars);

@@ -58,7 +58,7 @@ const CorrectEntryInput = builder.inputType("CorrectEntryInput", {
   }),
 });
 
-const EntryChangeKindEnum = builder.enumType("EntryChangeKind", {
+export const EntryChangeKindEnum = builder.enumType("EntryChangeKind", {
   values: ["CREATED", "CORRECTED", "FORGOTTEN"] as const,
 });
 

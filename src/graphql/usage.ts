@@ -1,22 +1,57 @@
 import { builder, tenantDb } from "../builder.ts";
-import { sumModelUsage } from "../memory/usage.ts";
+import { budgetStatus } from "../memory/budget.ts";
+import { loadTenantSettings } from "../memory/settings.ts";
+import { modelUsageReport, USAGE_GROUPS } from "../memory/usage.ts";
+
+const UsageGroupEnum = builder.enumType("ModelUsageGroup", {
+  description: "What usage rows are grouped by. TENANT is always the caller's own tenant.",
+  values: USAGE_GROUPS,
+});
 
 const UsageRow = builder.simpleObject("ModelUsageRow", {
+  description: "One group of model usage; fields not grouped by are null.",
   fields: (t) => ({
-    purpose: t.string({ description: "memory:<model>" }),
-    chain: t.string(),
-    model: t.string(),
+    purpose: t.string({ nullable: true, description: "memory:<model>" }),
+    chain: t.string({ nullable: true }),
+    model: t.string({ nullable: true }),
+    day: t.string({ nullable: true, description: "YYYY-MM-DD, UTC" }),
+    tenantId: t.id({ nullable: true }),
     calls: t.int(),
     inputTokens: t.int(),
     outputTokens: t.int(),
+    redactions: t.int({ description: "Matches replaced by redaction before the calls were sent." }),
+    costUsd: t.float({
+      nullable: true,
+      description: "USD for the tokens of models with a configured price (per 1M input and output tokens).",
+    }),
+    unpricedTokens: t.int({ description: "Tokens of models without a price, not included in costUsd." }),
   }),
 });
 
 const UsageSummary = builder.simpleObject("ModelUsageSummary", {
   fields: (t) => ({
     rows: t.field({ type: [UsageRow] }),
+    calls: t.int(),
     inputTokens: t.int(),
     outputTokens: t.int(),
+    redactions: t.int({ description: "Matches replaced by redaction before the calls were sent." }),
+    costUsd: t.float({
+      nullable: true,
+      description: "USD for the tokens of models with a configured price (per 1M input and output tokens).",
+    }),
+    unpricedTokens: t.int({ description: "Tokens of models without a price, not included in costUsd." }),
+  }),
+});
+
+const BudgetStatusRef = builder.simpleObject("BudgetStatus", {
+  description: "This tenant against its monthly token budget (calendar month, UTC).",
+  fields: (t) => ({
+    spent: t.int({ description: "Input plus output tokens of memory work this period." }),
+    limit: t.int({ nullable: true, description: "Null: no limit." }),
+    periodStart: t.field({ type: "DateTime" }),
+    periodEnd: t.field({ type: "DateTime" }),
+    paused: t.boolean({ description: "Background memory work is paused until the period rolls over or the limit is raised." }),
+    pausedSince: t.field({ type: "DateTime", nullable: true, description: "When the limit was first reached this period." }),
   }),
 });
 
@@ -24,8 +59,22 @@ builder.queryFields((t) => ({
   modelUsage: t.field({
     type: UsageSummary,
     authScopes: { reader: true },
-    description: "Tokens spent on memory work by this tenant over [from, to), per purpose and chain.",
-    args: { from: t.arg({ type: "DateTime" }), to: t.arg({ type: "DateTime" }) },
-    resolve: (_root, args, ctx) => sumModelUsage(tenantDb(ctx), args),
+    description:
+      "Tokens and cost of memory work by this tenant over [from, to), grouped (by default per purpose, chain and model).",
+    args: {
+      from: t.arg({ type: "DateTime" }),
+      to: t.arg({ type: "DateTime" }),
+      groupBy: t.arg({ type: [UsageGroupEnum] }),
+    },
+    resolve: async (_root, args, ctx) => {
+      const db = tenantDb(ctx);
+      const { prices } = await loadTenantSettings(db);
+      return modelUsageReport(db, args, prices);
+    },
+  }),
+  budgetStatus: t.field({
+    type: BudgetStatusRef,
+    authScopes: { reader: true },
+    resolve: (_root, _args, ctx) => budgetStatus(tenantDb(ctx)),
   }),
 }));

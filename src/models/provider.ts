@@ -1,20 +1,96 @@
+import { Embeddings } from "@langchain/core/embeddings";
 import type { BaseChatModel } from "@langchain/core/language_models/chat_models";
+import { OpenAIEmbeddings } from "@langchain/openai";
 import { forTenant, type Db } from "../db.ts";
 import type { Env } from "../env.ts";
+import { assertBudgetLeft, budgetStatus, type BudgetStatus } from "../memory/budget.ts";
+import { redactTexts, type RedactionResult } from "../memory/redaction.ts";
+import { loadTenantSettings, tenantApiKey, type EffectiveSettings } from "../memory/settings.ts";
+import { countTokens } from "../memory/tokens.ts";
 import { recordModelUsage } from "../memory/usage.ts";
 import {
+  defaultModelName,
   defaultRoute,
   meteredModel,
   openAIChatModel,
   type ChatModel,
+  type ChatRole,
   type ModelRole,
   type ModelRoute,
+  type ModelUsageRecord,
 } from "./index.ts";
 
-/** Hands chains their model for a tenant and role, metered per tenant; null when none is set. */
+/**
+ * Hands chains their model for a tenant and role, per the tenant's routing over the server's
+ * defaults; every call is budgeted, redacted and metered for that tenant. Null when no model is
+ * configured for the role.
+ */
 export type ModelProvider = {
-  chat(tenantId: string, role: ModelRole, chain: string): Promise<ChatModel | null>;
+  chat(tenantId: string, role: ChatRole, chain: string): Promise<ChatModel | null>;
+  /** The route a role resolves to now (tenant settings over env defaults), key included. */
+  route(tenantId: string, role: ModelRole): Promise<ModelRoute | null>;
+  /** The embedding route: null means no remote embedding model (use the offline encoder). */
+  embeddingRoute(tenantId: string): Promise<ModelRoute | null>;
+  /**
+   * Remote embeddings on the tenant's embedding route, with inputs redacted and usage recorded
+   * under chain "embed"; null when there is no route. Embeddings count against the budget but
+   * are not paused by it (recall keeps working).
+   */
+  embeddings(tenantId: string): Promise<Embeddings | null>;
+  /** The tenant's redaction rules applied to texts bound for any model (stored data unchanged). */
+  redactForTenant(tenantId: string, texts: string[]): Promise<RedactionResult>;
+  /** Records a model call made outside `chat` (e.g. embeddings) under memory:<model>. */
+  recordUsage(tenantId: string, usage: ModelUsageRecord): Promise<void>;
+  budget(tenantId: string): Promise<BudgetStatus>;
 };
+
+/**
+ * A role's route: the tenant's fields over the server's. The server's own API key is only ever
+ * sent to the server's own endpoint, never to a base URL a tenant configured.
+ */
+export function resolveRoute(env: Env, settings: EffectiveSettings, tenantId: string, role: ModelRole): ModelRoute | null {
+  const own = settings.modelRouting[role];
+  const fallback = defaultRoute(env, role);
+  if (!own) return fallback;
+  const ownKey = tenantApiKey(settings, tenantId, role, env.ENGRAM_SECRET);
+  if (!own.baseUrl && !ownKey && !fallback) return null;
+  const baseUrl = own.baseUrl ?? fallback?.baseUrl ?? env.OPENAI_BASE_URL;
+  const serverEndpoint = !own.baseUrl || own.baseUrl === env.OPENAI_BASE_URL;
+  return {
+    baseUrl,
+    model: own.model ?? defaultModelName(env, role),
+    apiKey: ownKey ?? (serverEndpoint ? env.OPENAI_API_KEY : undefined),
+  };
+}
+
+/** Embeddings that redact what they send and record what they used. */
+class TenantEmbeddings extends Embeddings {
+  constructor(
+    private readonly inner: Embeddings,
+    private readonly model: string,
+    private readonly redact: (texts: string[]) => Promise<RedactionResult>,
+    private readonly record: (usage: ModelUsageRecord) => Promise<void>,
+  ) {
+    super({});
+  }
+
+  async embedDocuments(documents: string[]): Promise<number[][]> {
+    const { texts, redactions } = await this.redact(documents);
+    const vectors = await this.inner.embedDocuments(texts);
+    await this.record({
+      chain: "embed",
+      model: this.model,
+      inputTokens: texts.reduce((sum, text) => sum + countTokens(text), 0),
+      outputTokens: 0,
+      redactions,
+    });
+    return vectors;
+  }
+
+  async embedQuery(document: string): Promise<number[]> {
+    return (await this.embedDocuments([document]))[0];
+  }
+}
 
 export function createModelProvider(deps: {
   db: Db;
@@ -30,14 +106,45 @@ export function createModelProvider(deps: {
         timeoutMs: env.ENGRAM_MODEL_TIMEOUT_MS,
         maxRetries: env.ENGRAM_MODEL_MAX_RETRIES,
       }));
+  const redactWith = (settings: EffectiveSettings) => (texts: string[]) => redactTexts(settings.redaction, texts);
+  const recordFor = (tenantId: string) => (usage: ModelUsageRecord) => recordModelUsage(forTenant(db, tenantId), usage);
+
   return {
     async chat(tenantId, role, chain) {
-      const route = defaultRoute(env, role);
-      if (!route) return null;
       const tenantDb = forTenant(db, tenantId);
-      return meteredModel(createModel(route), { chain, model: route.model }, (usage) =>
-        recordModelUsage(tenantDb, usage),
-      );
+      const settings = await loadTenantSettings(tenantDb);
+      const route = resolveRoute(env, settings, tenantId, role);
+      if (!route) return null;
+      return meteredModel(createModel(route), { chain, model: route.model }, {
+        // Checked per call, not per job: a budget spent mid-job stops the rest of it.
+        beforeCall: () => assertBudgetLeft(tenantDb),
+        redact: redactWith(settings),
+        record: recordFor(tenantId),
+      });
     },
+    async route(tenantId, role) {
+      return resolveRoute(env, await loadTenantSettings(forTenant(db, tenantId)), tenantId, role);
+    },
+    async embeddingRoute(tenantId) {
+      return this.route(tenantId, "embedding");
+    },
+    async embeddings(tenantId) {
+      const settings = await loadTenantSettings(forTenant(db, tenantId));
+      const route = resolveRoute(env, settings, tenantId, "embedding");
+      if (!route) return null;
+      const inner = new OpenAIEmbeddings({
+        model: route.model,
+        apiKey: route.apiKey ?? "not-needed",
+        configuration: route.baseUrl ? { baseURL: route.baseUrl } : undefined,
+        timeout: env.ENGRAM_MODEL_TIMEOUT_MS,
+        maxRetries: env.ENGRAM_MODEL_MAX_RETRIES,
+      });
+      return new TenantEmbeddings(inner, route.model, redactWith(settings), recordFor(tenantId));
+    },
+    async redactForTenant(tenantId, texts) {
+      return redactWith(await loadTenantSettings(forTenant(db, tenantId)))(texts);
+    },
+    recordUsage: (tenantId, usage) => recordFor(tenantId)(usage),
+    budget: (tenantId) => budgetStatus(forTenant(db, tenantId)),
   };
 }

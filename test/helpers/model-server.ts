@@ -14,6 +14,10 @@ export type ModelServer = {
   requests: ChatRequest[];
   /** Replaces the script; the default answers "{}". */
   respond(script: (request: ChatRequest) => ScriptedAnswer | Promise<ScriptedAnswer>): void;
+  /** The inputs of every /v1/embeddings request. */
+  embeddingRequests: string[][];
+  /** Serves /v1/embeddings with these vectors (or an error status); unset, it answers 404. */
+  embed(script: ((input: string[]) => number[][] | { status: number }) | null): void;
   stop(): Promise<void>;
 };
 
@@ -24,10 +28,32 @@ export type ModelServer = {
 export async function startModelServer(port = 0): Promise<ModelServer> {
   const requests: ChatRequest[] = [];
   let script: (request: ChatRequest) => ScriptedAnswer | Promise<ScriptedAnswer> = () => "{}";
+  const embeddingRequests: string[][] = [];
+  let embedScript: ((input: string[]) => number[][] | { status: number }) | null = null;
   const server: Server = createServer(async (req, res) => {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
     const body = JSON.parse(Buffer.concat(chunks).toString("utf8") || "{}");
+    if (req.url?.endsWith("/embeddings") && embedScript) {
+      const input: string[] = Array.isArray(body.input) ? body.input : [body.input];
+      embeddingRequests.push(input);
+      const vectors = embedScript(input);
+      if (!Array.isArray(vectors)) {
+        res.writeHead(vectors.status, { "content-type": "application/json" });
+        res.end(JSON.stringify({ error: { message: "scripted failure", type: "server_error" } }));
+        return;
+      }
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(
+        JSON.stringify({
+          object: "list",
+          model: body.model,
+          data: vectors.map((embedding, index) => ({ object: "embedding", index, embedding })),
+          usage: { prompt_tokens: input.join(" ").length, total_tokens: input.join(" ").length },
+        }),
+      );
+      return;
+    }
     if (!req.url?.endsWith("/chat/completions")) {
       res.writeHead(404).end();
       return;
@@ -71,6 +97,10 @@ export async function startModelServer(port = 0): Promise<ModelServer> {
     requests,
     respond(next) {
       script = next;
+    },
+    embeddingRequests,
+    embed(next) {
+      embedScript = next;
     },
     async stop() {
       server.closeAllConnections();

@@ -29,10 +29,13 @@ export async function createTestStore(): Promise<TestStore> {
   await admin.end();
   const url = new URL(serverUrl);
   url.pathname = `/${name}`;
+  // The embedded Chroma (recall) still keeps its data under ENGRAM_DATA_DIR: one per test store.
+  const dir = mkdtempSync(path.join(tmpdir(), "engram-test-"));
   return {
     kind: "postgres",
-    vars: { DATABASE_URL: url.toString() },
+    vars: { DATABASE_URL: url.toString(), ENGRAM_DATA_DIR: dir },
     async drop() {
+      rmSync(dir, { recursive: true, force: true });
       const client = new pg.Client({ connectionString: serverUrl });
       await client.connect();
       await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);

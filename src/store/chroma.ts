@@ -1,0 +1,171 @@
+import { fork } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import net from "node:net";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const childScript = fileURLToPath(new URL("./chroma-child.mjs", import.meta.url));
+const chromaBin = fileURLToPath(new URL("../../node_modules/.bin/chroma", import.meta.url));
+
+/** A Chroma server Engram talks to: one it started, one another Engram process runs, or external. */
+export type ChromaServer = {
+  url: string;
+  /** false once a Chroma this process started has exited. */
+  alive(): boolean;
+  stop(): Promise<void>;
+};
+
+type Owner = { pid: number; port: number };
+
+const ownerFile = (dataDir: string) => path.join(dataDir, "chroma.owner.json");
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+function readOwner(dataDir: string): Owner | null {
+  try {
+    const owner = JSON.parse(readFileSync(ownerFile(dataDir), "utf8")) as Owner;
+    return owner.pid !== process.pid && isAlive(owner.pid) && owner.port > 0 ? owner : null;
+  } catch {
+    return null;
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+export async function heartbeat(url: string, timeoutMs = 1_000): Promise<boolean> {
+  try {
+    const response = await fetch(`${url}/api/v2/heartbeat`, { signal: AbortSignal.timeout(timeoutMs) });
+    return response.ok;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Starts Chroma (`chroma run` from the npm package) on a free loopback port with its data in
+ * `<dataDir>/chroma`, and waits for its heartbeat. The process dies with Engram's.
+ */
+export async function startEmbeddedChroma(
+  dataDir: string,
+  options: { port?: number; timeoutMs?: number } = {},
+): Promise<ChromaServer> {
+  const timeoutMs = options.timeoutMs ?? 30_000;
+  const dir = path.resolve(dataDir);
+  mkdirSync(path.join(dir, "chroma"), { recursive: true });
+  if (!existsSync(chromaBin)) throw new Error(`Chroma is not installed (${chromaBin} is missing): run npm install.`);
+  const port = options.port ?? (await freePort());
+  const url = `http://127.0.0.1:${port}`;
+  const child = fork(childScript, [chromaBin, path.join(dir, "chroma"), String(port)], {
+    stdio: ["ignore", "ignore", "inherit", "ipc"],
+    execArgv: [],
+  });
+  let exited: { code: number | null; output: string } | undefined;
+  child.on("message", (message: { exited?: { code: number | null; output: string } }) => {
+    if (message?.exited) exited = message.exited;
+  });
+  const childGone = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  void childGone.then(() => {
+    exited ??= { code: child.exitCode, output: "" };
+    const owner = readOwnerFileRaw(dir);
+    if (owner?.pid === process.pid && owner.port === port) rmSync(ownerFile(dir), { force: true });
+  });
+
+  const deadline = Date.now() + timeoutMs;
+  while (!(await heartbeat(url, 500))) {
+    if (exited || Date.now() > deadline) {
+      child.kill("SIGKILL");
+      const detail = exited?.output.trim().split("\n").slice(-3).join(" ") ?? "";
+      throw new Error(`The embedded Chroma did not start on ${url}${detail ? `: ${detail}` : ""}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  writeFileSync(ownerFile(dir), JSON.stringify({ pid: process.pid, port } satisfies Owner));
+
+  let stopped: Promise<void> | undefined;
+  return {
+    url,
+    alive: () => !exited && child.exitCode === null,
+    stop() {
+      stopped ??= (async () => {
+        if (child.exitCode === null && child.connected) {
+          child.send("stop");
+          setTimeout(() => child.kill("SIGKILL"), 10_000).unref();
+        }
+        await childGone;
+      })();
+      return stopped;
+    },
+  };
+}
+
+function readOwnerFileRaw(dir: string): Owner | null {
+  try {
+    return JSON.parse(readFileSync(ownerFile(dir), "utf8")) as Owner;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The embedded Chroma for this data folder: the one a running Engram already serves (so a CLI
+ * command never opens the folder twice), or a new one this process owns.
+ */
+export async function attachOrStartEmbeddedChroma(dataDir: string): Promise<ChromaServer> {
+  const owner = readOwner(path.resolve(dataDir));
+  if (owner) {
+    const url = `http://127.0.0.1:${owner.port}`;
+    if (await heartbeat(url)) return { url, alive: () => isAlive(owner.pid), stop: async () => {} };
+  }
+  return startEmbeddedChroma(dataDir);
+}
+
+export function externalChroma(url: string): ChromaServer {
+  return { url: url.replace(/\/+$/, ""), alive: () => true, stop: async () => {} };
+}
+
+/**
+ * The Chroma recall uses, resolved on first use (so processes that never recall start nothing):
+ * CHROMA_URL when set, else the embedded one, started again if it died.
+ */
+export function lazyChroma(options: { url?: string; dataDir: string; onStart?: (url: string) => void }) {
+  let current: ChromaServer | undefined;
+  let starting: Promise<ChromaServer> | undefined;
+  let closed = false;
+  return {
+    get(): Promise<ChromaServer> {
+      if (closed) return Promise.reject(new Error("Chroma is closed."));
+      if (current?.alive()) return Promise.resolve(current);
+      starting ??= (async () => {
+        try {
+          current = options.url ? externalChroma(options.url) : await attachOrStartEmbeddedChroma(options.dataDir);
+          if (!options.url) options.onStart?.(current.url);
+          return current;
+        } finally {
+          starting = undefined;
+        }
+      })();
+      return starting;
+    },
+    async stop() {
+      closed = true;
+      await starting?.catch(() => {});
+      await current?.stop();
+    },
+  };
+}

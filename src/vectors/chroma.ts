@@ -1,0 +1,151 @@
+import { ChromaClient, type Collection, type Where } from "chromadb";
+import type { Logger } from "../log.ts";
+import type { ChromaServer } from "../store/chroma.ts";
+import type { SnippetVector, VectorHit, VectorSelector, VectorSpace, VectorStore } from "./index.ts";
+
+const PREFIX = "engram-";
+
+/** Chroma names allow [a-zA-Z0-9._-], 3–512 characters, alphanumeric at both ends. */
+export function collectionName(space: VectorSpace): string {
+  const model = space.model.toLowerCase().replace(/[^a-z0-9._-]+/g, "-").replace(/^[^a-z0-9]+|[^a-z0-9]+$/g, "");
+  return `${PREFIX}${space.tenantId}-${model || "default"}`;
+}
+
+const epoch = (date: Date) => Math.floor(date.getTime() / 1000);
+
+function whereOf(selector: Omit<VectorSelector, "ids">): Where | undefined {
+  const clauses: Where[] = [
+    ...(selector.endUserId ? [{ endUserId: selector.endUserId }] : []),
+    ...(selector.conversationId ? [{ conversationId: selector.conversationId }] : []),
+    ...(selector.occurredBefore ? [{ occurredAt: { $lt: epoch(selector.occurredBefore) } }] : []),
+  ];
+  if (clauses.length === 0) return undefined;
+  return clauses.length === 1 ? clauses[0] : { $and: clauses };
+}
+
+/**
+ * Recall vectors in Chroma, with our own embeddings (`embeddingFunction: null`) and cosine
+ * distance. `server()` resolves the Chroma to talk to; the embedded one is started on first use.
+ */
+export function createChromaVectorStore(server: () => Promise<ChromaServer>, log: Logger): VectorStore {
+  let client: { url: string; chroma: ChromaClient } | undefined;
+  const collections = new Map<string, Collection>();
+
+  async function chroma(): Promise<ChromaClient> {
+    const { url } = await server();
+    if (client?.url !== url) {
+      const parsed = new URL(url);
+      client = {
+        url,
+        chroma: new ChromaClient({
+          host: parsed.hostname,
+          port: Number(parsed.port || (parsed.protocol === "https:" ? 443 : 80)),
+          ssl: parsed.protocol === "https:",
+        }),
+      };
+      collections.clear();
+    }
+    return client.chroma;
+  }
+
+  async function collection(space: VectorSpace): Promise<Collection> {
+    const name = collectionName(space);
+    const c = await chroma();
+    let found = collections.get(name);
+    if (!found) {
+      found = await c.getOrCreateCollection({
+        name,
+        embeddingFunction: null,
+        configuration: { hnsw: { space: "cosine" } },
+        metadata: { tenantId: space.tenantId, model: space.model },
+      });
+      collections.set(name, found);
+    }
+    return found;
+  }
+
+  /** Every collection of the tenant, whatever embedding model filled it. */
+  async function tenantCollections(tenantId: string): Promise<Collection[]> {
+    const c = await chroma();
+    const prefix = `${PREFIX}${tenantId}-`;
+    const found: Collection[] = [];
+    for (let offset = 0; ; offset += 100) {
+      const page = await c.listCollections({ limit: 100, offset });
+      found.push(...page.filter((col) => col.name.startsWith(prefix)));
+      if (page.length < 100) return found;
+    }
+  }
+
+  // A collection deleted or recreated behind our back: forget the handle and go again once.
+  async function withCollection<T>(space: VectorSpace, work: (c: Collection) => Promise<T>): Promise<T> {
+    try {
+      return await work(await collection(space));
+    } catch (error) {
+      if ((error as Error).name !== "ChromaNotFoundError") throw error;
+      collections.delete(collectionName(space));
+      return work(await collection(space));
+    }
+  }
+
+  return {
+    async upsert(space, vectors: SnippetVector[]) {
+      if (vectors.length === 0) return;
+      await withCollection(space, (c) =>
+        c.upsert({
+          ids: vectors.map((v) => v.id),
+          embeddings: vectors.map((v) => v.vector),
+          metadatas: vectors.map((v) => ({
+            endUserId: v.endUserId,
+            conversationId: v.conversationId,
+            kind: v.kind,
+            occurredAt: epoch(v.occurredAt),
+          })),
+        }),
+      );
+    },
+
+    async query(space, vector, filter, k): Promise<VectorHit[]> {
+      const where: Where = filter.excludeConversationId
+        ? { $and: [{ endUserId: filter.endUserId }, { conversationId: { $ne: filter.excludeConversationId } }] }
+        : { endUserId: filter.endUserId };
+      const result = await withCollection(space, (c) =>
+        c.query({ queryEmbeddings: [vector], nResults: k, where, include: ["metadatas", "distances"] }),
+      );
+      const ids = result.ids[0] ?? [];
+      return ids.map((id, i) => {
+        const meta = result.metadatas[0]?.[i] ?? {};
+        return {
+          id,
+          similarity: 1 - (result.distances[0]?.[i] ?? 1),
+          endUserId: String(meta.endUserId),
+          conversationId: String(meta.conversationId),
+        };
+      });
+    },
+
+    async delete(tenantId, selector) {
+      const where = whereOf(selector);
+      if (!where && !selector.ids) throw new Error("Refusing to delete every vector of a tenant without a selector.");
+      if (selector.ids && selector.ids.length === 0) return;
+      for (const c of await tenantCollections(tenantId)) {
+        await c.delete({ ...(selector.ids ? { ids: selector.ids } : {}), ...(where ? { where } : {}) });
+        log.debug("deleted vectors", { collection: c.name, ...selector, ids: selector.ids?.length });
+      }
+    },
+
+    async count(tenantId, selector) {
+      const where = whereOf(selector);
+      let total = 0;
+      for (const c of await tenantCollections(tenantId)) {
+        if (!where && !selector.ids) total += await c.count();
+        else total += (await c.get({ ...(selector.ids ? { ids: selector.ids } : {}), ...(where ? { where } : {}), include: [] })).ids.length;
+      }
+      return total;
+    },
+
+    async close() {
+      collections.clear();
+      client = undefined;
+    },
+  };
+}

@@ -1,0 +1,39 @@
+/** What a recall snippet's vector is filed with, so searches can filter without the database. */
+export type SnippetVector = {
+  id: string;
+  vector: number[];
+  endUserId: string;
+  conversationId: string;
+  kind: "TURN" | "SUMMARY";
+  occurredAt: Date;
+};
+
+export type VectorHit = { id: string; similarity: number; endUserId: string; conversationId: string };
+
+/** Vectors live per tenant and embedding model: a search never crosses either. */
+export type VectorSpace = { tenantId: string; model: string };
+
+/** Deletes by ids and/or metadata; the conditions given all apply. */
+export type VectorSelector = {
+  ids?: string[];
+  endUserId?: string;
+  conversationId?: string;
+  occurredBefore?: Date;
+};
+
+/** The vector store behind recall (Chroma); small enough to fake in a test. */
+export type VectorStore = {
+  upsert(space: VectorSpace, vectors: SnippetVector[]): Promise<void>;
+  /** The k nearest of one end user's vectors, optionally leaving one conversation out. */
+  query(
+    space: VectorSpace,
+    vector: number[],
+    filter: { endUserId: string; excludeConversationId?: string | null },
+    k: number,
+  ): Promise<VectorHit[]>;
+  /** Deletes in every embedding model's collection of the tenant. */
+  delete(tenantId: string, selector: VectorSelector): Promise<void>;
+  /** How many vectors match (tests and checks). */
+  count(tenantId: string, selector: VectorSelector): Promise<number>;
+  close(): Promise<void>;
+};

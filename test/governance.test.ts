@@ -1,0 +1,503 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { compactionJobRun, runCompaction } from "../jobs/compact.ts";
+import { forTenant } from "../src/db.ts";
+import { budgetStatus } from "../src/memory/budget.ts";
+import { redactTexts, DEFAULT_REDACTION } from "../src/memory/redaction.ts";
+import { recordModelUsage } from "../src/memory/usage.ts";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { startModelServer, type ChatRequest, type ModelServer } from "./helpers/model-server.ts";
+import { memoryScript } from "./helpers/scripted-memory-model.ts";
+
+const DAY_MS = 86_400_000;
+const daysAgo = (days: number) => new Date(Date.now() - days * DAY_MS).toISOString();
+const SECRET = "test-engram-secret-0123456789";
+const TENANT_KEY = "sk-tenant-a-Zx9fQ2LmP8vRt4WkYb7NcA3hJ6sD";
+
+const UPDATE = /* GraphQL */ `
+  mutation($input: UpdateTenantSettingsInput!) {
+    updateTenantSettings(input: $input) {
+      retentionDays monthlyTokenBudget
+      compaction { minEvents olderThanDays schedule }
+      modelRouting {
+        cheap { baseUrl model hasApiKey effectiveModel }
+        compaction { baseUrl model hasApiKey effectiveBaseUrl effectiveModel }
+        embedding { baseUrl model hasApiKey }
+      }
+      redaction { detectors { email phone card iban secret ip } custom { name pattern flags placeholder } }
+      prices { model inputPerMillion outputPerMillion }
+    }
+  }
+`;
+const SETTINGS = UPDATE.replace("mutation($input: UpdateTenantSettingsInput!)", "query").replace(
+  "updateTenantSettings(input: $input)",
+  "tenantSettings",
+);
+const AUDIT = `query($first: Int, $after: String) { auditLog(first: $first, after: $after) { edges { cursor node { id action apiKeyId changes createdAt } } pageInfo { hasNextPage endCursor } } }`;
+const BUDGET = `{ budgetStatus { spent limit paused pausedSince periodStart periodEnd } }`;
+const APPEND = `mutation($input: AppendEventInput!) { appendEvent(input: $input) { id } }`;
+
+async function until<T>(what: string, probe: () => Promise<T | undefined | null | false>, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+  }
+}
+
+const compactAnswer = (request: ChatRequest) => {
+  const scope = /^Scope: (\S+ \S+)/.exec(request.messages.find((m) => m.role === "user")?.content ?? "")?.[1] ?? "?";
+  return JSON.stringify({ title: `Digest of ${scope}`, summary: "- kept", tags: ["compacted"] });
+};
+
+async function appendOld(engram: TestEngram, key: string, scopeRef: string, bodies: string[]) {
+  for (const [i, body] of bodies.entries()) {
+    const { errors } = await engram.gql(
+      APPEND,
+      { input: { scope: "PROJECT", scopeRef, kind: "note", body, source: "test", sourceRef: `${scopeRef}-${i}`, occurredAt: daysAgo(200 - i) } },
+      key,
+    );
+    expect(errors).toBeUndefined();
+  }
+}
+
+describe("tenant settings, routing, budgets, redaction and cost", () => {
+  let engram: TestEngram;
+  let fallback: ModelServer;
+  let serverA: ModelServer;
+  let serverB: ModelServer;
+
+  beforeAll(async () => {
+    [fallback, serverA, serverB] = await Promise.all([startModelServer(), startModelServer(), startModelServer()]);
+    for (const server of [fallback, serverA, serverB]) server.respond(compactAnswer);
+    engram = await startTestEngram({
+      env: {
+        OPENAI_BASE_URL: fallback.url,
+        OPENAI_API_KEY: "server-key",
+        ENGRAM_MODEL_MAX_RETRIES: "0",
+        ENGRAM_SECRET: SECRET,
+        ENGRAM_EMBEDDINGS: "offline",
+      },
+    });
+  });
+  afterAll(async () => {
+    await engram?.stop();
+    await Promise.all([fallback, serverA, serverB].map((s) => s?.stop()));
+  });
+
+  it("starts from the product's defaults", async () => {
+    const { data, errors } = await engram.gql(SETTINGS);
+    expect(errors).toBeUndefined();
+    expect(data.tenantSettings).toMatchObject({
+      retentionDays: 180,
+      monthlyTokenBudget: null,
+      compaction: { minEvents: 3, olderThanDays: 90, schedule: "17 6 * * *" },
+      modelRouting: { cheap: { baseUrl: null, model: null, hasApiKey: false, effectiveModel: "gpt-4o-mini" } },
+      redaction: { detectors: { email: true, phone: true, card: true, iban: true, secret: true, ip: true }, custom: [] },
+      prices: [],
+    });
+  });
+
+  it("is for admins only: other roles get FORBIDDEN and change nothing", async () => {
+    for (const key of [engram.tenant.writer, engram.tenant.reader]) {
+      const read = await engram.gql(SETTINGS, {}, key);
+      expect(read.errors?.[0].extensions?.code).toBe("FORBIDDEN");
+      const write = await engram.gql(UPDATE, { input: { retentionDays: 1 } }, key);
+      expect(write.errors?.[0].extensions?.code).toBe("FORBIDDEN");
+      const audit = await engram.gql(AUDIT, {}, key);
+      expect(audit.errors?.[0].extensions?.code).toBe("FORBIDDEN");
+    }
+    expect(await engram.services.db.auditLog.count()).toBe(0);
+  });
+
+  it("refuses invalid settings with BAD_USER_INPUT and writes nothing", async () => {
+    const before = await engram.services.db.tenantSettings.findUniqueOrThrow({ where: { tenantId: engram.tenant.tenantId } });
+    const invalid = [
+      { retentionDays: -1 },
+      { compaction: { minEvents: 1 } },
+      { compaction: { schedule: "every day" } },
+      { monthlyTokenBudget: -5 },
+      { modelRouting: { cheap: { baseUrl: "ftp://models.example" } } },
+      { redaction: { custom: [{ name: "hostile", pattern: "(a+)+$" }] } },
+      { redaction: { custom: [{ name: "broken", pattern: "([a-z" }] } },
+      { redaction: { custom: [{ name: "backref", pattern: "(a)\\1" }] } },
+      { prices: [{ model: "m", inputPerMillion: -1, outputPerMillion: 1 }] },
+      // A valid part does not get written when another part is invalid.
+      { retentionDays: 30, redaction: { custom: [{ name: "x", pattern: "(\\w*)*z" }] } },
+    ];
+    for (const input of invalid) {
+      const { errors } = await engram.gql(UPDATE, { input });
+      expect(errors?.[0].extensions?.code, JSON.stringify(input)).toBe("BAD_USER_INPUT");
+    }
+    const after = await engram.services.db.tenantSettings.findUniqueOrThrow({ where: { tenantId: engram.tenant.tenantId } });
+    expect(after).toEqual(before);
+    expect(await engram.services.db.auditLog.count()).toBe(0);
+  });
+
+  it("stores a tenant's model API key encrypted, never returns it, and audits changes without it", async () => {
+    const { data, errors } = await engram.gql(UPDATE, {
+      input: {
+        retentionDays: 30,
+        modelRouting: { compaction: { baseUrl: serverA.url, model: "a-compactor", apiKey: TENANT_KEY } },
+      },
+    });
+    expect(errors).toBeUndefined();
+    expect(data.updateTenantSettings.retentionDays).toBe(30);
+    expect(data.updateTenantSettings.modelRouting.compaction).toEqual({
+      baseUrl: serverA.url,
+      model: "a-compactor",
+      hasApiKey: true,
+      effectiveBaseUrl: serverA.url,
+      effectiveModel: "a-compactor",
+    });
+    expect(JSON.stringify(data)).not.toContain(TENANT_KEY);
+
+    // At rest: neither the settings row nor the audit log holds the key in clear.
+    const rows = await engram.services.db.$queryRawUnsafe<{ row: string }[]>(
+      `SELECT row_to_json(s)::text AS row FROM "TenantSettings" s UNION ALL SELECT row_to_json(a)::text FROM "AuditLog" a`,
+    );
+    expect(rows.length).toBeGreaterThan(0);
+    for (const { row } of rows) expect(row).not.toContain(TENANT_KEY);
+    const stored = await engram.services.db.tenantSettings.findUniqueOrThrow({ where: { tenantId: engram.tenant.tenantId } });
+    expect((stored.modelRouting as any).compaction.apiKeyEncrypted).toMatch(/^v1:/);
+
+    // Rotating the key, then another change: the audit log says who, what and when.
+    await engram.gql(UPDATE, { input: { modelRouting: { compaction: { apiKey: `${TENANT_KEY}-2` } } } });
+    await engram.gql(UPDATE, { input: { monthlyTokenBudget: 1_000_000, redaction: { detectors: { ip: false } } } });
+    const viewer = await engram.gql(`{ viewer { apiKeyId } }`);
+    const page1 = await engram.gql(AUDIT, { first: 2 });
+    expect(page1.errors).toBeUndefined();
+    const log = page1.data.auditLog;
+    expect(log.pageInfo.hasNextPage).toBe(true);
+    const page2 = await engram.gql(AUDIT, { first: 2, after: log.pageInfo.endCursor });
+    const entries = [...log.edges, ...page2.data.auditLog.edges].map((e: any) => e.node);
+    expect(entries).toHaveLength(3);
+    expect(JSON.stringify(entries)).not.toContain(TENANT_KEY);
+    for (const entry of entries) {
+      expect(entry.action).toBe("settings.update");
+      expect(entry.apiKeyId).toBe(viewer.data.viewer.apiKeyId);
+    }
+    const [latest, rotation, first] = entries;
+    expect(latest.changes).toMatchObject({
+      monthlyTokenBudget: { from: null, to: 1_000_000 },
+      redaction: { from: { detectors: { ip: true } }, to: { detectors: { ip: false } } },
+    });
+    expect(rotation.changes["modelRouting.compaction"].to.apiKey).toBe("[changed]");
+    expect(first.changes).toMatchObject({
+      retentionDays: { from: 180, to: 30 },
+      "modelRouting.compaction": { from: null, to: { baseUrl: serverA.url, model: "a-compactor", apiKey: "[set]" } },
+    });
+    // The other tenant sees none of it.
+    const theirs = await engram.gql(AUDIT, {}, engram.other.admin);
+    expect(theirs.data.auditLog.edges).toEqual([]);
+    await engram.gql(UPDATE, { input: { monthlyTokenBudget: null, redaction: { detectors: { ip: true } } } });
+  });
+
+  it("routes each tenant's compaction to its own model server, per its settings", async () => {
+    await engram.gql(UPDATE, { input: { modelRouting: { compaction: { baseUrl: serverB.url, model: "b-compactor" } } } }, engram.other.admin);
+    await appendOld(engram, engram.tenant.writer, "route-a", ["alpha one", "alpha two", "alpha three"]);
+    await appendOld(engram, engram.other.writer, "route-b", ["bravo one", "bravo two", "bravo three"]);
+    const counts = [fallback, serverA, serverB].map((s) => s.requests.length);
+
+    const runs = await runCompaction(engram.services, {});
+    expect(runs.map((r) => r.status)).toEqual(["SUCCEEDED", "SUCCEEDED"]);
+    const [toFallback, toA, toB] = [fallback, serverA, serverB].map((s, i) => s.requests.slice(counts[i]));
+    expect(toFallback).toEqual([]);
+    expect(toA.map((r) => r.model)).toEqual(["a-compactor"]);
+    expect(toB.map((r) => r.model)).toEqual(["b-compactor"]);
+    expect(JSON.stringify(toA)).toContain("alpha two");
+    expect(JSON.stringify(toA)).not.toContain("bravo");
+    expect(JSON.stringify(toB)).toContain("bravo two");
+    expect(JSON.stringify(toB)).not.toContain("alpha");
+
+    const usage = async (key: string) =>
+      (await engram.gql(`{ modelUsage(groupBy: [PURPOSE, CHAIN]) { rows { purpose chain calls } } }`, {}, key)).data.modelUsage.rows;
+    expect(await usage(engram.tenant.admin)).toEqual([{ purpose: "memory:a-compactor", chain: "compact", calls: 1 }]);
+    expect(await usage(engram.other.admin)).toEqual([{ purpose: "memory:b-compactor", chain: "compact", calls: 1 }]);
+  });
+
+  it("redacts every planted secret before the model sees it, and stores the originals", async () => {
+    const planted = {
+      email: "jane.doe@example.com",
+      phone: "+44 20 7946 0958",
+      card: "4111 1111 1111 1111",
+      iban: "DE89 3704 0044 0532 0130 00",
+      aws: "AKIAIOSFODNN7EXAMPLE",
+      jwt: "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+      ipv4: "203.0.113.42",
+      ipv6: "2001:db8::8a2e:370:7334",
+      custom: "ORDER-778812",
+    };
+    const { errors } = await engram.gql(UPDATE, {
+      input: { redaction: { custom: [{ name: "order", pattern: "ORDER-\\d{4,}", flags: "i" }] } },
+    });
+    expect(errors).toBeUndefined();
+    await appendOld(engram, engram.tenant.writer, "secrets", [
+      `Client ${planted.email} called from ${planted.phone} about the renewal.`,
+      `Paid with ${planted.card}; refund to ${planted.iban} for ${planted.custom}.`,
+      `Ops shared ${planted.aws} and token ${planted.jwt} from ${planted.ipv4} / ${planted.ipv6}.`,
+    ]);
+    const from = serverA.requests.length;
+    const [run] = await runCompaction(engram.services, { tenantId: engram.tenant.tenantId });
+    expect(run.status).toBe("SUCCEEDED");
+    const sent = JSON.stringify(serverA.requests.slice(from));
+    expect(sent).toContain("renewal");
+    for (const [kind, value] of Object.entries(planted)) expect(sent, kind).not.toContain(value);
+    for (const placeholder of ["[EMAIL]", "[PHONE]", "[CARD]", "[IBAN]", "[SECRET]", "[IP]", "[ORDER]"]) {
+      expect(sent).toContain(placeholder);
+    }
+    // Stored data is unchanged: the events still hold the originals.
+    const bodies = (
+      await engram.services.db.memoryEvent.findMany({ where: { tenantId: engram.tenant.tenantId, scopeRef: "secrets" } })
+    ).map((e) => e.body).join("\n");
+    for (const value of Object.values(planted)) expect(bodies).toContain(value);
+    const usage = await engram.services.db.modelUsage.findFirstOrThrow({
+      where: { tenantId: engram.tenant.tenantId },
+      orderBy: { createdAt: "desc" },
+    });
+    expect(usage.redactions).toBe(9);
+    const report = await engram.gql(`{ modelUsage { redactions } }`);
+    expect(report.data.modelUsage.redactions).toBe(9);
+
+    // The helper for embeddings and other callers applies the same rules.
+    const redacted = await engram.services.models.redactForTenant(engram.tenant.tenantId, [`mail ${planted.email} re ${planted.custom}`]);
+    expect(redacted).toEqual({ texts: ["mail [EMAIL] re [ORDER]"], redactions: 2 });
+    await engram.gql(UPDATE, { input: { redaction: { custom: [] } } });
+  });
+
+  it("embeds on the tenant's embedding route, redacted and metered under chain embed", async () => {
+    serverB.embed((input) => input.map(() => [0.1, 0.2, 0.3]));
+    await engram.gql(UPDATE, { input: { modelRouting: { embedding: { baseUrl: serverB.url, model: "b-embed" } } } }, engram.other.admin);
+    expect(await engram.services.models.embeddingRoute(engram.other.tenantId)).toMatchObject({ baseUrl: serverB.url, model: "b-embed" });
+    // The first tenant has no embedding route and the server embeds offline: no remote route.
+    expect(await engram.services.models.embeddingRoute(engram.tenant.tenantId)).toBeNull();
+    const embeddings = await engram.services.models.embeddings(engram.other.tenantId);
+    const vectors = await embeddings!.embedDocuments(["write to jane.doe@example.com", "from 203.0.113.42"]);
+    expect(vectors).toEqual([[0.1, 0.2, 0.3], [0.1, 0.2, 0.3]]);
+    expect(serverB.embeddingRequests.at(-1)).toEqual(["write to [EMAIL]", "from [IP]"]);
+    const usage = await engram.services.db.modelUsage.findFirstOrThrow({
+      where: { tenantId: engram.other.tenantId, chain: "embed" },
+    });
+    expect(usage).toMatchObject({ purpose: "memory:b-embed", redactions: 2, outputTokens: 0 });
+  });
+
+  it("a hostile pattern cannot hang a worker: it is refused when saved, and cut off at run time", async () => {
+    const refused = await engram.gql(UPDATE, { input: { redaction: { custom: [{ name: "evil", pattern: "(a+)+$" }] } } });
+    expect(refused.errors?.[0].extensions?.code).toBe("BAD_USER_INPUT");
+    expect(refused.errors?.[0].message).toMatch(/nested quantifiers/);
+
+    // One that slips past the static check (overlapping alternatives) is stopped by the time guard.
+    const hostile = { ...DEFAULT_REDACTION, custom: [{ name: "evil", pattern: "(a|a)*$", flags: "", placeholder: "[EVIL]" }] };
+    const started = Date.now();
+    await expect(redactTexts(hostile, ["a".repeat(50_000) + "!"], { timeoutMs: 300 })).rejects.toMatchObject({
+      code: "REDACTION_FAILED",
+    });
+    expect(Date.now() - started).toBeLessThan(5_000);
+
+    // Planted straight into the store (bypassing validation), it fails the model call closed:
+    // nothing is sent, nothing is marked, and the process stays responsive.
+    await engram.services.db.tenantSettings.update({
+      where: { tenantId: engram.tenant.tenantId },
+      data: { redaction: { custom: hostile.custom } },
+    });
+    await appendOld(engram, engram.tenant.writer, "hostile", ["a".repeat(30) + "!", "b", "c"]);
+    const from = serverA.requests.length;
+    let ticks = 0;
+    const ticker = setInterval(() => ticks++, 50);
+    const [run] = await runCompaction(engram.services, { tenantId: engram.tenant.tenantId });
+    clearInterval(ticker);
+    expect(run.status).toBe("FAILED");
+    expect(JSON.stringify(run.result)).toMatch(/took longer than/);
+    expect(ticks).toBeGreaterThan(5);
+    expect(serverA.requests.length).toBe(from);
+    expect(await engram.services.db.memoryEvent.count({ where: { scopeRef: "hostile", compressedAt: { not: null } } })).toBe(0);
+    await engram.services.db.tenantSettings.update({
+      where: { tenantId: engram.tenant.tenantId },
+      data: { redaction: {} },
+    });
+    const [retry] = await runCompaction(engram.services, { tenantId: engram.tenant.tenantId });
+    expect(retry.status).toBe("SUCCEEDED");
+  });
+
+  it("pauses compaction when the budget is spent, marks nothing, and resumes when it is raised", async () => {
+    const db = forTenant(engram.services.db, engram.tenant.tenantId);
+    const spent = (await budgetStatus(db)).spent;
+    await engram.gql(UPDATE, { input: { monthlyTokenBudget: spent } });
+    const status = await engram.gql(BUDGET);
+    expect(status.data.budgetStatus).toMatchObject({ spent, limit: spent, paused: true });
+    expect(status.data.budgetStatus.pausedSince).not.toBeNull();
+
+    await appendOld(engram, engram.tenant.writer, "paused", ["one", "two", "three"]);
+    const from = serverA.requests.length;
+    await expect(compactionJobRun(engram.services, { tenantId: engram.tenant.tenantId })).rejects.toMatchObject({
+      code: "BUDGET_EXHAUSTED",
+    });
+    expect(serverA.requests.length).toBe(from);
+    expect(await engram.services.db.memoryEvent.count({ where: { scopeRef: "paused", compressedAt: { not: null } } })).toBe(0);
+    const [run] = (await engram.gql(`{ jobRuns(name: "memory.compact", first: 1) { status result } }`)).data.jobRuns;
+    expect(run).toMatchObject({ status: "SKIPPED", result: { paused: true } });
+
+    await engram.gql(UPDATE, { input: { monthlyTokenBudget: spent + 1_000_000 } });
+    await compactionJobRun(engram.services, { tenantId: engram.tenant.tenantId });
+    expect(await engram.services.db.memoryEvent.count({ where: { scopeRef: "paused", compressedAt: { not: null } } })).toBe(3);
+    const after = await engram.gql(BUDGET);
+    expect(after.data.budgetStatus).toMatchObject({ paused: false, pausedSince: null, limit: spent + 1_000_000 });
+    await engram.gql(UPDATE, { input: { monthlyTokenBudget: null } });
+  });
+
+  it("counts the budget per calendar month (UTC): last month's usage does not pause this month", async () => {
+    const db = forTenant(engram.services.db, engram.other.tenantId);
+    const now = new Date();
+    const lastMonth = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1) - DAY_MS);
+    await engram.services.db.modelUsage.create({
+      data: { tenantId: engram.other.tenantId, purpose: "memory:x", chain: "summary", model: "x", inputTokens: 900_000, outputTokens: 0, createdAt: lastMonth },
+    });
+    await engram.gql(UPDATE, { input: { monthlyTokenBudget: 500_000 } }, engram.other.admin);
+    const status = await budgetStatus(db, now);
+    expect(status.paused).toBe(false);
+    expect(status.periodStart.toISOString()).toBe(new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1)).toISOString());
+    // Seen from last month, the same usage had spent it.
+    expect((await budgetStatus(db, lastMonth)).paused).toBe(true);
+    await engram.gql(UPDATE, { input: { monthlyTokenBudget: null } }, engram.other.admin);
+  });
+
+  it("shows cost per model, day, purpose and tenant from the price table, for the caller's tenant only", async () => {
+    const db = forTenant(engram.services.db, engram.tenant.tenantId);
+    await db.modelUsage.deleteMany({});
+    await recordModelUsage(db, { chain: "summary", model: "cheap-m", inputTokens: 2_000_000, outputTokens: 500_000 });
+    await recordModelUsage(db, { chain: "loss-judge", model: "cheap-m", inputTokens: 1_000_000, outputTokens: 0 });
+    await recordModelUsage(db, { chain: "compact", model: "unpriced-m", inputTokens: 300, outputTokens: 100 });
+    await recordModelUsage(forTenant(engram.services.db, engram.other.tenantId), { chain: "summary", model: "cheap-m", inputTokens: 7, outputTokens: 7 });
+    const { errors } = await engram.gql(UPDATE, {
+      input: { prices: [{ model: "cheap-m", inputPerMillion: 0.15, outputPerMillion: 0.6 }] },
+    });
+    expect(errors).toBeUndefined();
+    const today = new Date().toISOString().slice(0, 10);
+    const byModelAndDay = await engram.gql(
+      `{ modelUsage(groupBy: [MODEL, DAY]) { costUsd unpricedTokens inputTokens rows { model day purpose chain calls inputTokens outputTokens costUsd unpricedTokens } } }`,
+    );
+    expect(byModelAndDay.errors).toBeUndefined();
+    const report = byModelAndDay.data.modelUsage;
+    expect(report.rows).toEqual([
+      { model: "cheap-m", day: today, purpose: null, chain: null, calls: 2, inputTokens: 3_000_000, outputTokens: 500_000, costUsd: 0.75, unpricedTokens: 0 },
+      { model: "unpriced-m", day: today, purpose: null, chain: null, calls: 1, inputTokens: 300, outputTokens: 100, costUsd: null, unpricedTokens: 400 },
+    ]);
+    expect(report.costUsd).toBeCloseTo(0.75);
+    expect(report.unpricedTokens).toBe(400);
+    expect(report.inputTokens).toBe(3_000_300);
+
+    const byTenant = await engram.gql(`{ modelUsage(groupBy: [TENANT]) { rows { tenantId calls costUsd } } }`);
+    expect(byTenant.data.modelUsage.rows).toEqual([{ tenantId: engram.tenant.tenantId, calls: 3, costUsd: 0.75 }]);
+    const byPurpose = await engram.gql(`{ modelUsage(groupBy: [PURPOSE]) { rows { purpose calls } } }`, {}, engram.tenant.reader);
+    expect(byPurpose.data.modelUsage.rows).toEqual([
+      { purpose: "memory:cheap-m", calls: 2 },
+      { purpose: "memory:unpriced-m", calls: 1 },
+    ]);
+    const tomorrow = new Date(Date.now() + DAY_MS).toISOString();
+    const empty = await engram.gql(`query($from: DateTime) { modelUsage(from: $from) { calls rows { calls } } }`, { from: tomorrow });
+    expect(empty.data.modelUsage).toEqual({ calls: 0, rows: [] });
+  });
+
+  it("runs a tenant's compaction on its own schedule", async () => {
+    const now = new Date();
+    await engram.gql(UPDATE, { input: { compaction: { schedule: "0 * * * *" } } }, engram.other.admin);
+    // Both tenants ran compaction moments ago: nothing is due until their schedules come round.
+    expect(await runCompaction(engram.services, { due: true }, now)).toEqual([]);
+    // In an hour and a bit, the hourly tenant is due and the daily one (06:17 UTC) may not be.
+    const later = new Date(now.getTime() + 65 * 60_000);
+    const runs = await runCompaction(engram.services, { due: true }, later);
+    expect(runs.map((r) => r.tenantId)).toContain(engram.other.tenantId);
+    const crossed617 = Math.floor((later.getTime() - 6 * 3_600_000 - 17 * 60_000) / DAY_MS) > Math.floor((now.getTime() - 6 * 3_600_000 - 17 * 60_000) / DAY_MS);
+    expect(runs.some((r) => r.tenantId === engram.tenant.tenantId)).toBe(crossed617);
+  });
+});
+
+describe("settings on a server without ENGRAM_SECRET", () => {
+  let engram: TestEngram;
+  beforeAll(async () => {
+    engram = await startTestEngram({ env: { ENGRAM_EMBEDDINGS: "offline" } });
+  });
+  afterAll(() => engram?.stop());
+
+  it("refuses a tenant API key with a clear BAD_USER_INPUT and writes nothing", async () => {
+    const { errors } = await engram.gql(UPDATE, {
+      input: { retentionDays: 7, modelRouting: { cheap: { baseUrl: "http://127.0.0.1:9/v1", apiKey: "sk-should-not-be-stored-000000" } } },
+    });
+    expect(errors?.[0].extensions?.code).toBe("BAD_USER_INPUT");
+    expect(errors?.[0].message).toMatch(/ENGRAM_SECRET/);
+    const { data } = await engram.gql(SETTINGS);
+    expect(data.tenantSettings.retentionDays).toBe(180);
+    expect(data.tenantSettings.modelRouting.cheap.hasApiKey).toBe(false);
+    expect(await engram.services.db.auditLog.count()).toBe(0);
+    // Without a key, a route is fine, and the server's own key is not sent to it.
+    const routed = await engram.gql(UPDATE, { input: { modelRouting: { cheap: { baseUrl: "http://127.0.0.1:9/v1" } } } });
+    expect(routed.errors).toBeUndefined();
+    expect(await engram.services.models.route(engram.tenant.tenantId, "cheap")).toEqual({
+      baseUrl: "http://127.0.0.1:9/v1",
+      model: "gpt-4o-mini",
+      apiKey: undefined,
+    });
+  });
+});
+
+describe("budget pause and resume of queued summary work", () => {
+  let engram: TestEngram;
+  let model: ModelServer;
+  beforeAll(async () => {
+    model = await startModelServer();
+    model.respond(memoryScript());
+    engram = await startTestEngram({
+      worker: true,
+      env: { OPENAI_BASE_URL: model.url, OPENAI_API_KEY: "k", ENGRAM_MODEL_MAX_RETRIES: "0", ENGRAM_EMBEDDINGS: "offline" },
+    });
+  });
+  afterAll(async () => {
+    await engram?.stop();
+    await model?.stop();
+  });
+
+  it("queues summary rewrites while the budget is spent, then completes them when it is raised", async () => {
+    const set = await engram.gql(UPDATE, { input: { monthlyTokenBudget: 0 } });
+    expect(set.errors).toBeUndefined();
+    let conversationId = "";
+    for (let n = 1; n <= 8; n++) {
+      const { data, errors } = await engram.gql(
+        `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { conversation { id } } }`,
+        {
+          input: {
+            agentExternalId: "concierge",
+            endUserExternalId: "guest",
+            conversationExternalId: "budgeted",
+            clientTurnId: `b-${n}`,
+            userMessage: `Question ${n} about the trip`,
+            assistantMessage: `Answer ${n} about the trip`,
+          },
+        },
+      );
+      expect(errors).toBeUndefined();
+      conversationId = data.recordTurn.conversation.id;
+    }
+    // Context assembly keeps answering while paused.
+    const context = await engram.gql(`query($input: ContextInput!) { context(input: $input) { blocks { kind } } }`, {
+      input: { conversationId, message: "and now?" },
+    });
+    expect(context.errors).toBeUndefined();
+
+    await new Promise((resolve) => setTimeout(resolve, 4_000));
+    expect(model.requests).toEqual([]);
+    expect(await engram.services.db.summaryRevision.count()).toBe(0);
+    const paused = await engram.gql(BUDGET);
+    expect(paused.data.budgetStatus).toMatchObject({ spent: 0, limit: 0, paused: true });
+
+    await engram.gql(UPDATE, { input: { monthlyTokenBudget: 10_000_000 } });
+    await until(
+      "the queued rewrite to run",
+      async () => (await engram.services.db.conversation.findUniqueOrThrow({ where: { id: conversationId } })).summaryThroughSeq === 10,
+      60_000,
+    );
+    const resumed = await engram.gql(BUDGET);
+    expect(resumed.data.budgetStatus.paused).toBe(false);
+    expect(resumed.data.budgetStatus.spent).toBeGreaterThan(0);
+  });
+});

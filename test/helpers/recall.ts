@@ -1,0 +1,84 @@
+import { ChromaClient } from "chromadb";
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import type { TestEngram } from "./engram.ts";
+
+/** Polls until probe returns something truthy. */
+export async function until<T>(what: string, probe: () => Promise<T | undefined | null | false>, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+  }
+}
+
+export const RECORD = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id conversation { id endUser { id } } } }`;
+export const IMPORT = `mutation($input: ImportConversationInput!) { importConversation(input: $input) { id lastSeq endUser { id } } }`;
+export const CONTEXT = `query($input: ContextInput!) { context(input: $input) { totalTokens blocks { kind title text tokens items { id text tokens score } } } }`;
+export const RECALL = `query($input: RecallInput!) { recall(input: $input) { degraded candidates { snippetId kind text conversationId messageIds messageSeqs vectorScore vectorRank keywordScore keywordRank fusedScore } } }`;
+
+let turnNo = 0;
+
+/** Records a turn and returns the ids a test needs. */
+export async function say(
+  engram: TestEngram,
+  who: { user: string; conversation: string; agent?: string },
+  userMessage: string,
+  assistantMessage?: string,
+  key?: string,
+) {
+  const result = await engram.gql(
+    RECORD,
+    {
+      input: {
+        agentExternalId: who.agent ?? "shop",
+        endUserExternalId: who.user,
+        conversationExternalId: who.conversation,
+        clientTurnId: `turn-${++turnNo}-${who.conversation}`,
+        userMessage,
+        assistantMessage,
+      },
+    },
+    key,
+  );
+  if (result.errors) throw new Error(JSON.stringify(result.errors));
+  return {
+    turnId: result.data.recordTurn.id as string,
+    conversationId: result.data.recordTurn.conversation.id as string,
+    endUserId: result.data.recordTurn.conversation.endUser.id as string,
+  };
+}
+
+/** Waits until every snippet of the tenant has its vector. */
+export function allIndexed(engram: TestEngram, tenantId = engram.tenant.tenantId, timeoutMs = 30_000) {
+  return until(
+    "every snippet to be indexed",
+    async () => {
+      const [total, pending] = await Promise.all([
+        engram.services.db.recallSnippet.count({ where: { tenantId } }),
+        engram.services.db.recallSnippet.count({ where: { tenantId, indexedAt: null } }),
+      ]);
+      return total > 0 && pending === 0;
+    },
+    timeoutMs,
+  );
+}
+
+/** A client of the embedded Chroma the test Engram started, for checking vectors directly. */
+export function chromaOf(engram: TestEngram): ChromaClient {
+  const dataDir = engram.services.env.ENGRAM_DATA_DIR;
+  const { port } = JSON.parse(readFileSync(path.join(dataDir, "chroma.owner.json"), "utf8")) as { port: number };
+  return new ChromaClient({ host: "127.0.0.1", port });
+}
+
+/** The ids of the vectors Chroma holds for a tenant, across its collections, matching `where`. */
+export async function vectorIds(chroma: ChromaClient, tenantId: string, where?: Record<string, unknown>): Promise<string[]> {
+  const ids: string[] = [];
+  for (const collection of await chroma.listCollections({ limit: 1000 })) {
+    if (!collection.name.startsWith(`engram-${tenantId}-`)) continue;
+    ids.push(...(await collection.get({ ...(where ? { where: where as never } : {}), include: [] })).ids);
+  }
+  return ids.sort();
+}

@@ -1,0 +1,73 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { runReconcile } from "../jobs/reconcile.ts";
+import { startEmbeddedChroma, type ChromaServer } from "../src/store/chroma.ts";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { allIndexed, CONTEXT, RECALL, say, until } from "./helpers/recall.ts";
+
+// An external Chroma (CHROMA_URL) that goes down and comes back.
+let chromaDir: string;
+let chroma: ChromaServer;
+let engram: TestEngram;
+
+beforeAll(async () => {
+  chromaDir = mkdtempSync(path.join(tmpdir(), "engram-chroma-"));
+  chroma = await startEmbeddedChroma(chromaDir);
+  engram = await startTestEngram({ worker: true, env: { CHROMA_URL: chroma.url } });
+}, 120_000);
+afterAll(async () => {
+  await engram?.stop();
+  await chroma?.stop();
+  rmSync(chromaDir, { recursive: true, force: true });
+});
+
+describe("with Chroma down", () => {
+  it("still answers context, and indexing catches up when Chroma is back", async () => {
+    const first = await say(engram, { user: "ivan", conversation: "i-1" }, "I ordered the blue trail running shoes.", "Ordered.");
+    await allIndexed(engram);
+
+    await chroma.stop();
+    const now = await say(engram, { user: "ivan", conversation: "i-2" }, "I also ordered a yellow raincoat.", "Ordered too.");
+    const pending = await engram.services.db.recallSnippet.findFirstOrThrow({ where: { conversationId: now.conversationId } });
+
+    const { data, errors } = await engram.gql(CONTEXT, {
+      input: { conversationId: now.conversationId, message: "Can you order the same shoes as last time?" },
+    });
+    expect(errors).toBeUndefined();
+    expect(data.context.blocks.map((b: any) => b.kind)).toContain("TAIL");
+    // Keyword matches still answer the debug query, which says what is missing.
+    const degraded = await engram.gql(RECALL, { input: { endUserId: first.endUserId, text: "running shoes" } });
+    expect(degraded.data.recall.degraded).toMatch(/vector search unavailable/);
+    expect(degraded.data.recall.candidates[0]).toMatchObject({ conversationId: first.conversationId, vectorScore: null, keywordRank: 1 });
+
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    expect((await engram.services.db.recallSnippet.findUniqueOrThrow({ where: { id: pending.id } })).indexedAt).toBeNull();
+
+    chroma = await startEmbeddedChroma(chromaDir, { port: Number(new URL(chroma.url).port) });
+    await until("the retried indexing", async () => (await engram.services.db.recallSnippet.findUniqueOrThrow({ where: { id: pending.id } })).indexedAt, 45_000);
+    const back = await engram.gql(RECALL, {
+      input: { endUserId: first.endUserId, text: "yellow raincoat", mode: "VECTOR", excludeConversationId: first.conversationId },
+    });
+    expect(back.data.recall.degraded).toBeNull();
+    expect(back.data.recall.candidates[0]).toMatchObject({ snippetId: pending.id, vectorRank: 1 });
+    // What was indexed before the outage survived it (Chroma keeps its data on disk).
+    const old = await engram.gql(RECALL, { input: { endUserId: first.endUserId, text: "running shoes", mode: "VECTOR" } });
+    expect(old.data.recall.candidates.map((c: any) => c.conversationId)).toContain(first.conversationId);
+  });
+
+  it("reconcile re-indexes a snippet a crash left without its vector", async () => {
+    const turn = await say(engram, { user: "ivan", conversation: "i-3" }, "My bike is a green Brompton.", "Nice.");
+    await allIndexed(engram);
+    const snippet = await engram.services.db.recallSnippet.findFirstOrThrow({ where: { conversationId: turn.conversationId } });
+    // A crash between the database and Chroma: the row without its vector.
+    await engram.services.vectors.delete(engram.tenant.tenantId, { ids: [snippet.id] });
+    await engram.services.db.recallSnippet.update({ where: { id: snippet.id }, data: { indexedAt: null } });
+
+    const requeued = await runReconcile(engram.services, {}, { graceMs: 0 });
+    expect(requeued[engram.tenant.tenantId]).toBe(1);
+    await allIndexed(engram);
+    expect(await engram.services.vectors.count(engram.tenant.tenantId, { ids: [snippet.id] })).toBe(1);
+  });
+});

@@ -1,0 +1,150 @@
+import type { ChromaClient } from "chromadb";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { runRetention } from "../jobs/retention.ts";
+import { forTenant } from "../src/db.ts";
+import { forgetConversationRecall, forgetSnippets, forgetUserRecall } from "../src/memory/snippets.ts";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { allIndexed, chromaOf, RECALL, RECORD, say } from "./helpers/recall.ts";
+
+// Forgetting and retention remove rows and vectors; Chroma is checked directly.
+let engram: TestEngram;
+let chroma: ChromaClient;
+const DAY = 86_400_000;
+const now = new Date("2025-06-01T03:00:00Z");
+
+async function sayAt(user: string, conversation: string, daysAgo: number, text: string, key = engram.tenant.writer) {
+  const result = await engram.gql(
+    RECORD,
+    {
+      input: {
+        agentExternalId: "shop",
+        endUserExternalId: user,
+        conversationExternalId: conversation,
+        clientTurnId: `${conversation}-${daysAgo}-${text.length}`,
+        userMessage: text,
+        assistantMessage: "Noted.",
+        occurredAt: new Date(now.getTime() - daysAgo * DAY).toISOString(),
+      },
+    },
+    key,
+  );
+  return result.data.recordTurn.conversation as { id: string; endUser: { id: string } };
+}
+
+const snippetIds = (where: object) =>
+  engram.services.db.recallSnippet.findMany({ where, select: { id: true }, orderBy: { id: "asc" } }).then((rows) => rows.map((r) => r.id));
+
+/** The snippet ids Chroma holds for a tenant (all its collections). */
+async function vectorsOf(tenantId: string, where?: object) {
+  const ids: string[] = [];
+  for (const c of await chroma.listCollections({ limit: 1000 })) {
+    if (c.name.startsWith(`engram-${tenantId}-`)) ids.push(...(await c.get({ ...(where ? { where: where as never } : {}), include: [] })).ids);
+  }
+  return ids.sort();
+}
+
+beforeAll(async () => {
+  engram = await startTestEngram({ worker: true });
+}, 120_000);
+afterAll(async () => {
+  await engram?.stop();
+});
+
+describe("forgetting recall", () => {
+  it("forgetUserRecall deletes one user's snippets and vectors, and nobody else's", async () => {
+    const erin = await say(engram, { user: "erin", conversation: "e-1" }, "My locker code is 4417.", "Saved.");
+    await say(engram, { user: "erin", conversation: "e-2" }, "I prefer aisle seats.", "Noted.");
+    const frank = await say(engram, { user: "frank", conversation: "f-1" }, "My locker code is 9921.", "Saved.");
+    await say(engram, { user: "erin", conversation: "e-other" }, "My locker code is 1234.", "Saved.", engram.other.writer);
+    await allIndexed(engram);
+    await allIndexed(engram, engram.other.tenantId);
+    chroma = chromaOf(engram);
+    const erinSnippets = await snippetIds({ endUserId: erin.endUserId });
+    expect(erinSnippets).toHaveLength(2);
+    expect(await vectorsOf(engram.tenant.tenantId, { endUserId: erin.endUserId })).toEqual(erinSnippets);
+
+    expect(await forgetUserRecall(engram.services, engram.tenant.tenantId, erin.endUserId)).toEqual({ deleted: 2 });
+    expect(await snippetIds({ endUserId: erin.endUserId })).toEqual([]);
+    expect(await vectorsOf(engram.tenant.tenantId, { endUserId: erin.endUserId })).toEqual([]);
+    expect(await vectorsOf(engram.tenant.tenantId, { endUserId: frank.endUserId })).toHaveLength(1);
+    expect(await vectorsOf(engram.other.tenantId)).toHaveLength(1);
+    const recalled = await engram.gql(RECALL, { input: { endUserId: erin.endUserId, text: "what is my locker code?" } });
+    expect(recalled.data.recall.candidates).toEqual([]);
+  });
+
+  it("forgetSnippets and forgetConversationRecall delete exactly what they name", async () => {
+    const g1 = await say(engram, { user: "gina", conversation: "g-1" }, "I like green tea.", "Noted.");
+    await say(engram, { user: "gina", conversation: "g-1" }, "And oat milk.", "Noted.");
+    const g2 = await say(engram, { user: "gina", conversation: "g-2" }, "Ship to my office.", "Will do.");
+    await allIndexed(engram);
+    const [first, second] = await snippetIds({ conversationId: g1.conversationId });
+    await forgetSnippets(engram.services, engram.tenant.tenantId, [first]);
+    expect(await vectorsOf(engram.tenant.tenantId, { conversationId: g1.conversationId })).toEqual([second]);
+    // Another tenant naming the snippet deletes nothing.
+    await forgetSnippets(engram.services, engram.other.tenantId, [second]);
+    expect(await snippetIds({ conversationId: g1.conversationId })).toEqual([second]);
+    expect(await vectorsOf(engram.tenant.tenantId, { conversationId: g1.conversationId })).toEqual([second]);
+
+    await forgetConversationRecall(engram.services, engram.tenant.tenantId, g1.conversationId);
+    expect(await vectorsOf(engram.tenant.tenantId, { conversationId: g1.conversationId })).toEqual([]);
+    expect(await vectorsOf(engram.tenant.tenantId, { conversationId: g2.conversationId })).toHaveLength(1);
+  });
+});
+
+describe("nightly retention", () => {
+  it("deletes snippets and facts older than the window, keeps restated facts, and keeps all with 0 days", async () => {
+    const tenantId = engram.tenant.tenantId;
+    await engram.services.db.tenantSettings.upsert({
+      where: { tenantId },
+      create: { tenantId, retentionDays: 30 },
+      update: { retentionDays: 30 },
+    });
+    const old = await sayAt("hana", "h-old", 31, "My old order was a red kettle.");
+    const recent = await sayAt("hana", "h-recent", 29, "My recent order was a blue toaster.");
+    const otherTenant = await sayAt("hana", "h-other", 400, "An ancient order of a teapot.", engram.other.writer);
+    await allIndexed(engram);
+    await allIndexed(engram, engram.other.tenantId);
+
+    const db = forTenant(engram.services.db, tenantId);
+    const fact = (text: string, createdDaysAgo: number, confirmedDaysAgo: number) =>
+      db.fact.create({
+        data: {
+          tenantId,
+          endUserId: old.endUser.id,
+          text,
+          origin: "API",
+          createdAt: new Date(now.getTime() - createdDaysAgo * DAY),
+          confirmedAt: new Date(now.getTime() - confirmedDaysAgo * DAY),
+        },
+      });
+    const stale = await fact("Hana lives in Porto.", 31, 31);
+    const fresh = await fact("Hana is vegetarian.", 29, 29);
+    const restated = await fact("Hana has a cat.", 300, 1);
+
+    await engram.services.db.tenantSettings.upsert({
+      where: { tenantId: engram.other.tenantId },
+      create: { tenantId: engram.other.tenantId, retentionDays: 0 },
+      update: { retentionDays: 0 },
+    });
+    const runs = await runRetention(engram.services, {}, now);
+    const mine = runs.find((r) => r.tenantId === tenantId)!;
+    expect(mine.status).toBe("SUCCEEDED");
+    expect(mine.result).toMatchObject({ retentionDays: 30, snippetsDeleted: 1, factsDeleted: 1 });
+
+    expect(await snippetIds({ conversationId: old.id })).toEqual([]);
+    expect(await vectorsOf(tenantId, { conversationId: old.id })).toEqual([]);
+    expect(await snippetIds({ conversationId: recent.id })).toHaveLength(1);
+    expect(await vectorsOf(tenantId, { conversationId: recent.id })).toHaveLength(1);
+    const left = (await db.fact.findMany({ where: { endUserId: old.endUser.id } })).map((f) => f.id).sort();
+    expect(left).toEqual([fresh.id, restated.id].sort());
+    expect(left).not.toContain(stale.id);
+
+    // The other tenant keeps everything until forgotten (0 days); its default would be 180.
+    expect(runs.find((r) => r.tenantId === engram.other.tenantId)?.result).toMatchObject({ retentionDays: 0, snippetsDeleted: 0 });
+    expect(await snippetIds({ conversationId: otherTenant.id })).toHaveLength(1);
+    expect(await vectorsOf(engram.other.tenantId, { conversationId: otherTenant.id })).toHaveLength(1);
+
+    const jobRuns = await engram.gql(`{ jobRuns { name status } }`).catch(() => null);
+    if (jobRuns?.data) expect(jobRuns.data.jobRuns.some((r: any) => r.name === "memory.retention")).toBe(true);
+  });
+});

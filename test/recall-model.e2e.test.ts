@@ -1,0 +1,105 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { bagOfWords } from "./helpers/fake-embeddings.ts";
+import { startModelServer, type ChatRequest, type ModelServer } from "./helpers/model-server.ts";
+import { allIndexed, CONTEXT, say } from "./helpers/recall.ts";
+
+// Recall through the real OpenAI clients against a scripted OpenAI-compatible server: embeddings
+// from /v1/embeddings, the re-rank judge from /v1/chat/completions.
+let model: ModelServer;
+let engram: TestEngram;
+
+const isRerank = (r: ChatRequest) => r.messages[0]?.content.includes("You judge snippets recalled");
+/** The numbered snippets of a re-rank prompt. */
+const snippetsOf = (r: ChatRequest) =>
+  [...(r.messages.find((m) => m.role === "user")?.content ?? "").matchAll(/\[(\d+)\] \(\d{4}-\d\d-\d\d\)\n([^\n]*(?:\n(?!\n)[^\n]*)*)/g)].map(
+    (m) => ({ id: Number(m[1]), text: m[2] }),
+  );
+
+beforeAll(async () => {
+  model = await startModelServer();
+  model.embed((input) => input.map((text) => bagOfWords(text)));
+  engram = await startTestEngram({
+    worker: true,
+    env: { OPENAI_BASE_URL: model.url, OPENAI_API_KEY: "test-key", ENGRAM_MODEL_MAX_RETRIES: "0", ENGRAM_EMBEDDING_MODEL: "scripted-embed" },
+  });
+}, 120_000);
+afterAll(async () => {
+  await engram?.stop();
+  await model?.stop();
+});
+
+describe("recall on a scripted OpenAI-compatible server", () => {
+  it("embeds through /v1/embeddings, lets the judge choose at most 3 scoring 2+, and accounts the judge", async () => {
+    const user = "dana";
+    const orders = ["blue ceramic vase", "blue linen tablecloth", "blue glass bowl", "blue wool blanket", "green garden hose"];
+    for (const [i, item] of orders.entries()) {
+      await say(engram, { user, conversation: `d-${i}` }, `Please order the ${item} for the house.`, `Ordered the ${item}.`);
+    }
+    await allIndexed(engram);
+    const snippet = await engram.services.db.recallSnippet.findFirstOrThrow({ where: { tenantId: engram.tenant.tenantId } });
+    expect(snippet.embeddingModel).toBe("scripted-embed");
+    // (LangChain's OpenAIEmbeddings sends newlines as spaces.)
+    expect(model.embeddingRequests.flat()).toContain(snippet.text.replace(/\n/g, " "));
+
+    // The judge: 3 for the vase, 2 for the other blue things, 0 for the rest; wrapped in prose.
+    model.respond((request) => {
+      if (!isRerank(request)) return "{}";
+      const scores = snippetsOf(request).map(({ id, text }) => ({
+        id,
+        score: text.includes("vase") ? 3 : text.includes("blue") ? 2 : 0,
+      }));
+      return `Sure, here are my scores:\n\`\`\`json\n${JSON.stringify({ scores })}\n\`\`\``;
+    });
+    const now = await say(engram, { user, conversation: "d-now" }, "Hi!", "Hello Dana.");
+    const embedsBefore = model.embeddingRequests.length;
+    const { data, errors } = await engram.gql(CONTEXT, {
+      input: { conversationId: now.conversationId, message: "Order the same blue vase as last time, please." },
+    });
+    expect(errors).toBeUndefined();
+    const recall = data.context.blocks.find((b: any) => b.kind === "RECALL");
+    expect(recall.items).toHaveLength(3);
+    expect(recall.items[0]).toMatchObject({ score: 3 });
+    expect(recall.items[0].text).toContain("blue ceramic vase");
+    expect(recall.items.slice(1).every((i: any) => i.score === 2 && i.text.includes("blue"))).toBe(true);
+    expect(recall.text).not.toContain("garden hose");
+    // One embedding for the message (the new turn's own indexing may add one more).
+    expect(model.embeddingRequests.slice(embedsBefore).filter((r) => r.includes("Order the same blue vase as last time, please."))).toHaveLength(1);
+
+    const judged = model.requests.filter(isRerank);
+    expect(judged).toHaveLength(1);
+    const listed = snippetsOf(judged[0]);
+    expect(listed.length).toBe(5);
+    expect(judged[0].messages[1].content).toMatch(/^New message:\nOrder the same blue vase as last time, please\.\n\nSnippets from earlier conversations:\n\[1\] \(\d{4}-\d\d-\d\d\)\nuser: Please order/);
+    // The current conversation is never offered to the judge.
+    expect(judged[0].messages[1].content).not.toContain("Hello Dana");
+
+    const usage = await engram.gql(`{ modelUsage { rows { chain purpose calls } } }`);
+    expect(usage.data.modelUsage.rows.find((r: any) => r.chain === "rerank")).toMatchObject({ purpose: "memory:gpt-4o-mini", calls: 1 });
+  });
+
+  it("falls back to the similarity floor when the judge's answer is broken", async () => {
+    model.respond((request) => (isRerank(request) ? "I think the first one is best." : "{}"));
+    const now = await say(engram, { user: "dana", conversation: "d-broken" }, "Hi again", "Hello.");
+    const { data } = await engram.gql(CONTEXT, {
+      input: { conversationId: now.conversationId, message: "Order the same blue vase as last time, please." },
+    });
+    const recall = data.context.blocks.find((b: any) => b.kind === "RECALL");
+    expect(recall.items.length).toBeGreaterThan(0);
+    expect(recall.items.length).toBeLessThanOrEqual(3);
+    expect(recall.items.every((i: any) => i.score === null)).toBe(true);
+    expect(recall.items[0].text).toContain("vase");
+  });
+
+  it("answers without recall when the embeddings endpoint is down", async () => {
+    model.embed(() => ({ status: 503 }));
+    model.respond((request) => (isRerank(request) ? JSON.stringify({ scores: [] }) : "{}"));
+    const now = await say(engram, { user: "dana", conversation: "d-down" }, "Hey", "Hello.");
+    const { data, errors } = await engram.gql(CONTEXT, {
+      input: { conversationId: now.conversationId, message: "Order the same blue vase as last time, please." },
+    });
+    expect(errors).toBeUndefined();
+    expect(data.context.blocks.map((b: any) => b.kind)).toContain("TAIL");
+    model.embed((input) => input.map((text) => bagOfWords(text)));
+  });
+});

@@ -1,0 +1,142 @@
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { allIndexed, CONTEXT, IMPORT, RECALL, say, until } from "./helpers/recall.ts";
+import { collect, settle, wsClient } from "./helpers/ws.ts";
+
+// Recall with the offline sentence encoder (no model configured): the similarity floor chooses.
+let engram: TestEngram;
+const ids: Record<string, { conversationId: string; endUserId: string }> = {};
+
+beforeAll(async () => {
+  engram = await startTestEngram({ worker: true });
+  const alice = (conversation: string) => ({ user: "alice", conversation });
+  ids.shoes = await say(engram, alice("a-shoes"), "I ordered the blue trail running shoes in size 42.", "Done: blue trail runners, size 42, arriving Friday.");
+  ids.pasta = await say(engram, alice("a-pasta"), "Give me a recipe for a quick tomato pasta sauce.", "Simmer garlic, tomatoes and basil for 20 minutes.");
+  ids.bob = await say(engram, { user: "bob", conversation: "b-shoes" }, "I ordered the red trail running shoes in size 44.", "Done: red trail runners, size 44.");
+  // The other tenant has an end user with the same external id and a very similar order.
+  ids.otherTenant = await say(
+    engram,
+    { user: "alice", conversation: "t2-shoes" },
+    "I ordered the blue trail running shoes in size 42.",
+    "Done.",
+    engram.other.writer,
+  );
+  await allIndexed(engram);
+  await allIndexed(engram, engram.other.tenantId);
+}, 120_000);
+afterAll(async () => {
+  await engram?.stop();
+});
+
+describe("recall with the offline encoder", () => {
+  it("indexes each turn as one snippet with its vector, seconds after it is recorded", async () => {
+    const snippets = await engram.services.db.recallSnippet.findMany({ where: { conversationId: ids.shoes.conversationId } });
+    expect(snippets).toHaveLength(1);
+    expect(snippets[0]).toMatchObject({ kind: "TURN", embeddingModel: "use-lite-512" });
+    expect(snippets[0].text).toBe("user: I ordered the blue trail running shoes in size 42.\nassistant: Done: blue trail runners, size 42, arriving Friday.");
+    expect(snippets[0].messageIds).toHaveLength(2);
+  });
+
+  it("finds the user's own snippets only: never another user's, never another tenant's", async () => {
+    const { data, errors } = await engram.gql(RECALL, {
+      input: { endUserId: ids.shoes.endUserId, text: "Which running shoes did I buy?", k: 10 },
+    });
+    expect(errors).toBeUndefined();
+    const candidates = data.recall.candidates;
+    expect(candidates[0].conversationId).toBe(ids.shoes.conversationId);
+    expect(candidates[0].vectorScore).toBeGreaterThan(0.4);
+    expect(candidates[0].keywordRank).toBe(1);
+    expect(candidates[0].messageSeqs).toEqual([1, 2]);
+    const seen = new Set(candidates.map((c: any) => c.conversationId));
+    expect([...seen].every((c) => c === ids.shoes.conversationId || c === ids.pasta.conversationId)).toBe(true);
+
+    // The other tenant cannot even name this user.
+    const foreign = await engram.gql(RECALL, { input: { endUserId: ids.shoes.endUserId, text: "shoes" } }, engram.other.reader);
+    expect(foreign.errors?.[0].extensions?.code).toBe("NOT_FOUND");
+  });
+
+  it("leaves the excluded conversation out, and compares the retrievers", async () => {
+    const text = "Which running shoes did I buy?";
+    const result = await engram.gql(RECALL, {
+      input: { endUserId: ids.shoes.endUserId, text, excludeConversationId: ids.shoes.conversationId },
+    });
+    expect(result.data.recall.candidates.map((c: any) => c.conversationId)).toEqual([ids.pasta.conversationId]);
+    const keyword = await engram.gql(RECALL, { input: { endUserId: ids.shoes.endUserId, text, mode: "KEYWORD" } });
+    expect(keyword.data.recall.candidates.every((c: any) => c.vectorScore === null && c.keywordRank)).toBe(true);
+    const vector = await engram.gql(RECALL, { input: { endUserId: ids.shoes.endUserId, text, mode: "VECTOR" } });
+    expect(vector.data.recall.candidates.map((c: any) => c.vectorRank)).toEqual([1, 2]);
+  });
+
+  it("injects the recalled turn into a new conversation's context, with token counts, and publishes the recall", async () => {
+    const url = await engram.listen();
+    const client = wsClient(url, engram.tenant.reader);
+    const live = collect(
+      client,
+      `subscription($id: ID!) { memoryRecall(endUserId: $id) { message conversationId chosenBy candidates { conversationId vectorScore fusedScore chosen } chosen { text } } }`,
+      { id: ids.shoes.endUserId },
+    );
+    await settle();
+
+    const now = await say(engram, { user: "alice", conversation: "a-new" }, "Hello again!", "Hi Alice.");
+    const { data } = await engram.gql(CONTEXT, {
+      input: { conversationId: now.conversationId, message: "Can you order the same shoes as last time?" },
+    });
+    const recall = data.context.blocks.find((b: any) => b.kind === "RECALL");
+    expect(recall.items).toHaveLength(1);
+    expect(recall.text).toContain("blue trail running shoes");
+    expect(recall.tokens).toBeGreaterThan(10);
+    expect(recall.items[0].tokens).toBeGreaterThan(10);
+    expect(data.context.totalTokens).toBe(data.context.blocks.reduce((n: number, b: any) => n + b.tokens, 0));
+
+    const event = (await live.next()).data!.memoryRecall;
+    expect(event).toMatchObject({ message: "Can you order the same shoes as last time?", conversationId: now.conversationId, chosenBy: "FLOOR" });
+    expect(event.chosen.map((c: any) => c.text)).toEqual([recall.items[0].text.replace(/^\(\d{4}-\d\d-\d\d\) /, "")]);
+    expect(event.candidates.every((c: any) => c.conversationId !== now.conversationId)).toBe(true);
+    live.dispose();
+    await client.dispose();
+  });
+
+  it("never recalls the current conversation", async () => {
+    const { data } = await engram.gql(CONTEXT, {
+      input: { conversationId: ids.shoes.conversationId, message: "Can you order the same shoes as last time?" },
+    });
+    const recall = data.context.blocks.find((b: any) => b.kind === "RECALL");
+    expect(recall?.text ?? "").not.toContain("blue trail");
+  });
+
+  it("retrieves nothing and embeds nothing when the message does not need earlier conversations", async () => {
+    const forTenant = vi.spyOn(engram.services.embeddings, "forTenant");
+    const { data } = await engram.gql(CONTEXT, {
+      input: { conversationId: ids.pasta.conversationId, message: "Which shoes are good for trail running?" },
+    });
+    expect(data.context.blocks.map((b: any) => b.kind)).not.toContain("RECALL");
+    expect(forTenant).not.toHaveBeenCalled();
+    forTenant.mockRestore();
+  });
+
+  it("indexes an imported conversation, one snippet per user and assistant pair", async () => {
+    const { data } = await engram.gql(IMPORT, {
+      input: {
+        agentExternalId: "shop",
+        endUserExternalId: "carol",
+        conversationExternalId: "c-import",
+        messages: [
+          { role: "USER", content: "Book the window table at Luigi's for Friday.", occurredAt: "2024-03-01T19:00:00Z" },
+          { role: "ASSISTANT", content: "Booked: window table, Friday 8pm.", occurredAt: "2024-03-01T19:00:05Z" },
+          { role: "USER", content: "And my usual bottle of Barolo.", occurredAt: "2024-03-01T19:01:00Z" },
+          { role: "ASSISTANT", content: "Added the Barolo.", occurredAt: "2024-03-01T19:01:05Z" },
+          { role: "ASSISTANT", content: "Anything else?", private: true },
+        ],
+      },
+    });
+    const conversationId = data.importConversation.id;
+    await until("the imported snippets", async () => {
+      const rows = await engram.services.db.recallSnippet.findMany({ where: { conversationId }, orderBy: { occurredAt: "asc" } });
+      return rows.length === 2 && rows.every((r) => r.indexedAt) && rows;
+    });
+    const found = await engram.gql(RECALL, { input: { endUserId: data.importConversation.endUser.id, text: "which wine do I usually get?" } });
+    const top = found.data.recall.candidates[0];
+    expect(top.text).toBe("user: And my usual bottle of Barolo.\nassistant: Added the Barolo.");
+    expect(top.messageSeqs).toEqual([3, 4]);
+  });
+});

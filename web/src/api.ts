@@ -1,0 +1,133 @@
+import type { TypedDocumentNode } from "@graphql-typed-document-node/core";
+import { print } from "graphql";
+import { createClient, type Client } from "graphql-ws";
+
+const KEY_STORAGE = "engram.inspector.key";
+const GRAPHQL_PATH = "/graphql";
+
+export type FailureKind = "unauthenticated" | "unreachable" | "forbidden" | "not-found" | "error";
+
+/** A failed call, sorted into what the page tells people. */
+export class ApiError extends Error {
+  constructor(
+    readonly kind: FailureKind,
+    message: string,
+    readonly code?: string,
+  ) {
+    super(message);
+  }
+}
+
+export type LiveStatus = "connecting" | "live" | "reconnecting";
+
+export const storedKey = () => sessionStorage.getItem(KEY_STORAGE);
+export const storeKey = (key: string | null) =>
+  key ? sessionStorage.setItem(KEY_STORAGE, key) : sessionStorage.removeItem(KEY_STORAGE);
+
+const printed = new WeakMap<object, string>();
+const source = (document: TypedDocumentNode<any, any>) => {
+  let text = printed.get(document);
+  if (!text) printed.set(document, (text = print(document)));
+  return text;
+};
+
+function failureOf(errors: { message: string; extensions?: { code?: string } }[]): ApiError {
+  const [first] = errors;
+  const code = first.extensions?.code;
+  const kind: FailureKind =
+    code === "UNAUTHENTICATED" ? "unauthenticated" : code === "FORBIDDEN" ? "forbidden" : code === "NOT_FOUND" ? "not-found" : "error";
+  return new ApiError(kind, first.message, code);
+}
+
+/**
+ * One signed-in session: queries and mutations over HTTP, subscriptions over one graphql-ws
+ * connection that retries for ever, so the page survives a server restart by itself.
+ */
+export class Engram {
+  private ws: Client;
+  private status: LiveStatus = "connecting";
+  private listeners = new Set<(status: LiveStatus) => void>();
+  private everConnected = false;
+
+  constructor(
+    readonly key: string,
+    readonly origin = window.location.origin,
+  ) {
+    this.ws = createClient({
+      url: `${origin.replace(/^http/, "ws")}${GRAPHQL_PATH}`,
+      connectionParams: () => ({ authorization: `Bearer ${this.key}` }),
+      lazy: true,
+      keepAlive: 10_000,
+      retryAttempts: Number.POSITIVE_INFINITY,
+      shouldRetry: () => true,
+      // Quick at first, then every 3 s: a restarted server is picked up within seconds.
+      retryWait: (retries) => new Promise((resolve) => setTimeout(resolve, Math.min(250 * 2 ** retries, 3_000))),
+      on: {
+        connecting: () => this.setStatus(this.everConnected ? "reconnecting" : "connecting"),
+        connected: () => {
+          this.everConnected = true;
+          this.setStatus("live");
+        },
+        closed: () => this.setStatus(this.everConnected ? "reconnecting" : "connecting"),
+      },
+    });
+  }
+
+  private setStatus(status: LiveStatus) {
+    this.status = status;
+    for (const listener of this.listeners) listener(status);
+  }
+
+  get liveStatus() {
+    return this.status;
+  }
+
+  onLiveStatus(listener: (status: LiveStatus) => void) {
+    this.listeners.add(listener);
+    return () => void this.listeners.delete(listener);
+  }
+
+  async request<T, V>(document: TypedDocumentNode<T, V>, variables?: V): Promise<T> {
+    let response: Response;
+    try {
+      response = await fetch(`${this.origin}${GRAPHQL_PATH}`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${this.key}` },
+        body: JSON.stringify({ query: source(document), variables: variables ?? {} }),
+      });
+    } catch {
+      throw new ApiError("unreachable", `Engram is not reachable at ${this.origin}.`);
+    }
+    let body: { data?: T; errors?: { message: string; extensions?: { code?: string } }[] };
+    try {
+      body = await response.json();
+    } catch {
+      throw new ApiError(response.status >= 500 ? "unreachable" : "error", `Engram answered ${response.status}.`);
+    }
+    if (body.errors?.length) throw failureOf(body.errors);
+    if (!body.data) throw new ApiError("error", "Engram returned no data.");
+    return body.data;
+  }
+
+  subscribe<T, V>(
+    document: TypedDocumentNode<T, V>,
+    variables: V,
+    sink: { next(data: T): void; error?(error: ApiError): void },
+  ): () => void {
+    return this.ws.subscribe<T>(
+      { query: source(document), variables: variables as Record<string, unknown> },
+      {
+        next: (result) => {
+          if (result.errors?.length) sink.error?.(failureOf(result.errors as never));
+          else if (result.data) sink.next(result.data as T);
+        },
+        error: (error) => sink.error?.(Array.isArray(error) ? failureOf(error) : new ApiError("error", String(error))),
+        complete: () => {},
+      },
+    );
+  }
+
+  async close() {
+    await this.ws.dispose();
+  }
+}

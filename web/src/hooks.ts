@@ -1,0 +1,109 @@
+import type { TypedDocumentNode } from "@graphql-typed-document-node/core";
+import { createContext, useCallback, useContext, useEffect, useRef, useState, useSyncExternalStore } from "react";
+import type { ApiError, Engram, LiveStatus } from "./api.ts";
+import type { Role } from "@gql/graphql.ts";
+
+export type Session = { engram: Engram; role: Role; tenantName: string; signOut(): void };
+
+export const SessionContext = createContext<Session | null>(null);
+
+export function useSession(): Session {
+  const session = useContext(SessionContext);
+  if (!session) throw new Error("useSession outside a signed-in page");
+  return session;
+}
+
+export const canWrite = (role: Role) => role === "WRITER" || role === "ADMIN";
+
+export type QueryState<T> = { data?: T; error?: ApiError; loading: boolean; refetch(): void };
+
+/** A query that reruns when its variables change, and on refetch(); the last data stays while it reloads. */
+export function useQuery<T, V>(document: TypedDocumentNode<T, V>, variables: V, skip = false): QueryState<T> {
+  const { engram } = useSession();
+  const [state, setState] = useState<{ data?: T; error?: ApiError; loading: boolean }>({ loading: !skip });
+  const [tick, setTick] = useState(0);
+  const key = JSON.stringify(variables);
+  useEffect(() => {
+    if (skip) return;
+    let current = true;
+    setState((s) => ({ ...s, loading: true }));
+    engram
+      .request(document, JSON.parse(key) as V)
+      .then((data) => current && setState({ data, loading: false }))
+      .catch((error: ApiError) => current && setState((s) => ({ data: s.data, error, loading: false })));
+    return () => {
+      current = false;
+    };
+  }, [engram, document, key, tick, skip]);
+  const refetch = useCallback(() => setTick((n) => n + 1), []);
+  return { ...state, refetch };
+}
+
+/** Subscribes while mounted (and while the variables stay the same). */
+export function useSubscription<T, V>(
+  document: TypedDocumentNode<T, V>,
+  variables: V,
+  onData: (data: T) => void,
+  onError?: (error: ApiError) => void,
+) {
+  const { engram } = useSession();
+  const handlers = useRef({ onData, onError });
+  handlers.current = { onData, onError };
+  const key = JSON.stringify(variables);
+  useEffect(
+    () =>
+      engram.subscribe(document, JSON.parse(key) as V, {
+        next: (data) => handlers.current.onData(data),
+        error: (error) => handlers.current.onError?.(error),
+      }),
+    [engram, document, key],
+  );
+}
+
+export function useLiveStatus(): LiveStatus {
+  const { engram } = useSession();
+  return useSyncExternalStore(
+    (listener) => engram.onLiveStatus(listener),
+    () => engram.liveStatus,
+  );
+}
+
+/** Calls `fn` at most once per `ms`, trailing. */
+export function useThrottled(fn: () => void, ms: number) {
+  const timer = useRef<ReturnType<typeof setTimeout> | null>(null);
+  const latest = useRef(fn);
+  latest.current = fn;
+  useEffect(() => () => void (timer.current && clearTimeout(timer.current)), []);
+  return useCallback(() => {
+    if (timer.current) return;
+    timer.current = setTimeout(() => {
+      timer.current = null;
+      latest.current();
+    }, ms);
+  }, [ms]);
+}
+
+// Path routing under /inspector/, so links can be opened and shared; the server falls back to
+// index.html for any path below it.
+const BASE = "/inspector";
+const listeners = new Set<() => void>();
+window.addEventListener("popstate", () => listeners.forEach((l) => l()));
+
+export function navigate(path: string) {
+  window.history.pushState(null, "", `${BASE}${path}`);
+  listeners.forEach((l) => l());
+  window.scrollTo(0, 0);
+}
+
+export function usePath(): string {
+  const pathname = useSyncExternalStore(
+    (listener) => {
+      listeners.add(listener);
+      return () => void listeners.delete(listener);
+    },
+    () => window.location.pathname + window.location.search,
+  );
+  return pathname.startsWith(BASE) ? pathname.slice(BASE.length) || "/" : "/";
+}
+
+export const href = (path: string) => `${BASE}${path}`;

@@ -1,0 +1,297 @@
+import {
+  InspectorAddFactDocument,
+  InspectorCorrectFactDocument,
+  InspectorDeleteFactDocument,
+  InspectorDirectoryDocument,
+  InspectorFactHistoryDocument,
+  InspectorForgetUserDocument,
+  InspectorUserDocument,
+  type InspectorFactFragment,
+} from "@gql/graphql.ts";
+import { useState, type FormEvent } from "react";
+import type { ApiError } from "../api.ts";
+import { Empty, Failure, Link, Loading, time } from "../components.tsx";
+import { canWrite, useQuery, useSession, useThrottled } from "../hooks.ts";
+import { FeedList, useFeed } from "./Feed.tsx";
+
+export function UsersView({ id }: { id?: string }) {
+  return id ? <UserDetail id={id} /> : <UserList />;
+}
+
+function UserList() {
+  const directory = useQuery(InspectorDirectoryDocument, {});
+  const users = directory.data?.endUsers.edges ?? [];
+  return (
+    <section aria-labelledby="users-title">
+      <h1 id="users-title">Users</h1>
+      <p className="lede">The people agents talk to, and what memory knows about each of them.</p>
+      {directory.error && <Failure error={directory.error} retry={directory.refetch} />}
+      {directory.loading && !directory.data && <Loading />}
+      {directory.data && users.length === 0 && <Empty>No users yet. They appear once an agent records a turn with them.</Empty>}
+      {users.length > 0 && (
+        <ul className="plain">
+          {users.map(({ node: u }) => (
+            <li key={u.id}>
+              <Link to={`/users/${u.id}`}>{u.displayName ?? u.externalId}</Link>
+              {u.displayName && <span className="muted"> · {u.externalId}</span>}
+            </li>
+          ))}
+        </ul>
+      )}
+    </section>
+  );
+}
+
+function FactHistory({ factId }: { factId: string }) {
+  const history = useQuery(InspectorFactHistoryDocument, { factId });
+  if (history.error) return <Failure error={history.error} />;
+  if (!history.data) return <Loading />;
+  return (
+    <ol className="history">
+      {history.data.factHistory.map((v) => (
+        <li key={v.id}>
+          <time dateTime={v.createdAt}>{time(v.createdAt)}</time> · {v.change.toLowerCase()}
+          {v.core && " · core"}: {v.text}
+          {v.reason && <span className="muted"> ({v.reason})</span>}
+        </li>
+      ))}
+    </ol>
+  );
+}
+
+function FactRow({ fact, writable, onChanged }: { fact: InspectorFactFragment; writable: boolean; onChanged(): void }) {
+  const { engram } = useSession();
+  const [editing, setEditing] = useState(false);
+  const [text, setText] = useState(fact.text);
+  const [core, setCore] = useState(fact.core);
+  const [error, setError] = useState<ApiError>();
+  const [showHistory, setShowHistory] = useState(false);
+  const save = async (e: FormEvent) => {
+    e.preventDefault();
+    try {
+      await engram.request(InspectorCorrectFactDocument, { id: fact.id, input: { text, core } });
+      setEditing(false);
+      setError(undefined);
+      onChanged();
+    } catch (failure) {
+      setError(failure as ApiError);
+    }
+  };
+  const remove = async () => {
+    try {
+      await engram.request(InspectorDeleteFactDocument, { id: fact.id });
+      onChanged();
+    } catch (failure) {
+      setError(failure as ApiError);
+    }
+  };
+  const provenance =
+    fact.origin === "EXTRACTOR"
+      ? fact.sourceMessage
+        ? `from message #${fact.sourceMessage.seq}`
+        : "extracted"
+      : fact.writtenBy
+        ? `written by ${fact.writtenBy.name || fact.writtenBy.prefix}`
+        : fact.origin.toLowerCase();
+  return (
+    <li className={`fact ${fact.core ? "core" : ""}`} data-testid="fact">
+      {editing ? (
+        <form className="inline" onSubmit={save} aria-label="Edit fact">
+          <label className="grow">
+            <span className="sr-only">Fact</span>
+            <input value={text} onChange={(e) => setText(e.target.value)} aria-label="Fact text" autoFocus />
+          </label>
+          <label>
+            <input type="checkbox" checked={core} onChange={(e) => setCore(e.target.checked)} /> core
+          </label>
+          <button type="submit">Save</button>
+          <button type="button" onClick={() => setEditing(false)}>
+            Cancel
+          </button>
+        </form>
+      ) : (
+        <>
+          <p className="fact-text">
+            {fact.core && <span className="badge core">core</span>} {fact.text}
+          </p>
+          <p className="muted small">
+            {provenance} · confirmed {time(fact.confirmedAt)}
+            {fact.sensitivity && ` · sensitive: ${fact.sensitivity}`}
+            {fact.contradicts && ` · contradicts “${fact.contradicts.text}”`}
+            {fact.sourceMessage && <span title={fact.sourceMessage.content}> · “{fact.sourceMessage.content.slice(0, 80)}”</span>}
+          </p>
+          <div className="actions">
+            <button type="button" onClick={() => setShowHistory((v) => !v)} aria-expanded={showHistory}>
+              History
+            </button>
+            {writable && (
+              <>
+                <button type="button" onClick={() => setEditing(true)}>
+                  Edit
+                </button>
+                <button type="button" className="danger" onClick={remove}>
+                  Delete
+                </button>
+              </>
+            )}
+          </div>
+          {showHistory && <FactHistory factId={fact.id} />}
+        </>
+      )}
+      {error && <Failure error={error} />}
+    </li>
+  );
+}
+
+function AddFact({ endUserId, onAdded }: { endUserId: string; onAdded(): void }) {
+  const { engram } = useSession();
+  const [text, setText] = useState("");
+  const [core, setCore] = useState(false);
+  const [error, setError] = useState<ApiError>();
+  const submit = async (e: FormEvent) => {
+    e.preventDefault();
+    try {
+      await engram.request(InspectorAddFactDocument, { input: { endUserId, text, core } });
+      setText("");
+      setCore(false);
+      setError(undefined);
+      onAdded();
+    } catch (failure) {
+      setError(failure as ApiError);
+    }
+  };
+  return (
+    <form className="inline add-fact" onSubmit={submit} aria-label="Add a fact">
+      <label className="grow">
+        New fact
+        <input value={text} onChange={(e) => setText(e.target.value)} placeholder="One sentence the user said, e.g. “Prefers aisle seats.”" />
+      </label>
+      <label>
+        <input type="checkbox" checked={core} onChange={(e) => setCore(e.target.checked)} /> core
+      </label>
+      <button type="submit" disabled={text.trim().length < 3}>
+        Add fact
+      </button>
+      {error && <Failure error={error} />}
+    </form>
+  );
+}
+
+function ForgetUser({ endUserId, name, onForgotten }: { endUserId: string; name: string; onForgotten(): void }) {
+  const { engram } = useSession();
+  const [confirming, setConfirming] = useState(false);
+  const [typed, setTyped] = useState("");
+  const [result, setResult] = useState<string>();
+  const [error, setError] = useState<ApiError>();
+  const forget = async (e: FormEvent) => {
+    e.preventDefault();
+    try {
+      const { forgetUser } = await engram.request(InspectorForgetUserDocument, { endUserId });
+      setResult(`Forgot ${forgetUser.facts} facts and ${forgetUser.snippets} recall snippets.`);
+      setConfirming(false);
+      setTyped("");
+      onForgotten();
+    } catch (failure) {
+      setError(failure as ApiError);
+    }
+  };
+  return (
+    <div className="forget">
+      {!confirming ? (
+        <button type="button" className="danger" onClick={() => setConfirming(true)}>
+          Forget everything…
+        </button>
+      ) : (
+        <form onSubmit={forget} role="alertdialog" aria-labelledby="forget-title" className="confirm">
+          <p id="forget-title">
+            <strong>Forget everything about {name}?</strong> Every fact and every recall snippet of this user is deleted for good. Their
+            conversations stay.
+          </p>
+          <label>
+            Type <code>{name}</code> to confirm
+            <input value={typed} onChange={(e) => setTyped(e.target.value)} autoFocus aria-label="Confirm the user's id" />
+          </label>
+          <button type="submit" className="danger" disabled={typed !== name}>
+            Forget {name}
+          </button>
+          <button type="button" onClick={() => setConfirming(false)}>
+            Cancel
+          </button>
+        </form>
+      )}
+      {result && (
+        <p role="status" className="muted">
+          {result}
+        </p>
+      )}
+      {error && <Failure error={error} />}
+    </div>
+  );
+}
+
+function UserDetail({ id }: { id: string }) {
+  const { role } = useSession();
+  const writable = canWrite(role);
+  const user = useQuery(InspectorUserDocument, { id });
+  const reload = useThrottled(user.refetch, 300);
+  const { items } = useFeed({ endUserId: id }, (item) => {
+    if (item.__typename === "FactFeedItem") reload();
+  });
+  if (user.error && !user.data) return <Failure error={user.error} retry={user.refetch} />;
+  if (!user.data) return <Loading />;
+  const { endUser, facts } = user.data;
+  const name = endUser.externalId;
+  return (
+    <section aria-labelledby="user-title">
+      <p className="crumbs">
+        <Link to="/users">Users</Link> ›
+      </p>
+      <h1 id="user-title">
+        {endUser.displayName ?? endUser.externalId}
+        {endUser.displayName && <span className="muted"> · {endUser.externalId}</span>}
+      </h1>
+      <div className="columns">
+        <div>
+          <section aria-labelledby="facts-title">
+            <h2 id="facts-title">Facts ({facts.length})</h2>
+            {!writable && <p className="muted">Read-only key: facts can be seen, not changed.</p>}
+            {facts.length === 0 ? (
+              <Empty>Nothing is known about this user.</Empty>
+            ) : (
+              <ul className="facts" data-testid="facts">
+                {facts.map((fact) => (
+                  <FactRow key={`${fact.id}:${fact.updatedAt}`} fact={fact} writable={writable} onChanged={user.refetch} />
+                ))}
+              </ul>
+            )}
+            {writable && <AddFact endUserId={id} onAdded={user.refetch} />}
+            {writable && <ForgetUser endUserId={id} name={name} onForgotten={user.refetch} />}
+          </section>
+        </div>
+        <div>
+          <section aria-labelledby="user-conversations-title">
+            <h2 id="user-conversations-title">Conversations</h2>
+            {endUser.conversations.edges.length === 0 ? (
+              <Empty>No conversations.</Empty>
+            ) : (
+              <ul className="plain">
+                {endUser.conversations.edges.map(({ node: c }) => (
+                  <li key={c.id}>
+                    <Link to={`/conversations/${c.id}`}>{c.externalId}</Link>{" "}
+                    <span className="muted">
+                      · {c.agent.name} · {c.lastSeq} messages · {time(c.updatedAt)}
+                    </span>
+                  </li>
+                ))}
+              </ul>
+            )}
+          </section>
+          <section aria-labelledby="user-feed-title">
+            <h2 id="user-feed-title">Live</h2>
+            {items.length ? <FeedList items={items} /> : <Empty>Listening for this user's fact changes, recalls and turns.</Empty>}
+          </section>
+        </div>
+      </div>
+    </section>
+  );
+}

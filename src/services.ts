@@ -18,6 +18,7 @@ import {
 } from "./store/embedded.ts";
 import { migrate } from "./store/migrate.ts";
 import type { RecallForgetter } from "./memory/facts.ts";
+import { recallForgetter } from "./memory/snippets.ts";
 
 /** What the API, the jobs and the CLI share in one process; handed around as arguments. */
 export type Services = {
@@ -28,7 +29,7 @@ export type Services = {
   models: ModelProvider;
   jobs: JobQueue;
   /** Deletes a user's recall snippets and vectors when facts are forgotten (set by the recall area). */
-  recallForgetter?: RecallForgetter;
+  recallForgetter: RecallForgetter;
   /** Recall: embeddings per tenant, and the vectors in Chroma (started on first use). */
   embeddings: EmbeddingsProvider;
   vectors: VectorStore;
@@ -82,6 +83,7 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     jobs,
     embeddings,
     vectors,
+    recallForgetter: recallForgetter({ db, vectors }),
     log,
     async close() {
       await jobs.close();

@@ -72,6 +72,37 @@ describe("forgetting recall", () => {
     expect(recalled.data.recall.candidates).toEqual([]);
   });
 
+  it("through the API: forgetUser, deleteFact (its source snippet) and deleteConversation remove the vectors too", async () => {
+    chroma = chromaOf(engram);
+    const gina = await say(engram, { user: "gina", conversation: "g-1" }, "My cat is called Miso.", "Cute.");
+    const second = await say(engram, { user: "gina", conversation: "g-2" }, "I work night shifts.", "Noted.");
+    await say(engram, { user: "gina", conversation: "g-3" }, "I like rainy days.", "Me too.");
+    await allIndexed(engram);
+    const g2Snippets = await snippetIds({ conversationId: second.conversationId });
+    expect(await vectorsOf(engram.tenant.tenantId, { conversationId: second.conversationId })).toEqual(g2Snippets);
+
+    // A fact extracted from a message: deleting it removes the snippet that holds the message.
+    const message = await engram.services.db.message.findFirstOrThrow({ where: { conversationId: gina.conversationId, role: "USER" } });
+    const fact = await engram.services.db.fact.create({
+      data: { tenantId: engram.tenant.tenantId, endUserId: gina.endUserId, text: "The user's cat is called Miso.", origin: "EXTRACTOR", sourceMessageId: message.id },
+    });
+    const catSnippets = await snippetIds({ messageIds: { has: message.id } });
+    expect(catSnippets).toHaveLength(1);
+    await engram.gql(`mutation($id: ID!) { deleteFact(id: $id) { change } }`, { id: fact.id });
+    expect(await snippetIds({ id: { in: catSnippets } })).toEqual([]);
+    expect((await vectorsOf(engram.tenant.tenantId)).filter((id) => catSnippets.includes(id))).toEqual([]);
+
+    const deleted = await engram.gql(`mutation($id: ID!) { deleteConversation(id: $id) { messages snippets } }`, { id: second.conversationId });
+    expect(deleted.data.deleteConversation.snippets).toBe(g2Snippets.length);
+    expect(await vectorsOf(engram.tenant.tenantId, { conversationId: second.conversationId })).toEqual([]);
+    expect(await engram.services.db.message.count({ where: { conversationId: second.conversationId } })).toBe(0);
+
+    const forgotten = await engram.gql(`mutation($id: ID!) { forgetUser(endUserId: $id) { facts snippets } }`, { id: gina.endUserId });
+    expect(forgotten.data.forgetUser.snippets).toBeGreaterThan(0);
+    expect(await snippetIds({ endUserId: gina.endUserId })).toEqual([]);
+    expect(await vectorsOf(engram.tenant.tenantId, { endUserId: gina.endUserId })).toEqual([]);
+  });
+
   it("forgetSnippets and forgetConversationRecall delete exactly what they name", async () => {
     const g1 = await say(engram, { user: "gina", conversation: "g-1" }, "I like green tea.", "Noted.");
     await say(engram, { user: "gina", conversation: "g-1" }, "And oat milk.", "Noted.");

@@ -1,8 +1,7 @@
-import { StringOutputParser } from "@langchain/core/output_parsers";
-import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
+import type { Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
 import type { ChatModel } from "../models/index.ts";
-import { parseJsonAnswer } from "./json.ts";
+import { jsonAnswerChain } from "./json.ts";
 import { compactorPrompt, formatEvents, type CompactorEvent } from "./compactor.prompt.ts";
 
 export type CompactorInput = { scope: string; scopeRef: string; events: CompactorEvent[] };
@@ -24,15 +23,16 @@ export type CompactedEntry = z.infer<typeof compactedEntry>;
 
 /** Events of one (scope, scopeRef) bucket in, one curated entry out. */
 export function createCompactorChain(model: ChatModel): Runnable<CompactorInput, CompactedEntry> {
-  return RunnableLambda.from((input: CompactorInput) => ({
-    scope: input.scope,
-    scopeRef: input.scopeRef,
-    count: String(input.events.length),
-    events: formatEvents(input.events),
-  }))
-    .pipe(compactorPrompt)
-    .pipe(model)
-    .pipe(new StringOutputParser())
-    .pipe(RunnableLambda.from((text: string) => parseJsonAnswer(text, compactedEntry)))
-    .withConfig({ runName: "compactor" });
+  return jsonAnswerChain({
+    name: "compactor",
+    prompt: compactorPrompt,
+    model,
+    variables: (input: CompactorInput) => ({
+      scope: input.scope,
+      scopeRef: input.scopeRef,
+      count: String(input.events.length),
+      events: formatEvents(input.events),
+    }),
+    answer: compactedEntry,
+  });
 }

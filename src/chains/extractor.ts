@@ -1,9 +1,8 @@
-import { StringOutputParser } from "@langchain/core/output_parsers";
-import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
+import type { Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
 import type { ChatModel } from "../models/index.ts";
 import { extractorPrompt } from "./extractor.prompt.ts";
-import { modelBoolean, parseJsonAnswer } from "./json.ts";
+import { jsonAnswerChain, modelBoolean } from "./json.ts";
 import { formatTranscript, type TranscriptMessage } from "./transcript.ts";
 
 export type ExtractorInput = { known: string[]; messages: TranscriptMessage[] };
@@ -21,17 +20,15 @@ const answer = z.object({
 
 /** A batch of shared messages and what is already known in, candidate facts out. */
 export function createExtractorChain(model: ChatModel): Runnable<ExtractorInput, CandidateFact[]> {
-  return RunnableLambda.from((input: ExtractorInput) => ({
-    known: input.known.length ? input.known.map((f) => `- ${f}`).join("\n") : "(nothing yet)",
-    messages: formatTranscript(input.messages),
-  }))
-    .pipe(extractorPrompt)
-    .pipe(model)
-    .pipe(new StringOutputParser())
-    .pipe(
-      RunnableLambda.from((text: string) =>
-        parseJsonAnswer(text, answer).facts.map((f) => ({ text: f.text, core: f.core, seq: f.seq ?? null })),
-      ),
-    )
-    .withConfig({ runName: "extract" });
+  return jsonAnswerChain({
+    name: "extract",
+    prompt: extractorPrompt,
+    model,
+    variables: (input: ExtractorInput) => ({
+      known: input.known.length ? input.known.map((f) => `- ${f}`).join("\n") : "(nothing yet)",
+      messages: formatTranscript(input.messages),
+    }),
+    answer,
+    result: ({ facts }) => facts.map((f) => ({ text: f.text, core: f.core, seq: f.seq ?? null })),
+  });
 }

@@ -1,9 +1,8 @@
-import { StringOutputParser } from "@langchain/core/output_parsers";
-import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
+import type { Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
 import type { ChatModel } from "../models/index.ts";
 import { factJudgePrompt } from "./fact-judge.prompt.ts";
-import { parseJsonAnswer } from "./json.ts";
+import { jsonAnswerChain } from "./json.ts";
 
 export type FactJudgeInput = { candidate: string; stored: { id: string; text: string }[] };
 
@@ -28,24 +27,20 @@ const answer = z.object({
 
 /** Durability, relation to what is stored, and sensitivity of one candidate fact. */
 export function createFactJudgeChain(model: ChatModel): Runnable<FactJudgeInput, FactJudgment> {
-  return RunnableLambda.from((input: FactJudgeInput) => ({
-    stored: input.stored.length ? input.stored.map((f) => `[${f.id}] ${f.text}`).join("\n") : "(none)",
-    candidate: input.candidate,
-  }))
-    .pipe(factJudgePrompt)
-    .pipe(model)
-    .pipe(new StringOutputParser())
-    .pipe(
-      RunnableLambda.from((text: string): FactJudgment => {
-        const judged = parseJsonAnswer(text, answer);
-        const relation = judged.relation;
-        return {
-          durability: judged.durability,
-          relation,
-          relatedFactId: relation === "none" ? null : (judged.relatedFactId ?? null),
-          sensitivity: judged.sensitivity ?? null,
-        };
-      }),
-    )
-    .withConfig({ runName: "fact-judge" });
+  return jsonAnswerChain({
+    name: "fact-judge",
+    prompt: factJudgePrompt,
+    model,
+    variables: (input: FactJudgeInput) => ({
+      stored: input.stored.length ? input.stored.map((f) => `[${f.id}] ${f.text}`).join("\n") : "(none)",
+      candidate: input.candidate,
+    }),
+    answer,
+    result: (judged): FactJudgment => ({
+      durability: judged.durability,
+      relation: judged.relation,
+      relatedFactId: judged.relation === "none" ? null : (judged.relatedFactId ?? null),
+      sensitivity: judged.sensitivity ?? null,
+    }),
+  });
 }

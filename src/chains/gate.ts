@@ -1,9 +1,8 @@
-import { StringOutputParser } from "@langchain/core/output_parsers";
-import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
+import type { Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
 import type { ChatModel } from "../models/index.ts";
 import { gatePrompt } from "./gate.prompt.ts";
-import { modelBoolean as bool, parseJsonAnswer } from "./json.ts";
+import { jsonAnswerChain, modelBoolean as bool } from "./json.ts";
 
 export type GateVerdict = {
   remember: boolean;
@@ -24,14 +23,13 @@ const answer = z.object({
 
 /** One cheap call per turn answers every gate: remember?, forget what?, needs earlier conversations? */
 export function createGateChain(model: ChatModel): Runnable<{ message: string }, GateVerdict> {
-  return gatePrompt
-    .pipe(model)
-    .pipe(new StringOutputParser())
-    .pipe(
-      RunnableLambda.from((text: string): GateVerdict => {
-        const verdict = parseJsonAnswer(text, answer);
-        return verdict.forget === "SOME" && verdict.forgetTargets.length === 0 ? { ...verdict, forget: "NONE" } : verdict;
-      }),
-    )
-    .withConfig({ runName: "gate" });
+  return jsonAnswerChain({
+    name: "gate",
+    prompt: gatePrompt,
+    model,
+    variables: (input: { message: string }) => ({ message: input.message }),
+    answer,
+    result: (verdict): GateVerdict =>
+      verdict.forget === "SOME" && verdict.forgetTargets.length === 0 ? { ...verdict, forget: "NONE" } : verdict,
+  });
 }

@@ -1,8 +1,16 @@
-import { OutputParserException } from "@langchain/core/output_parsers";
+import { OutputParserException, StringOutputParser } from "@langchain/core/output_parsers";
+import type { ChatPromptTemplate } from "@langchain/core/prompts";
+import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
+import type { ChatModel } from "../models/index.ts";
 
 /** A boolean, also when a model writes it as "true" / "false". */
 export const modelBoolean = z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]);
+
+/** An integer, also when written as a string of digits; null, booleans and "" are broken answers. */
+export const modelInteger = z
+  .union([z.number(), z.string().regex(/^\d+$/).transform(Number)])
+  .pipe(z.number().int());
 
 /** The balanced JSON-looking span starting at `start`, ignoring brackets inside strings. */
 function balancedFrom(text: string, start: number): string | null {
@@ -60,4 +68,24 @@ export function parseJsonAnswer<T>(text: string, schema: z.ZodType<T>): T {
     shapeError ? `The model's JSON has the wrong shape: ${shapeError}` : "The model's answer holds no JSON.",
     text,
   );
+}
+
+/**
+ * The shape every Engram chain has: typed input rendered into the prompt's variables, the
+ * model, and a JSON answer read with parseJsonAnswer (a broken one throws
+ * OutputParserException), optionally mapped with the input (to drop what was not asked about).
+ */
+export function jsonAnswerChain<I, A, O = A>(options: {
+  name: string;
+  prompt: ChatPromptTemplate;
+  model: ChatModel;
+  variables: (input: I) => Record<string, string>;
+  answer: z.ZodType<A>;
+  result?: (answer: A, input: I) => O;
+}): Runnable<I, O> {
+  const ask = options.prompt.pipe(options.model).pipe(new StringOutputParser());
+  return RunnableLambda.from(async (input: I, config) => {
+    const answer = parseJsonAnswer(await ask.invoke(options.variables(input), config), options.answer);
+    return options.result ? options.result(answer, input) : (answer as unknown as O);
+  }).withConfig({ runName: options.name });
 }

@@ -1,8 +1,7 @@
-import { StringOutputParser } from "@langchain/core/output_parsers";
-import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
+import type { Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
 import type { ChatModel } from "../models/index.ts";
-import { modelBoolean, parseJsonAnswer } from "./json.ts";
+import { jsonAnswerChain, modelBoolean } from "./json.ts";
 import { lossJudgePrompt } from "./loss-judge.prompt.ts";
 import { formatTranscript, type TranscriptMessage } from "./transcript.ts";
 
@@ -21,14 +20,15 @@ const verdict = z.object({
 
 /** Did the rewrite lose something the user said? */
 export function createLossJudgeChain(model: ChatModel): Runnable<LossJudgeInput, LossVerdict> {
-  return RunnableLambda.from((input: LossJudgeInput) => ({
-    previousSummary: input.previousSummary?.trim() || "(none yet)",
-    newSummary: input.newSummary,
-    messages: formatTranscript(input.messages),
-  }))
-    .pipe(lossJudgePrompt)
-    .pipe(model)
-    .pipe(new StringOutputParser())
-    .pipe(RunnableLambda.from((text: string) => parseJsonAnswer(text, verdict)))
-    .withConfig({ runName: "loss-judge" });
+  return jsonAnswerChain({
+    name: "loss-judge",
+    prompt: lossJudgePrompt,
+    model,
+    variables: (input: LossJudgeInput) => ({
+      previousSummary: input.previousSummary?.trim() || "(none yet)",
+      newSummary: input.newSummary,
+      messages: formatTranscript(input.messages),
+    }),
+    answer: verdict,
+  });
 }

@@ -1,8 +1,7 @@
-import { StringOutputParser } from "@langchain/core/output_parsers";
-import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
+import type { Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
 import type { ChatModel } from "../models/index.ts";
-import { parseJsonAnswer } from "./json.ts";
+import { jsonAnswerChain, modelInteger as integer } from "./json.ts";
 import { rerankPrompt } from "./rerank.prompt.ts";
 
 export type RerankInput = {
@@ -12,8 +11,6 @@ export type RerankInput = {
 
 /** 0 irrelevant, 1 related, 2 useful background, 3 essential; one per snippet, in input order. */
 export type RerankScores = (0 | 1 | 2 | 3)[];
-
-const integer = z.union([z.number(), z.string().regex(/^\d+$/).transform(Number)]).pipe(z.number().int());
 
 const answer = z.object({
   scores: z.array(z.object({ id: integer, score: integer.pipe(z.number().min(0).max(3)) })),
@@ -28,15 +25,17 @@ export function formatSnippets(snippets: RerankInput["snippets"]): string {
 
 /** The recall re-ranker: scores each candidate snippet 0–3 for the new message. */
 export function createRerankChain(model: ChatModel): Runnable<RerankInput, RerankScores> {
-  return RunnableLambda.from(async (input: RerankInput) => {
-    const text = await rerankPrompt
-      .pipe(model)
-      .pipe(new StringOutputParser())
-      .invoke({ message: input.message, snippets: formatSnippets(input.snippets) });
-    const { scores } = parseJsonAnswer(text, answer);
-    // Unscored snippets count as 0; numbers the model invents are ignored.
-    const result: RerankScores = input.snippets.map(() => 0);
-    for (const s of scores) if (s.id >= 1 && s.id <= input.snippets.length) result[s.id - 1] = s.score as 0 | 1 | 2 | 3;
-    return result;
-  }).withConfig({ runName: "rerank" });
+  return jsonAnswerChain({
+    name: "rerank",
+    prompt: rerankPrompt,
+    model,
+    variables: (input: RerankInput) => ({ message: input.message, snippets: formatSnippets(input.snippets) }),
+    answer,
+    result: ({ scores }, input) => {
+      // Unscored snippets count as 0; numbers the model invents are ignored.
+      const result: RerankScores = input.snippets.map(() => 0);
+      for (const s of scores) if (s.id >= 1 && s.id <= input.snippets.length) result[s.id - 1] = s.score as 0 | 1 | 2 | 3;
+      return result;
+    },
+  });
 }

@@ -1,8 +1,7 @@
-import { StringOutputParser } from "@langchain/core/output_parsers";
-import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
+import type { Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
 import type { ChatModel } from "../models/index.ts";
-import { parseJsonAnswer } from "./json.ts";
+import { jsonAnswerChain } from "./json.ts";
 import { summarizerPrompt } from "./summarizer.prompt.ts";
 import { countWords, formatTranscript, type TranscriptMessage } from "./transcript.ts";
 
@@ -22,14 +21,16 @@ export function limitWords(text: string, wordLimit: number): string {
 
 /** Previous summary + newly folded messages in, a summary of at most wordLimit words out. */
 export function createSummarizerChain(model: ChatModel): Runnable<SummarizerInput, string> {
-  return RunnableLambda.from((input: SummarizerInput) => ({
-    previousSummary: input.previousSummary?.trim() || "(none yet)",
-    messages: formatTranscript(input.messages),
-    wordLimit: String(input.wordLimit),
-  }))
-    .pipe(summarizerPrompt)
-    .pipe(model)
-    .pipe(new StringOutputParser())
-    .pipe(RunnableLambda.from((text: string) => parseJsonAnswer(text, answer).summary))
-    .withConfig({ runName: "summary" });
+  return jsonAnswerChain({
+    name: "summary",
+    prompt: summarizerPrompt,
+    model,
+    variables: (input: SummarizerInput) => ({
+      previousSummary: input.previousSummary?.trim() || "(none yet)",
+      messages: formatTranscript(input.messages),
+      wordLimit: String(input.wordLimit),
+    }),
+    answer,
+    result: (parsed) => parsed.summary,
+  });
 }

@@ -5,7 +5,7 @@ import { extractJob, turnJob } from "../../jobs/turn.ts";
 import { builder, tenantDb, type Context } from "../builder.ts";
 import { notFound } from "../errors.ts";
 import { LIMITS } from "../memory/limits.ts";
-import { importConversation, recordTurn } from "../memory/turns.ts";
+import { deleteConversation, importConversation, recordTurn } from "../memory/turns.ts";
 
 const MessageRoleEnum = builder.enumType("MessageRole", {
   values: ["USER", "ASSISTANT", "SYSTEM", "TOOL"] as const,
@@ -227,6 +227,27 @@ builder.mutationFields((t) => ({
       const conversation = await importConversation(db, input);
       await afterNewMessages(ctx, conversation.id, { imported: true });
       return db.conversation.findUniqueOrThrow({ ...query, where: { id: conversation.id } });
+    },
+  }),
+}));
+
+const DeletedConversation = builder.simpleObject("DeletedConversation", {
+  fields: (t) => ({
+    id: t.id(),
+    messages: t.int({ description: "Messages deleted." }),
+    snippets: t.int({ description: "Recall snippets deleted, with their vectors." }),
+  }),
+});
+
+builder.mutationFields((t) => ({
+  deleteConversation: t.field({
+    type: DeletedConversation,
+    authScopes: { writer: true },
+    description: "Deletes a conversation, its messages, summary revisions and recall data (vectors included).",
+    args: { id: t.arg.id({ required: true }) },
+    resolve: async (_root, { id }, ctx) => {
+      const { conversation, messages, snippets } = await deleteConversation(tenantDb(ctx), ctx.services.recallForgetter, String(id));
+      return { id: conversation.id, messages, snippets };
     },
   }),
 }));

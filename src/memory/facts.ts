@@ -3,9 +3,10 @@ import type { CandidateFact } from "../chains/extractor.ts";
 import type { FactJudgment } from "../chains/fact-judge.ts";
 import type { TenantDb } from "../db.ts";
 import { notFound, parseInput } from "../errors.ts";
-import type { Fact } from "../generated/prisma/client.ts";
+import { Prisma, type Fact } from "../generated/prisma/client.ts";
 import type { FactChangeKind, FactChangePayload, PubSub } from "../pubsub.ts";
 import type { ExtraBlocks } from "./context.ts";
+import { matchesAnyPhrase } from "./text-search.ts";
 import { countTokens } from "./tokens.ts";
 
 /** At most this many facts per user; the least recently confirmed non-core ones go first. */
@@ -23,6 +24,10 @@ export type FactDeps = { pubsub: PubSub };
 export type RecallForgetter = {
   forgetUser(tenantId: string, endUserId: string): Promise<{ snippets: number }>;
   forgetMatching(tenantId: string, endUserId: string, phrases: string[]): Promise<{ snippets: number }>;
+  /** Every snippet and vector of a conversation, before the conversation is deleted. */
+  forgetConversation(tenantId: string, conversationId: string): Promise<{ snippets: number }>;
+  /** The snippets that hold any of these messages (a deleted fact's source). */
+  forgetMessages(tenantId: string, messageIds: string[]): Promise<{ snippets: number }>;
 };
 
 export const normalizeFact = (text: string) =>
@@ -138,11 +143,17 @@ export async function correctFact(db: TenantDb, deps: FactDeps, id: string, inpu
   return fact;
 }
 
-/** Deletes a fact for good, history included. */
-export async function deleteFact(db: TenantDb, deps: FactDeps, id: string, reason = "deleted by a person") {
+/** Deletes a fact for good, history included, and the recall snippet it was extracted from. */
+export async function deleteFact(
+  db: TenantDb,
+  deps: FactDeps & { recall: RecallForgetter },
+  id: string,
+  reason = "deleted by a person",
+) {
   const fact = await db.fact.findUnique({ where: { id } });
   if (!fact) throw notFound("Fact", id);
   await db.fact.deleteMany({ where: { id } });
+  if (fact.sourceMessageId) await deps.recall.forgetMessages(db.$tenantId(), [fact.sourceMessageId]);
   announce(db, deps, "DELETED", { endUserId: fact.endUserId, factId: fact.id, text: fact.text, reason });
   return fact;
 }
@@ -150,16 +161,14 @@ export async function deleteFact(db: TenantDb, deps: FactDeps, id: string, reaso
 /** "Forget everything": all of a user's facts and recall data, at once. Returns what went. */
 export async function forgetUser(
   db: TenantDb,
-  deps: FactDeps & { recall?: RecallForgetter },
+  deps: FactDeps & { recall: RecallForgetter },
   endUserId: string,
   reason = "forget everything",
   conversationId: string | null = null,
 ) {
   await requireUser(db, endUserId);
   const { count: facts } = await db.fact.deleteMany({ where: { endUserId } });
-  const { snippets } = deps.recall
-    ? await deps.recall.forgetUser(db.$tenantId(), endUserId)
-    : { snippets: (await db.recallSnippet.deleteMany({ where: { endUserId } })).count };
+  const { snippets } = await deps.recall.forgetUser(db.$tenantId(), endUserId);
   await db.gateVerdict.deleteMany({ where: { conversationId: { in: await conversationIdsOf(db, endUserId) } } });
   announce(db, deps, "FORGOTTEN", { endUserId, factId: null, text: null, reason, conversationId });
   return { facts, snippets };
@@ -176,7 +185,7 @@ async function conversationIdsOf(db: TenantDb, endUserId: string) {
  */
 export async function forgetMatching(
   db: TenantDb,
-  deps: FactDeps & { recall?: RecallForgetter },
+  deps: FactDeps & { recall: RecallForgetter },
   endUserId: string,
   phrases: string[],
   conversationId: string | null,
@@ -185,13 +194,9 @@ export async function forgetMatching(
   const rows = await db.$queryRaw<{ id: string }[]>`
     SELECT f."id" FROM "Fact" f
     WHERE f."tenantId" = ${db.$tenantId()} AND f."endUserId" = ${endUserId}
-      AND to_tsvector('english', f."text") @@ ANY (
-        SELECT to_tsquery('english', array_to_string(tsvector_to_array(to_tsvector('english', p)), ' & '))
-        FROM unnest(${phrases}::text[]) AS p
-        WHERE numnode(to_tsquery('english', array_to_string(tsvector_to_array(to_tsvector('english', p)), ' & '))) > 0
-      )`;
+      AND ${matchesAnyPhrase(Prisma.sql`to_tsvector('english', f."text")`, phrases)}`;
   for (const { id } of rows) await deleteFact(db, deps, id, `the user asked to forget: ${phrases.join("; ")}`);
-  const { snippets } = deps.recall ? await deps.recall.forgetMatching(db.$tenantId(), endUserId, phrases) : { snippets: 0 };
+  const { snippets } = await deps.recall.forgetMatching(db.$tenantId(), endUserId, phrases);
   return { facts: rows.length, snippets };
 }
 

@@ -1,9 +1,11 @@
 import type { Db, TenantDb } from "../db.ts";
 import { forTenant } from "../db.ts";
 import type { EmbeddingsProvider } from "../embeddings/index.ts";
-import type { Message } from "../generated/prisma/client.ts";
+import { Prisma, type Message } from "../generated/prisma/client.ts";
 import type { Logger } from "../log.ts";
 import type { VectorStore } from "../vectors/index.ts";
+import type { RecallForgetter } from "./facts.ts";
+import { matchesAnyPhrase } from "./text-search.ts";
 
 /** What indexing and forgetting need: the database, the embedder and the vector store. */
 export type SnippetDeps = { db: Db; embeddings: EmbeddingsProvider; vectors: VectorStore; log: Logger };
@@ -163,4 +165,39 @@ export async function forgetConversationRecall(
   await deps.vectors.delete(tenantId, { conversationId });
   const { count } = await forTenant(deps.db, tenantId).recallSnippet.deleteMany({ where: { conversationId } });
   return { deleted: count };
+}
+
+/** The snippets of a user that mention any of the phrases they asked to forget. */
+export async function forgetMatchingRecall(
+  deps: Pick<SnippetDeps, "db" | "vectors">,
+  tenantId: string,
+  endUserId: string,
+  phrases: string[],
+) {
+  if (phrases.length === 0) return { deleted: 0 };
+  const rows = await deps.db.$queryRaw<{ id: string }[]>`
+    SELECT s."id" FROM "RecallSnippet" s
+    WHERE s."tenantId" = ${tenantId} AND s."endUserId" = ${endUserId}
+      AND ${matchesAnyPhrase(Prisma.sql`s."search"`, phrases)}`;
+  return forgetSnippets(deps, tenantId, rows.map((r) => r.id));
+}
+
+/** How the facts area forgets recall data along with facts. */
+export function recallForgetter(deps: Pick<SnippetDeps, "db" | "vectors">): RecallForgetter {
+  return {
+    forgetUser: async (tenantId, endUserId) => ({ snippets: (await forgetUserRecall(deps, tenantId, endUserId)).deleted }),
+    forgetMatching: async (tenantId, endUserId, phrases) => ({
+      snippets: (await forgetMatchingRecall(deps, tenantId, endUserId, phrases)).deleted,
+    }),
+    forgetConversation: async (tenantId, conversationId) => ({
+      snippets: (await forgetConversationRecall(deps, tenantId, conversationId)).deleted,
+    }),
+    forgetMessages: async (tenantId, messageIds) => {
+      const rows = await forTenant(deps.db, tenantId).recallSnippet.findMany({
+        where: { messageIds: { hasSome: messageIds } },
+        select: { id: true },
+      });
+      return { snippets: (await forgetSnippets(deps, tenantId, rows.map((r) => r.id))).deleted };
+    },
+  };
 }

@@ -1,8 +1,9 @@
 import { z } from "zod";
 import type { TenantDb } from "../db.ts";
-import { EngramError, parseInput } from "../errors.ts";
+import { EngramError, notFound, parseInput } from "../errors.ts";
 import { Prisma, type MessageRole, type Turn } from "../generated/prisma/client.ts";
 import { externalIdSchema } from "./agents.ts";
+import type { RecallForgetter } from "./facts.ts";
 import { MESSAGE_LIMITS } from "./limits.ts";
 
 const content = z.string().min(1).max(MESSAGE_LIMITS.messageMaxChars);
@@ -167,4 +168,17 @@ export async function importConversation(db: TenantDb, input: z.input<typeof imp
     });
     return tx.conversation.findUniqueOrThrow({ where: { id: conversation.id } });
   }, { ...TX, timeout: 120_000 });
+}
+
+/**
+ * Deletes a conversation with its messages, turns and summary revisions; its recall vectors go
+ * first (the rows cascade in the database, the vectors in Chroma would not).
+ */
+export async function deleteConversation(db: TenantDb, recall: RecallForgetter, id: string) {
+  const conversation = await db.conversation.findUnique({ where: { id } });
+  if (!conversation) throw notFound("Conversation", id);
+  const { snippets } = await recall.forgetConversation(db.$tenantId(), id);
+  const { count: messages } = await db.message.deleteMany({ where: { conversationId: id } });
+  await db.conversation.deleteMany({ where: { id } });
+  return { conversation, messages, snippets };
 }

@@ -1,24 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ContextDocument, RecordTurnDocument } from "../src/gql/graphql.ts";
 import { countTokens } from "../src/memory/tokens.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 
-const RECORD = /* GraphQL */ `
-  mutation Record($input: RecordTurnInput!) {
-    recordTurn(input: $input) {
-      id clientTurnId firstSeq lastSeq
-      conversation { id externalId lastSeq }
-      messages { seq role content private }
-    }
-  }
-`;
-const CONTEXT = /* GraphQL */ `
-  query Context($input: ContextInput!) {
-    context(input: $input) {
-      totalTokens baselineTokens savedTokens
-      blocks { kind title text tokens items { id seq role text tokens score } }
-    }
-  }
-`;
+const RECORD = RecordTurnDocument;
+const CONTEXT = ContextDocument;
 
 let engram: TestEngram;
 beforeAll(async () => {
@@ -199,9 +185,9 @@ describe("context", () => {
     await engram.gql(CREATE, { input: { scope: "ENTITY", scopeRef: "user-1", title: "Shipping notes", summary: "Ships on Mondays." } });
     const r = await engram.gql(RECORD, { input: turn("c-entries") });
     const { data } = await engram.gql(CONTEXT, { input: { conversationId: r.data.recordTurn.conversation.id, message: "Can I get a refund?" } });
-    const entries = data.context.blocks.find((b: any) => b.kind === "ENTRIES");
-    expect(entries.items).toHaveLength(1);
-    expect(entries.text).toContain("store credit");
+    const entries = data.context.blocks.find((b) => b.kind === "ENTRIES");
+    expect(entries?.items).toHaveLength(1);
+    expect(entries?.text).toContain("store credit");
   });
 
   it("is NOT_FOUND for an unknown conversation", async () => {

@@ -1,14 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { AppendEventDocument, type AppendEventInput } from "../src/gql/graphql.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { collect, settle, wsClient } from "./helpers/ws.ts";
 
-const APPEND = /* GraphQL */ `
-  mutation Append($input: AppendEventInput!) {
-    appendEvent(input: $input) { id scope scopeRef kind body source sourceRef occurredAt compressedAt }
-  }
-`;
+const APPEND = AppendEventDocument;
 
-const event = (overrides: Record<string, unknown> = {}) => ({
+const event = (overrides: Partial<AppendEventInput> = {}): AppendEventInput => ({
   scope: "PROJECT",
   scopeRef: "launch-q3",
   kind: "decision",

@@ -8,12 +8,14 @@ import { createLogger } from "../../src/log.ts";
 import { createApiKey, createTenant } from "../../src/memory/keys.ts";
 import type { ModelRoute } from "../../src/models/index.ts";
 import { openServices, type Services } from "../../src/services.ts";
+import { startModelServer, type ModelServer } from "./model-server.ts";
 import { createTestStore, type TestStore } from "./store.ts";
 
 export type TenantKeys = { tenantId: string; admin: string; writer: string; reader: string };
 
 export type GraphQLResult<T> = {
-  data?: T | null;
+  /** Typed as present: a test that expects an error checks `errors` (data is then null). */
+  data: T;
   errors?: { message: string; path?: string[]; extensions?: { code?: string } & Record<string, unknown> }[];
 };
 
@@ -103,4 +105,34 @@ export async function startTestEngram(
       if (!options.store) await store.drop();
     },
   };
+}
+
+/** The variables that point Engram's OpenAI clients at a scripted model server, with no retries. */
+export function modelEnv(model: ModelServer, apiKey = "test-key"): Record<string, string> {
+  return { OPENAI_BASE_URL: model.url, OPENAI_API_KEY: apiKey, ENGRAM_MODEL_MAX_RETRIES: "0" };
+}
+
+/**
+ * A scripted OpenAI-compatible model server (or the one given) and a test Engram that uses it.
+ * `respond` and `embed` are set on the server before Engram starts; `env` adds to modelEnv().
+ */
+export async function startEngramWithModel(
+  options: Parameters<typeof startTestEngram>[0] & {
+    model?: ModelServer;
+    apiKey?: string;
+    respond?: Parameters<ModelServer["respond"]>[0];
+    embed?: Parameters<ModelServer["embed"]>[0];
+  } = {},
+): Promise<{ model: ModelServer; engram: TestEngram }> {
+  const { model: given, apiKey, respond, embed, env, ...rest } = options;
+  const model = given ?? (await startModelServer());
+  if (respond) model.respond(respond);
+  if (embed) model.embed(embed);
+  try {
+    const engram = await startTestEngram({ ...rest, env: { ...modelEnv(model, apiKey), ...env } });
+    return { model, engram };
+  } catch (error) {
+    if (!given) await model.stop();
+    throw error;
+  }
 }

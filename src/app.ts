@@ -5,6 +5,7 @@ import { maxAliasesPlugin } from "@escape.tech/graphql-armor-max-aliases";
 import { maxDepthPlugin } from "@escape.tech/graphql-armor-max-depth";
 import { GraphQLError } from "graphql";
 import { useServer } from "graphql-ws/use/ws";
+import { renderGraphiQL } from "@graphql-yoga/render-graphiql";
 import { createYoga, maskError as defaultMaskError, type YogaServerInstance } from "graphql-yoga";
 import { WebSocketServer } from "ws";
 import type { Context } from "./builder.ts";
@@ -96,6 +97,8 @@ export function buildApp(services: Services): App {
     schema,
     graphqlEndpoint: GRAPHQL_PATH,
     landingPage: false,
+    // The bundled GraphiQL: the default page loads its code from a CDN, which offline machines cannot reach.
+    renderGraphiQL,
     logging: false,
     maskedErrors: { maskError: (error, message, isDev) => maskError(error, message, isDev, services.log) },
     graphiql: {

@@ -95,6 +95,15 @@ describe("access", () => {
     expect(viewer.data.viewer.role).toBe("READER");
   });
 
+  it("serves GraphiQL from the endpoint with everything bundled (nothing loaded from a CDN)", async () => {
+    const response = await engram.app.yoga.fetch("http://engram.test/graphql", { headers: { accept: "text/html" } });
+    expect(response.status).toBe(200);
+    const html = await response.text();
+    expect(html).toContain("<title>Engram</title>");
+    expect(html).not.toMatch(/<script[^>]+src="https?:|<link[^>]+href="https?:\/\/(?!raw)/);
+    expect(html).not.toContain("unpkg.com");
+  });
+
   it("stores keys hashed, never in the clear", async () => {
     const rows = await engram.services.db.apiKey.findMany();
     for (const row of rows) {

@@ -1,72 +1,42 @@
 // Shared by the benchmarks: stores to run on, a bounded concurrent runner, percentiles, and the
 // README section each benchmark owns.
-import { randomBytes } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
-import path from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { readEnv } from "../src/env.ts";
 import { createLogger } from "../src/log.ts";
 import { createApiKey, createTenant } from "../src/memory/keys.ts";
 import { openServices, type Services } from "../src/services.ts";
+import {
+  createEmbeddedStore as createEmbeddedTestStore,
+  createPostgresStore as createPostgresTestStore,
+  type TestStore,
+} from "../test/helpers/store.ts";
 
 export const README = fileURLToPath(new URL("./README.md", import.meta.url));
 
 /** Where PostgreSQL runs are made: a fresh database is created on this server for each one. */
 export const POSTGRES_SERVER_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 
-export type StoreKind = "embedded" | "postgres";
-
-export type BenchStore = {
-  kind: StoreKind;
-  /** The Engram variables that point at it: ENGRAM_DATA_DIR or DATABASE_URL. */
-  vars: Record<string, string>;
-  drop(): Promise<void>;
-};
+export type BenchStore = TestStore;
+export type StoreKind = BenchStore["kind"];
 
 /** An embedded store in a temporary folder, removed by drop(). */
 export function createEmbeddedStore(): BenchStore {
-  const dir = mkdtempSync(path.join(os.tmpdir(), "engram-bench-"));
-  return {
-    kind: "embedded",
-    vars: { ENGRAM_DATA_DIR: dir },
-    drop: async () => rmSync(dir, { recursive: true, force: true }),
-  };
+  return createEmbeddedTestStore("bench");
 }
 
 /** A fresh database on the PostgreSQL server, dropped by drop(); null when the server is not there. */
 export async function createPostgresStore(serverUrl = POSTGRES_SERVER_URL): Promise<BenchStore | null> {
-  const admin = new pg.Client({ connectionString: serverUrl, connectionTimeoutMillis: 3_000 });
-  try {
-    await admin.connect();
-  } catch (error) {
-    await admin.end().catch(() => {});
-    console.warn(`PostgreSQL at ${redact(serverUrl)} is unreachable (${(error as Error).message}): skipping it.`);
-    return null;
-  }
-  const name = `engram_bench_${randomBytes(6).toString("hex")}`;
-  try {
-    await admin.query(`CREATE DATABASE ${name}`);
-  } finally {
-    await admin.end();
-  }
-  const url = new URL(serverUrl);
-  url.pathname = `/${name}`;
-  // Whatever Engram keeps on disk besides the database (the embedded Chroma for recall) goes
-  // to a temporary folder too, never to ./.engram.
-  const dir = mkdtempSync(path.join(os.tmpdir(), "engram-bench-"));
-  return {
-    kind: "postgres",
-    vars: { DATABASE_URL: url.toString(), ENGRAM_DATA_DIR: dir },
-    async drop() {
-      rmSync(dir, { recursive: true, force: true });
-      const client = new pg.Client({ connectionString: serverUrl });
-      await client.connect();
-      await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await client.end();
+  return createPostgresTestStore(serverUrl, {
+    label: "bench",
+    connectionTimeoutMillis: 3_000,
+    onUnreachable: (error) => {
+      console.warn(`PostgreSQL at ${redact(serverUrl)} is unreachable (${error.message}): skipping it.`);
+      return null;
     },
-  };
+  });
 }
 
 function redact(url: string) {
@@ -192,6 +162,16 @@ export function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))];
 }
 
+/** A run's table cells: operations per second, then p50, p95 and p99 latency. */
+export function rateAndPercentiles(run: RunResult): string[] {
+  return [
+    fmt(run.perSecond),
+    fmt(percentile(run.latencies, 50), " ms"),
+    fmt(percentile(run.latencies, 95), " ms"),
+    fmt(percentile(run.latencies, 99), " ms"),
+  ];
+}
+
 export function envInt(name: string, fallback: number): number {
   const raw = process.env[name];
   if (raw === undefined || raw === "") return fallback;
@@ -280,4 +260,40 @@ export function writeReadmeSection(name: string, body: string, file = README): v
       ? current.slice(0, from) + block + current.slice(to + end.length)
       : `${current.trimEnd()}\n\n${block}\n`;
   writeFileSync(file, next);
+}
+
+/** "Measured on <machine>." for a README section, naming the stores that were skipped. */
+export function measuredOn(skipped: string[]): string {
+  return `Measured on ${machineLine()}.` + (skipped.length ? ` Skipped: ${skipped.join("; ")}.` : "");
+}
+
+/**
+ * A benchmark's main: runs benchStore on each of benchStores() (dropping each store afterwards),
+ * writes the report as its README section `name` and prints it; any failure exits with 1.
+ */
+export function runBenchmark<R>(
+  name: string,
+  benchStore: (store: BenchStore) => Promise<R>,
+  report: (results: R[], skipped: string[]) => string,
+): void {
+  const main = async () => {
+    warnIfBusy();
+    const started = performance.now();
+    const results: R[] = [];
+    const skipped: string[] = [];
+    for await (const store of benchStores(skipped)) {
+      try {
+        results.push(await benchStore(store));
+      } finally {
+        await store.drop();
+      }
+    }
+    const section = report(results, skipped);
+    writeReadmeSection(name, section);
+    console.log(`\n${section}\n\nbench/README.md updated (${((performance.now() - started) / 1000).toFixed(1)} s).`);
+  };
+  main().catch((error) => {
+    console.error(error);
+    process.exit(1);
+  });
 }

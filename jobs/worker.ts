@@ -7,7 +7,7 @@ import { reconcileJob, RECONCILE_EVERY, runReconcile } from "./reconcile.ts";
 import { retentionJob, RETENTION_CRON, runRetention } from "./retention.ts";
 import { extractJob, runExtractAll, runTurnWork, turnJob } from "./turn.ts";
 
-export type Worker = { stop(): Promise<void> };
+export type Worker = { stop(graceMs?: number): Promise<void> };
 
 // Model outages and crashes delay work, never lose it: retry with growing delays, without end.
 const untilItWorks = backoffStrategies.exponential({ delay: 1_000, maxDelay: 300_000, maxRetries: 1_000_000 });
@@ -59,8 +59,10 @@ export async function startWorker(services: Services): Promise<Worker> {
   await agenda.every(RECONCILE_EVERY, reconcileJob.name, {}, { skipImmediate: true });
   await agenda.every(RETENTION_CRON, retentionJob.name, {}, { timezone: "UTC", skipImmediate: true });
   return {
-    async stop() {
-      await agenda.stop(false);
+    /** Takes no new jobs and lets running ones finish (a job still running after the grace period is retried later). */
+    async stop(graceMs = 15_000) {
+      const { running, timedOut } = await agenda.drain({ timeout: graceMs, closeConnection: false });
+      if (timedOut) log.warn("jobs still running at shutdown; they will be retried", { running });
     },
   };
 }

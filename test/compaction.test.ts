@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runCompaction } from "../jobs/compact.ts";
-import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
-import { startModelServer, type ChatRequest, type ModelServer } from "./helpers/model-server.ts";
+import { startEngramWithModel, startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import type { ChatRequest, ModelServer } from "./helpers/model-server.ts";
 
 const DAY_MS = 86_400_000;
 const daysAgo = (days: number) => new Date(Date.now() - days * DAY_MS).toISOString();
@@ -94,11 +94,10 @@ describe("daily compaction against an OpenAI-compatible model", () => {
   let server: ModelServer;
 
   beforeAll(async () => {
-    server = await startModelServer();
-    server.respond((request) => answerFor(bucketOf(request)));
-    engram = await startTestEngram({
-      env: { OPENAI_BASE_URL: server.url, OPENAI_API_KEY: "test", ENGRAM_MODEL_MAX_RETRIES: "0" },
-    });
+    ({ model: server, engram } = await startEngramWithModel({
+      apiKey: "test",
+      respond: (request) => answerFor(bucketOf(request)),
+    }));
   });
   afterAll(async () => {
     await engram?.stop();

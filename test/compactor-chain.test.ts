@@ -1,13 +1,9 @@
-import type { BaseLanguageModelInput } from "@langchain/core/language_models/base";
-import type { BaseMessage } from "@langchain/core/messages";
 import { OutputParserException } from "@langchain/core/output_parsers";
-import { RunnableLambda } from "@langchain/core/runnables";
-import { FakeListChatModel } from "@langchain/core/utils/testing";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { createCompactorChain, type CompactorInput } from "../src/chains/compactor.ts";
 import { parseJsonAnswer } from "../src/chains/json.ts";
-import type { ChatModel } from "../src/models/index.ts";
+import { expectBroken, scriptedModel } from "./helpers/scripted-model.ts";
 
 const input: CompactorInput = {
   scope: "ENTITY",
@@ -39,18 +35,6 @@ const GOOD = {
   summary: "- Acme wants ROAS > 3 before scaling (2025-01-14).\n- Budget cut 20% (2025-02-03).",
   tags: ["Budget", "roas", "budget"],
 };
-
-/** A FakeListChatModel behind a lambda that records the messages the chain sends it. */
-function scriptedModel(responses: string[]) {
-  const fake = new FakeListChatModel({ responses });
-  const seen: BaseMessage[][] = [];
-  const model: ChatModel = RunnableLambda.from(async (prompt: BaseLanguageModelInput) => {
-    const messages = (prompt as { toChatMessages(): BaseMessage[] }).toChatMessages();
-    seen.push(messages);
-    return fake.invoke(messages);
-  });
-  return { model, seen };
-}
 
 describe("compactor chain", () => {
   it("sends a system prompt and the events as dated sections, oldest first", async () => {
@@ -131,11 +115,7 @@ describe("compactor chain", () => {
       JSON.stringify({ title: "   ", summary: "x" }),
     ]) {
       const { model } = scriptedModel([broken]);
-      const error = await createCompactorChain(model)
-        .invoke(input)
-        .then(() => null, (e: unknown) => e);
-      expect(error, broken).toBeInstanceOf(OutputParserException);
-      expect((error as OutputParserException).llmOutput).toBe(broken);
+      await expectBroken(createCompactorChain(model).invoke(input), broken);
     }
   });
 });

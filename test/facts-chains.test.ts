@@ -9,23 +9,7 @@ import type { Logger } from "../src/log.ts";
 import { gateMessage, keywordGate } from "../src/memory/gate.ts";
 import type { ChatModel } from "../src/models/index.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
-import { scriptedModel } from "./helpers/scripted-model.ts";
-
-/** Invokes and returns what was thrown, or fails when nothing was. */
-async function thrown(promise: Promise<unknown>): Promise<unknown> {
-  return promise.then(
-    (value) => {
-      throw new Error(`expected a throw, got ${JSON.stringify(value)}`);
-    },
-    (error: unknown) => error,
-  );
-}
-
-async function expectBroken(promise: Promise<unknown>, answer: string) {
-  const error = await thrown(promise);
-  expect(error, answer).toBeInstanceOf(OutputParserException);
-  expect((error as OutputParserException).llmOutput, answer).toBe(answer);
-}
+import { expectBroken, scriptedModel, thrown } from "./helpers/scripted-model.ts";
 
 describe("gate chain", () => {
   const GOOD = JSON.stringify({ remember: true, forget: "NONE", forgetTargets: [], needsRecall: false });

@@ -1,27 +1,24 @@
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
-import { startModelServer, type ModelServer } from "./helpers/model-server.ts";
+import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
+import type { ModelServer } from "./helpers/model-server.ts";
 import { factsScript } from "./helpers/scripted-memory-model.ts";
+import { until } from "./helpers/until.ts";
 
 const RECORD = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { conversation { id endUser { id } } } }`;
 
 let model: ModelServer;
 let engram: TestEngram;
 beforeAll(async () => {
-  model = await startModelServer();
-  model.respond(
-    factsScript({
+  ({ model, engram } = await startEngramWithModel({
+    worker: true,
+    respond: factsScript({
       gate: (m) => ({ remember: /\bI (am|prefer)\b/.test(m) }),
       extract: (messages) =>
         messages
           .filter((m) => m.role === "user" && /\bI (am|prefer)\b/.test(m.content))
           .map((m) => ({ text: `The user said: ${m.content}`, seq: m.seq, core: true })),
     }),
-  );
-  engram = await startTestEngram({
-    worker: true,
-    env: { OPENAI_BASE_URL: model.url, OPENAI_API_KEY: "test-key", ENGRAM_MODEL_MAX_RETRIES: "0" },
-  });
+  }));
 });
 afterAll(async () => {
   await engram?.stop();
@@ -35,11 +32,7 @@ it("a user's fact from conversation 1 is in the FACTS block of conversation 2, t
     }, engram.tenant.writer);
   const first = await say("sam-1", "s1", "Hi! I prefer window seats on every flight.");
   const endUserId = first.data.recordTurn.conversation.endUser.id;
-  const deadline = Date.now() + 30_000;
-  while ((await engram.services.db.fact.count({ where: { endUserId } })) === 0) {
-    if (Date.now() > deadline) throw new Error("no fact was extracted");
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
+  await until("a fact to be extracted", async () => (await engram.services.db.fact.count({ where: { endUserId } })) > 0);
   const second = await say("sam-2", "s2", "Book me a flight to Rome.");
   const { data } = await engram.gql(
     `query($input: ContextInput!) { context(input: $input) { blocks { kind text } } }`,

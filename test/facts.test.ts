@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { runTurnWork } from "../jobs/turn.ts";
 import { FACT_CAP } from "../src/memory/facts.ts";
-import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
-import { startModelServer, type ModelServer } from "./helpers/model-server.ts";
+import { startEngramWithModel, startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import type { ModelServer } from "./helpers/model-server.ts";
 import { factsScript, type FactsScript } from "./helpers/scripted-memory-model.ts";
 import { collect, settle, wsClient } from "./helpers/ws.ts";
 
@@ -13,10 +13,7 @@ const CONTEXT = `query($input: ContextInput!) { context(input: $input) { blocks 
 let model: ModelServer;
 let engram: TestEngram;
 beforeAll(async () => {
-  model = await startModelServer();
-  engram = await startTestEngram({
-    env: { OPENAI_BASE_URL: model.url, OPENAI_API_KEY: "test-key", ENGRAM_MODEL_MAX_RETRIES: "0" },
-  });
+  ({ model, engram } = await startEngramWithModel());
 });
 afterAll(async () => {
   await engram?.stop();

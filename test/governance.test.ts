@@ -4,9 +4,10 @@ import { forTenant } from "../src/db.ts";
 import { budgetStatus } from "../src/memory/budget.ts";
 import { redactTexts, DEFAULT_REDACTION } from "../src/memory/redaction.ts";
 import { recordModelUsage } from "../src/memory/usage.ts";
-import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { startEngramWithModel, startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { startModelServer, type ChatRequest, type ModelServer } from "./helpers/model-server.ts";
 import { memoryScript } from "./helpers/scripted-memory-model.ts";
+import { until } from "./helpers/until.ts";
 
 const DAY_MS = 86_400_000;
 const daysAgo = (days: number) => new Date(Date.now() - days * DAY_MS).toISOString();
@@ -36,16 +37,6 @@ const AUDIT = `query($first: Int, $after: String) { auditLog(first: $first, afte
 const BUDGET = `{ budgetStatus { spent limit paused pausedSince periodStart periodEnd } }`;
 const APPEND = `mutation($input: AppendEventInput!) { appendEvent(input: $input) { id } }`;
 
-async function until<T>(what: string, probe: () => Promise<T | undefined | null | false>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 150));
-  }
-}
-
 const compactAnswer = (request: ChatRequest) => {
   const scope = /^Scope: (\S+ \S+)/.exec(request.messages.find((m) => m.role === "user")?.content ?? "")?.[1] ?? "?";
   return JSON.stringify({ title: `Digest of ${scope}`, summary: "- kept", tags: ["compacted"] });
@@ -71,15 +62,11 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
   beforeAll(async () => {
     [fallback, serverA, serverB] = await Promise.all([startModelServer(), startModelServer(), startModelServer()]);
     for (const server of [fallback, serverA, serverB]) server.respond(compactAnswer);
-    engram = await startTestEngram({
-      env: {
-        OPENAI_BASE_URL: fallback.url,
-        OPENAI_API_KEY: "server-key",
-        ENGRAM_MODEL_MAX_RETRIES: "0",
-        ENGRAM_SECRET: SECRET,
-        ENGRAM_EMBEDDINGS: "offline",
-      },
-    });
+    ({ engram } = await startEngramWithModel({
+      model: fallback,
+      apiKey: "server-key",
+      env: { ENGRAM_SECRET: SECRET, ENGRAM_EMBEDDINGS: "offline" },
+    }));
   });
   afterAll(async () => {
     await engram?.stop();
@@ -445,12 +432,12 @@ describe("budget pause and resume of queued summary work", () => {
   let engram: TestEngram;
   let model: ModelServer;
   beforeAll(async () => {
-    model = await startModelServer();
-    model.respond(memoryScript());
-    engram = await startTestEngram({
+    ({ model, engram } = await startEngramWithModel({
       worker: true,
-      env: { OPENAI_BASE_URL: model.url, OPENAI_API_KEY: "k", ENGRAM_MODEL_MAX_RETRIES: "0", ENGRAM_EMBEDDINGS: "offline" },
-    });
+      apiKey: "k",
+      respond: memoryScript(),
+      env: { ENGRAM_EMBEDDINGS: "offline" },
+    }));
   });
   afterAll(async () => {
     await engram?.stop();

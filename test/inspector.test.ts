@@ -4,10 +4,11 @@ import { fileURLToPath } from "node:url";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildApp, type App } from "../src/app.ts";
-import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import { bagOfWords } from "./helpers/fake-embeddings.ts";
 import { startModelServer, type ChatRequest, type ModelServer } from "./helpers/model-server.ts";
-import { allIndexed, say, until } from "./helpers/recall.ts";
+import { allIndexed, say } from "./helpers/recall.ts";
+import { until } from "./helpers/until.ts";
 import { chainOf, factsScript, memoryScript, seqsIn } from "./helpers/scripted-memory-model.ts";
 
 // The inspector in Debian's chromium, driven by playwright-core, against a real Engram on a free
@@ -73,15 +74,7 @@ beforeAll(async () => {
     // The judge keeps the turn with the user's budget and harbour wish.
     return JSON.stringify({ scores: snippetsOf(request).map(({ id, text }) => ({ id, score: /harbour/.test(text) && /^user:/.test(text) ? 3 : 0 })) });
   });
-  engram = await startTestEngram({
-    worker: true,
-    env: {
-      OPENAI_BASE_URL: model.url,
-      OPENAI_API_KEY: "test-key",
-      ENGRAM_MODEL_MAX_RETRIES: "0",
-      ENGRAM_EMBEDDING_MODEL: "scripted-embed",
-    },
-  });
+  ({ engram } = await startEngramWithModel({ model, worker: true, env: { ENGRAM_EMBEDDING_MODEL: "scripted-embed" } }));
   url = await engram.listen();
   browser = await chromium.launch({
     executablePath: CHROMIUM,

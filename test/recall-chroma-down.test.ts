@@ -5,7 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runReconcile } from "../jobs/reconcile.ts";
 import { startEmbeddedChroma, type ChromaServer } from "../src/store/chroma.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
-import { allIndexed, CONTEXT, RECALL, say, until } from "./helpers/recall.ts";
+import { allIndexed, CONTEXT, RECALL, say } from "./helpers/recall.ts";
+import { until } from "./helpers/until.ts";
 
 // An external Chroma (CHROMA_URL) that goes down and comes back.
 let chromaDir: string;

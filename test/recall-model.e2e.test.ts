@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import { bagOfWords } from "./helpers/fake-embeddings.ts";
-import { startModelServer, type ChatRequest, type ModelServer } from "./helpers/model-server.ts";
+import type { ChatRequest, ModelServer } from "./helpers/model-server.ts";
 import { allIndexed, CONTEXT, say } from "./helpers/recall.ts";
 
 // Recall through the real OpenAI clients against a scripted OpenAI-compatible server: embeddings
@@ -17,12 +17,11 @@ const snippetsOf = (r: ChatRequest) =>
   );
 
 beforeAll(async () => {
-  model = await startModelServer();
-  model.embed((input) => input.map((text) => bagOfWords(text)));
-  engram = await startTestEngram({
+  ({ model, engram } = await startEngramWithModel({
     worker: true,
-    env: { OPENAI_BASE_URL: model.url, OPENAI_API_KEY: "test-key", ENGRAM_MODEL_MAX_RETRIES: "0", ENGRAM_EMBEDDING_MODEL: "scripted-embed" },
-  });
+    embed: (input) => input.map((text) => bagOfWords(text)),
+    env: { ENGRAM_EMBEDDING_MODEL: "scripted-embed" },
+  }));
 }, 120_000);
 afterAll(async () => {
   await engram?.stop();

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
-import { allIndexed, CONTEXT, IMPORT, RECALL, say, until } from "./helpers/recall.ts";
+import { allIndexed, CONTEXT, IMPORT, RECALL, say } from "./helpers/recall.ts";
+import { until } from "./helpers/until.ts";
 import { collect, settle, wsClient } from "./helpers/ws.ts";
 
 // Recall with the offline sentence encoder (no model configured): the similarity floor chooses.
@@ -138,5 +139,20 @@ describe("recall with the offline encoder", () => {
     const top = found.data.recall.candidates[0];
     expect(top.text).toBe("user: And my usual bottle of Barolo.\nassistant: Added the Barolo.");
     expect(top.messageSeqs).toEqual([3, 4]);
+  });
+
+  it("ranks keyword hits by BM25: a word rare in the user's snippets outweighs one they all share", async () => {
+    const carol = (conversation: string) => ({ user: "carol", conversation });
+    const rare = await say(engram, carol("c-race"), "Carol here: I signed up for the Lisbon marathon.", "Good luck with the training!");
+    for (const topic of ["garden", "kitchen", "holiday"]) {
+      await say(engram, carol(`c-${topic}`), `Carol again. Carol wants ideas for the ${topic}, Carol says.`, `Some ${topic} ideas.`);
+    }
+    await allIndexed(engram);
+    // ts_rank_cd would put the snippets that say "Carol" three times first; BM25 weighs "carol"
+    // (in every snippet of this user) near zero and "marathon" (in one) high.
+    const { data } = await engram.gql(RECALL, { input: { endUserId: rare.endUserId, text: "Carol, how did the marathon go?", mode: "KEYWORD" } });
+    expect(data.recall.candidates[0]).toMatchObject({ conversationId: rare.conversationId, keywordRank: 1 });
+    expect(data.recall.candidates).toHaveLength(4);
+    expect(data.recall.candidates[0].keywordScore).toBeGreaterThan(2 * data.recall.candidates[1].keywordScore);
   });
 });

@@ -2,7 +2,7 @@ import { OutputParserException } from "@langchain/core/output_parsers";
 import { describe, expect, it } from "vitest";
 import { createRerankChain } from "../src/chains/rerank.ts";
 import { needsRecallByKeywords } from "../src/memory/recall-gate.ts";
-import { scriptedModel } from "./helpers/scripted-model.ts";
+import { scriptedModel, thrown } from "./helpers/scripted-model.ts";
 
 const snippets = [
   { text: "user: I ordered the blue vase.\nassistant: Ordered.", occurredAt: new Date("2024-05-01T10:00:00Z") },
@@ -41,7 +41,7 @@ describe("the re-rank judge", () => {
   it("throws an output-parsing failure on a broken answer", async () => {
     for (const answer of ["The first one.", '{"scores": [{"id": 1, "score": 5}]}', '{"scores": [{"id": 1, "score": null}]}']) {
       const { model } = scriptedModel([answer]);
-      const error = await createRerankChain(model).invoke(input).catch((e) => e);
+      const error = await thrown(createRerankChain(model).invoke(input));
       expect(error).toBeInstanceOf(OutputParserException);
     }
   });

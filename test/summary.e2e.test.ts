@@ -1,32 +1,19 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { countWords } from "../src/chains/transcript.ts";
-import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
-import { startModelServer, type ModelServer } from "./helpers/model-server.ts";
+import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
+import type { ModelServer } from "./helpers/model-server.ts";
 import { chainOf, memoryScript } from "./helpers/scripted-memory-model.ts";
+import { until } from "./helpers/until.ts";
 import { collect, settle, wsClient } from "./helpers/ws.ts";
 
 const RECORD = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { conversation { id } lastSeq } }`;
 const CONTEXT = `query($input: ContextInput!) { context(input: $input) { totalTokens baselineTokens savedTokens blocks { kind text tokens items { seq score } } } }`;
 const REVISIONS = `query($id: ID!) { summaryRevisions(conversationId: $id) { accepted reason words coveredThroughSeq text } }`;
 
-async function until<T>(what: string, probe: () => Promise<T | undefined | null | false>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 150));
-  }
-}
-
 let model: ModelServer;
 let engram: TestEngram;
 beforeAll(async () => {
-  model = await startModelServer();
-  engram = await startTestEngram({
-    worker: true,
-    env: { OPENAI_BASE_URL: model.url, OPENAI_API_KEY: "test-key", ENGRAM_MODEL_MAX_RETRIES: "0" },
-  });
+  ({ model, engram } = await startEngramWithModel({ worker: true }));
 });
 afterAll(async () => {
   await engram?.stop();

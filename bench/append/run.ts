@@ -3,20 +3,19 @@
 import pg from "pg";
 import { buildApp } from "../../src/app.ts";
 import {
-  benchStores,
   envInt,
   fmt,
-  machineLine,
   markdownTable,
+  measuredOn,
   openBenchEngram,
   percentile,
+  rateAndPercentiles,
   ratio,
+  runBenchmark,
   runConcurrent,
-  writeReadmeSection,
   type BenchStore,
   type RunResult,
   type StoreKind,
-  warnIfBusy,
 } from "../lib.ts";
 
 const N = envInt("BENCH_N", 2_000);
@@ -119,10 +118,7 @@ function report(results: StoreResult[], skipped: string[]): string {
     for (const [path, m] of [["HTTP appendEvent", r.http], ["raw Prisma create", r.raw]] as const) {
       rows.push([
         `${r.kind} · ${path}`,
-        fmt(m.perSecond),
-        fmt(percentile(m.latencies, 50), " ms"),
-        fmt(percentile(m.latencies, 95), " ms"),
-        fmt(percentile(m.latencies, 99), " ms"),
+        ...rateAndPercentiles(m),
         fmt(percentile(m.alone.latencies, 50), " ms"),
         fmt(percentile(m.alone.latencies, 95), " ms"),
         fmt(m.statementsPerOp),
@@ -167,7 +163,7 @@ function report(results: StoreResult[], skipped: string[]): string {
       "process, so HTTP numbers also pay for the client side of `fetch`. SQL statements are counted " +
       "at `pg.Client#query`.",
     "",
-    `Measured on ${machineLine()}.` + (skipped.length ? ` Skipped: ${skipped.join("; ")}.` : ""),
+    measuredOn(skipped),
     "",
     table,
     "",
@@ -180,24 +176,4 @@ function report(results: StoreResult[], skipped: string[]): string {
   ].join("\n");
 }
 
-async function main() {
-  warnIfBusy();
-  const started = performance.now();
-  const results: StoreResult[] = [];
-  const skipped: string[] = [];
-  for await (const store of benchStores(skipped)) {
-    try {
-      results.push(await benchStore(store));
-    } finally {
-      await store.drop();
-    }
-  }
-  const section = report(results, skipped);
-  writeReadmeSection("append", section);
-  console.log(`\n${section}\n\nbench/README.md updated (${((performance.now() - started) / 1000).toFixed(1)} s).`);
-}
-
-main().catch((error) => {
-  console.error(error);
-  process.exit(1);
-});
+runBenchmark("append", benchStore, report);

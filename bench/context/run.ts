@@ -11,18 +11,17 @@ import { forTenant, type Db } from "../../src/db.ts";
 import { assembleContext } from "../../src/memory/context.ts";
 import { countTokens } from "../../src/memory/tokens.ts";
 import {
-  benchStores,
   envInt,
   fmt,
-  machineLine,
   markdownTable,
+  measuredOn,
   openBenchEngram,
   percentile,
+  rateAndPercentiles,
   ratio,
+  runBenchmark,
   runConcurrent,
   sqlStatementCounter,
-  warnIfBusy,
-  writeReadmeSection,
   type BenchStore,
   type RunResult,
   type StoreKind,
@@ -362,10 +361,7 @@ function report(results: StoreResult[], skipped: string[]): string {
     ] as const) {
       rows.push([
         `${r.kind} · ${label}`,
-        fmt(m.perSecond),
-        fmt(percentile(m.latencies, 50), " ms"),
-        fmt(percentile(m.latencies, 95), " ms"),
-        fmt(percentile(m.latencies, 99), " ms"),
+        ...rateAndPercentiles(m),
         fmt(mean(m.latencies), " ms"),
         fmt(m.latencies[m.latencies.length - 1], " ms"),
       ]);
@@ -471,7 +467,7 @@ function report(results: StoreResult[], skipped: string[]): string {
       "result summed, by wrapping `pg.Client#query`, which every statement of the Prisma adapter's pool goes " +
       "through (measured, not inferred from the code).",
     "",
-    `Measured on ${machineLine()}.` + (skipped.length ? ` Skipped: ${skipped.join("; ")}.` : ""),
+    measuredOn(skipped),
     "",
     table,
     "",
@@ -488,24 +484,4 @@ function report(results: StoreResult[], skipped: string[]): string {
   ].join("\n");
 }
 
-async function main() {
-  warnIfBusy();
-  const started = performance.now();
-  const results: StoreResult[] = [];
-  const skipped: string[] = [];
-  for await (const store of benchStores(skipped)) {
-    try {
-      results.push(await benchStore(store));
-    } finally {
-      await store.drop();
-    }
-  }
-  const section = report(results, skipped);
-  writeReadmeSection("context", section);
-  console.log(`\n${section}\n\nbench/README.md updated (${((performance.now() - started) / 1000).toFixed(1)} s).`);
-}
-
-main().catch((error) => {
-  console.error(error);
-  process.exit(1);
-});
+runBenchmark("context", benchStore, report);

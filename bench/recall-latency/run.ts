@@ -1,6 +1,6 @@
 // Recall latency at 10k and 100k snippets on the embedded store and PostgreSQL: the `recall`
 // search path (embed the message with the offline encoder, Chroma top 10 for one end user
-// leaving one conversation out, PostgreSQL full-text top 10, fusion, read-back) timed per call.
+// leaving one conversation out, PostgreSQL full-text (BM25) top 10, fusion, read-back) timed per call.
 import { randomUUID } from "node:crypto";
 import { searchSnippets, type RecallMode } from "../../src/memory/recall.ts";
 import { benchStores, envInt, fmt, machineLine, markdownTable, openBenchEngram, percentile, writeReadmeSection } from "../lib.ts";
@@ -107,7 +107,7 @@ for await (const store of benchStores(skipped)) {
 
 const body = `## Recall latency
 
-The search behind recall (\`searchSnippets\`, what the \`recall\` query and \`recallForTurn\` run before the judge): embed the message with the offline encoder (worker thread), Chroma's 10 nearest of one end user's vectors leaving one conversation out, PostgreSQL full-text top 10 over the same user's snippets, reciprocal rank fusion, and the read-back of the snippets and their message seqs. ${QUERIES} calls one at a time per row after 10 warm-up calls; ${USERS} end users with ${CONVERSATIONS_PER_USER} conversations each, the snippets spread evenly over them (so a user has size/${USERS} snippets). The corpus is synthetic: random texts over a 3,000-word vocabulary and random 512-d unit vectors (embedding 100k real snippets with the offline encoder would take ~15 minutes per store); the query is embedded for real. Chroma is the embedded one (\`chroma run\` child process) in both rows; *fill* is the time to insert the rows and upsert the vectors up to that size.
+The search behind recall (\`searchSnippets\`, what the \`recall\` query and \`recallForTurn\` run before the judge): embed the message with the offline encoder (worker thread), Chroma's 10 nearest of one end user's vectors leaving one conversation out, PostgreSQL full-text top 10 over the same user's snippets ranked by BM25 (its statistics computed per query from that user's tsvectors, so the keyword cost grows with the user's snippet count), reciprocal rank fusion, and the read-back of the snippets and their message seqs. ${QUERIES} calls one at a time per row after 10 warm-up calls; ${USERS} end users with ${CONVERSATIONS_PER_USER} conversations each, the snippets spread evenly over them (so a user has size/${USERS} snippets). The corpus is synthetic: random texts over a 3,000-word vocabulary and random 512-d unit vectors (embedding 100k real snippets with the offline encoder would take ~15 minutes per store); the query is embedded for real. Chroma is the embedded one (\`chroma run\` child process) in both rows; *fill* is the time to insert the rows and upsert the vectors up to that size.
 
 Measured on ${machineLine()}; total run ${fmt((performance.now() - started) / 1000, " s")}.
 

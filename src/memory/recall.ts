@@ -27,7 +27,7 @@ export type RecallCandidate = {
   /** Cosine similarity to the message, and rank among the vector hits (from 1). */
   vectorScore: number | null;
   vectorRank: number | null;
-  /** PostgreSQL ts_rank_cd of the full-text match, and rank among the keyword hits. */
+  /** Okapi BM25 score of the full-text match (over the user's snippets), and rank among the keyword hits. */
   keywordScore: number | null;
   keywordRank: number | null;
   /** Reciprocal rank fusion of the two ranks. */
@@ -61,19 +61,45 @@ export type SearchInput = {
   mode?: RecallMode;
 };
 
+/** Okapi BM25's usual constants: term-frequency saturation and document-length normalisation. */
+const BM25 = { k1: 1.2, b: 0.75 } as const;
+
+/**
+ * Full-text hits ranked by Okapi BM25 over the end user's own snippets: any of the message's
+ * lexemes may match (an OR, English stemming and stop words), each weighted by its inverse
+ * document frequency among that user's snippets, so the words every snippet shares (the user's
+ * and the assistant's names, "today") count for almost nothing and a rare one for a lot.
+ * PostgreSQL's ts_rank_cd has no such weight, and it was what held the keyword side back on
+ * LoCoMo (bench/README.md). The statistics are computed per query from the user's tsvectors.
+ */
 async function keywordHits(deps: RecallDeps, tenantId: string, input: SearchInput, limit: number) {
-  // Any of the message's words may match (an OR of its lexemes); ranked by cover density.
   return forTenant(deps.db, tenantId).$queryRaw<{ id: string; rank: number }[]>`
-    WITH q AS (
-      SELECT to_tsquery('english', array_to_string(tsvector_to_array(to_tsvector('english', ${input.text})), ' | ')) AS q
-    )
-    SELECT s."id", ts_rank_cd(s."search", q.q)::float8 AS "rank"
-    FROM "RecallSnippet" s, q
-    WHERE s."tenantId" = ${tenantId}
-      AND s."endUserId" = ${input.endUserId}
-      ${input.excludeConversationId ? Prisma.sql`AND s."conversationId" <> ${input.excludeConversationId}` : Prisma.empty}
-      AND numnode(q.q) > 0 AND s."search" @@ q.q
-    ORDER BY "rank" DESC, s."occurredAt" DESC
+    WITH q AS (SELECT tsvector_to_array(to_tsvector('english', ${input.text})) AS terms),
+    docs AS (
+      SELECT s."id", s."search", s."occurredAt"
+      FROM "RecallSnippet" s
+      WHERE s."tenantId" = ${tenantId}
+        AND s."endUserId" = ${input.endUserId}
+        ${input.excludeConversationId ? Prisma.sql`AND s."conversationId" <> ${input.excludeConversationId}` : Prisma.empty}
+    ),
+    stats AS (
+      SELECT count(*)::float8 AS n, greatest(avg(length(d."search")), 1)::float8 AS avglen FROM docs d
+    ),
+    matches AS (
+      SELECT d."id", d."occurredAt", u.lexeme, coalesce(array_length(u.positions, 1), 1)::float8 AS tf,
+             length(d."search")::float8 AS len
+      FROM docs d, q, unnest(d."search") u
+      WHERE u.lexeme = ANY (q.terms)
+    ),
+    df AS (SELECT lexeme, count(*)::float8 AS df FROM matches GROUP BY lexeme)
+    SELECT m."id", sum(
+             ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
+             * m.tf * (${BM25.k1}::float8 + 1)
+             / (m.tf + ${BM25.k1}::float8 * (1 - ${BM25.b}::float8 + ${BM25.b}::float8 * m.len / stats.avglen))
+           )::float8 AS "rank"
+    FROM matches m JOIN df USING (lexeme), stats
+    GROUP BY m."id", m."occurredAt"
+    ORDER BY "rank" DESC, m."occurredAt" DESC
     LIMIT ${limit}`;
 }
 

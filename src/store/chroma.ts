@@ -1,8 +1,9 @@
 import { fork } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, rmSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { isAlive, liveOwner, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
 
 const childScript = fileURLToPath(new URL("./chroma-child.mjs", import.meta.url));
 const chromaBin = fileURLToPath(new URL("../../node_modules/.bin/chroma", import.meta.url));
@@ -15,26 +16,12 @@ export type ChromaServer = {
   stop(): Promise<void>;
 };
 
-type Owner = { pid: number; port: number };
-
 const ownerFile = (dataDir: string) => path.join(dataDir, "chroma.owner.json");
 
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
-
+/** The live Chroma another process started for dataDir, if any. */
 function readOwner(dataDir: string): Owner | null {
-  try {
-    const owner = JSON.parse(readFileSync(ownerFile(dataDir), "utf8")) as Owner;
-    return owner.pid !== process.pid && isAlive(owner.pid) && owner.port > 0 ? owner : null;
-  } catch {
-    return null;
-  }
+  const owner = liveOwner(ownerFile(dataDir));
+  return owner && owner.pid !== process.pid && owner.port > 0 ? owner : null;
 }
 
 function freePort(): Promise<number> {
@@ -82,7 +69,7 @@ export async function startEmbeddedChroma(
   const childGone = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   void childGone.then(() => {
     exited ??= { code: child.exitCode, output: "" };
-    const owner = readOwnerFileRaw(dir);
+    const owner = readOwnerFile(ownerFile(dir));
     if (owner?.pid === process.pid && owner.port === port) rmSync(ownerFile(dir), { force: true });
   });
 
@@ -95,7 +82,7 @@ export async function startEmbeddedChroma(
     }
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-  writeFileSync(ownerFile(dir), JSON.stringify({ pid: process.pid, port } satisfies Owner));
+  writeOwnerFile(ownerFile(dir), port);
 
   let stopped: Promise<void> | undefined;
   return {
@@ -103,8 +90,10 @@ export async function startEmbeddedChroma(
     alive: () => !exited && child.exitCode === null,
     stop() {
       stopped ??= (async () => {
-        if (child.exitCode === null && child.connected) {
-          child.send("stop");
+        if (child.exitCode === null) {
+          if (child.connected) child.send("stop");
+          else child.kill("SIGTERM");
+          // Whatever state it is in, it is gone within 10 s.
           setTimeout(() => child.kill("SIGKILL"), 10_000).unref();
         }
         await childGone;
@@ -112,14 +101,6 @@ export async function startEmbeddedChroma(
       return stopped;
     },
   };
-}
-
-function readOwnerFileRaw(dir: string): Owner | null {
-  try {
-    return JSON.parse(readFileSync(ownerFile(dir), "utf8")) as Owner;
-  } catch {
-    return null;
-  }
 }
 
 /**

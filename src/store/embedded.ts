@@ -1,7 +1,8 @@
 import { fork, type ChildProcess } from "node:child_process";
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, rmSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { liveOwner, writeOwnerFile, type Owner } from "./owner.ts";
 
 const childScript = fileURLToPath(new URL("./pglite-child.mjs", import.meta.url));
 
@@ -13,8 +14,6 @@ export type Store = {
   embedded: boolean;
   stop(): Promise<void>;
 };
-
-type Owner = { pid: number; port: number };
 
 export class StoreBusyError extends Error {
   constructor(dataDir: string, pid: number) {
@@ -30,30 +29,16 @@ function ownerFile(dataDir: string) {
   return path.join(dataDir, "engram.owner.json");
 }
 
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
-
 /** The live process that owns the embedded store in dataDir, if any. */
 export function readOwner(dataDir: string): Owner | null {
-  try {
-    const owner = JSON.parse(readFileSync(ownerFile(dataDir), "utf8")) as Owner;
-    return isAlive(owner.pid) ? owner : null;
-  } catch {
-    return null;
-  }
+  return liveOwner(ownerFile(dataDir));
 }
 
 /** Takes the folder with an exclusive create, so two starting processes cannot both own it. */
 function claimOwnership(dir: string) {
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
-      writeFileSync(ownerFile(dir), JSON.stringify({ pid: process.pid, port: 0 }), { flag: "wx" });
+      writeOwnerFile(ownerFile(dir), 0, { exclusive: true });
       return;
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
@@ -100,7 +85,7 @@ export async function startEmbeddedStore(dataDir: string): Promise<Store> {
     rmSync(ownerFile(dir), { force: true });
     throw error;
   }
-  writeFileSync(ownerFile(dir), JSON.stringify({ pid: process.pid, port } satisfies Owner));
+  writeOwnerFile(ownerFile(dir), port);
 
   let stopped: Promise<void> | undefined;
   return {
@@ -111,7 +96,8 @@ export async function startEmbeddedStore(dataDir: string): Promise<Store> {
       stopped ??= new Promise<void>((resolve) => {
         if (child.exitCode !== null) return resolve();
         child.once("exit", () => resolve());
-        child.send("stop");
+        if (child.connected) child.send("stop");
+        else child.kill("SIGTERM");
         setTimeout(() => child.kill("SIGKILL"), 10_000).unref();
       }).finally(() => rmSync(ownerFile(dir), { force: true }));
       return stopped;

@@ -2,17 +2,7 @@ import { ChromaClient } from "chromadb";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import type { TestEngram } from "./engram.ts";
-
-/** Polls until probe returns something truthy. */
-export async function until<T>(what: string, probe: () => Promise<T | undefined | null | false>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 150));
-  }
-}
+import { until } from "./until.ts";
 
 export const RECORD = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id conversation { id endUser { id } } } }`;
 export const IMPORT = `mutation($input: ImportConversationInput!) { importConversation(input: $input) { id lastSeq endUser { id } } }`;

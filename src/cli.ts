@@ -1,8 +1,7 @@
 import { parseArgs } from "node:util";
 import { runCompaction } from "../jobs/compact.ts";
-import { indexNewTurn } from "../jobs/index-snippets.ts";
+import { afterNewMessages } from "../jobs/follow-ups.ts";
 import { runRetention } from "../jobs/retention.ts";
-import { requestSummary } from "../jobs/summarize.ts";
 import { countLines, importJsonl } from "./memory/import-file.ts";
 import { EnvError, readEnv } from "./env.ts";
 import { EngramError } from "./errors.ts";
@@ -61,10 +60,7 @@ async function importFile(services: Services, file: string, tenant?: string): Pr
     if (tty) process.stderr.write(`\r${line}`);
     else if (done === total || done % Math.max(1, Math.ceil(total / 10)) === 0) process.stderr.write(`${line}\n`);
   };
-  const after = async (conversationId: string) => {
-    await indexNewTurn(services, tenantId, conversationId, { imported: true });
-    await requestSummary(services, tenantId, conversationId);
-  };
+  const after = (conversationId: string) => afterNewMessages(services, tenantId, conversationId, { imported: true });
   for await (const result of importJsonl(services.db, tenantId, file, after)) {
     done++;
     if (result.error) {
@@ -74,7 +70,7 @@ async function importFile(services: Services, file: string, tenant?: string): Pr
     draw();
   }
   if (tty) process.stderr.write("\n");
-  process.stdout.write(`imported ${done - failed} of ${done} conversations (${messages} messages); recall indexing is queued\n`);
+  process.stdout.write(`imported ${done - failed} of ${done} conversations (${messages} messages); summaries, fact extraction and recall indexing are queued\n`);
   return failed;
 }
 

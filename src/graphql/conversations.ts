@@ -1,8 +1,6 @@
 import { filter, pipe } from "graphql-yoga";
-import { indexNewTurn } from "../../jobs/index-snippets.ts";
-import { requestSummary } from "../../jobs/summarize.ts";
-import { extractJob, turnJob } from "../../jobs/turn.ts";
-import { builder, tenantDb, type Context } from "../builder.ts";
+import { afterNewMessages } from "../../jobs/follow-ups.ts";
+import { builder, tenantDb } from "../builder.ts";
 import { notFound } from "../errors.ts";
 import { LIMITS } from "../memory/limits.ts";
 import { deleteConversation, importConversation, recordTurn } from "../memory/turns.ts";
@@ -123,27 +121,6 @@ const ImportConversationInput = builder.inputType("ImportConversationInput", {
   }),
 });
 
-/** After new messages: the background rewrite, and the live record. */
-async function afterNewMessages(ctx: Context, conversationId: string, turn: { turnId: string } | { imported: true }) {
-  const { services } = ctx;
-  const tenantId = ctx.principal.tenantId;
-  const followUps: [string, () => Promise<unknown>][] = [
-    ["the summary rewrite", () => requestSummary(services, tenantId, conversationId)],
-    "turnId" in turn
-      ? ["the turn's gate and extraction", () => services.jobs.enqueue(turnJob, { tenantId, turnId: turn.turnId })]
-      : ["the imported conversation's extraction", () => services.jobs.enqueueCoalesced(extractJob, { tenantId, conversationId }, "conversationId", 1_000)],
-    ["recall indexing", () => indexNewTurn(services, tenantId, conversationId, turn)],
-  ];
-  for (const [what, queue] of followUps) {
-    try {
-      await queue();
-    } catch (error) {
-      // Follow-ups are derived from stored state: the next turn's requests catch up.
-      services.log.error(`could not queue ${what}`, { conversationId, error });
-    }
-  }
-}
-
 builder.queryFields((t) => ({
   conversation: t.prismaField({
     type: "Conversation",
@@ -203,7 +180,7 @@ builder.mutationFields((t) => ({
       const db = tenantDb(ctx);
       const { turn, created } = await recordTurn(db, input);
       if (created) {
-        await afterNewMessages(ctx, turn.conversationId, { turnId: turn.id });
+        await afterNewMessages(ctx.services, ctx.principal.tenantId, turn.conversationId, { turnId: turn.id });
         const { agentId } = await db.conversation.findUniqueOrThrow({
           where: { id: turn.conversationId },
           select: { agentId: true },
@@ -225,7 +202,7 @@ builder.mutationFields((t) => ({
     resolve: async (query, _root, { input }, ctx) => {
       const db = tenantDb(ctx);
       const conversation = await importConversation(db, input);
-      await afterNewMessages(ctx, conversation.id, { imported: true });
+      await afterNewMessages(ctx.services, ctx.principal.tenantId, conversation.id, { imported: true });
       return db.conversation.findUniqueOrThrow({ ...query, where: { id: conversation.id } });
     },
   }),

@@ -1,8 +1,8 @@
 import { formatTranscript } from "../chains/transcript.ts";
 import type { TenantDb } from "../db.ts";
 import { notFound } from "../errors.ts";
-import type { Message } from "../generated/prisma/client.ts";
 import { agentSettings } from "./agents.ts";
+import { keptMessages, verbatimWindow } from "./context.ts";
 import { countTokens } from "./tokens.ts";
 
 export type TimelinePoint = {
@@ -50,15 +50,9 @@ export async function contextTimeline(db: TenantDb, conversationId: string): Pro
     if (!settings.summaryOn) {
       return { turnId: turn.id, seq: turn.lastSeq, occurredAt: turn.occurredAt, sentTokens: baselineTokens, baselineTokens, summaryTokens: 0 };
     }
-    const throughSeq = summary?.coveredThroughSeq ?? 0;
-    const unfolded = upTo.filter((m) => m.seq > throughSeq);
-    const window = unfolded.length >= settings.tailSize ? unfolded.slice(-settings.historySize) : upTo.slice(-settings.tailSize);
+    const window = verbatimWindow(upTo, settings, summary?.coveredThroughSeq ?? 0);
     const firstInWindow = window[0]?.seq ?? Number.MAX_SAFE_INTEGER;
-    const kept: Message[] = upTo
-      .filter((m) => m.seq < firstInWindow && (m.keepScore ?? 0) >= 2)
-      .sort((a, b) => (b.keepScore ?? 0) - (a.keepScore ?? 0) || b.seq - a.seq)
-      .slice(0, 4)
-      .sort((a, b) => a.seq - b.seq);
+    const kept = keptMessages(upTo.filter((m) => m.seq < firstInWindow));
     const summaryTokens = summary ? countTokens(summary.text) : 0;
     const sentTokens =
       summaryTokens +

@@ -3,7 +3,7 @@ import type { TenantDb } from "../db.ts";
 import { z } from "zod";
 import { notFound, parseInput } from "../errors.ts";
 import type { Message } from "../generated/prisma/client.ts";
-import { agentSettings } from "./agents.ts";
+import { agentSettings, type AgentSettings } from "./agents.ts";
 import { relevantEntries } from "./entries.ts";
 import { MESSAGE_LIMITS } from "./limits.ts";
 import { countTokens } from "./tokens.ts";
@@ -38,6 +38,30 @@ export type Context = {
 // At most this many older messages come back verbatim on the judge's word, essential ones first.
 const MAX_KEPT = 4;
 const MAX_ENTRIES = 3;
+
+/**
+ * The messages sent word for word. With the summary on: everything it does not cover yet, at
+ * least the tail and at most the history size, so a pending or rejected rewrite never drops a
+ * message. With it off: the last history-size messages. `recent` is in order, oldest first.
+ */
+export function verbatimWindow(
+  recent: Message[],
+  settings: Pick<AgentSettings, "summaryOn" | "tailSize" | "historySize">,
+  summaryThroughSeq: number,
+): Message[] {
+  if (!settings.summaryOn) return recent.slice(-settings.historySize);
+  const unfolded = recent.filter((m) => m.seq > summaryThroughSeq);
+  return unfolded.length >= settings.tailSize ? unfolded.slice(-settings.historySize) : recent.slice(-settings.tailSize);
+}
+
+/** The older messages the verbatim judge kept (scored 2–3): essential first, then the latest, in order. */
+export function keptMessages(older: Message[]): Message[] {
+  return older
+    .filter((m) => (m.keepScore ?? 0) >= 2)
+    .sort((a, b) => (b.keepScore ?? 0) - (a.keepScore ?? 0) || b.seq - a.seq)
+    .slice(0, MAX_KEPT)
+    .sort((a, b) => a.seq - b.seq);
+}
 
 function block(kind: BlockKind, title: string, items: ContextItem[], text: string): ContextBlock {
   return { kind, title, text, tokens: countTokens(text), items };
@@ -85,23 +109,22 @@ export async function assembleContext(
   ).reverse();
   const history = recent.slice(-settings.historySize);
 
-  let window = history;
-  let kept: Message[] = [];
+  const window = verbatimWindow(recent, settings, conversation.summaryThroughSeq);
   const blocks: ContextBlock[] = [];
-  if (settings.summaryOn) {
-    // Everything the summary does not cover yet stays verbatim (at least the tail, at most the
-    // history size), so a pending or rejected rewrite never drops a message.
-    const unfolded = recent.filter((m) => m.seq > conversation.summaryThroughSeq);
-    window = unfolded.length >= settings.tailSize ? unfolded.slice(-settings.historySize) : recent.slice(-settings.tailSize);
-    const firstInWindow = window[0]?.seq ?? Number.MAX_SAFE_INTEGER;
-    kept = (
-      await db.message.findMany({
-        where: { conversationId: conversation.id, private: false, seq: { lt: firstInWindow }, keepScore: { gte: 2 } },
-        orderBy: [{ keepScore: "desc" }, { seq: "desc" }],
-        take: MAX_KEPT,
-      })
-    ).sort((a, b) => a.seq - b.seq);
-  }
+  const kept = settings.summaryOn
+    ? keptMessages(
+        await db.message.findMany({
+          where: {
+            conversationId: conversation.id,
+            private: false,
+            seq: { lt: window[0]?.seq ?? Number.MAX_SAFE_INTEGER },
+            keepScore: { gte: 2 },
+          },
+          orderBy: [{ keepScore: "desc" }, { seq: "desc" }],
+          take: MAX_KEPT,
+        }),
+      )
+    : [];
 
   const [entries, ...extra] = await Promise.all([
     relevantEntries(db, {

@@ -38,9 +38,9 @@ export async function runCompaction(services: Services, payload: z.infer<typeof 
     // Read per run: a settings change applies from the next run without a restart.
     const settings = await loadTenantSettings(tenantDb);
     if (payload.due && !(await compactionDue(tenantDb, settings.compaction.schedule, tenant.createdAt, now))) continue;
-    const model = await models.chat(tenant.id, "compaction", "compact");
-    runs.push(
-      await recordJobRun(tenantDb, pubsub, compactJob.name, async () => {
+    // One tenant's failure (recorded as its FAILED run) never stops the others' compaction.
+    const run = await recordJobRun(tenantDb, pubsub, compactJob.name, async () => {
+        const model = await models.chat(tenant.id, "compaction", "compact");
         if (!model) {
           log.info("compaction is off: no model configured (set OPENAI_API_KEY or OPENAI_BASE_URL)", {
             tenantId: tenant.id,
@@ -60,8 +60,11 @@ export async function runCompaction(services: Services, payload: z.infer<typeof 
         // Buckets that failed because the budget ran out mid-run stay uncompressed for the retry.
         const paused = result.failed > 0 && (await models.budget(tenant.id)).paused;
         return { status: result.failed > 0 ? "FAILED" : "SUCCEEDED", result: paused ? { ...result, paused } : result };
-      }),
-    );
+    }).catch((error) => {
+      log.error("compaction of a tenant failed; the others go on", { tenantId: tenant.id, error });
+      return null;
+    });
+    if (run) runs.push(run);
   }
   return runs;
 }

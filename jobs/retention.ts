@@ -22,16 +22,19 @@ export async function runRetention(services: Services, payload: z.infer<typeof r
   });
   const runs = [];
   for (const tenant of tenants) {
-    runs.push(
-      await recordJobRun(forTenant(db, tenant.id), pubsub, retentionJob.name, async () => {
-        const result = await applyRetention(services, tenant.id, {
-          retentionDays: tenant.settings?.retentionDays ?? DEFAULT_RETENTION_DAYS,
-          now,
-        });
-        log.info("retention finished", { tenantId: tenant.id, ...result });
-        return { status: "SUCCEEDED", result };
-      }),
-    );
+    // One tenant's failure (recorded as its FAILED run) never stops the others' retention.
+    const run = await recordJobRun(forTenant(db, tenant.id), pubsub, retentionJob.name, async () => {
+      const result = await applyRetention(services, tenant.id, {
+        retentionDays: tenant.settings?.retentionDays ?? DEFAULT_RETENTION_DAYS,
+        now,
+      });
+      log.info("retention finished", { tenantId: tenant.id, ...result });
+      return { status: "SUCCEEDED" as const, result };
+    }).catch((error) => {
+      log.error("retention of a tenant failed; the others go on", { tenantId: tenant.id, error });
+      return null;
+    });
+    if (run) runs.push(run);
   }
   return runs;
 }

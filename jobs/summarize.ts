@@ -46,11 +46,9 @@ export async function runSummarize(services: Services, payload: z.infer<typeof s
       log.warn("could not queue the summary's recall indexing", { conversationId: payload.conversationId, error }),
     );
   }
-  // Turns that arrived while this rewrite ran (or while another held the lease) get their own.
-  if (outcome.status !== "UNPARSABLE" && (await hasUnfoldedMessages(tenantDb, payload.conversationId))) {
-    await requestSummary(services, payload.tenantId, payload.conversationId);
-  }
-  return outcome;
+  // Turns that arrived while this rewrite ran (or while another held the lease) need another one.
+  const more = outcome.status !== "UNPARSABLE" && (await hasUnfoldedMessages(tenantDb, payload.conversationId));
+  return { ...outcome, more };
 }
 
 /** Called after every recorded turn: the rewrite runs in the background, coalesced per conversation. */

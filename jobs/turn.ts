@@ -81,14 +81,23 @@ export async function runTurnWork(services: Services, payload: z.infer<typeof tu
     turn.conversationId,
     verdict.remember,
   );
+  // Another extraction of this conversation is running and may not have read this turn: try again
+  // later (the gate's verdict is stored, so the retry costs no second gate call).
+  if (extraction.status === "BUSY") throw new Error("extraction of this conversation is running; retrying later");
   return { status: "DONE" as const, verdict, extraction };
 }
 
-/** Extraction until caught up, for imported conversations. */
-export async function runExtractAll(services: Services, payload: z.infer<typeof extractJob.schema>) {
+/** Extraction until caught up, for imported conversations; `stillAlive` keeps the job's lock between rounds. */
+export async function runExtractAll(
+  services: Services,
+  payload: z.infer<typeof extractJob.schema>,
+  stillAlive: () => Promise<unknown> = async () => {},
+) {
   const db = forTenant(services.db, payload.tenantId);
   for (let rounds = 0; rounds < 1_000; rounds++) {
     const result = await runExtraction(services, db, payload.tenantId, payload.conversationId, true);
+    if (result.status === "BUSY") throw new Error("extraction of this conversation is running; retrying later");
     if (result.status !== "EXTRACTED") return result;
+    await stillAlive();
   }
 }

@@ -1,7 +1,7 @@
 import { backoffStrategies } from "agenda";
 import type { Services } from "../src/services.ts";
 import { compactJob, COMPACTION_CRON, compactionJobRun } from "./compact.ts";
-import { summarizeJob, runSummarize } from "./summarize.ts";
+import { runSummarize, SUMMARIZE_DEBOUNCE_MS, summarizeJob } from "./summarize.ts";
 import { indexSnippetsJob, runIndexSnippets } from "./index-snippets.ts";
 import { reconcileJob, RECONCILE_EVERY, runReconcile } from "./reconcile.ts";
 import { retentionJob, RETENTION_CRON, runRetention } from "./retention.ts";
@@ -32,7 +32,10 @@ export async function startWorker(services: Services): Promise<Worker> {
   agenda.define(
     summarizeJob.name,
     async (job) => {
-      await runSummarize(services, summarizeJob.schema.parse(job.attrs.data));
+      const outcome = await runSummarize(services, summarizeJob.schema.parse(job.attrs.data));
+      // The coalesced job is one row per conversation; a request made while it ran was written to
+      // this very row and would be cleared when the run is saved. Scheduling the row again keeps it.
+      if ("more" in outcome && outcome.more) job.attrs.nextRunAt = new Date(Date.now() + SUMMARIZE_DEBOUNCE_MS);
     },
     { backoff: untilItWorks, concurrency: 4 },
   );
@@ -41,7 +44,7 @@ export async function startWorker(services: Services): Promise<Worker> {
     await runTurnWork(services, turnJob.schema.parse(job.attrs.data));
   }, { backoff: untilItWorks, concurrency: 4 });
   agenda.define(extractJob.name, async (job) => {
-    await runExtractAll(services, extractJob.schema.parse(job.attrs.data));
+    await runExtractAll(services, extractJob.schema.parse(job.attrs.data), () => job.touch());
   }, { backoff: untilItWorks });
 
   agenda.define(indexSnippetsJob.name, async (job) => {

@@ -73,7 +73,7 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     onStart: (url) => log.debug("embedded Chroma started", { url }),
   });
   const vectors = createChromaVectorStore(chroma.get, log);
-  const embeddings = createEmbeddingsProvider(env);
+  const embeddings = createEmbeddingsProvider(env, models);
   return {
     env,
     store,

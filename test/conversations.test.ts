@@ -81,6 +81,14 @@ describe("recordTurn", () => {
     ranges.forEach(([first, last], i) => expect([first, last]).toEqual([2 * i + 1, 2 * i + 2]));
   });
 
+  it("refuses a clientTurnId already used in another conversation instead of swallowing the turn", async () => {
+    const first = await engram.gql(RECORD, { input: turn("c-id-a", { clientTurnId: "shared-turn-id" }) });
+    expect(first.errors).toBeUndefined();
+    const clash = await engram.gql(RECORD, { input: turn("c-id-b", { clientTurnId: "shared-turn-id" }) });
+    expect(clash.errors?.[0].extensions?.code).toBe("CONFLICT");
+    expect(await engram.services.db.conversation.count({ where: { externalId: "c-id-b" } })).toBe(0);
+  });
+
   it("refuses a conversation id that belongs to another user, writing nothing", async () => {
     await engram.gql(RECORD, { input: turn("c-owned") });
     const before = await engram.services.db.message.count();

@@ -1,6 +1,6 @@
 import type { Embeddings } from "@langchain/core/embeddings";
-import { OpenAIEmbeddings } from "@langchain/openai";
 import type { Env } from "../env.ts";
+import type { ModelProvider } from "../models/provider.ts";
 import { OFFLINE_MODEL, OfflineEmbeddings } from "./offline.ts";
 
 /** A tenant's embedder, with the model name its vectors are filed under. */
@@ -28,39 +28,19 @@ export function usesOpenAIEmbeddings(env: Env): boolean {
 const FLOOR = { offline: 0.3, openai: 0.25 };
 
 /**
- * Embeddings for recall. The offline encoder is shared by every tenant and started on first use;
- * OpenAI embeddings come from the server-wide route in the environment.
+ * Embeddings for recall. With a remote route (the tenant's `embedding` route over the server's
+ * defaults), the tenant's own metered embedder: every text goes through the tenant's redaction
+ * rules, counts against its budget and is recorded as `embed` usage. Otherwise the offline
+ * encoder, shared by every tenant and started on first use (nothing leaves the machine).
  */
-export function createEmbeddingsProvider(
-  env: Env,
-  options: { create?: (model: string) => Embeddings } = {},
-): EmbeddingsProvider {
+export function createEmbeddingsProvider(env: Env, models: Pick<ModelProvider, "embeddings">): EmbeddingsProvider {
   let offline: OfflineEmbeddings | undefined;
-  let openai: TenantEmbeddings | undefined;
   return {
-    async forTenant(_tenantId) {
-      // SEAM (model routing and redaction): when per-tenant routing lands, resolve the tenant's
-      // `embedding` route here instead of the environment default, and wrap `embeddings` so every
-      // text goes through the tenant's redaction function (and is metered) before it is sent.
-      if (!usesOpenAIEmbeddings(env)) {
-        offline ??= new OfflineEmbeddings();
-        return { embeddings: offline, model: OFFLINE_MODEL, similarityFloor: FLOOR.offline };
-      }
-      openai ??= {
-        model: env.ENGRAM_EMBEDDING_MODEL,
-        similarityFloor: FLOOR.openai,
-        embeddings:
-          options.create?.(env.ENGRAM_EMBEDDING_MODEL) ??
-          new OpenAIEmbeddings({
-            model: env.ENGRAM_EMBEDDING_MODEL,
-            apiKey: env.OPENAI_API_KEY ?? "not-needed",
-            configuration: env.OPENAI_BASE_URL ? { baseURL: env.OPENAI_BASE_URL } : undefined,
-            batchSize: 64,
-            maxRetries: env.ENGRAM_MODEL_MAX_RETRIES,
-            timeout: env.ENGRAM_MODEL_TIMEOUT_MS,
-          }),
-      };
-      return openai;
+    async forTenant(tenantId) {
+      const remote = usesOpenAIEmbeddings(env) ? await models.embeddings(tenantId) : null;
+      if (remote) return { embeddings: remote, model: remote.model, similarityFloor: FLOOR.openai };
+      offline ??= new OfflineEmbeddings();
+      return { embeddings: offline, model: OFFLINE_MODEL, similarityFloor: FLOOR.offline };
     },
     async close() {
       await offline?.close();

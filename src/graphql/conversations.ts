@@ -179,8 +179,10 @@ builder.mutationFields((t) => ({
     resolve: async (query, _root, { input }, ctx) => {
       const db = tenantDb(ctx);
       const { turn, created } = await recordTurn(db, input);
+      // Also on a retry: if the first call died between saving the turn and queueing its work,
+      // this queues it (every follow-up is idempotent).
+      await afterNewMessages(ctx.services, ctx.principal.tenantId, turn.conversationId, { turnId: turn.id });
       if (created) {
-        await afterNewMessages(ctx.services, ctx.principal.tenantId, turn.conversationId, { turnId: turn.id });
         const { agentId } = await db.conversation.findUniqueOrThrow({
           where: { id: turn.conversationId },
           select: { agentId: true },

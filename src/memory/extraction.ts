@@ -15,7 +15,10 @@ export type ExtractionDeps = FactDeps & {
 
 export type ExtractionResult =
   | { status: "EXTRACTED"; throughSeq: number; outcomes: (CandidateOutcome & { text: string })[] }
-  | { status: "WAITING" | "NOTHING_NEW" | "EXTRACTION_OFF" | "UNPARSABLE" | "GONE" };
+  | { status: "WAITING" | "NOTHING_NEW" | "EXTRACTION_OFF" | "UNPARSABLE" | "GONE" | "BUSY" };
+
+// Longer than any extraction should take; a crashed worker's lease simply runs out.
+const LEASE_MS = 5 * 60_000;
 
 // One extractor call reads at most this many shared messages; the rest wait for the next batch.
 const MAX_BATCH = 40;
@@ -40,6 +43,27 @@ export async function extractFacts(
   deps: ExtractionDeps,
   conversationId: string,
   options: { now?: boolean } = {},
+): Promise<ExtractionResult> {
+  // One extraction per conversation at a time, across workers, so a batch is never judged twice
+  // against the same stored facts (which would add a fact twice).
+  const now = new Date();
+  const { count: leased } = await db.conversation.updateMany({
+    where: { id: conversationId, OR: [{ extractionLeaseUntil: null }, { extractionLeaseUntil: { lt: now } }] },
+    data: { extractionLeaseUntil: new Date(now.getTime() + LEASE_MS) },
+  });
+  if (!leased) return (await db.conversation.count({ where: { id: conversationId } })) ? { status: "BUSY" } : { status: "GONE" };
+  try {
+    return await extractUnderLease(db, deps, conversationId, options);
+  } finally {
+    await db.conversation.updateMany({ where: { id: conversationId }, data: { extractionLeaseUntil: null } });
+  }
+}
+
+async function extractUnderLease(
+  db: TenantDb,
+  deps: ExtractionDeps,
+  conversationId: string,
+  options: { now?: boolean },
 ): Promise<ExtractionResult> {
   const conversation = await db.conversation.findUnique({ where: { id: conversationId }, include: { agent: true } });
   if (!conversation) return { status: "GONE" };

@@ -168,10 +168,21 @@ export async function forgetUser(
 ) {
   await requireUser(db, endUserId);
   const { count: facts } = await db.fact.deleteMany({ where: { endUserId } });
+  await skipUnreadMessages(db, endUserId);
   const { snippets } = await deps.recall.forgetUser(db.$tenantId(), endUserId);
   await db.gateVerdict.deleteMany({ where: { conversationId: { in: await conversationIdsOf(db, endUserId) } } });
   announce(db, deps, "FORGOTTEN", { endUserId, factId: null, text: null, reason, conversationId });
   return { facts, snippets };
+}
+
+/**
+ * After a forget, what the extractor has not read yet in any of the user's conversations is never
+ * read: it would bring back what the user just asked to forget.
+ */
+async function skipUnreadMessages(db: TenantDb, endUserId: string) {
+  await db.$executeRaw`
+    UPDATE "Conversation" SET "extractedThroughSeq" = "lastSeq"
+    WHERE "tenantId" = ${db.$tenantId()} AND "endUserId" = ${endUserId} AND "extractedThroughSeq" < "lastSeq"`;
 }
 
 async function conversationIdsOf(db: TenantDb, endUserId: string) {
@@ -196,6 +207,7 @@ export async function forgetMatching(
     WHERE f."tenantId" = ${db.$tenantId()} AND f."endUserId" = ${endUserId}
       AND ${matchesAnyPhrase(Prisma.sql`to_tsvector('english', f."text")`, phrases)}`;
   for (const { id } of rows) await deleteFact(db, deps, id, `the user asked to forget: ${phrases.join("; ")}`);
+  await skipUnreadMessages(db, endUserId);
   const { snippets } = await deps.recall.forgetMatching(db.$tenantId(), endUserId, phrases);
   return { facts: rows.length, snippets };
 }

@@ -3,6 +3,7 @@ import type { Runnable } from "@langchain/core/runnables";
 import { OutputParserException } from "@langchain/core/output_parsers";
 import type { GateVerdict } from "../chains/gate.ts";
 import type { TenantDb } from "../db.ts";
+import { EngramError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import { needsRecallByKeywords } from "./recall-gate.ts";
 
@@ -67,8 +68,11 @@ export async function gateMessage(
     try {
       verdict = { ...(await deps.gate.invoke({ message: input.message })), decidedBy: "MODEL" };
     } catch (error) {
-      if (!(error instanceof OutputParserException)) throw error;
-      deps.log.warn("gate: the model's answer could not be read; using the keyword gate", {
+      // An unreadable answer, a spent budget or a broken route: the keyword gate decides, so a
+      // "forget" request is never held back by the model. An outage throws, and the job retries.
+      if (!(error instanceof OutputParserException) && !(error instanceof EngramError)) throw error;
+      const why = error instanceof OutputParserException ? "the model's answer could not be read" : error.message;
+      deps.log.warn(`gate: ${why}; using the keyword gate`, {
         conversationId: input.conversationId,
         error: error.message,
       });

@@ -44,8 +44,17 @@ export async function createTurnSnippets(
     where: { conversationId, private: false, seq: { gte: range.firstSeq, lte: range.lastSeq } },
     orderBy: { seq: "asc" },
   });
+  // Asked again (a client's retry after a crash), messages that already have a snippet keep it.
+  const indexed = new Set(
+    (
+      await db.recallSnippet.findMany({
+        where: { conversationId, kind: "TURN", messageIds: { hasSome: messages.map((m) => m.id) } },
+        select: { messageIds: true },
+      })
+    ).flatMap((s) => s.messageIds),
+  );
   // A reply recorded on its own continues the turn its user message began.
-  const groups = groupTurns(messages);
+  const groups = groupTurns(messages.filter((m) => !indexed.has(m.id)));
   const rows = groups.map((group) => ({
     tenantId: db.$tenantId(),
     endUserId: conversation.endUserId,
@@ -146,6 +155,8 @@ export async function forgetSnippets(deps: Pick<SnippetDeps, "db" | "vectors">, 
   if (snippetIds.length === 0) return { deleted: 0 };
   await deps.vectors.delete(tenantId, { ids: snippetIds });
   const { count } = await forTenant(deps.db, tenantId).recallSnippet.deleteMany({ where: { id: { in: snippetIds } } });
+  // Again: an index job that read a row before it went may have upserted its vector meanwhile.
+  await deps.vectors.delete(tenantId, { ids: snippetIds });
   return { deleted: count };
 }
 
@@ -153,6 +164,7 @@ export async function forgetSnippets(deps: Pick<SnippetDeps, "db" | "vectors">, 
 export async function forgetUserRecall(deps: Pick<SnippetDeps, "db" | "vectors">, tenantId: string, endUserId: string) {
   await deps.vectors.delete(tenantId, { endUserId });
   const { count } = await forTenant(deps.db, tenantId).recallSnippet.deleteMany({ where: { endUserId } });
+  await deps.vectors.delete(tenantId, { endUserId }); // see forgetSnippets
   return { deleted: count };
 }
 
@@ -164,6 +176,7 @@ export async function forgetConversationRecall(
 ) {
   await deps.vectors.delete(tenantId, { conversationId });
   const { count } = await forTenant(deps.db, tenantId).recallSnippet.deleteMany({ where: { conversationId } });
+  await deps.vectors.delete(tenantId, { conversationId }); // see forgetSnippets
   return { deleted: count };
 }
 

@@ -11,6 +11,7 @@ import { agentSettings } from "./agents.ts";
 
 // The verbatim judge looks at this many of the most recent folded messages.
 const VERBATIM_WINDOW = 30;
+const MAX_FOLD = 120;
 // Longer than any rewrite should take; a crashed worker's lease simply runs out.
 const LEASE_MS = 5 * 60_000;
 
@@ -76,7 +77,9 @@ async function rewriteUnderLease(db: TenantDb, deps: SummaryDeps, conversationId
     where: { ...shared(conversationId), seq: { gt: conversation.summaryThroughSeq } },
     orderBy: { seq: "asc" },
   });
-  const toFold = unfolded.slice(0, Math.max(0, unfolded.length - settings.tailSize));
+  // At most MAX_FOLD per call, oldest first, so a long backlog (an import, or summaries just
+  // turned on) is folded over several rewrites instead of one prompt no model can take.
+  const toFold = unfolded.slice(0, Math.max(0, unfolded.length - settings.tailSize)).slice(0, MAX_FOLD);
   if (toFold.length === 0) return { status: "NOTHING_TO_FOLD" };
 
   let newSummary: string;

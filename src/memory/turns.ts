@@ -115,8 +115,22 @@ export async function recordTurn(
   ];
   const attempt = () =>
     db.$transaction(async (tx) => {
-      const existing = await tx.turn.findFirst({ where: { clientTurnId: parsed.clientTurnId } });
-      if (existing) return { turn: existing, created: false };
+      const existing = await tx.turn.findFirst({
+        where: { clientTurnId: parsed.clientTurnId },
+        include: { conversation: { select: { externalId: true } } },
+      });
+      if (existing) {
+        // A retry is the same turn of the same conversation; the same id elsewhere is a clash,
+        // not a retry, and must not swallow the new messages.
+        if (existing.conversation.externalId !== parsed.conversationExternalId) {
+          throw new EngramError(
+            "CONFLICT",
+            `clientTurnId ${parsed.clientTurnId} was already used in another conversation; turn ids are unique per tenant.`,
+          );
+        }
+        const { conversation: _, ...turn } = existing;
+        return { turn, created: false };
+      }
       const conversation = await conversationFor(tx as TenantDb, tenantId, parsed);
       const range = await appendMessages(tx as TenantDb, tenantId, conversation.id, messages);
       const turn = await tx.turn.create({

@@ -36,7 +36,7 @@ export type ModelProvider = {
    * under chain "embed"; null when there is no route. Embeddings count against the budget but
    * are not paused by it (recall keeps working).
    */
-  embeddings(tenantId: string): Promise<Embeddings | null>;
+  embeddings(tenantId: string): Promise<TenantEmbeddings | null>;
   /** The tenant's redaction rules applied to texts bound for any model (stored data unchanged). */
   redactForTenant(tenantId: string, texts: string[]): Promise<RedactionResult>;
   /** Records a model call made outside `chat` (e.g. embeddings) under memory:<model>. */
@@ -64,10 +64,10 @@ export function resolveRoute(env: Env, settings: EffectiveSettings, tenantId: st
 }
 
 /** Embeddings that redact what they send and record what they used. */
-class TenantEmbeddings extends Embeddings {
+export class TenantEmbeddings extends Embeddings {
   constructor(
     private readonly inner: Embeddings,
-    private readonly model: string,
+    readonly model: string,
     private readonly redact: (texts: string[]) => Promise<RedactionResult>,
     private readonly record: (usage: ModelUsageRecord) => Promise<void>,
   ) {

@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "Conversation" ADD COLUMN     "extractionLeaseUntil" TIMESTAMP(3);

@@ -13,6 +13,11 @@ import { defaultModelName } from "../models/index.ts";
 
 type RouteView = { role: ModelRole; route: StoredRoute | undefined };
 
+/** The server's base URL as a tenant admin may see it: scheme, host and port only. */
+function serverOrigin(url: string | undefined): string | null {
+  return url ? new URL(url).origin : null;
+}
+
 const ModelRouteSettings = builder.objectRef<RouteView>("ModelRouteSettings").implement({
   description: "One role's model route. Unset fields fall back to the server's defaults; the API key is never shown.",
   fields: (t) => ({
@@ -24,8 +29,10 @@ const ModelRouteSettings = builder.objectRef<RouteView>("ModelRouteSettings").im
     }),
     effectiveBaseUrl: t.string({
       nullable: true,
-      description: "The base URL calls go to: this tenant's, else the server's (null: the provider's default).",
-      resolve: (v, _args, ctx) => v.route?.baseUrl ?? ctx.services.env.OPENAI_BASE_URL ?? null,
+      description:
+        "The base URL calls go to: this tenant's, else the server's origin (null: the provider's default). " +
+        "The server's URL is shown without credentials, path or query.",
+      resolve: (v, _args, ctx) => v.route?.baseUrl ?? serverOrigin(ctx.services.env.OPENAI_BASE_URL),
     }),
     effectiveModel: t.string({
       resolve: (v, _args, ctx) => v.route?.model ?? defaultModelName(ctx.services.env, v.role),

@@ -118,7 +118,8 @@ export function createModelProvider(deps: {
       return meteredModel(createModel(route), { chain, model: route.model }, {
         // Checked per call, not per job: a budget spent mid-job stops the rest of it.
         beforeCall: () => assertBudgetLeft(tenantDb),
-        redact: redactWith(settings),
+        // Likewise the redaction rules: a rule added mid-job applies to the job's next call.
+        redact: async (texts) => redactWith(await loadTenantSettings(tenantDb))(texts),
         record: recordFor(tenantId),
       });
     },

@@ -3,7 +3,7 @@ import { createExtractorChain } from "../src/chains/extractor.ts";
 import { createFactJudgeChain } from "../src/chains/fact-judge.ts";
 import { createGateChain } from "../src/chains/gate.ts";
 import { forTenant, type TenantDb } from "../src/db.ts";
-import { extractFacts, skipExtractionThrough, type ExtractionResult } from "../src/memory/extraction.ts";
+import { extractFacts, type ExtractionResult } from "../src/memory/extraction.ts";
 import { forgetMatching, forgetUser } from "../src/memory/facts.ts";
 import { gateMessage } from "../src/memory/gate.ts";
 import type { Services } from "../src/services.ts";
@@ -70,8 +70,8 @@ export async function runTurnWork(services: Services, payload: z.infer<typeof tu
       verdict.forget === "ALL"
         ? await forgetUser(db, deps, conversation.endUserId, "the user asked to forget everything", turn.conversationId)
         : await forgetMatching(db, deps, conversation.endUserId, verdict.forgetTargets, turn.conversationId);
-    // What came before the request must not be extracted again from this batch.
-    await skipExtractionThrough(db, turn.conversationId, turn.lastSeq);
+    // Forgetting also marks the user's unread messages as read, so nothing said before the
+    // request is extracted again.
     return { status: "FORGOT" as const, verdict, forgotten };
   }
   const extraction: ExtractionResult | { status: "MODEL_OFF" } = await runExtraction(

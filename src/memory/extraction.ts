@@ -5,6 +5,7 @@ import type { FactJudgeInput, FactJudgment } from "../chains/fact-judge.ts";
 import type { TenantDb } from "../db.ts";
 import type { Logger } from "../log.ts";
 import { agentSettings } from "./agents.ts";
+import { underConversationLease } from "./leases.ts";
 import { applyCandidate, normalizeFact, type CandidateOutcome, type FactDeps } from "./facts.ts";
 
 export type ExtractionDeps = FactDeps & {
@@ -17,14 +18,12 @@ export type ExtractionResult =
   | { status: "EXTRACTED"; throughSeq: number; outcomes: (CandidateOutcome & { text: string })[] }
   | { status: "WAITING" | "NOTHING_NEW" | "EXTRACTION_OFF" | "UNPARSABLE" | "GONE" | "BUSY" };
 
-// Longer than any extraction should take; a crashed worker's lease simply runs out.
-const LEASE_MS = 5 * 60_000;
 
 // One extractor call reads at most this many shared messages; the rest wait for the next batch.
 const MAX_BATCH = 40;
 
-/** Marks everything up to a sequence as read, e.g. after the user asked to forget. */
-export async function skipExtractionThrough(db: TenantDb, conversationId: string, seq: number) {
+/** Marks everything up to a sequence as read by the extractor. */
+async function skipExtractionThrough(db: TenantDb, conversationId: string, seq: number) {
   await db.conversation.updateMany({
     where: { id: conversationId, extractedThroughSeq: { lt: seq } },
     data: { extractedThroughSeq: seq },
@@ -46,17 +45,9 @@ export async function extractFacts(
 ): Promise<ExtractionResult> {
   // One extraction per conversation at a time, across workers, so a batch is never judged twice
   // against the same stored facts (which would add a fact twice).
-  const now = new Date();
-  const { count: leased } = await db.conversation.updateMany({
-    where: { id: conversationId, OR: [{ extractionLeaseUntil: null }, { extractionLeaseUntil: { lt: now } }] },
-    data: { extractionLeaseUntil: new Date(now.getTime() + LEASE_MS) },
-  });
-  if (!leased) return (await db.conversation.count({ where: { id: conversationId } })) ? { status: "BUSY" } : { status: "GONE" };
-  try {
-    return await extractUnderLease(db, deps, conversationId, options);
-  } finally {
-    await db.conversation.updateMany({ where: { id: conversationId }, data: { extractionLeaseUntil: null } });
-  }
+  return underConversationLease(db, conversationId, "extractionLeaseUntil", () =>
+    extractUnderLease(db, deps, conversationId, options),
+  );
 }
 
 async function extractUnderLease(

@@ -8,12 +8,11 @@ import type { TenantDb } from "../db.ts";
 import type { Logger } from "../log.ts";
 import type { PubSub } from "../pubsub.ts";
 import { agentSettings } from "./agents.ts";
+import { underConversationLease } from "./leases.ts";
 
 // The verbatim judge looks at this many of the most recent folded messages.
 const VERBATIM_WINDOW = 30;
 const MAX_FOLD = 120;
-// Longer than any rewrite should take; a crashed worker's lease simply runs out.
-const LEASE_MS = 5 * 60_000;
 
 export type SummaryDeps = {
   summarizer: Runnable<SummarizerInput, string>;
@@ -39,20 +38,10 @@ const shared = (conversationId: string) => ({ conversationId, private: false });
  * changes nothing and is logged; a model that cannot be reached throws, so the job retries.
  */
 export async function rewriteSummary(db: TenantDb, deps: SummaryDeps, conversationId: string): Promise<RewriteOutcome> {
-  // One rewrite per conversation at a time, across workers: the lease is taken, not awaited.
-  const now = new Date();
-  const { count: leased } = await db.conversation.updateMany({
-    where: { id: conversationId, OR: [{ summaryLeaseUntil: null }, { summaryLeaseUntil: { lt: now } }] },
-    data: { summaryLeaseUntil: new Date(now.getTime() + LEASE_MS) },
-  });
-  if (!leased) {
-    return (await db.conversation.count({ where: { id: conversationId } })) ? { status: "BUSY" } : { status: "GONE" };
-  }
-  try {
-    return await rewriteUnderLease(db, deps, conversationId);
-  } finally {
-    await db.conversation.updateMany({ where: { id: conversationId }, data: { summaryLeaseUntil: null } });
-  }
+  // One rewrite per conversation at a time, across workers.
+  return underConversationLease(db, conversationId, "summaryLeaseUntil", () =>
+    rewriteUnderLease(db, deps, conversationId),
+  );
 }
 
 /** Whether messages older than the tail are still waiting to be folded (the job re-queues then). */

@@ -1,7 +1,7 @@
 import { PrismaPg } from "@prisma/adapter-pg";
 import { defineConfig } from "prisma/config";
 
-// Engram applies its committed migrations itself at start-up (src/store/migrate.ts), so the CLI is
+// Engram applies its committed migrations itself at start-up (src/embedded/migrate.ts), so the CLI is
 // only used offline: `prisma generate` and `prisma migrate diff` (README, "Authoring a migration").
 // engine "js" keeps the CLI on its WASM engines: nothing is downloaded.
 export default defineConfig({

@@ -3,7 +3,7 @@ import { Agenda } from "agenda";
 import type { z } from "zod";
 import { createPool } from "../src/db.ts";
 import type { Logger } from "../src/log.ts";
-import type { Store } from "../src/store/embedded.ts";
+import type { Store } from "../src/embedded/embedded.ts";
 import type { JobDefinition } from "./define.ts";
 
 /** Durable queued work on the store's own database; producers and workers share it. */

@@ -8,7 +8,7 @@ import { EngramError } from "./errors.ts";
 import { createLogger } from "./log.ts";
 import { createApiKey, createTenant } from "./memory/keys.ts";
 import { openServices, type Services } from "./services.ts";
-import { StoreBusyError } from "./store/embedded.ts";
+import { StoreBusyError } from "./embedded/embedded.ts";
 
 const USAGE = `Usage: engram <command>
 

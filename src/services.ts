@@ -7,7 +7,7 @@ import type { ModelRoute } from "./models/index.ts";
 import { createModelProvider, type ModelProvider } from "./models/provider.ts";
 import { createEngramPubSub, type PubSub } from "./pubsub.ts";
 import { createEmbeddingsProvider, type EmbeddingsProvider } from "./embeddings/index.ts";
-import { lazyChroma } from "./store/chroma.ts";
+import { lazyChroma } from "./embedded/chroma.ts";
 import { createChromaVectorStore } from "./vectors/chroma.ts";
 import type { VectorStore } from "./vectors/index.ts";
 import {
@@ -15,8 +15,8 @@ import {
   externalStore,
   startEmbeddedStore,
   type Store,
-} from "./store/embedded.ts";
-import { migrate } from "./store/migrate.ts";
+} from "./embedded/embedded.ts";
+import { migrate } from "./embedded/migrate.ts";
 import type { RecallForgetter } from "./memory/facts.ts";
 import { recallForgetter } from "./memory/snippets.ts";
 

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runReconcile } from "../jobs/reconcile.ts";
-import { startEmbeddedChroma, type ChromaServer } from "../src/store/chroma.ts";
+import { startEmbeddedChroma, type ChromaServer } from "../src/embedded/chroma.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { allIndexed, CONTEXT, RECALL, say } from "./helpers/recall.ts";
 import { until } from "./helpers/until.ts";

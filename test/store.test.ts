@@ -16,8 +16,8 @@ import {
   startEmbeddedStore,
   StoreBusyError,
   type Store,
-} from "../src/store/embedded.ts";
-import { committedMigrations, migrate } from "../src/store/migrate.ts";
+} from "../src/embedded/embedded.ts";
+import { committedMigrations, migrate } from "../src/embedded/migrate.ts";
 import { createTestStore, type TestStore } from "./helpers/store.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "..");

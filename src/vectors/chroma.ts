@@ -1,6 +1,6 @@
 import { ChromaClient, type Collection, type Where } from "chromadb";
 import type { Logger } from "../log.ts";
-import type { ChromaServer } from "../store/chroma.ts";
+import type { ChromaServer } from "../embedded/chroma.ts";
 import type { SnippetVector, VectorHit, VectorSelector, VectorSpace, VectorStore } from "./index.ts";
 
 const PREFIX = "engram-";

@@ -2,10 +2,10 @@ import { CronExpressionParser } from "cron-parser";
 import { z } from "zod";
 import { createCompactorChain } from "../src/chains/compactor.ts";
 import { forTenant, type TenantDb } from "../src/db.ts";
-import { budgetExhausted } from "../src/memory/budget.ts";
-import { compactTenant } from "../src/memory/compaction.ts";
-import { recordJobRun } from "../src/memory/job-runs.ts";
-import { loadTenantSettings } from "../src/memory/settings.ts";
+import { budgetExhausted } from "../src/governance/budget.ts";
+import { compactTenant } from "../src/memory/log/compaction.ts";
+import { recordJobRun } from "../src/work/job-runs.ts";
+import { loadTenantSettings } from "../src/governance/settings.ts";
 import type { Services } from "../src/services.ts";
 import { defineJob } from "./define.ts";
 

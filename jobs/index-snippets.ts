@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { forTenant } from "../src/db.ts";
-import { createTurnSnippets, indexSnippets, syncSummarySnippet } from "../src/memory/snippets.ts";
+import { createTurnSnippets, indexSnippets, syncSummarySnippet } from "../src/memory/recall/snippets.ts";
 import type { Services } from "../src/services.ts";
 import { defineJob } from "./define.ts";
 

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { forTenant } from "../src/db.ts";
-import { recordJobRun } from "../src/memory/job-runs.ts";
-import { applyRetention, DEFAULT_RETENTION_DAYS } from "../src/memory/retention.ts";
+import { recordJobRun } from "../src/work/job-runs.ts";
+import { applyRetention, DEFAULT_RETENTION_DAYS } from "../src/work/retention.ts";
 import type { Services } from "../src/services.ts";
 import { defineJob } from "./define.ts";
 

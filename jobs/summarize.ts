@@ -3,7 +3,7 @@ import { createLossJudgeChain } from "../src/chains/loss-judge.ts";
 import { createSummarizerChain } from "../src/chains/summarizer.ts";
 import { createVerbatimJudgeChain } from "../src/chains/verbatim-judge.ts";
 import { forTenant } from "../src/db.ts";
-import { hasUnfoldedMessages, rewriteSummary } from "../src/memory/summary.ts";
+import { hasUnfoldedMessages, rewriteSummary } from "../src/memory/conversations/summary.ts";
 import type { Services } from "../src/services.ts";
 import { defineJob } from "./define.ts";
 import { indexSummary } from "./index-snippets.ts";

@@ -3,9 +3,9 @@ import { createExtractorChain } from "../src/chains/extractor.ts";
 import { createFactJudgeChain } from "../src/chains/fact-judge.ts";
 import { createGateChain } from "../src/chains/gate.ts";
 import { forTenant, type TenantDb } from "../src/db.ts";
-import { extractFacts, type ExtractionResult } from "../src/memory/extraction.ts";
-import { forgetMatching, forgetUser } from "../src/memory/facts.ts";
-import { gateMessage } from "../src/memory/gate.ts";
+import { extractFacts, type ExtractionResult } from "../src/memory/facts/extraction.ts";
+import { forgetMatching, forgetUser } from "../src/memory/facts/facts.ts";
+import { gateMessage } from "../src/memory/gate/gate.ts";
 import type { Services } from "../src/services.ts";
 import { defineJob } from "./define.ts";
 

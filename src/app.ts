@@ -12,8 +12,8 @@ import type { Context } from "./builder.ts";
 import { EngramError } from "./errors.ts";
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
-import { authenticate } from "./memory/keys.ts";
-import { LIMITS } from "./memory/limits.ts";
+import { authenticate } from "./governance/keys.ts";
+import { LIMITS } from "./limits.ts";
 import type { Services } from "./services.ts";
 
 const GRAPHQL_PATH = "/graphql";

@@ -7,7 +7,7 @@ import { GraphQLError } from "graphql";
 import { forTenant, type TenantDb } from "./db.ts";
 import type { PrismaClient } from "./generated/prisma/client.ts";
 import PrismaTypes, { getDatamodel } from "./generated/pothos-types.ts";
-import type { Principal } from "./memory/keys.ts";
+import type { Principal } from "./governance/keys.ts";
 import type { Services } from "./services.ts";
 
 export type Context = { principal: Principal; services: Services };

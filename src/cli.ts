@@ -2,11 +2,11 @@ import { parseArgs } from "node:util";
 import { runCompaction } from "../jobs/compact.ts";
 import { afterNewMessages } from "../jobs/follow-ups.ts";
 import { runRetention } from "../jobs/retention.ts";
-import { countLines, importJsonl } from "./memory/import-file.ts";
+import { countLines, importJsonl } from "./memory/conversations/import-file.ts";
 import { EnvError, readEnv } from "./env.ts";
 import { EngramError } from "./errors.ts";
 import { createLogger } from "./log.ts";
-import { createApiKey, createTenant } from "./memory/keys.ts";
+import { createApiKey, createTenant } from "./governance/keys.ts";
 import { openServices, type Services } from "./services.ts";
 import { StoreBusyError } from "./embedded/embedded.ts";
 

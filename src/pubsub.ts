@@ -1,7 +1,7 @@
 import { createRedisEventTarget } from "@graphql-yoga/redis-event-target";
 import { createPubSub } from "graphql-yoga";
 import { Redis } from "ioredis";
-import type { RecallEvent } from "./memory/recall.ts";
+import type { RecallEvent } from "./memory/recall/recall.ts";
 
 /**
  * Every topic is keyed by tenant id, so a subscriber can only ever hear its own tenant.

@@ -3,7 +3,7 @@ import { createJobQueue, type JobQueue } from "../jobs/queue.ts";
 import { createDb, type Db } from "./db.ts";
 import type { Env } from "./env.ts";
 import { createLogger, type Logger } from "./log.ts";
-import type { ModelRoute } from "./models/index.ts";
+import type { ModelRoute } from "./models/metered.ts";
 import { createModelProvider, type ModelProvider } from "./models/provider.ts";
 import { createEngramPubSub, type PubSub } from "./pubsub.ts";
 import { createEmbeddingsProvider, type EmbeddingsProvider } from "./embeddings/index.ts";
@@ -17,8 +17,8 @@ import {
   type Store,
 } from "./embedded/embedded.ts";
 import { migrate } from "./embedded/migrate.ts";
-import type { RecallForgetter } from "./memory/facts.ts";
-import { recallForgetter } from "./memory/snippets.ts";
+import type { RecallForgetter } from "./memory/facts/facts.ts";
+import { recallForgetter } from "./memory/recall/snippets.ts";
 
 /** What the API, the jobs and the CLI share in one process; handed around as arguments. */
 export type Services = {

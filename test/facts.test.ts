@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { runTurnWork } from "../jobs/turn.ts";
-import { FACT_CAP } from "../src/memory/facts.ts";
+import { FACT_CAP } from "../src/memory/facts/facts.ts";
 import { startEngramWithModel, startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import type { ModelServer } from "./helpers/model-server.ts";
 import { factsScript, type FactsScript } from "./helpers/scripted-memory-model.ts";

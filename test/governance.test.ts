@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { compactionJobRun, runCompaction } from "../jobs/compact.ts";
 import { forTenant } from "../src/db.ts";
-import { budgetStatus } from "../src/memory/budget.ts";
-import { redactTexts, DEFAULT_REDACTION } from "../src/memory/redaction.ts";
-import { recordModelUsage } from "../src/memory/usage.ts";
+import { budgetStatus } from "../src/governance/budget.ts";
+import { redactTexts, DEFAULT_REDACTION } from "../src/governance/redaction.ts";
+import { recordModelUsage } from "../src/governance/usage.ts";
 import { startEngramWithModel, startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { startModelServer, type ChatRequest, type ModelServer } from "./helpers/model-server.ts";
 import { memoryScript } from "./helpers/scripted-memory-model.ts";

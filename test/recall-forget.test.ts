@@ -2,7 +2,7 @@ import type { ChromaClient } from "chromadb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runRetention } from "../jobs/retention.ts";
 import { forTenant } from "../src/db.ts";
-import { forgetConversationRecall, forgetSnippets, forgetUserRecall } from "../src/memory/snippets.ts";
+import { forgetConversationRecall, forgetSnippets, forgetUserRecall } from "../src/memory/recall/snippets.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { allIndexed, chromaOf, RECALL, RECORD, say } from "./helpers/recall.ts";
 

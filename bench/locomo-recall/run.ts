@@ -3,7 +3,7 @@
 // asks the `recall` query from a new conversation, and the retrieved snippets' messages are
 // mapped back to LoCoMo dia_ids (message seq i of a session = its i-th turn).
 import { readFileSync } from "node:fs";
-import { indexSnippets } from "../../src/memory/snippets.ts";
+import { indexSnippets } from "../../src/memory/recall/snippets.ts";
 import { buildApp } from "../../src/app.ts";
 import { createEmbeddedStore, envInt, fmt, machineLine, markdownTable, openBenchEngram, writeReadmeSection } from "../lib.ts";
 

@@ -2,7 +2,7 @@
 // search path (embed the message with the offline encoder, Chroma top 10 for one end user
 // leaving one conversation out, PostgreSQL full-text (BM25) top 10, fusion, read-back) timed per call.
 import { randomUUID } from "node:crypto";
-import { searchSnippets, type RecallMode } from "../../src/memory/recall.ts";
+import { searchSnippets, type RecallMode } from "../../src/memory/recall/recall.ts";
 import { benchStores, envInt, fmt, machineLine, markdownTable, openBenchEngram, percentile, writeReadmeSection } from "../lib.ts";
 
 const SIZES = (process.env.BENCH_RECALL_SIZES ?? "10000,100000").split(",").map(Number).sort((a, b) => a - b);

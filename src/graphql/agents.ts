@@ -1,7 +1,7 @@
 import { builder, tenantDb } from "../builder.ts";
 import { notFound } from "../errors.ts";
-import { agentSettings, upsertAgent, upsertEndUser } from "../memory/agents.ts";
-import { LIMITS } from "../memory/limits.ts";
+import { agentSettings, upsertAgent, upsertEndUser } from "../memory/conversations/agents.ts";
+import { LIMITS } from "../limits.ts";
 
 const AgentSettings = builder.objectRef<ReturnType<typeof agentSettings>>("AgentSettings").implement({
   description: "An agent's memory settings, defaults filled in.",

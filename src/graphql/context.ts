@@ -1,8 +1,8 @@
 import { gateChainFor } from "../../jobs/turn.ts";
 import { builder, tenantDb } from "../builder.ts";
-import { factsBlocks } from "../memory/facts.ts";
-import { gateMessage } from "../memory/gate.ts";
-import { recallBlocks } from "../memory/recall.ts";
+import { factsBlocks } from "../memory/facts/facts.ts";
+import { gateMessage } from "../memory/gate/gate.ts";
+import { recallBlocks } from "../memory/recall/recall.ts";
 import { assembleContext, type ContextBlock, type ContextItem, type Context as MemoryContext } from "../memory/context.ts";
 
 const BlockKindEnum = builder.enumType("ContextBlockKind", {

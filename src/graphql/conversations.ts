@@ -2,8 +2,8 @@ import { filter, pipe } from "graphql-yoga";
 import { afterNewMessages } from "../../jobs/follow-ups.ts";
 import { builder, tenantDb } from "../builder.ts";
 import { notFound } from "../errors.ts";
-import { LIMITS } from "../memory/limits.ts";
-import { deleteConversation, importConversation, recordTurn } from "../memory/turns.ts";
+import { LIMITS } from "../limits.ts";
+import { deleteConversation, importConversation, recordTurn } from "../memory/conversations/turns.ts";
 
 const MessageRoleEnum = builder.enumType("MessageRole", {
   values: ["USER", "ASSISTANT", "SYSTEM", "TOOL"] as const,

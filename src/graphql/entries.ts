@@ -9,8 +9,8 @@ import {
   entriesWhere,
   forgetEntry,
   searchEntryIds,
-} from "../memory/entries.ts";
-import { LIMITS } from "../memory/limits.ts";
+} from "../memory/log/entries.ts";
+import { LIMITS } from "../limits.ts";
 import type { EntryChange as EntryChangeKind } from "../pubsub.ts";
 import { EntrySourceEnum, ScopeEnum } from "./enums.ts";
 

@@ -1,8 +1,8 @@
 import { filter, pipe } from "graphql-yoga";
 import { builder, tenantDb } from "../builder.ts";
 import { notFound } from "../errors.ts";
-import { appendEvent, eventsWhere } from "../memory/events.ts";
-import { LIMITS } from "../memory/limits.ts";
+import { appendEvent, eventsWhere } from "../memory/log/events.ts";
+import { LIMITS } from "../limits.ts";
 import { ScopeEnum } from "./enums.ts";
 
 builder.prismaObject("MemoryEvent", {

@@ -1,7 +1,7 @@
 import { filter, pipe } from "graphql-yoga";
 import { builder, tenantDb, type Context } from "../builder.ts";
 import { notFound } from "../errors.ts";
-import { addFact, correctFact, deleteFact, forgetUser, listFacts } from "../memory/facts.ts";
+import { addFact, correctFact, deleteFact, forgetUser, listFacts } from "../memory/facts/facts.ts";
 import type { FactChangeKind, FactChangePayload } from "../pubsub.ts";
 
 const FactOriginEnum = builder.enumType("FactOrigin", {

@@ -2,7 +2,7 @@ import { filter, map, pipe, Repeater } from "graphql-yoga";
 import { builder, tenantDb, type Context } from "../builder.ts";
 import type { TenantDb } from "../db.ts";
 import { notFound } from "../errors.ts";
-import { contextTimeline, type TimelinePoint } from "../memory/context-timeline.ts";
+import { contextTimeline, type TimelinePoint } from "../memory/conversations/timeline.ts";
 import type { EntryChange, Topics } from "../pubsub.ts";
 import { EntryChangeKindEnum } from "./entries.ts";
 import { ScopeEnum } from "./enums.ts";

@@ -1,5 +1,5 @@
 import { builder, tenantDb } from "../builder.ts";
-import { LIMITS } from "../memory/limits.ts";
+import { LIMITS } from "../limits.ts";
 import { JobStatusEnum } from "./enums.ts";
 
 builder.prismaObject("JobRun", {

@@ -1,6 +1,6 @@
 import { builder, tenantDb } from "../builder.ts";
 import { notFound } from "../errors.ts";
-import { createApiKey } from "../memory/keys.ts";
+import { createApiKey } from "../governance/keys.ts";
 import { RoleEnum } from "./enums.ts";
 
 builder.prismaObject("ApiKey", {

@@ -1,7 +1,7 @@
 import { filter, pipe } from "graphql-yoga";
 import { builder, tenantDb } from "../builder.ts";
 import { badInput, notFound } from "../errors.ts";
-import { searchSnippets, type RecallCandidate, type RecallEvent } from "../memory/recall.ts";
+import { searchSnippets, type RecallCandidate, type RecallEvent } from "../memory/recall/recall.ts";
 
 const SnippetKindEnum = builder.enumType("SnippetKind", { values: ["TURN", "SUMMARY"] as const });
 

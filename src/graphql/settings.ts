@@ -1,6 +1,6 @@
 import { builder, tenantDb } from "../builder.ts";
-import { LIMITS } from "../memory/limits.ts";
-import type { CustomPattern } from "../memory/redaction.ts";
+import { LIMITS } from "../limits.ts";
+import type { CustomPattern } from "../governance/redaction.ts";
 import {
   loadTenantSettings,
   updateTenantSettings,
@@ -8,8 +8,8 @@ import {
   type ModelPrice,
   type ModelRole,
   type StoredRoute,
-} from "../memory/settings.ts";
-import { defaultModelName } from "../models/index.ts";
+} from "../governance/settings.ts";
+import { defaultModelName } from "../models/metered.ts";
 
 type RouteView = { role: ModelRole; route: StoredRoute | undefined };
 

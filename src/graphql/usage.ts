@@ -1,7 +1,7 @@
 import { builder, tenantDb } from "../builder.ts";
-import { budgetStatus } from "../memory/budget.ts";
-import { loadTenantSettings } from "../memory/settings.ts";
-import { modelUsageReport, USAGE_GROUPS } from "../memory/usage.ts";
+import { budgetStatus } from "../governance/budget.ts";
+import { loadTenantSettings } from "../governance/settings.ts";
+import { modelUsageReport, USAGE_GROUPS } from "../governance/usage.ts";
 
 const UsageGroupEnum = builder.enumType("ModelUsageGroup", {
   description: "What usage rows are grouped by. TENANT is always the caller's own tenant.",

@@ -3,9 +3,9 @@ import type { TenantDb } from "../db.ts";
 import { z } from "zod";
 import { notFound, parseInput } from "../errors.ts";
 import type { Message } from "../generated/prisma/client.ts";
-import { agentSettings, type AgentSettings } from "./agents.ts";
-import { relevantEntries } from "./entries.ts";
-import { MESSAGE_LIMITS } from "./limits.ts";
+import { agentSettings, type AgentSettings } from "./conversations/agents.ts";
+import { relevantEntries } from "./log/entries.ts";
+import { MESSAGE_LIMITS } from "../limits.ts";
 import { countTokens } from "./tokens.ts";
 
 const contextInput = z.object({

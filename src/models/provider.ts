@@ -3,11 +3,11 @@ import type { BaseChatModel } from "@langchain/core/language_models/chat_models"
 import { OpenAIEmbeddings } from "@langchain/openai";
 import { forTenant, type Db } from "../db.ts";
 import type { Env } from "../env.ts";
-import { assertBudgetLeft, budgetStatus, type BudgetStatus } from "../memory/budget.ts";
-import { redactTexts, type RedactionResult } from "../memory/redaction.ts";
-import { loadTenantSettings, tenantApiKey, type EffectiveSettings } from "../memory/settings.ts";
+import { assertBudgetLeft, budgetStatus, type BudgetStatus } from "../governance/budget.ts";
+import { redactTexts, type RedactionResult } from "../governance/redaction.ts";
+import { loadTenantSettings, tenantApiKey, type EffectiveSettings } from "../governance/settings.ts";
 import { countTokens } from "../memory/tokens.ts";
-import { recordModelUsage } from "../memory/usage.ts";
+import { recordModelUsage } from "../governance/usage.ts";
 import {
   defaultModelName,
   defaultRoute,
@@ -18,7 +18,7 @@ import {
   type ModelRole,
   type ModelRoute,
   type ModelUsageRecord,
-} from "./index.ts";
+} from "./metered.ts";
 
 /**
  * Hands chains their model for a tenant and role, per the tenant's routing over the server's

@@ -1,8 +1,8 @@
 import type { Runnable } from "@langchain/core/runnables";
-import type { CompactedEntry, CompactorInput } from "../chains/compactor.ts";
-import type { TenantDb } from "../db.ts";
-import type { Logger } from "../log.ts";
-import type { PubSub } from "../pubsub.ts";
+import type { CompactedEntry, CompactorInput } from "../../chains/compactor.ts";
+import type { TenantDb } from "../../db.ts";
+import type { Logger } from "../../log.ts";
+import type { PubSub } from "../../pubsub.ts";
 
 const DAY_MS = 86_400_000;
 // One model call sees at most this many events; a larger bucket is compacted over several runs.

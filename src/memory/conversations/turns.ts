@@ -1,10 +1,10 @@
 import { z } from "zod";
-import type { TenantDb } from "../db.ts";
-import { EngramError, notFound, parseInput } from "../errors.ts";
-import { Prisma, type MessageRole, type Turn } from "../generated/prisma/client.ts";
+import type { TenantDb } from "../../db.ts";
+import { EngramError, notFound, parseInput } from "../../errors.ts";
+import { Prisma, type MessageRole, type Turn } from "../../generated/prisma/client.ts";
 import { externalIdSchema } from "./agents.ts";
-import type { RecallForgetter } from "./facts.ts";
-import { MESSAGE_LIMITS } from "./limits.ts";
+import type { RecallForgetter } from "../facts/facts.ts";
+import { MESSAGE_LIMITS } from "../../limits.ts";
 
 const content = z.string().min(1).max(MESSAGE_LIMITS.messageMaxChars);
 

@@ -1,7 +1,7 @@
 import { z } from "zod";
-import type { TenantDb } from "../db.ts";
-import { parseInput } from "../errors.ts";
-import type { Agent } from "../generated/prisma/client.ts";
+import type { TenantDb } from "../../db.ts";
+import { parseInput } from "../../errors.ts";
+import type { Agent } from "../../generated/prisma/client.ts";
 
 const externalId = z.string().trim().min(1).max(200);
 

@@ -1,12 +1,12 @@
 import { OutputParserException } from "@langchain/core/output_parsers";
 import type { Runnable } from "@langchain/core/runnables";
-import type { LossJudgeInput, LossVerdict } from "../chains/loss-judge.ts";
-import { limitWords, type SummarizerInput } from "../chains/summarizer.ts";
-import { countWords } from "../chains/transcript.ts";
-import type { VerbatimJudgeInput, VerbatimScores } from "../chains/verbatim-judge.ts";
-import type { TenantDb } from "../db.ts";
-import type { Logger } from "../log.ts";
-import type { PubSub } from "../pubsub.ts";
+import type { LossJudgeInput, LossVerdict } from "../../chains/loss-judge.ts";
+import { limitWords, type SummarizerInput } from "../../chains/summarizer.ts";
+import { countWords } from "../../chains/transcript.ts";
+import type { VerbatimJudgeInput, VerbatimScores } from "../../chains/verbatim-judge.ts";
+import type { TenantDb } from "../../db.ts";
+import type { Logger } from "../../log.ts";
+import type { PubSub } from "../../pubsub.ts";
 import { agentSettings } from "./agents.ts";
 import { underConversationLease } from "./leases.ts";
 

@@ -1,6 +1,6 @@
 import type { TenantDb } from "../db.ts";
 import { badInput } from "../errors.ts";
-import type { ModelUsageRecord } from "../models/index.ts";
+import type { ModelUsageRecord } from "../models/metered.ts";
 import type { ModelPrice } from "./settings.ts";
 
 /** Purposes are named as in the seeds: memory:<model>. */

@@ -1,8 +1,8 @@
 import { z } from "zod";
-import type { TenantDb } from "../db.ts";
-import { notFound, parseInput } from "../errors.ts";
-import { Prisma, type MemoryEntry } from "../generated/prisma/client.ts";
-import { LIMITS, scopeRefSchema, scopeSchema, tagsSchema } from "./limits.ts";
+import type { TenantDb } from "../../db.ts";
+import { notFound, parseInput } from "../../errors.ts";
+import { Prisma, type MemoryEntry } from "../../generated/prisma/client.ts";
+import { LIMITS, scopeRefSchema, scopeSchema, tagsSchema } from "../../limits.ts";
 
 const entryFields = {
   title: z

@@ -1,8 +1,8 @@
 import { z } from "zod";
-import type { TenantDb } from "../db.ts";
-import { parseInput } from "../errors.ts";
-import type { MemoryEvent, Prisma } from "../generated/prisma/client.ts";
-import { LIMITS, scopeRefSchema, scopeSchema } from "./limits.ts";
+import type { TenantDb } from "../../db.ts";
+import { parseInput } from "../../errors.ts";
+import type { MemoryEvent, Prisma } from "../../generated/prisma/client.ts";
+import { LIMITS, scopeRefSchema, scopeSchema } from "../../limits.ts";
 
 export const appendEventInput = z.object({
   scope: scopeSchema,

@@ -1,9 +1,9 @@
-import { formatTranscript } from "../chains/transcript.ts";
-import type { TenantDb } from "../db.ts";
-import { notFound } from "../errors.ts";
+import { formatTranscript } from "../../chains/transcript.ts";
+import type { TenantDb } from "../../db.ts";
+import { notFound } from "../../errors.ts";
 import { agentSettings } from "./agents.ts";
-import { keptMessages, verbatimWindow } from "./context.ts";
-import { countTokens } from "./tokens.ts";
+import { keptMessages, verbatimWindow } from "../context.ts";
+import { countTokens } from "../tokens.ts";
 
 export type TimelinePoint = {
   turnId: string;

@@ -1,4 +1,4 @@
-import type { TenantDb } from "../db.ts";
+import type { TenantDb } from "../../db.ts";
 
 /** Longer than any rewrite or extraction should take; a crashed worker's lease simply runs out. */
 const LEASE_MS = 5 * 60_000;

@@ -1,11 +1,11 @@
 import { createHash } from "node:crypto";
 import type { Runnable } from "@langchain/core/runnables";
 import { OutputParserException } from "@langchain/core/output_parsers";
-import type { GateVerdict } from "../chains/gate.ts";
-import type { TenantDb } from "../db.ts";
-import { EngramError } from "../errors.ts";
-import type { Logger } from "../log.ts";
-import { needsRecallByKeywords } from "./recall-gate.ts";
+import type { GateVerdict } from "../../chains/gate.ts";
+import type { TenantDb } from "../../db.ts";
+import { EngramError } from "../../errors.ts";
+import type { Logger } from "../../log.ts";
+import { needsRecallByKeywords } from "./keywords.ts";
 
 export type StoredVerdict = GateVerdict & { decidedBy: "MODEL" | "KEYWORDS" };
 

@@ -1,11 +1,11 @@
 import { OutputParserException } from "@langchain/core/output_parsers";
 import type { Runnable } from "@langchain/core/runnables";
-import type { CandidateFact, ExtractorInput } from "../chains/extractor.ts";
-import type { FactJudgeInput, FactJudgment } from "../chains/fact-judge.ts";
-import type { TenantDb } from "../db.ts";
-import type { Logger } from "../log.ts";
-import { agentSettings } from "./agents.ts";
-import { underConversationLease } from "./leases.ts";
+import type { CandidateFact, ExtractorInput } from "../../chains/extractor.ts";
+import type { FactJudgeInput, FactJudgment } from "../../chains/fact-judge.ts";
+import type { TenantDb } from "../../db.ts";
+import type { Logger } from "../../log.ts";
+import { agentSettings } from "../conversations/agents.ts";
+import { underConversationLease } from "../conversations/leases.ts";
 import { applyCandidate, normalizeFact, type CandidateOutcome, type FactDeps } from "./facts.ts";
 
 export type ExtractionDeps = FactDeps & {

@@ -13,8 +13,8 @@ import {
 import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
 import { ChatOpenAI } from "@langchain/openai";
 import type { Env } from "../env.ts";
-import type { RedactionResult } from "../memory/redaction.ts";
-import type { ModelRole } from "../memory/settings.ts";
+import type { RedactionResult } from "../governance/redaction.ts";
+import type { ModelRole } from "../governance/settings.ts";
 import { countTokens } from "../memory/tokens.ts";
 
 /** What a chain is given: a chat model, already budgeted, redacted and metered for its tenant. */

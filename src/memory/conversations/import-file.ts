@@ -1,6 +1,6 @@
 import { createReadStream } from "node:fs";
 import { createInterface } from "node:readline";
-import { forTenant, type Db } from "../db.ts";
+import { forTenant, type Db } from "../../db.ts";
 import { importConversation } from "./turns.ts";
 
 export type ImportLineResult = { line: number; conversationId?: string; messages?: number; error?: string };

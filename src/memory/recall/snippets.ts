@@ -1,11 +1,11 @@
-import type { Db, TenantDb } from "../db.ts";
-import { forTenant } from "../db.ts";
-import type { EmbeddingsProvider } from "../embeddings/index.ts";
-import { Prisma, type Message } from "../generated/prisma/client.ts";
-import type { Logger } from "../log.ts";
-import type { VectorStore } from "../vectors/index.ts";
-import type { RecallForgetter } from "./facts.ts";
-import { matchesAnyPhrase } from "./text-search.ts";
+import type { Db, TenantDb } from "../../db.ts";
+import { forTenant } from "../../db.ts";
+import type { EmbeddingsProvider } from "../../embeddings/index.ts";
+import { Prisma, type Message } from "../../generated/prisma/client.ts";
+import type { Logger } from "../../log.ts";
+import type { VectorStore } from "../../vectors/index.ts";
+import type { RecallForgetter } from "../facts/facts.ts";
+import { matchesAnyPhrase } from "../text-search.ts";
 
 /** What indexing and forgetting need: the database, the embedder and the vector store. */
 export type SnippetDeps = { db: Db; embeddings: EmbeddingsProvider; vectors: VectorStore; log: Logger };

@@ -1,15 +1,15 @@
 import { randomUUID } from "node:crypto";
 import { OutputParserException } from "@langchain/core/output_parsers";
-import { createRerankChain, type RerankScores } from "../chains/rerank.ts";
-import { forTenant } from "../db.ts";
-import { Prisma, type SnippetKind } from "../generated/prisma/client.ts";
-import type { ModelProvider } from "../models/provider.ts";
-import type { PubSub } from "../pubsub.ts";
-import { agentSettings } from "./agents.ts";
-import type { ContextBlock, ExtraBlocks } from "./context.ts";
-import { needsRecallByKeywords } from "./recall-gate.ts";
+import { createRerankChain, type RerankScores } from "../../chains/rerank.ts";
+import { forTenant } from "../../db.ts";
+import { Prisma, type SnippetKind } from "../../generated/prisma/client.ts";
+import type { ModelProvider } from "../../models/provider.ts";
+import type { PubSub } from "../../pubsub.ts";
+import { agentSettings } from "../conversations/agents.ts";
+import type { ContextBlock, ExtraBlocks } from "../context.ts";
+import { needsRecallByKeywords } from "../gate/keywords.ts";
 import type { SnippetDeps } from "./snippets.ts";
-import { countTokens } from "./tokens.ts";
+import { countTokens } from "../tokens.ts";
 
 export type RecallDeps = SnippetDeps & { models: ModelProvider; pubsub: PubSub };
 

@@ -1,6 +1,6 @@
 import { forTenant } from "../db.ts";
 import type { PubSub } from "../pubsub.ts";
-import { forgetSnippets, type SnippetDeps } from "./snippets.ts";
+import { forgetSnippets, type SnippetDeps } from "../memory/recall/snippets.ts";
 
 export const DEFAULT_RETENTION_DAYS = 180;
 

@@ -1,13 +1,13 @@
 import { z } from "zod";
-import type { CandidateFact } from "../chains/extractor.ts";
-import type { FactJudgment } from "../chains/fact-judge.ts";
-import type { TenantDb } from "../db.ts";
-import { notFound, parseInput } from "../errors.ts";
-import { Prisma, type Fact } from "../generated/prisma/client.ts";
-import type { FactChangeKind, FactChangePayload, PubSub } from "../pubsub.ts";
-import type { ExtraBlocks } from "./context.ts";
-import { matchesAnyPhrase } from "./text-search.ts";
-import { countTokens } from "./tokens.ts";
+import type { CandidateFact } from "../../chains/extractor.ts";
+import type { FactJudgment } from "../../chains/fact-judge.ts";
+import type { TenantDb } from "../../db.ts";
+import { notFound, parseInput } from "../../errors.ts";
+import { Prisma, type Fact } from "../../generated/prisma/client.ts";
+import type { FactChangeKind, FactChangePayload, PubSub } from "../../pubsub.ts";
+import type { ExtraBlocks } from "../context.ts";
+import { matchesAnyPhrase } from "../text-search.ts";
+import { countTokens } from "../tokens.ts";
 
 /** At most this many facts per user; the least recently confirmed non-core ones go first. */
 export const FACT_CAP = 50;

@@ -8,7 +8,8 @@ import { useServer } from "graphql-ws/use/ws";
 import { renderGraphiQL } from "@graphql-yoga/render-graphiql";
 import { createYoga, maskError as defaultMaskError, type YogaServerInstance } from "graphql-yoga";
 import { WebSocketServer } from "ws";
-import type { Context } from "./builder.ts";
+import type { GraphQLContext } from "./builder.ts";
+import { forTenant } from "./db.ts";
 import { EngramError } from "./errors.ts";
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
@@ -82,7 +83,7 @@ function bodyRefusal(req: IncomingMessage): { status: number; message: string } 
 }
 
 export type App = {
-  yoga: YogaServerInstance<InitialContext, Context>;
+  yoga: YogaServerInstance<InitialContext, GraphQLContext>;
   /** Listens on host:port (port 0 picks a free one) and returns the base URL. */
   start(port?: number, host?: string): Promise<string>;
   stop(): Promise<void>;
@@ -93,7 +94,7 @@ export type App = {
  * auth check: a request without a valid key gets nothing, GraphiQL included.
  */
 export function buildApp(services: Services): App {
-  const yoga = createYoga<InitialContext, Context>({
+  const yoga = createYoga<InitialContext, GraphQLContext>({
     schema,
     graphqlEndpoint: GRAPHQL_PATH,
     landingPage: false,
@@ -110,7 +111,7 @@ export function buildApp(services: Services): App {
     context: async (initial) => {
       const principal = await authenticate(services.db, authorizationOf(initial));
       if (!principal) throw unauthenticated();
-      return { principal, services };
+      return { principal, db: forTenant(services.db, principal.tenantId), deps: services.deps };
     },
     plugins: [
       maxDepthPlugin({ n: LIMITS.queryDepth }),

@@ -1,7 +1,8 @@
 import { parseArgs } from "node:util";
-import { runCompaction } from "../jobs/compact.ts";
-import { afterNewMessages } from "../jobs/follow-ups.ts";
-import { runRetention } from "../jobs/retention.ts";
+import { forTenant } from "./db.ts";
+import { afterTurnRecorded } from "./work/after-turn.ts";
+import { compactTenants } from "./work/compact-tenants.ts";
+import { retentionSweep } from "./work/retention.ts";
 import { countLines, importJsonl } from "./memory/conversations/import-file.ts";
 import { EnvError, readEnv } from "./env.ts";
 import { EngramError } from "./errors.ts";
@@ -60,7 +61,8 @@ async function importFile(services: Services, file: string, tenant?: string): Pr
     if (tty) process.stderr.write(`\r${line}`);
     else if (done === total || done % Math.max(1, Math.ceil(total / 10)) === 0) process.stderr.write(`${line}\n`);
   };
-  const after = (conversationId: string) => afterNewMessages(services, tenantId, conversationId, { imported: true });
+  const db = forTenant(services.db, tenantId);
+  const after = (imported: Parameters<typeof afterTurnRecorded>[2]) => afterTurnRecorded(db, services.deps, imported);
   for await (const result of importJsonl(services.db, tenantId, file, after)) {
     done++;
     if (result.error) {
@@ -101,20 +103,20 @@ async function main(argv: string[]) {
       if (!(await services.db.tenant.findUnique({ where: { id: tenantId } }))) {
         throw new EngramError("NOT_FOUND", `Tenant ${tenantId} was not found.`);
       }
-      return createApiKey(services.db, { tenantId, role, name: values.name ?? "" });
+      return createApiKey(forTenant(services.db, tenantId), { role, name: values.name ?? "" });
     });
     process.stdout.write(`${key}\n`);
     return;
   }
   if (command === "compact" && sub === "--now") {
-    const runs = await withServices((services) => runCompaction(services, {}));
+    const runs = await withServices((services) => compactTenants(services.deps, {}));
     for (const run of runs) {
       process.stdout.write(`${run.tenantId} ${run.status} ${JSON.stringify(run.result ?? run.error)}\n`);
     }
     return;
   }
   if (command === "retention" && sub === "--now") {
-    const runs = await withServices((services) => runRetention(services, {}));
+    const runs = await withServices((services) => retentionSweep(services.deps, {}));
     for (const run of runs) {
       process.stdout.write(`${run.tenantId} ${run.status} ${JSON.stringify(run.result ?? run.error)}\n`);
     }

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { runReconcile } from "../jobs/reconcile.ts";
+import { reconcileRecall } from "../src/work/reconcile.ts";
 import { startEmbeddedChroma, type ChromaServer } from "../src/embedded/chroma.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { allIndexed, CONTEXT, RECALL, say } from "./helpers/recall.ts";
@@ -66,7 +66,7 @@ describe("with Chroma down", () => {
     await engram.services.vectors.delete(engram.tenant.tenantId, { ids: [snippet.id] });
     await engram.services.db.recallSnippet.update({ where: { id: snippet.id }, data: { indexedAt: null } });
 
-    const requeued = await runReconcile(engram.services, {}, { graceMs: 0 });
+    const requeued = await reconcileRecall(engram.services.deps, {}, { graceMs: 0 });
     expect(requeued[engram.tenant.tenantId]).toBe(1);
     await allIndexed(engram);
     expect(await engram.services.vectors.count(engram.tenant.tenantId, { ids: [snippet.id] })).toBe(1);

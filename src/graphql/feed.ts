@@ -1,5 +1,5 @@
 import { filter, map, pipe, Repeater } from "graphql-yoga";
-import { builder, tenantDb, type Context } from "../builder.ts";
+import { builder, type GraphQLContext } from "../builder.ts";
 import type { TenantDb } from "../db.ts";
 import { notFound } from "../errors.ts";
 import { contextTimeline, type TimelinePoint } from "../memory/conversations/timeline.ts";
@@ -43,12 +43,12 @@ const SummaryRevisionItem = builder.objectRef<ItemOf<"SUMMARY_REVISION">>("Summa
     revision: t.prismaField({
       type: "SummaryRevision",
       resolve: (query, item, _args, ctx) =>
-        tenantDb(ctx).summaryRevision.findUniqueOrThrow({ ...query, where: { id: item.ref.revisionId } }),
+        ctx.db.summaryRevision.findUniqueOrThrow({ ...query, where: { id: item.ref.revisionId } }),
     }),
     conversation: t.prismaField({
       type: "Conversation",
       resolve: (query, item, _args, ctx) =>
-        tenantDb(ctx).conversation.findUniqueOrThrow({ ...query, where: { id: item.ref.conversationId } }),
+        ctx.db.conversation.findUniqueOrThrow({ ...query, where: { id: item.ref.conversationId } }),
     }),
   }),
 });
@@ -60,7 +60,7 @@ const TurnItem = builder.objectRef<ItemOf<"TURN">>("TurnFeedItem").implement({
     turn: t.prismaField({
       type: "Turn",
       resolve: (query, item, _args, ctx) =>
-        tenantDb(ctx).turn.findUniqueOrThrow({ ...query, where: { id: item.ref.turnId } }),
+        ctx.db.turn.findUniqueOrThrow({ ...query, where: { id: item.ref.turnId } }),
     }),
   }),
 });
@@ -72,7 +72,7 @@ const EventItem = builder.objectRef<ItemOf<"EVENT">>("EventFeedItem").implement(
     event: t.prismaField({
       type: "MemoryEvent",
       resolve: (query, item, _args, ctx) =>
-        tenantDb(ctx).memoryEvent.findUniqueOrThrow({ ...query, where: { id: item.ref.id } }),
+        ctx.db.memoryEvent.findUniqueOrThrow({ ...query, where: { id: item.ref.id } }),
     }),
   }),
 });
@@ -90,7 +90,7 @@ const EntryItem = builder.objectRef<ItemOf<"ENTRY">>("EntryFeedItem").implement(
       nullable: true,
       description: "The entry as it is now; null once forgotten.",
       resolve: (query, item, _args, ctx) =>
-        tenantDb(ctx).memoryEntry.findUnique({ ...query, where: { id: item.ref.id } }),
+        ctx.db.memoryEntry.findUnique({ ...query, where: { id: item.ref.id } }),
     }),
   }),
 });
@@ -102,7 +102,7 @@ const JobRunItem = builder.objectRef<ItemOf<"JOB_RUN">>("JobRunFeedItem").implem
     run: t.prismaField({
       type: "JobRun",
       resolve: (query, item, _args, ctx) =>
-        tenantDb(ctx).jobRun.findUniqueOrThrow({ ...query, where: { id: item.ref.id } }),
+        ctx.db.jobRun.findUniqueOrThrow({ ...query, where: { id: item.ref.id } }),
     }),
   }),
 });
@@ -118,12 +118,12 @@ const FactItem = builder.objectRef<ItemOf<"FACT">>("FactFeedItem").implement({
       nullable: true,
       description: "The fact as it is now; null once deleted or forgotten.",
       resolve: (query, item, _args, ctx) =>
-        item.ref.factId ? tenantDb(ctx).fact.findUnique({ ...query, where: { id: item.ref.factId } }) : null,
+        item.ref.factId ? ctx.db.fact.findUnique({ ...query, where: { id: item.ref.factId } }) : null,
     }),
     endUser: t.prismaField({
       type: "EndUser",
       resolve: (query, item, _args, ctx) =>
-        tenantDb(ctx).endUser.findUniqueOrThrow({ ...query, where: { id: item.ref.endUserId } }),
+        ctx.db.endUser.findUniqueOrThrow({ ...query, where: { id: item.ref.endUserId } }),
     }),
     conversationId: t.id({ nullable: true, resolve: (item) => item.ref.conversationId }),
     text: t.string({ nullable: true, description: "The fact's text (kept for deleted facts).", resolve: (item) => item.ref.text }),
@@ -140,7 +140,7 @@ const RecallItem = builder.objectRef<ItemOf<"RECALL">>("RecallFeedItem").impleme
     endUser: t.prismaField({
       type: "EndUser",
       resolve: (query, item, _args, ctx) =>
-        tenantDb(ctx).endUser.findUniqueOrThrow({ ...query, where: { id: item.ref.endUserId } }),
+        ctx.db.endUser.findUniqueOrThrow({ ...query, where: { id: item.ref.endUserId } }),
     }),
   }),
 });
@@ -226,10 +226,10 @@ async function feedMatcher(db: TenantDb, wanted: FeedFilter) {
 }
 
 /** One topic of the tenant's pubsub as feed items. */
-function topic<T extends keyof Topics>(ctx: Context, name: T, kind: FeedKind, keyOf: (ref: Payload<T>) => string) {
+function topic<T extends keyof Topics>(ctx: GraphQLContext, name: T, kind: FeedKind, keyOf: (ref: Payload<T>) => string) {
   return pipe(
     // The generic topic name defeats pubsub's tuple typing; every topic is keyed by tenant id.
-    (ctx.services.pubsub.subscribe as (name: T, tenantId: string) => AsyncIterable<Payload<T>>)(
+    (ctx.deps.pubsub.subscribe as (name: T, tenantId: string) => AsyncIterable<Payload<T>>)(
       name,
       ctx.principal.tenantId,
     ),
@@ -250,7 +250,7 @@ builder.subscriptionFields((t) => ({
       "Filtered by agent, user and conversation when given (job runs only show unfiltered).",
     args: { agentId: t.arg.id(), endUserId: t.arg.id(), conversationId: t.arg.id() },
     subscribe: async (_root, args, ctx) => {
-      const matches = await feedMatcher(tenantDb(ctx), {
+      const matches = await feedMatcher(ctx.db, {
         agentId: args.agentId ? String(args.agentId) : undefined,
         endUserId: args.endUserId ? String(args.endUserId) : undefined,
         conversationId: args.conversationId ? String(args.conversationId) : undefined,
@@ -292,6 +292,6 @@ builder.queryFields((t) => ({
       "Tokens sent against the baseline after each of the conversation's last 200 turns, recomputed from " +
       "stored messages and accepted revisions (facts, entries and recall are left out: they depend on the next message).",
     args: { conversationId: t.arg.id({ required: true }) },
-    resolve: (_root, { conversationId }, ctx) => contextTimeline(tenantDb(ctx), String(conversationId)),
+    resolve: (_root, { conversationId }, ctx) => contextTimeline(ctx.db, String(conversationId)),
   }),
 }));

@@ -1,3 +1,4 @@
+import { forTenant } from "../../src/db.ts";
 import type { BaseChatModel } from "@langchain/core/language_models/chat_models";
 import type { TypedDocumentNode } from "@graphql-typed-document-node/core";
 import { print } from "graphql";
@@ -41,8 +42,8 @@ export type TestEngram = {
 
 export async function createTenantWithKeys(services: Services, name: string): Promise<TenantKeys> {
   const { tenant, adminKey } = await createTenant(services.db, { name });
-  const writer = await createApiKey(services.db, { tenantId: tenant.id, role: "WRITER" });
-  const reader = await createApiKey(services.db, { tenantId: tenant.id, role: "READER" });
+  const writer = await createApiKey(forTenant(services.db, tenant.id), { role: "WRITER" });
+  const reader = await createApiKey(forTenant(services.db, tenant.id), { role: "READER" });
   return { tenantId: tenant.id, admin: adminKey, writer: writer.key, reader: reader.key };
 }
 

@@ -30,7 +30,7 @@ export async function* importJsonl(
   db: Db,
   tenantId: string,
   file: string,
-  after: (conversationId: string) => Promise<unknown>,
+  after: (imported: Awaited<ReturnType<typeof importConversation>>) => Promise<unknown>,
 ): AsyncGenerator<ImportLineResult> {
   const tenantDb = forTenant(db, tenantId);
   for await (const { n, text } of lines(file)) {
@@ -41,9 +41,9 @@ export async function* importJsonl(
         role: typeof m.role === "string" ? m.role.toUpperCase() : m.role,
         occurredAt: m.occurredAt ? new Date(String(m.occurredAt)) : null,
       }));
-      const conversation = await importConversation(tenantDb, { ...raw, messages } as never);
-      await after(conversation.id);
-      yield { line: n, conversationId: conversation.id, messages: messages.length };
+      const imported = await importConversation(tenantDb, { ...raw, messages } as never);
+      await after(imported);
+      yield { line: n, conversationId: imported.conversation.id, messages: messages.length };
     } catch (error) {
       yield { line: n, error: (error as Error).message };
     }

@@ -1,9 +1,8 @@
 import { z } from "zod";
 import type { TenantDb } from "../../db.ts";
 import { EngramError, notFound, parseInput } from "../../errors.ts";
-import { Prisma, type MessageRole, type Turn } from "../../generated/prisma/client.ts";
+import { Prisma, type Conversation, type MessageRole, type Turn } from "../../generated/prisma/client.ts";
 import { externalIdSchema } from "./agents.ts";
-import type { RecallForgetter } from "../facts/facts.ts";
 import { MESSAGE_LIMITS } from "../../limits.ts";
 
 const content = z.string().min(1).max(MESSAGE_LIMITS.messageMaxChars);
@@ -97,7 +96,7 @@ async function appendMessages(tx: TenantDb, tenantId: string, conversationId: st
 export async function recordTurn(
   db: TenantDb,
   input: z.input<typeof recordTurnInput>,
-): Promise<{ turn: Turn; created: boolean }> {
+): Promise<{ turn: Turn; conversation: Pick<Conversation, "id" | "agentId" | "endUserId">; created: boolean }> {
   const parsed = parseInput(recordTurnInput, input);
   const tenantId = db.$tenantId();
   const occurredAt = parsed.occurredAt ?? new Date();
@@ -117,7 +116,7 @@ export async function recordTurn(
     db.$transaction(async (tx) => {
       const existing = await tx.turn.findFirst({
         where: { clientTurnId: parsed.clientTurnId },
-        include: { conversation: { select: { externalId: true } } },
+        include: { conversation: { select: { id: true, externalId: true, agentId: true, endUserId: true } } },
       });
       if (existing) {
         // A retry is the same turn of the same conversation; the same id elsewhere is a clash,
@@ -128,15 +127,15 @@ export async function recordTurn(
             `clientTurnId ${parsed.clientTurnId} was already used in another conversation; turn ids are unique per tenant.`,
           );
         }
-        const { conversation: _, ...turn } = existing;
-        return { turn, created: false };
+        const { conversation, ...turn } = existing;
+        return { turn, conversation, created: false };
       }
       const conversation = await conversationFor(tx as TenantDb, tenantId, parsed);
       const range = await appendMessages(tx as TenantDb, tenantId, conversation.id, messages);
       const turn = await tx.turn.create({
         data: { tenantId, conversationId: conversation.id, clientTurnId: parsed.clientTurnId, occurredAt, ...range },
       });
-      return { turn, created: true };
+      return { turn, conversation, created: true };
     }, TX);
   for (let tries = 1; ; tries++) {
     try {
@@ -171,7 +170,9 @@ export async function importConversation(db: TenantDb, input: z.input<typeof imp
       occurredAt: m.occurredAt ?? now,
     }));
     const range = await appendMessages(tx as TenantDb, tenantId, conversation.id, messages);
-    await tx.turn.create({
+    // The whole import is one turn: its follow-ups (snippets, summary, extraction) go through the
+    // same outbox as a recorded turn's.
+    const turn = await tx.turn.create({
       data: {
         tenantId,
         conversationId: conversation.id,
@@ -180,19 +181,6 @@ export async function importConversation(db: TenantDb, input: z.input<typeof imp
         ...range,
       },
     });
-    return tx.conversation.findUniqueOrThrow({ where: { id: conversation.id } });
+    return { turn, conversation, created: true };
   }, { ...TX, timeout: 120_000 });
-}
-
-/**
- * Deletes a conversation with its messages, turns and summary revisions; its recall vectors go
- * first (the rows cascade in the database, the vectors in Chroma would not).
- */
-export async function deleteConversation(db: TenantDb, recall: RecallForgetter, id: string) {
-  const conversation = await db.conversation.findUnique({ where: { id } });
-  if (!conversation) throw notFound("Conversation", id);
-  const { snippets } = await recall.forgetConversation(db.$tenantId(), id);
-  const { count: messages } = await db.message.deleteMany({ where: { conversationId: id } });
-  await db.conversation.deleteMany({ where: { id } });
-  return { conversation, messages, snippets };
 }

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { OutputParserException } from "@langchain/core/output_parsers";
 import { createRerankChain, type RerankScores } from "../../chains/rerank.ts";
-import { forTenant } from "../../db.ts";
+import type { TenantDb } from "../../db.ts";
 import { Prisma, type SnippetKind } from "../../generated/prisma/client.ts";
 import type { ModelProvider } from "../../models/provider.ts";
 import type { PubSub } from "../../pubsub.ts";
@@ -12,6 +12,7 @@ import type { SnippetDeps } from "./snippets.ts";
 import { countTokens } from "../tokens.ts";
 
 export type RecallDeps = SnippetDeps & { models: ModelProvider; pubsub: PubSub };
+
 
 export type RecallMode = "HYBRID" | "VECTOR" | "KEYWORD";
 
@@ -77,8 +78,9 @@ const BM25 = { k1: 1.2, b: 0.75 } as const;
  * PostgreSQL's ts_rank_cd has no such weight, and it was what held the keyword side back on
  * LoCoMo (bench/README.md). The statistics are computed per query from the user's tsvectors.
  */
-async function keywordHits(deps: RecallDeps, tenantId: string, input: SearchInput, limit: number) {
-  return forTenant(deps.db, tenantId).$queryRaw<{ id: string; rank: number }[]>`
+async function keywordHits(db: TenantDb, input: SearchInput, limit: number) {
+  const tenantId = db.$tenantId();
+  return db.$queryRaw<{ id: string; rank: number }[]>`
     WITH q AS (SELECT tsvector_to_array(to_tsvector('english', ${input.text})) AS terms),
     docs AS (
       SELECT s."id", s."search", s."occurredAt"
@@ -115,10 +117,11 @@ async function keywordHits(deps: RecallDeps, tenantId: string, input: SearchInpu
  * search fails (Chroma down), the keyword side still answers and `degraded` says why.
  */
 export async function searchSnippets(
-  deps: RecallDeps,
-  tenantId: string,
+  db: TenantDb,
+  deps: Pick<RecallDeps, "embeddings" | "vectors" | "log">,
   input: SearchInput,
 ): Promise<{ candidates: RecallCandidate[]; degraded: string | null }> {
+  const tenantId = db.$tenantId();
   const mode = input.mode ?? "HYBRID";
   // Each retriever brings its 10 best (or k); a deeper pool did not help on LoCoMo (bench/README.md).
   const pool = Math.max(input.k, RECALL.candidates);
@@ -144,7 +147,7 @@ export async function searchSnippets(
   };
   const [vector, keyword] = await Promise.all([
     vectorSide(),
-    mode === "VECTOR" ? Promise.resolve([]) : keywordHits(deps, tenantId, input, pool),
+    mode === "VECTOR" ? Promise.resolve([]) : keywordHits(db, input, pool),
   ]);
 
   const scores = new Map<string, Pick<RecallCandidate, "vectorScore" | "vectorRank" | "keywordScore" | "keywordRank" | "fusedScore">>();
@@ -167,7 +170,6 @@ export async function searchSnippets(
   });
   if (scores.size === 0) return { candidates: [], degraded };
 
-  const db = forTenant(deps.db, tenantId);
   const snippets = await db.recallSnippet.findMany({
     where: {
       id: { in: [...scores.keys()] },
@@ -208,7 +210,6 @@ function aboveFloor(candidates: RecallCandidate[], floor: number) {
 }
 
 export type RecallForTurnInput = {
-  tenantId: string;
   endUserId: string;
   conversationId: string;
   message: string;
@@ -223,10 +224,11 @@ export type RecallForTurnInput = {
  * floor). Each recall is published on `memoryRecall`. When the gate says no, nothing is
  * retrieved and nothing is embedded.
  */
-export async function recallForTurn(deps: RecallDeps, input: RecallForTurnInput): Promise<RecallEvent | null> {
+export async function recallForTurn(db: TenantDb, deps: RecallDeps, input: RecallForTurnInput): Promise<RecallEvent | null> {
+  const tenantId = db.$tenantId();
   const needed = input.needsRecall ?? needsRecallByKeywords(input.message);
   if (!needed) return null;
-  const { candidates, degraded } = await searchSnippets(deps, input.tenantId, {
+  const { candidates, degraded } = await searchSnippets(db, deps, {
     endUserId: input.endUserId,
     text: input.message,
     excludeConversationId: input.conversationId,
@@ -235,7 +237,7 @@ export async function recallForTurn(deps: RecallDeps, input: RecallForTurnInput)
 
   let chosen: RecallCandidate[] = [];
   let chosenBy: RecallEvent["chosenBy"] = "FLOOR";
-  const model = candidates.length ? await deps.models.chat(input.tenantId, "cheap", "rerank") : null;
+  const model = candidates.length ? await deps.models.chat(tenantId, "cheap", "rerank") : null;
   let scores: RerankScores | null = null;
   if (model) {
     try {
@@ -243,7 +245,7 @@ export async function recallForTurn(deps: RecallDeps, input: RecallForTurnInput)
     } catch (error) {
       // A reply must not wait on a broken judge: fall back to the similarity floor.
       deps.log.warn("recall: the re-rank judge failed; using the similarity floor", {
-        tenantId: input.tenantId,
+        tenantId,
         error: (error as Error).message,
         ...(error instanceof OutputParserException ? { answer: String(error.llmOutput ?? "").slice(0, 500) } : {}),
       });
@@ -257,7 +259,7 @@ export async function recallForTurn(deps: RecallDeps, input: RecallForTurnInput)
       .sort((a, b) => (b.judgeScore ?? 0) - (a.judgeScore ?? 0) || b.fusedScore - a.fusedScore)
       .slice(0, RECALL.inject);
   } else if (candidates.length) {
-    const { similarityFloor } = await deps.embeddings.forTenant(input.tenantId);
+    const { similarityFloor } = await deps.embeddings.forTenant(tenantId);
     chosen = aboveFloor(candidates, similarityFloor);
   }
   for (const c of chosen) c.chosen = true;
@@ -272,7 +274,7 @@ export async function recallForTurn(deps: RecallDeps, input: RecallForTurnInput)
     chosenBy,
     degraded,
   };
-  deps.pubsub.publish("memoryRecall", input.tenantId, event);
+  deps.pubsub.publish("memoryRecall", tenantId, event);
   return event;
 }
 
@@ -293,23 +295,23 @@ export function recallBlock(event: RecallEvent): ContextBlock | null {
  * assembled without recall: a reply never waits on Chroma being up.
  */
 export function recallBlocks(
+  db: TenantDb,
   deps: RecallDeps,
-  tenantId: string,
   options: { needsRecall?: (input: { conversationId: string; message: string }) => Promise<boolean | null | undefined> } = {},
 ): ExtraBlocks {
   return async ({ conversationId, endUserId, message }) => {
     try {
-      const conversation = await forTenant(deps.db, tenantId).conversation.findUnique({
+      const conversation = await db.conversation.findUnique({
         where: { id: conversationId },
         select: { agent: { select: { settings: true } } },
       });
       if (!conversation || !agentSettings(conversation.agent).recallOn) return [];
       const needsRecall = await options.needsRecall?.({ conversationId, message });
-      const event = await recallForTurn(deps, { tenantId, endUserId, conversationId, message, needsRecall });
+      const event = await recallForTurn(db, deps, { endUserId, conversationId, message, needsRecall });
       const block = event && recallBlock(event);
       return block ? [block] : [];
     } catch (error) {
-      deps.log.warn("recall failed; the context is assembled without it", { tenantId, conversationId, error });
+      deps.log.warn("recall failed; the context is assembled without it", { tenantId: db.$tenantId(), conversationId, error });
       return [];
     }
   };

@@ -1,14 +1,9 @@
-import type { Db, TenantDb } from "../../db.ts";
-import { forTenant } from "../../db.ts";
-import type { EmbeddingsProvider } from "../../embeddings/index.ts";
-import { Prisma, type Message } from "../../generated/prisma/client.ts";
-import type { Logger } from "../../log.ts";
-import type { VectorStore } from "../../vectors/index.ts";
-import type { RecallForgetter } from "../facts/facts.ts";
-import { matchesAnyPhrase } from "../text-search.ts";
+import type { TenantDb } from "../../db.ts";
+import type { Deps } from "../../deps.ts";
+import type { Message } from "../../generated/prisma/client.ts";
 
-/** What indexing and forgetting need: the database, the embedder and the vector store. */
-export type SnippetDeps = { db: Db; embeddings: EmbeddingsProvider; vectors: VectorStore; log: Logger };
+/** What indexing needs beside the tenant's client: the embedder and the vector store. */
+export type SnippetDeps = Pick<Deps, "embeddings" | "vectors" | "log">;
 
 // A long turn is cut for recall: its opening carries what it was about.
 const SNIPPET_MAX_CHARS = 4_000;
@@ -104,8 +99,8 @@ export async function syncSummarySnippet(db: TenantDb, conversationId: string): 
  * Embeds snippets and upserts their vectors, then marks them indexed. Idempotent: running it
  * twice re-upserts the same vectors. A snippet forgotten meanwhile leaves no vector behind.
  */
-export async function indexSnippets(deps: SnippetDeps, tenantId: string, snippetIds: string[]) {
-  const db = forTenant(deps.db, tenantId);
+export async function indexSnippets(db: TenantDb, deps: SnippetDeps, snippetIds: string[]) {
+  const tenantId = db.$tenantId();
   const snippets = await db.recallSnippet.findMany({ where: { id: { in: snippetIds } } });
   if (snippets.length === 0) return { indexed: 0 };
   const { embeddings, model } = await deps.embeddings.forTenant(tenantId);
@@ -150,67 +145,3 @@ export async function snippetsToReindex(db: TenantDb, model: string, options: { 
   return rows.map((r) => r.id);
 }
 
-/** Deletes snippets, their vectors first (a failure leaves the rows, and the call can be repeated). */
-export async function forgetSnippets(deps: Pick<SnippetDeps, "db" | "vectors">, tenantId: string, snippetIds: string[]) {
-  if (snippetIds.length === 0) return { deleted: 0 };
-  await deps.vectors.delete(tenantId, { ids: snippetIds });
-  const { count } = await forTenant(deps.db, tenantId).recallSnippet.deleteMany({ where: { id: { in: snippetIds } } });
-  // Again: an index job that read a row before it went may have upserted its vector meanwhile.
-  await deps.vectors.delete(tenantId, { ids: snippetIds });
-  return { deleted: count };
-}
-
-/** "Forget everything" for recall: every snippet and vector of one end user. */
-export async function forgetUserRecall(deps: Pick<SnippetDeps, "db" | "vectors">, tenantId: string, endUserId: string) {
-  await deps.vectors.delete(tenantId, { endUserId });
-  const { count } = await forTenant(deps.db, tenantId).recallSnippet.deleteMany({ where: { endUserId } });
-  await deps.vectors.delete(tenantId, { endUserId }); // see forgetSnippets
-  return { deleted: count };
-}
-
-/** Before a conversation is deleted (its rows cascade, its vectors would not). */
-export async function forgetConversationRecall(
-  deps: Pick<SnippetDeps, "db" | "vectors">,
-  tenantId: string,
-  conversationId: string,
-) {
-  await deps.vectors.delete(tenantId, { conversationId });
-  const { count } = await forTenant(deps.db, tenantId).recallSnippet.deleteMany({ where: { conversationId } });
-  await deps.vectors.delete(tenantId, { conversationId }); // see forgetSnippets
-  return { deleted: count };
-}
-
-/** The snippets of a user that mention any of the phrases they asked to forget. */
-export async function forgetMatchingRecall(
-  deps: Pick<SnippetDeps, "db" | "vectors">,
-  tenantId: string,
-  endUserId: string,
-  phrases: string[],
-) {
-  if (phrases.length === 0) return { deleted: 0 };
-  const rows = await deps.db.$queryRaw<{ id: string }[]>`
-    SELECT s."id" FROM "RecallSnippet" s
-    WHERE s."tenantId" = ${tenantId} AND s."endUserId" = ${endUserId}
-      AND ${matchesAnyPhrase(Prisma.sql`s."search"`, phrases)}`;
-  return forgetSnippets(deps, tenantId, rows.map((r) => r.id));
-}
-
-/** How the facts area forgets recall data along with facts. */
-export function recallForgetter(deps: Pick<SnippetDeps, "db" | "vectors">): RecallForgetter {
-  return {
-    forgetUser: async (tenantId, endUserId) => ({ snippets: (await forgetUserRecall(deps, tenantId, endUserId)).deleted }),
-    forgetMatching: async (tenantId, endUserId, phrases) => ({
-      snippets: (await forgetMatchingRecall(deps, tenantId, endUserId, phrases)).deleted,
-    }),
-    forgetConversation: async (tenantId, conversationId) => ({
-      snippets: (await forgetConversationRecall(deps, tenantId, conversationId)).deleted,
-    }),
-    forgetMessages: async (tenantId, messageIds) => {
-      const rows = await forTenant(deps.db, tenantId).recallSnippet.findMany({
-        where: { messageIds: { hasSome: messageIds } },
-        select: { id: true },
-      });
-      return { snippets: (await forgetSnippets(deps, tenantId, rows.map((r) => r.id))).deleted };
-    },
-  };
-}

@@ -7,7 +7,8 @@ import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { readEnv } from "../src/env.ts";
 import { createLogger } from "../src/log.ts";
-import { createApiKey, createTenant } from "../src/governance/keys.ts";
+import { createTenant } from "../src/auth.ts";
+import { createApiKey } from "../src/governance/keys.ts";
 import { openServices, type Services } from "../src/services.ts";
 import {
   createEmbeddedStore as createEmbeddedTestStore,

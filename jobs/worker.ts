@@ -1,4 +1,5 @@
-import type { Services } from "../src/services.ts";
+import type { AgendaQueue } from "../src/agenda-queue.ts";
+import type { Deps } from "../src/deps.ts";
 import { compact } from "./compact.ts";
 import { dispatch } from "./dispatch.ts";
 import type { ImplementedJob } from "./implement.ts";
@@ -14,8 +15,8 @@ export const JOBS: ImplementedJob[] = [turn, extract, summarize, indexSnippets, 
 export type Worker = { stop(graceMs?: number): Promise<void> };
 
 /** Registers every job on the shared queue, schedules the recurring ones and starts processing. */
-export async function startWorker(services: Services): Promise<Worker> {
-  const { queue, log, deps } = services;
+export async function startWorker({ queue, deps }: { queue: AgendaQueue; deps: Deps }): Promise<Worker> {
+  const { log } = deps;
   const { agenda } = queue;
   agenda.on("error", (error) => log.error("job queue error", { error }));
   agenda.on("fail", (error, job) => log.warn("job failed; it will be retried", { job: job.attrs.name, error }));

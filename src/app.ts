@@ -13,7 +13,7 @@ import { forTenant } from "./db.ts";
 import { EngramError } from "./errors.ts";
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
-import { authenticate } from "./governance/keys.ts";
+import { authenticate } from "./auth.ts";
 import { LIMITS } from "./limits.ts";
 import type { Services } from "./services.ts";
 

@@ -7,7 +7,8 @@ import { countLines, importJsonl } from "./memory/conversations/import-file.ts";
 import { EnvError, readEnv } from "./env.ts";
 import { EngramError } from "./errors.ts";
 import { createLogger } from "./log.ts";
-import { createApiKey, createTenant } from "./governance/keys.ts";
+import { createTenant } from "./auth.ts";
+import { createApiKey } from "./governance/keys.ts";
 import { openServices, type Services } from "./services.ts";
 import { StoreBusyError } from "./embedded/embedded.ts";
 
@@ -63,7 +64,7 @@ async function importFile(services: Services, file: string, tenant?: string): Pr
   };
   const db = forTenant(services.db, tenantId);
   const after = (imported: Parameters<typeof afterTurnRecorded>[2]) => afterTurnRecorded(db, services.deps, imported);
-  for await (const result of importJsonl(services.db, tenantId, file, after)) {
+  for await (const result of importJsonl(db, file, after)) {
     done++;
     if (result.error) {
       failed++;

@@ -1,6 +1,6 @@
 import type { BaseChatModel } from "@langchain/core/language_models/chat_models";
-import { createDb, forTenant, type Db } from "./db.ts";
-import type { Deps, TenantDirectory } from "./deps.ts";
+import { createDb, forTenant, type Db, type TenantDirectory } from "./db.ts";
+import type { Deps } from "./deps.ts";
 import { createAgendaQueue, type AgendaQueue } from "./agenda-queue.ts";
 import type { Env } from "./env.ts";
 import { createLogger, type Logger } from "./log.ts";

@@ -31,7 +31,10 @@ describe("with Chroma down", () => {
 
     await chroma.stop();
     const now = await say(engram, { user: "ivan", conversation: "i-2" }, "I also ordered a yellow raincoat.", "Ordered too.");
-    const pending = await engram.services.db.recallSnippet.findFirstOrThrow({ where: { conversationId: now.conversationId } });
+    // The worker makes the turn's snippet, then fails to embed it while Chroma is down.
+    const pending = await until("the new turn's snippet", () =>
+      engram.services.db.recallSnippet.findFirst({ where: { conversationId: now.conversationId } }),
+    );
 
     const { data, errors } = await engram.gql(CONTEXT, {
       input: { conversationId: now.conversationId, message: "Can you order the same shoes as last time?" },

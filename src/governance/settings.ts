@@ -1,3 +1,4 @@
+import type { Env } from "../env.ts";
 import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from "node:crypto";
 import { CronExpressionParser } from "cron-parser";
 import { z } from "zod";
@@ -33,6 +34,12 @@ export type EffectiveSettings = {
   prices: Record<string, ModelPrice>;
   updatedAt: Date | null;
 };
+
+/** The server-wide default model name for a role (always set; the route may still be off). */
+export function defaultModelName(env: Env, role: ModelRole): string {
+  if (role === "embedding") return env.ENGRAM_EMBEDDING_MODEL;
+  return role === "compaction" ? env.ENGRAM_COMPACTION_MODEL : env.ENGRAM_CHEAP_MODEL;
+}
 
 export const DEFAULT_COMPACTION_SCHEDULE = "17 6 * * *";
 

@@ -80,19 +80,6 @@ const EntryChange = builder.objectRef<EntryChangePayload>("EntryChange").impleme
   }),
 });
 
-function announce(
-  ctx: GraphQLContext,
-  change: EntryChangeKind,
-  entry: { id: string; scope: string; scopeRef: string },
-) {
-  ctx.deps.pubsub.publish("entryChanged", ctx.principal.tenantId, {
-    id: entry.id,
-    scope: entry.scope,
-    scopeRef: entry.scopeRef,
-    change,
-  });
-}
-
 builder.queryFields((t) => ({
   entry: t.prismaField({
     type: "MemoryEntry",
@@ -144,10 +131,8 @@ builder.mutationFields((t) => ({
     authScopes: { writer: true },
     args: { input: t.arg({ type: CreateEntryInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
-      const db = ctx.db;
-      const entry = await createEntry(db, input);
-      announce(ctx, "CREATED", entry);
-      return db.memoryEntry.findUniqueOrThrow({ ...query, where: { id: entry.id } });
+      const entry = await createEntry(ctx.db, ctx.deps, input);
+      return ctx.db.memoryEntry.findUniqueOrThrow({ ...query, where: { id: entry.id } });
     },
   }),
   correctEntry: t.prismaField({
@@ -158,10 +143,8 @@ builder.mutationFields((t) => ({
       input: t.arg({ type: CorrectEntryInput, required: true }),
     },
     resolve: async (query, _root, { id, input }, ctx) => {
-      const db = ctx.db;
-      const entry = await correctEntry(db, String(id), input);
-      announce(ctx, "CORRECTED", entry);
-      return db.memoryEntry.findUniqueOrThrow({ ...query, where: { id: entry.id } });
+      const entry = await correctEntry(ctx.db, ctx.deps, String(id), input);
+      return ctx.db.memoryEntry.findUniqueOrThrow({ ...query, where: { id: entry.id } });
     },
   }),
   forgetEntry: t.field({
@@ -170,8 +153,7 @@ builder.mutationFields((t) => ({
     description: "Deletes an entry for good. Events folded into it stay, unlinked.",
     args: { id: t.arg.id({ required: true }) },
     resolve: async (_root, { id }, ctx) => {
-      const entry = await forgetEntry(ctx.db, String(id));
-      announce(ctx, "FORGOTTEN", entry);
+      const entry = await forgetEntry(ctx.db, ctx.deps, String(id));
       return { id: entry.id, scope: entry.scope, scopeRef: entry.scopeRef, change: "FORGOTTEN" as const };
     },
   }),

@@ -79,16 +79,8 @@ builder.mutationFields((t) => ({
     description: "Appends an event. Idempotent on (source, sourceRef): a retry returns the first event.",
     args: { input: t.arg({ type: AppendEventInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
-      const db = ctx.db;
-      const { event, created } = await appendEvent(db, input);
-      if (created) {
-        ctx.deps.pubsub.publish("eventAppended", ctx.principal.tenantId, {
-          id: event.id,
-          scope: event.scope,
-          scopeRef: event.scopeRef,
-        });
-      }
-      return db.memoryEvent.findUniqueOrThrow({ ...query, where: { id: event.id } });
+      const { event } = await appendEvent(ctx.db, ctx.deps, input);
+      return ctx.db.memoryEvent.findUniqueOrThrow({ ...query, where: { id: event.id } });
     },
   }),
 }));

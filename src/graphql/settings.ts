@@ -2,6 +2,7 @@ import { builder } from "../builder.ts";
 import { LIMITS } from "../limits.ts";
 import type { CustomPattern } from "../governance/redaction.ts";
 import {
+  defaultModelName,
   loadTenantSettings,
   updateTenantSettings,
   type EffectiveSettings,
@@ -9,7 +10,6 @@ import {
   type ModelRole,
   type StoredRoute,
 } from "../governance/settings.ts";
-import { defaultModelName } from "../models/metered.ts";
 
 type RouteView = { role: ModelRole; route: StoredRoute | undefined };
 

@@ -117,7 +117,7 @@ export async function assembleContext(
           where: {
             conversationId: conversation.id,
             private: false,
-            seq: { lt: window[0]?.seq ?? Number.MAX_SAFE_INTEGER },
+            seq: { lt: window[0]?.seq ?? 2_147_483_647 },
             keepScore: { gte: 2 },
           },
           orderBy: [{ keepScore: "desc" }, { seq: "desc" }],

@@ -60,15 +60,15 @@ export async function forgetSnippets(db: TenantDb, deps: Pick<Deps, "vectors">, 
 }
 
 /**
- * After a forget, what the extractor has not read yet in the user's conversations is never
- * read (it would bring back what was just forgotten), and summaries never fold it again: the
- * summary's coverage stays where it was, so only later messages are folded into a new one.
+ * After a forget, nothing already said in these conversations is read again: the extractor's
+ * progress and the summary's coverage move to the last message, so neither brings back what was
+ * just forgotten (the tail is still sent word for word while the raw messages are kept).
  */
-async function skipUnreadMessages(db: TenantDb, conversationIds: string[]) {
+async function closeConversations(db: TenantDb, conversationIds: string[]) {
   if (conversationIds.length === 0) return;
   await db.$executeRaw`
-    UPDATE "Conversation" SET "extractedThroughSeq" = "lastSeq"
-    WHERE "tenantId" = ${db.$tenantId()} AND "id" = ANY(${conversationIds}::text[]) AND "extractedThroughSeq" < "lastSeq"`;
+    UPDATE "Conversation" SET "extractedThroughSeq" = "lastSeq", "summaryThroughSeq" = "lastSeq"
+    WHERE "tenantId" = ${db.$tenantId()} AND "id" = ANY(${conversationIds}::text[])`;
 }
 
 /** Finished job records of these conversations (their payloads name what was worked on). */
@@ -137,7 +137,7 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
     await db.message.updateMany({ where: { ...inTheirs, keepScore: { not: null } }, data: { keepScore: null } })
   ).count;
   if (settings.forgetDeletesMessages) receipt.messages = (await db.message.deleteMany({ where: inTheirs })).count;
-  await skipUnreadMessages(db, conversationIds);
+  await closeConversations(db, conversationIds);
   const turnIds = (await db.turn.findMany({ where: inTheirs, select: { id: true } })).map((t) => t.id);
   receipt.jobRecords = await forgetJobRecords(db, conversationIds, turnIds);
 
@@ -201,7 +201,7 @@ export async function forgetPhrases(
     }
     // Stored verdicts name what was asked to be forgotten; they are only a cache of the gate's answer.
     receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId: { in: conversationIds } } })).count;
-    await skipUnreadMessages(db, conversationIds);
+    await closeConversations(db, conversationIds);
   }
 
   await audit(db, who, { kind: "PHRASES", endUserId, phrases: wanted.length }, receipt);

@@ -1,7 +1,7 @@
 import { Embeddings } from "@langchain/core/embeddings";
 import type { BaseChatModel } from "@langchain/core/language_models/chat_models";
 import { OpenAIEmbeddings } from "@langchain/openai";
-import type { TenantDirectory } from "../deps.ts";
+import type { TenantDirectory } from "../db.ts";
 import type { Env } from "../env.ts";
 import { assertBudgetLeft, budgetStatus, type BudgetStatus } from "../governance/budget.ts";
 import { redactTexts, type RedactionResult } from "../governance/redaction.ts";

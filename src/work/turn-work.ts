@@ -92,14 +92,14 @@ export async function runTurnWork(db: TenantDb, deps: TurnWorkDeps, payload: z.i
       verdict.forget === "ALL"
         ? await forgetUser(db, deps, conversation.endUserId, { ...who, reason: "the user asked to forget everything" })
         : await forgetPhrases(db, deps, conversation.endUserId, verdict.forgetTargets, who);
-    return { status: "FORGOT" as const, forgotten };
+    return { status: "FORGOT" as const, verdict, forgotten };
   }
-  if (!settings.extractionOn) return { status: "EXTRACTION_OFF" as const };
+  if (!settings.extractionOn) return { status: "DONE" as const, verdict, extraction: { status: "EXTRACTION_OFF" as const } };
   const extraction: ExtractionResult | { status: "MODEL_OFF" } = await runExtraction(db, deps, conversation.id, verdict.remember);
   // Another extraction of this conversation is running and may not have read this turn: try again
   // later (the gate's verdict is stored, so the retry costs no second gate call).
   if (extraction.status === "BUSY") throw new ExtractionBusy();
-  return { status: "DONE" as const, extraction: extraction.status };
+  return { status: "DONE" as const, verdict, extraction };
 }
 
 /** Extraction until caught up, for imported conversations; `stillAlive` keeps the job's lock between rounds. */

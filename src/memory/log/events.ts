@@ -1,5 +1,6 @@
 import { z } from "zod";
 import type { TenantDb } from "../../db.ts";
+import type { Deps } from "../../deps.ts";
 import { parseInput } from "../../errors.ts";
 import type { MemoryEvent, Prisma } from "../../generated/prisma/client.ts";
 import { LIMITS, scopeRefSchema, scopeSchema } from "../../limits.ts";
@@ -22,8 +23,18 @@ export type AppendEventInput = z.input<typeof appendEventInput>;
  */
 export async function appendEvent(
   db: TenantDb,
+  deps: Pick<Deps, "pubsub">,
   input: AppendEventInput,
 ): Promise<{ event: MemoryEvent; created: boolean }> {
+  const appended = await insertEvent(db, input);
+  if (appended.created) {
+    const { id, scope, scopeRef } = appended.event;
+    deps.pubsub.publish("eventAppended", db.$tenantId(), { id, scope, scopeRef });
+  }
+  return appended;
+}
+
+async function insertEvent(db: TenantDb, input: AppendEventInput): Promise<{ event: MemoryEvent; created: boolean }> {
   const { occurredAt, sourceRef, ...fields } = parseInput(appendEventInput, input);
   const data = {
     ...fields,

@@ -2,9 +2,9 @@ import { randomUUID } from "node:crypto";
 import { OutputParserException } from "@langchain/core/output_parsers";
 import { createRerankChain, type RerankScores } from "../../chains/rerank.ts";
 import type { TenantDb } from "../../db.ts";
-import { Prisma, type SnippetKind } from "../../generated/prisma/client.ts";
+import { Prisma } from "../../generated/prisma/client.ts";
 import type { ModelProvider } from "../../models/provider.ts";
-import type { PubSub } from "../../pubsub.ts";
+import type { PubSub, RecallCandidate, RecallEvent } from "../../pubsub.ts";
 import { agentSettings } from "../conversations/agents.ts";
 import type { ContextBlock, ExtraBlocks } from "../context.ts";
 import { needsRecallByKeywords } from "../gate/keywords.ts";
@@ -15,41 +15,7 @@ export type RecallDeps = SnippetDeps & { models: ModelProvider; pubsub: PubSub }
 
 
 export type RecallMode = "HYBRID" | "VECTOR" | "KEYWORD";
-
-export type RecallCandidate = {
-  snippetId: string;
-  kind: SnippetKind;
-  text: string;
-  conversationId: string;
-  messageIds: string[];
-  /** The sequence numbers of messageIds in their conversation, in the same order. */
-  messageSeqs: number[];
-  occurredAt: Date;
-  /** Cosine similarity to the message, and rank among the vector hits (from 1). */
-  vectorScore: number | null;
-  vectorRank: number | null;
-  /** Okapi BM25 score of the full-text match (over the user's snippets), and rank among the keyword hits. */
-  keywordScore: number | null;
-  keywordRank: number | null;
-  /** Reciprocal rank fusion of the two ranks (the keyword side weighted, RECALL). */
-  fusedScore: number;
-  /** The re-rank judge's 0–3, when it ran. */
-  judgeScore: number | null;
-  chosen: boolean;
-};
-
-export type RecallEvent = {
-  id: string;
-  endUserId: string;
-  conversationId: string | null;
-  message: string;
-  at: Date;
-  candidates: RecallCandidate[];
-  /** "JUDGE" when the re-ranker chose, "FLOOR" when the similarity floor did (no model). */
-  chosenBy: "JUDGE" | "FLOOR";
-  /** Why vector search was skipped (Chroma or the embedder down), when it was. */
-  degraded: string | null;
-};
+export type { RecallCandidate, RecallEvent };
 
 /**
  * The issue's numbers: 10 candidates, at most 3 injected, judge score 2 or more. The fusion's

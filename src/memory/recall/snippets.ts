@@ -27,7 +27,7 @@ export function groupTurns<M extends Pick<Message, "id" | "role" | "content" | "
   return groups;
 }
 
-/** Creates the TURN snippets for messages firstSeq..lastSeq of a conversation; returns their ids. */
+/** Creates the TURN snippets for messages firstSeq..lastSeq of a conversation; returns the ids still to embed. */
 export async function createTurnSnippets(
   db: TenantDb,
   conversationId: string,
@@ -39,15 +39,14 @@ export async function createTurnSnippets(
     where: { conversationId, private: false, seq: { gte: range.firstSeq, lte: range.lastSeq } },
     orderBy: { seq: "asc" },
   });
-  // Asked again (a client's retry after a crash), messages that already have a snippet keep it.
-  const indexed = new Set(
-    (
-      await db.recallSnippet.findMany({
-        where: { conversationId, kind: "TURN", messageIds: { hasSome: messages.map((m) => m.id) } },
-        select: { messageIds: true },
-      })
-    ).flatMap((s) => s.messageIds),
-  );
+  // Asked again (a retried job), messages that already have a snippet keep it; those snippets
+  // are handed back while still without a vector, so the retry embeds them.
+  const existing = await db.recallSnippet.findMany({
+    where: { conversationId, kind: "TURN", messageIds: { hasSome: messages.map((m) => m.id) } },
+    select: { id: true, messageIds: true, indexedAt: true },
+  });
+  const indexed = new Set(existing.flatMap((s) => s.messageIds));
+  const waiting = existing.filter((s) => !s.indexedAt).map((s) => s.id);
   // A reply recorded on its own continues the turn its user message began.
   const groups = groupTurns(messages.filter((m) => !indexed.has(m.id)));
   const rows = groups.map((group) => ({
@@ -59,9 +58,9 @@ export async function createTurnSnippets(
     messageIds: group.map((m) => m.id),
     occurredAt: group[0].occurredAt,
   }));
-  if (rows.length === 0) return [];
+  if (rows.length === 0) return waiting;
   const created = await db.recallSnippet.createManyAndReturn({ data: rows, select: { id: true } });
-  return created.map((row) => row.id);
+  return [...waiting, ...created.map((row) => row.id)];
 }
 
 /**

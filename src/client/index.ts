@@ -5,10 +5,12 @@ import {
   AddFactDocument,
   AppendEventDocument,
   ContextDocument,
+  ConversationByExternalIdDocument,
   ConversationSummaryDocument,
   CorrectEntryDocument,
   CorrectFactDocument,
   CreateEntryDocument,
+  DeleteConversationDocument,
   DeleteFactDocument,
   EntriesDocument,
   EntryChangedDocument,
@@ -134,6 +136,20 @@ export class EngramClient {
   /** Prompt material for the next model call: blocks ready to put in the prompt, with their tokens. */
   async context(input: ContextInput, call?: CallOptions) {
     return (await this.query(ContextDocument, { input }, call)).context;
+  }
+
+  /**
+   * The conversation recorded under your own id, with its last messages (default 20, at most
+   * 500); null before its first turn.
+   */
+  async conversation(externalId: string, options: { lastMessages?: number } & CallOptions = {}) {
+    const { lastMessages = 20, ...call } = options;
+    return (await this.query(ConversationByExternalIdDocument, { externalId, lastMessages }, call)).conversationByExternalId;
+  }
+
+  /** Deletes a conversation with its messages, summaries and recall data. Not retried. */
+  async deleteConversation(conversationId: string, call?: CallOptions) {
+    return (await this.mutate(DeleteConversationDocument, { id: conversationId }, false, call)).deleteConversation;
   }
 
   /** A conversation's rolling summary (null until the first rewrite). */

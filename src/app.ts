@@ -13,6 +13,7 @@ import { forTenant } from "./db.ts";
 import { EngramError } from "./errors.ts";
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
+import { MCP_PATH, mcpHandler } from "./mcp/http.ts";
 import { authenticate } from "./governance/keys.ts";
 import { LIMITS } from "./limits.ts";
 import type { Services } from "./services.ts";
@@ -120,6 +121,9 @@ export function buildApp(services: Services): App {
     ],
   });
 
+  // MCP (streamable HTTP) on /mcp: its tools call this yoga in process, with the caller's key.
+  const serveMcp = mcpHandler(services, yoga);
+
   const server: Server = createServer((req: IncomingMessage, res) => {
     if (req.url === "/healthz") {
       res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}');
@@ -130,6 +134,10 @@ export function buildApp(services: Services): App {
     if (refusal) {
       res.writeHead(refusal.status, { "content-type": "application/json" });
       res.end(JSON.stringify({ errors: [{ message: refusal.message, extensions: { code: "BAD_USER_INPUT" } }] }));
+      return;
+    }
+    if (req.url?.split("?")[0] === MCP_PATH) {
+      void serveMcp(req, res);
       return;
     }
     void yoga(req, res);

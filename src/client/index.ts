@@ -12,6 +12,7 @@ import {
   CreateEntryDocument,
   DeleteConversationDocument,
   DeleteFactDocument,
+  EndUserByExternalIdDocument,
   EntriesDocument,
   EntryChangedDocument,
   EventAppendedDocument,
@@ -20,12 +21,14 @@ import {
   FactsDocument,
   ForgetEntryDocument,
   ForgetUserDocument,
+  ViewerDocument,
   MemoryFeedDocument,
   MemoryRecallDocument,
   RecallDocument,
   RecordTurnDocument,
   SummaryChangedDocument,
   TurnRecordedDocument,
+  UpsertEndUserDocument,
   type AddFactInput,
   type AppendEventInput,
   type ContextInput,
@@ -36,6 +39,7 @@ import {
   type EventsQueryVariables,
   type RecallInput,
   type RecordTurnInput,
+  type UpsertEndUserInput,
 } from "../gql/graphql.ts";
 import { EngramError, Transport, graphqlUrl, type CallOptions, type GraphQLErrorShape, type TransportOptions } from "./transport.ts";
 
@@ -89,6 +93,11 @@ export class EngramClient {
 
   private mutate<T, V>(document: TypedDocumentNode<T, V>, variables: V, idempotent: boolean, call?: CallOptions) {
     return this.transport.request(document, variables, idempotent, call);
+  }
+
+  /** Who the key is: its tenant and role. */
+  async viewer(call?: CallOptions) {
+    return (await this.query(ViewerDocument, {}, call)).viewer;
   }
 
   // Event log and curated entries.
@@ -155,6 +164,18 @@ export class EngramClient {
   /** A conversation's rolling summary (null until the first rewrite). */
   async conversationSummary(conversationId: string, call?: CallOptions) {
     return (await this.query(ConversationSummaryDocument, { id: conversationId }, call)).conversation;
+  }
+
+  // End users.
+
+  /** The end user known by your own id, or null before Engram has seen them. */
+  async endUser(externalId: string, call?: CallOptions) {
+    return (await this.query(EndUserByExternalIdDocument, { externalId }, call)).endUserByExternalId;
+  }
+
+  /** Creates the end user (or renames them) by your own id. */
+  async upsertEndUser(input: UpsertEndUserInput, call?: CallOptions) {
+    return (await this.mutate(UpsertEndUserDocument, { input }, true, call)).upsertEndUser;
   }
 
   // User facts.
@@ -255,6 +276,14 @@ function subscriptionError(error: unknown): EngramError {
   }
   if (error instanceof EngramError) return error;
   return new EngramError("NETWORK_ERROR", `The subscription failed: ${(error as Error)?.message ?? error}`, { cause: error });
+}
+
+/** Context blocks as one text for a prompt: each block under its title, empty ones left out. */
+export function memoryText(blocks: readonly { title: string; text: string }[]): string {
+  return blocks
+    .filter((block) => block.text.trim())
+    .map((block) => `## ${block.title}\n${block.text}`)
+    .join("\n\n");
 }
 
 /** `createEngramClient({ url, apiKey })`, the same as `new EngramClient(...)`. */

@@ -4,7 +4,7 @@ import { Document } from "@langchain/core/documents";
 import { AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage } from "@langchain/core/messages";
 import { BaseRetriever, type BaseRetrieverInput } from "@langchain/core/retrievers";
 import { RunnableLambda, type Runnable, type RunnableConfig } from "@langchain/core/runnables";
-import { EngramError, type EngramClient } from "../client/index.ts";
+import { EngramError, memoryText, type EngramClient } from "../client/index.ts";
 
 /** Who is talking, in your own ids (Engram creates the agent, user and conversation on first use). */
 export type EngramConversation = {
@@ -155,14 +155,6 @@ export type EngramMemoryOptions = EngramConversation & {
 
 /** The input of a wrapped runnable: the user's message, or prompt variables with it as `input`. */
 export type EngramMemoryInput = string | ({ input: string } & Record<string, unknown>);
-
-/** Engram's context blocks as one text for the prompt. */
-export function memoryText(blocks: readonly { title: string; text: string }[]): string {
-  return blocks
-    .filter((block) => block.text.trim())
-    .map((block) => `## ${block.title}\n${block.text}`)
-    .join("\n\n");
-}
 
 /**
  * Gives a chat model (or a chain) Engram's memory. Before the call it asks `context` for the

@@ -14,6 +14,7 @@ import { EngramError } from "./errors.ts";
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
 import { MCP_PATH, mcpHandler } from "./mcp/http.ts";
+import { restApi } from "./rest.ts";
 import { authenticate } from "./governance/keys.ts";
 import { LIMITS } from "./limits.ts";
 import type { Services } from "./services.ts";
@@ -118,6 +119,8 @@ export function buildApp(services: Services): App {
       maxDepthPlugin({ n: LIMITS.queryDepth }),
       costLimitPlugin({ maxCost: LIMITS.queryCost }),
       maxAliasesPlugin({ n: LIMITS.aliases }),
+      // Seed 000's REST paths (/memory…), generated from the schema, through this same pipeline.
+      restApi(schema),
     ],
   });
 

@@ -130,5 +130,10 @@ describe("EngramRetriever", () => {
     const current = (await client.conversation("dee-now"))!.id;
     expect(documents.every((d) => d.metadata.conversationId !== current)).toBe(true);
     expect(await new EngramRetriever({ client, conversation: "never-recorded" }).invoke("kayak")).toEqual([]);
+
+    // By the user's own id: all of their conversations.
+    const byUser = await new EngramRetriever({ client, endUser: "dee", k: 5 }).invoke("kayak paddles");
+    expect(new Set(byUser.map((d) => d.metadata.conversationId))).toEqual(new Set([current, documents[0].metadata.conversationId]));
+    expect(await new EngramRetriever({ client, endUser: "nobody" }).invoke("kayak")).toEqual([]);
   });
 });

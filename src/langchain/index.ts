@@ -84,7 +84,9 @@ export class EngramChatMessageHistory extends BaseListChatMessageHistory {
 
 export type EngramRetrieverInput = BaseRetrieverInput & {
   client: EngramClient;
-  /** Engram's id of the end user; or give `conversation` (your id) to use its user. */
+  /** Your id for the end user. */
+  endUser?: string;
+  /** Engram's id of the end user. */
   endUserId?: string;
   /** Your id of the current conversation: its user is searched, the conversation itself left out. */
   conversation?: string;
@@ -102,8 +104,8 @@ export class EngramRetriever extends BaseRetriever {
 
   constructor(input: EngramRetrieverInput) {
     super(input);
-    if (!input.endUserId && !input.conversation) {
-      throw new EngramError("BAD_USER_INPUT", "EngramRetriever needs endUserId or conversation.");
+    if (!input.endUser && !input.endUserId && !input.conversation) {
+      throw new EngramError("BAD_USER_INPUT", "EngramRetriever needs endUser, endUserId or conversation.");
     }
     this.input = input;
   }
@@ -113,6 +115,10 @@ export class EngramRetriever extends BaseRetriever {
     const { client, conversation, k = 3 } = this.input;
     let endUserId = this.input.endUserId;
     let excludeConversationId: string | undefined;
+    if (!endUserId && this.input.endUser) {
+      endUserId = (await client.endUser(this.input.endUser))?.id;
+      if (!endUserId) return [];
+    }
     if (conversation) {
       const found = await client.conversation(conversation, { lastMessages: 1 });
       if (!found) return [];

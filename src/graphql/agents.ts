@@ -100,7 +100,7 @@ builder.queryFields((t) => ({
     authScopes: { reader: true },
     description: "The end user known by your own id, or null before Engram has seen them.",
     args: { externalId: t.arg.string({ required: true }) },
-    resolve: (query, _root, { externalId }, ctx) => tenantDb(ctx).endUser.findFirst({ ...query, where: { externalId } }),
+    resolve: (query, _root, { externalId }, ctx) => ctx.db.endUser.findFirst({ ...query, where: { externalId } }),
   }),
   endUsers: t.prismaConnection({
     type: "EndUser",

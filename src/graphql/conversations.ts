@@ -140,7 +140,7 @@ builder.queryFields((t) => ({
     description: "The conversation recorded under your own id, or null before its first turn (clients that know only their own ids start here).",
     args: { externalId: t.arg.string({ required: true }) },
     resolve: (query, _root, { externalId }, ctx) =>
-      tenantDb(ctx).conversation.findFirst({ ...query, where: { externalId } }),
+      ctx.db.conversation.findFirst({ ...query, where: { externalId } }),
   }),
   conversations: t.prismaConnection({
     type: "Conversation",

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EngramClient, EngramError } from "engram/client";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { startFlakyProxy } from "./helpers/flaky-proxy.ts";
-import { allIndexed } from "./helpers/recall.ts";
+import { allIndexed, INDEXING_TIMEOUT_MS } from "./helpers/recall.ts";
 
 // The typed client against a real Engram on port 0, over real HTTP and WebSocket.
 let engram: TestEngram;
@@ -91,11 +91,11 @@ describe("conversations, facts and recall", () => {
       userMessage: "Please send the invoice for the kayak paddles to my office.",
       assistantMessage: "Done: the kayak paddle invoice goes to your office.",
     });
-    await allIndexed(engram);
+    await allIndexed(engram, undefined, INDEXING_TIMEOUT_MS);
     const recall = await writer.recall({ endUserId: turn.conversation.endUser.id, text: "Where did my kayak invoice go?" });
     expect(recall.candidates[0]).toMatchObject({ conversationId: turn.conversation.id, kind: "TURN" });
     expect(recall.candidates[0].text).toContain("kayak");
-  });
+  }, INDEXING_TIMEOUT_MS + 60_000);
 });
 
 describe("typed errors", () => {

@@ -6,7 +6,7 @@ import { FakeListChatModel } from "@langchain/core/utils/testing";
 import { EngramClient } from "engram/client";
 import { EngramChatMessageHistory, EngramRetriever, withEngramMemory } from "engram/langchain";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
-import { allIndexed } from "./helpers/recall.ts";
+import { allIndexed, INDEXING_TIMEOUT_MS } from "./helpers/recall.ts";
 
 // LangChain.js memory backed by a real Engram over HTTP, driven by LangChain's fake chat model.
 let engram: TestEngram;
@@ -122,7 +122,7 @@ describe("EngramRetriever", () => {
       conversationExternalId: "dee-now",
       userMessage: "Where did the kayak paddles go?",
     });
-    await allIndexed(engram);
+    await allIndexed(engram, undefined, INDEXING_TIMEOUT_MS);
     const retriever = new EngramRetriever({ client, conversation: "dee-now", k: 3 });
     const documents = await retriever.invoke("Where were my kayak paddles shipped?");
     expect(documents[0].pageContent).toContain("Lisbon office");
@@ -135,5 +135,5 @@ describe("EngramRetriever", () => {
     const byUser = await new EngramRetriever({ client, endUser: "dee", k: 5 }).invoke("kayak paddles");
     expect(new Set(byUser.map((d) => d.metadata.conversationId))).toEqual(new Set([current, documents[0].metadata.conversationId]));
     expect(await new EngramRetriever({ client, endUser: "nobody" }).invoke("kayak")).toEqual([]);
-  });
+  }, INDEXING_TIMEOUT_MS + 60_000);
 });

@@ -5,7 +5,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { EngramClient } from "engram/client";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
-import { allIndexed } from "./helpers/recall.ts";
+import { allIndexed, INDEXING_TIMEOUT_MS } from "./helpers/recall.ts";
 
 // The MCP server, driven by the SDK's own client over streamable HTTP (/mcp) and over stdio
 // (`engram mcp` as a child process), against a real Engram.
@@ -26,8 +26,8 @@ beforeAll(async () => {
     assistantMessage: "The kayak paddles ship to your Lisbon office.",
   });
   await engramClient.createEntry({ scope: "ENTITY", scopeRef: "acme", title: "Acme ROAS target", summary: "Acme wants ROAS above 3.", tags: ["ads"] });
-  await allIndexed(engram);
-});
+  await allIndexed(engram, undefined, INDEXING_TIMEOUT_MS);
+}, INDEXING_TIMEOUT_MS + 60_000);
 afterAll(async () => {
   for (const client of open) await client.close().catch(() => {});
   await engram?.stop();
@@ -136,5 +136,5 @@ describe("MCP over stdio (engram mcp)", () => {
     const refused = await call(client, "forget", { user: "ana", everything: true });
     expect(refused.content[0].text).toMatch(/^FORBIDDEN: /);
     expect(await engramClient.facts((await engramClient.endUser("ana"))!.id)).not.toEqual([]);
-  });
+  }, 180_000);
 });

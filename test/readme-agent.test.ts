@@ -8,7 +8,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { startModelServer, type ModelServer } from "./helpers/model-server.ts";
-import { allIndexed } from "./helpers/recall.ts";
+import { allIndexed, INDEXING_TIMEOUT_MS } from "./helpers/recall.ts";
 
 // Runs the code blocks of README.md's "Use it from your agent" section, found by their
 // <!-- readme-test: name --> markers, against a real Engram: the README cannot drift.
@@ -82,7 +82,7 @@ describe("README: Use it from your agent", () => {
   });
 
   it("runs the LangChain example with the real ChatOpenAI against a scripted endpoint", async () => {
-    await allIndexed(engram);
+    await allIndexed(engram, undefined, INDEXING_TIMEOUT_MS);
     model.respond(() => "You ordered the blue trail running shoes, size 42.");
     const logged = await runTypeScript("langchain");
     expect(logged).toContain("You ordered the blue trail running shoes, size 42.");
@@ -91,7 +91,7 @@ describe("README: Use it from your agent", () => {
     const prompt = model.requests.at(-1)!.messages;
     expect(prompt[0].content).toContain("Ana runs trail races."); // the facts block
     expect(prompt.at(-1)!.content).toBe("Which shoes did I order last time?");
-  });
+  }, INDEXING_TIMEOUT_MS + 60_000);
 
   it("runs the MCP desktop config (stdio) and the /mcp config (streamable HTTP)", async () => {
     const stdio = JSON.parse(block("mcp-stdio").replaceAll(DEFAULT_URL, url)).mcpServers.engram;
@@ -129,7 +129,7 @@ describe("README: Use it from your agent", () => {
     } finally {
       await overHttp.close();
     }
-  });
+  }, 180_000);
 
   it("runs the REST curl examples", async () => {
     const created = await engram.gql(

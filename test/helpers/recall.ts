@@ -41,6 +41,9 @@ export async function say(
   };
 }
 
+/** For end-to-end tests that wait on the worker's indexing while other suites share the CPU. */
+export const INDEXING_TIMEOUT_MS = 150_000;
+
 /** Waits until every snippet of the tenant has its vector. */
 export function allIndexed(engram: TestEngram, tenantId = engram.tenant.tenantId, timeoutMs = 30_000) {
   return until(

@@ -15,6 +15,8 @@ import { StoreBusyError } from "./embedded/embedded.ts";
 const USAGE = `Usage: engram <command>
 
   start                                   run the server (same as npm start)
+  mcp                                     an MCP server on stdio for a running Engram
+                                          (ENGRAM_URL, default http://127.0.0.1:4000; ENGRAM_API_KEY)
   tenants create <name>                   create a tenant; prints its admin key alone on stdout
   keys create --role <admin|writer|reader> [--tenant <id>] [--name <label>]
                                           create an API key; prints the key alone on stdout
@@ -81,6 +83,11 @@ async function main(argv: string[]) {
   const [command, sub, ...rest] = argv;
   if (command === "start") {
     await import("./main.ts");
+    return;
+  }
+  if (command === "mcp") {
+    const { serveMcpOverStdio } = await import("./mcp/stdio.ts");
+    await serveMcpOverStdio(readEnv());
     return;
   }
   if (command === "tenants" && sub === "create") {

@@ -182,7 +182,12 @@ describe("'forget my X' reaches every copy of what matches X", () => {
     await allIndexed(engram, tenantId, 60_000);
 
     await say(engram, { user, conversation: `${user}-2` }, "Please forget my locker code.", "Done.");
-    await until("the canary to be forgotten", async () => (await rowsHolding(engram, CANARY.phrase)).length === 0, 60_000);
+    let left: Hit[] = [];
+    await until("the canary to be forgotten", async () => (left = await rowsHolding(engram, CANARY.phrase)).length === 0, 60_000).catch(
+      (error) => {
+        throw new Error(`${error.message}; still there: ${JSON.stringify(left.map((h) => [h.table, h.row.slice(0, 160)]))}`);
+      },
+    );
     expect(await vectorsHolding(engram, tenantId, [CANARY.phrase])).toEqual([]);
     // What did not match stays.
     expect(await db.message.count({ where: { conversationId: first.conversationId, content: { contains: "green tea" } } })).toBe(1);

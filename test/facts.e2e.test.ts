@@ -12,7 +12,7 @@ beforeAll(async () => {
   ({ model, engram } = await startEngramWithModel({
     worker: true,
     respond: factsScript({
-      gate: (m) => ({ remember: /\bI (am|prefer)\b/.test(m) }),
+      triage: (m) => ({ remember: /\bI (am|prefer)\b/.test(m) }),
       extract: (messages) =>
         messages
           .filter((m) => m.role === "user" && /\bI (am|prefer)\b/.test(m.content))
@@ -42,6 +42,6 @@ it("a user's fact from conversation 1 is in the FACTS block of conversation 2, t
   const facts = data.context.blocks.find((b: { kind: string }) => b.kind === "FACTS");
   expect(facts.text).toBe("- The user said: Hi! I prefer window seats on every flight.");
   // One gate call for the first turn's message, shared by every gate.
-  const gateCalls = model.requests.filter((r) => r.messages[0].content.includes("You triage one message"));
+  const gateCalls = model.requests.filter((r) => r.chain === "triage");
   expect(gateCalls.filter((r) => r.messages[1].content.includes("window seats"))).toHaveLength(1);
 });

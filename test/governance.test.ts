@@ -200,8 +200,8 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
 
     const usage = async (key: string) =>
       (await engram.gql(`{ modelUsage(groupBy: [PURPOSE, CHAIN]) { rows { purpose chain calls } } }`, {}, key)).data.modelUsage.rows;
-    expect(await usage(engram.tenant.admin)).toEqual([{ purpose: "memory:a-compactor", chain: "compact", calls: 1 }]);
-    expect(await usage(engram.other.admin)).toEqual([{ purpose: "memory:b-compactor", chain: "compact", calls: 1 }]);
+    expect(await usage(engram.tenant.admin)).toEqual([{ purpose: "memory:a-compactor", chain: "compactor", calls: 1 }]);
+    expect(await usage(engram.other.admin)).toEqual([{ purpose: "memory:b-compactor", chain: "compactor", calls: 1 }]);
   });
 
   it("redacts every planted secret before the model sees it, and stores the originals", async () => {
@@ -354,7 +354,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     await db.modelUsage.deleteMany({});
     await recordModelUsage(db, { chain: "summary", model: "cheap-m", inputTokens: 2_000_000, outputTokens: 500_000 });
     await recordModelUsage(db, { chain: "loss-judge", model: "cheap-m", inputTokens: 1_000_000, outputTokens: 0 });
-    await recordModelUsage(db, { chain: "compact", model: "unpriced-m", inputTokens: 300, outputTokens: 100 });
+    await recordModelUsage(db, { chain: "compactor", model: "unpriced-m", inputTokens: 300, outputTokens: 100 });
     await recordModelUsage(forTenant(engram.services.db, engram.other.tenantId), { chain: "summary", model: "cheap-m", inputTokens: 7, outputTokens: 7 });
     const { errors } = await engram.gql(UPDATE, {
       input: { prices: [{ model: "cheap-m", inputPerMillion: 0.15, outputPerMillion: 0.6 }] },

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { countWords } from "../src/chains/transcript.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import type { ModelServer } from "./helpers/model-server.ts";
-import { chainOf, memoryScript } from "./helpers/scripted-memory-model.ts";
+import { memoryScript } from "./helpers/scripted-memory-model.ts";
 import { until } from "./helpers/until.ts";
 import { collect, settle, wsClient } from "./helpers/ws.ts";
 
@@ -124,7 +124,7 @@ describe("the rolling summary, end to end on a scripted OpenAI-compatible server
     let failures = 0;
     model.respond((request) => {
       failures++;
-      return chainOf(request) === "unknown" ? "{}" : { status: 503, message: "model is down" };
+      return request.chain === null ? "{}" : { status: 503, message: "model is down" };
     });
     for (let n = 9; n <= 14; n++) {
       const r = await say("outage", n);

@@ -10,6 +10,7 @@ import { gateMessage, keywordGate } from "../src/memory/gate/gate.ts";
 import type { ChatModel } from "../src/models/metered.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { itReadsAnswers, renderedPrompt, scriptedModel, thrown } from "./helpers/scripted-model.ts";
+import { recordTurn } from "./helpers/turns.ts";
 
 const json = (value: unknown) => JSON.stringify(value);
 const fenced = (value: unknown) => "```json\n" + JSON.stringify(value, null, 2) + "\n```";
@@ -230,12 +231,6 @@ describe("keywordGate", () => {
 
 // --- gateMessage against a real store ------------------------------------------------------------
 
-const RECORD = /* GraphQL */ `
-  mutation Record($input: RecordTurnInput!) {
-    recordTurn(input: $input) { conversation { id } }
-  }
-`;
-
 let engram: TestEngram;
 beforeAll(async () => {
   engram = await startTestEngram();
@@ -246,18 +241,8 @@ let conversationCounter = 0;
 async function newConversation(userMessage: string): Promise<string> {
   conversationCounter++;
   const name = `gate-${conversationCounter}`;
-  const { data, errors } = await engram.gql(RECORD, {
-    input: {
-      agentExternalId: "gate-bot",
-      endUserExternalId: "ada",
-      conversationExternalId: name,
-      clientTurnId: `${name}-t1`,
-      userMessage,
-      assistantMessage: "Noted.",
-    },
-  });
-  expect(errors).toBeUndefined();
-  return data.recordTurn.conversation.id;
+  const turn = await recordTurn(engram, { agentExternalId: "gate-bot", endUserExternalId: "ada", conversationExternalId: name, userMessage, assistantMessage: "Noted." });
+  return turn.conversation.id;
 }
 
 function recordingLog() {

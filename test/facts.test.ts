@@ -5,9 +5,9 @@ import { FACT_CAP } from "../src/memory/facts/facts.ts";
 import { startEngramWithModel, startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import type { ModelServer } from "./helpers/model-server.ts";
 import { factsScript, type FactsScript } from "./helpers/scripted-memory-model.ts";
+import { recordTurn } from "./helpers/turns.ts";
 import { collect, settle, wsClient } from "./helpers/ws.ts";
 
-const RECORD = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id conversation { id endUser { id } } } }`;
 const FACTS = `query($id: ID!) { facts(endUserId: $id) { id text core origin confirmedAt sourceMessage { seq content } writtenBy { id } contradicts { id } } }`;
 const CONTEXT = `query($input: ContextInput!) { context(input: $input) { blocks { kind text items { id text } } } }`;
 
@@ -25,19 +25,17 @@ let n = 0;
 /** Records a turn and runs its background work (gate, forgetting, extraction) right away. */
 async function turn(user: string, userMessage: string, options: { conversation?: string; agent?: string; key?: string } = {}) {
   n++;
-  const { data, errors } = await engram.gql(RECORD, {
-    input: {
-      agentExternalId: options.agent ?? "assistant",
-      endUserExternalId: user,
-      conversationExternalId: options.conversation ?? `${user}-c1`,
-      clientTurnId: `t${n}`,
-      userMessage,
-      assistantMessage: `Noted (${n}). I think you might also like jazz.`,
-    },
+  const recorded = await recordTurn(engram, {
+    agentExternalId: options.agent ?? "assistant",
+    endUserExternalId: user,
+    conversationExternalId: options.conversation ?? `${user}-c1`,
+    userMessage,
+    assistantMessage: `Noted (${n}). I think you might also like jazz.`,
   }, options.key);
-  expect(errors).toBeUndefined();
-  const work = await runTurnWork(forTenant(engram.services.db, engram.tenant.tenantId), engram.services.deps, { tenantId: engram.tenant.tenantId, turnId: data.recordTurn.id });
-  return { ...data.recordTurn, work, endUserId: data.recordTurn.conversation.endUser.id as string };
+  // Untyped, as it was when the turn came back as `any`: main's runTurnWork no longer returns the
+  // verdict or extraction outcomes these tests read (the lead reconciles that with issue 10).
+  const work: any = await runTurnWork(forTenant(engram.services.db, engram.tenant.tenantId), engram.services.deps, { tenantId: engram.tenant.tenantId, turnId: recorded.id });
+  return { ...recorded, work, endUserId: recorded.conversation.endUser.id };
 }
 
 const facts = async (endUserId: string) => (await engram.gql(FACTS, { id: endUserId })).data.facts as any[];
@@ -254,11 +252,13 @@ describe("forgetting", () => {
   it("without a model, the keyword gate still honours 'forget everything'", async () => {
     const offline = await startTestEngram();
     try {
-      const r = await offline.gql(RECORD, { input: { agentExternalId: "a", endUserExternalId: "u", conversationExternalId: "c", clientTurnId: "1", userMessage: "hello" } });
-      const endUserId = r.data.recordTurn.conversation.endUser.id;
+      const r = await recordTurn(offline, { userMessage: "hello" });
+      const endUserId = r.conversation.endUser.id;
       await offline.gql(`mutation($input: AddFactInput!) { addFact(input: $input) { id } }`, { input: { endUserId, text: "U likes tea." } });
-      const f = await offline.gql(RECORD, { input: { agentExternalId: "a", endUserExternalId: "u", conversationExternalId: "c", clientTurnId: "2", userMessage: "Forget everything about me." } });
-      const work = await runTurnWork(forTenant(offline.services.db, offline.tenant.tenantId), offline.services.deps, { tenantId: offline.tenant.tenantId, turnId: f.data.recordTurn.id });
+      const f = await recordTurn(offline, { userMessage: "Forget everything about me." });
+      // Untyped, as it was when the turn came back as `any`: main's runTurnWork no longer returns the
+  // verdict or extraction outcomes these tests read (the lead reconciles that with issue 10).
+  const work: any = await runTurnWork(forTenant(offline.services.db, offline.tenant.tenantId), offline.services.deps, { tenantId: offline.tenant.tenantId, turnId: f.id });
       expect(work).toMatchObject({ status: "FORGOT", verdict: { decidedBy: "KEYWORDS", forget: "ALL" } });
       expect(await offline.services.db.fact.count({ where: { endUserId } })).toBe(0);
     } finally {
@@ -294,10 +294,8 @@ describe("isolation and the context", () => {
   it("a fact from conversation 1 is in the FACTS block of conversation 2, core first", async () => {
     await turn("rae", "I like cycling.", { conversation: "rae-1" });
     await turn("rae", "I am Rae, a nurse.", { conversation: "rae-1" });
-    const second = await engram.gql(RECORD, {
-      input: { agentExternalId: "assistant", endUserExternalId: "rae", conversationExternalId: "rae-2", clientTurnId: "rae-2-1", userMessage: "hello again" },
-    });
-    const context = await engram.gql(CONTEXT, { input: { conversationId: second.data.recordTurn.conversation.id, message: "what should I do this weekend?" } }, engram.tenant.reader);
+    const second = await recordTurn(engram, { agentExternalId: "assistant", endUserExternalId: "rae", conversationExternalId: "rae-2", userMessage: "hello again" });
+    const context = await engram.gql(CONTEXT, { input: { conversationId: second.conversation.id, message: "what should I do this weekend?" } }, engram.tenant.reader);
     const block = context.data.context.blocks.find((b: any) => b.kind === "FACTS");
     expect(block.items.map((i: any) => i.text)).toEqual(["- The user says: I am Rae, a nurse.", "- The user says: I like cycling."]);
     expect(context.data.context.blocks[0].kind).toBe("FACTS");

@@ -8,6 +8,7 @@ import { startEngramWithModel, startTestEngram, type TestEngram } from "./helper
 import { startModelServer, type ChatRequest, type ModelServer } from "./helpers/model-server.ts";
 import { memoryScript } from "./helpers/scripted-memory-model.ts";
 import { until } from "./helpers/until.ts";
+import { recordTurn } from "./helpers/turns.ts";
 
 const DAY_MS = 86_400_000;
 const daysAgo = (days: number) => new Date(Date.now() - days * DAY_MS).toISOString();
@@ -449,21 +450,14 @@ describe("budget pause and resume of queued summary work", () => {
     expect(set.errors).toBeUndefined();
     let conversationId = "";
     for (let n = 1; n <= 8; n++) {
-      const { data, errors } = await engram.gql(
-        `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { conversation { id } } }`,
-        {
-          input: {
-            agentExternalId: "concierge",
-            endUserExternalId: "guest",
-            conversationExternalId: "budgeted",
-            clientTurnId: `b-${n}`,
-            userMessage: `Question ${n} about the trip`,
-            assistantMessage: `Answer ${n} about the trip`,
-          },
-        },
-      );
-      expect(errors).toBeUndefined();
-      conversationId = data.recordTurn.conversation.id;
+      const turn = await recordTurn(engram, {
+        agentExternalId: "concierge",
+        endUserExternalId: "guest",
+        conversationExternalId: "budgeted",
+        userMessage: `Question ${n} about the trip`,
+        assistantMessage: `Answer ${n} about the trip`,
+      });
+      conversationId = turn.conversation.id;
     }
     // Context assembly keeps answering while paused.
     const context = await engram.gql(`query($input: ContextInput!) { context(input: $input) { blocks { kind } } }`, {

@@ -11,6 +11,7 @@ import { rewriteSummary, type SummaryDeps } from "../src/memory/conversations/su
 import type { PubSub } from "../src/pubsub.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { itReadsAnswers, renderedPrompt, thrown } from "./helpers/scripted-model.ts";
+import { recordTurn } from "./helpers/turns.ts";
 
 const MESSAGES: TranscriptMessage[] = [
   { seq: 1, role: "USER", content: "  I'm Ada, allergic to peanuts; budget is {budget} = 120 EUR. \n" },
@@ -188,11 +189,6 @@ describe("verbatim judge chain", () => {
 
 // --- rewriteSummary against a real store -------------------------------------------------------
 
-const RECORD = /* GraphQL */ `
-  mutation Record($input: RecordTurnInput!) {
-    recordTurn(input: $input) { conversation { id lastSeq } }
-  }
-`;
 const UPSERT_AGENT = /* GraphQL */ `
   mutation Agent($input: UpsertAgentInput!) { upsertAgent(input: $input) { id } }
 `;
@@ -211,19 +207,15 @@ async function conversationWith(turns: { privateSteps?: string[] }[], agentExter
   let conversationId = "";
   for (const extra of turns) {
     turnCounter++;
-    const { data, errors } = await engram.gql(RECORD, {
-      input: {
-        agentExternalId,
-        endUserExternalId: "ada",
-        conversationExternalId: name,
-        clientTurnId: `${name}-t${turnCounter}`,
-        userMessage: `User message ${turnCounter}`,
-        assistantMessage: `Assistant reply ${turnCounter}`,
-        ...extra,
-      },
+    const turn = await recordTurn(engram, {
+      agentExternalId,
+      endUserExternalId: "ada",
+      conversationExternalId: name,
+      userMessage: `User message ${turnCounter}`,
+      assistantMessage: `Assistant reply ${turnCounter}`,
+      ...extra,
     });
-    expect(errors).toBeUndefined();
-    conversationId = data.recordTurn.conversation.id;
+    conversationId = turn.conversation.id;
   }
   return conversationId;
 }

@@ -32,8 +32,8 @@ async function turn(user: string, userMessage: string, options: { conversation?:
     userMessage,
     assistantMessage: `Noted (${n}). I think you might also like jazz.`,
   }, options.key);
-  // Untyped, as it was when the turn came back as `any`: main's runTurnWork no longer returns the
-  // verdict or extraction outcomes these tests read (the lead reconciles that with issue 10).
+  // Untyped, as when the turn came back as `any`: the result is a union over statuses and these
+  // tests read the fields of the status they expect (toMatchObject checks which one it was).
   const work: any = await runTurnWork(forTenant(engram.services.db, engram.tenant.tenantId), engram.services.deps, { tenantId: engram.tenant.tenantId, turnId: recorded.id });
   return { ...recorded, work, endUserId: recorded.conversation.endUser.id };
 }
@@ -256,9 +256,7 @@ describe("forgetting", () => {
       const endUserId = r.conversation.endUser.id;
       await offline.gql(`mutation($input: AddFactInput!) { addFact(input: $input) { id } }`, { input: { endUserId, text: "U likes tea." } });
       const f = await recordTurn(offline, { userMessage: "Forget everything about me." });
-      // Untyped, as it was when the turn came back as `any`: main's runTurnWork no longer returns the
-  // verdict or extraction outcomes these tests read (the lead reconciles that with issue 10).
-  const work: any = await runTurnWork(forTenant(offline.services.db, offline.tenant.tenantId), offline.services.deps, { tenantId: offline.tenant.tenantId, turnId: f.id });
+      const work = await runTurnWork(forTenant(offline.services.db, offline.tenant.tenantId), offline.services.deps, { tenantId: offline.tenant.tenantId, turnId: f.id });
       expect(work).toMatchObject({ status: "FORGOT", verdict: { decidedBy: "KEYWORDS", forget: "ALL" } });
       expect(await offline.services.db.fact.count({ where: { endUserId } })).toBe(0);
     } finally {

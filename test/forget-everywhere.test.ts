@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import type { ChatRequest, ModelServer } from "./helpers/model-server.ts";
 import { allIndexed, chromaOf, say } from "./helpers/recall.ts";
-import { chainOf, factsScript, memoryScript, seqsIn } from "./helpers/scripted-memory-model.ts";
+import { factsScript, memoryScript, seqsIn } from "./helpers/scripted-memory-model.ts";
 import { until } from "./helpers/until.ts";
 
 // Forgetting reaches every copy: a unique canary is planted in a user's messages, summaries,
@@ -17,7 +17,7 @@ function copyingScript(canaries: string[]) {
   const memory = memoryScript();
   return factsScript(
     {
-      gate: (message) => ({
+      triage: (message) => ({
         remember: canaries.some((c) => message.includes(c)),
         ...(/forget my locker code/i.test(message) ? { forget: "SOME" as const, forgetTargets: ["locker code"] } : {}),
       }),
@@ -27,7 +27,7 @@ function copyingScript(canaries: string[]) {
           .map((m) => ({ text: `The user said: ${m.content}`, seq: m.seq })),
     },
     (request) => {
-      switch (chainOf(request)) {
+      switch (request.chain) {
         case "summary":
           return JSON.stringify({ summary: `The user mentioned ${inPrompt(request).join(" and ") || "nothing special"}.` });
         case "verbatim-judge":

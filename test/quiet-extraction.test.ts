@@ -11,7 +11,7 @@ let engram: TestEngram;
 let extractorCalls = 0;
 beforeAll(async () => {
   const script = factsScript({
-    gate: () => ({ remember: false }),
+    triage: () => ({ remember: false }),
     extract: (messages) => {
       extractorCalls++;
       return messages.filter((m) => m.role === "user" && /vegetarian/.test(m.content)).map((m) => ({ text: "The user is vegetarian.", core: true, seq: m.seq }));

@@ -48,7 +48,7 @@ function pairsOf(sample: Sample): Pair[] {
 /** A plausible model: 150-word summaries and their judges, a gate that remembers first-person statements, one fact per such turn. */
 const script = factsScript(
   {
-    gate: (message) => ({ remember: /\b(I|my|I'm|I've)\b/.test(message) }),
+    triage: (message) => ({ remember: /\b(I|my|I'm|I've)\b/.test(message) }),
     extract: (messages) =>
       messages
         .filter((m) => m.role === "user" && /\bI (am|have|love|like|work)\b/.test(m.content))

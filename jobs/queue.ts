@@ -17,6 +17,8 @@ export type JobQueue = {
     key: string,
     debounceMs: number,
   ): Promise<void>;
+  /** Resolves when the queue's database answers (for /healthz). */
+  ping(): Promise<void>;
   close(): Promise<void>;
 };
 
@@ -50,6 +52,9 @@ export function createJobQueue(store: Store, pollMs: number, log: Logger): JobQu
           maxWait: debounceMs * 10,
         }),
       );
+    },
+    async ping() {
+      await pool.query("SELECT 1");
     },
     async close() {
       // Agenda connects from its constructor: ending the pool mid-connect crashes the process.

@@ -10,6 +10,7 @@ import { createYoga, maskError as defaultMaskError, type YogaServerInstance } fr
 import { WebSocketServer } from "ws";
 import type { Context } from "./builder.ts";
 import { EngramError } from "./errors.ts";
+import { checkHealth } from "./health.ts";
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
 import { authenticate } from "./memory/keys.ts";
@@ -119,9 +120,17 @@ export function buildApp(services: Services): App {
     ],
   });
 
+  // Ready from listening until stop() begins: a load balancer stops sending before connections close.
+  let ready = false;
   const server: Server = createServer((req: IncomingMessage, res) => {
-    if (req.url === "/healthz") {
-      res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}');
+    const pathname = (req.url ?? "/").split("?")[0];
+    if (pathname === "/healthz" || pathname === "/readyz") {
+      void checkHealth(services).then((health) => {
+        const up = pathname === "/readyz" ? ready && health.status !== "down" : health.status !== "down";
+        const body = pathname === "/readyz" ? { ready: up, ...health } : health;
+        res.writeHead(up ? 200 : 503, { "content-type": "application/json", "cache-control": "no-store" });
+        res.end(JSON.stringify(body));
+      });
       return;
     }
     if (serveInspector(req, res)) return;
@@ -181,12 +190,14 @@ export function buildApp(services: Services): App {
       return new Promise((resolve, reject) => {
         server.once("error", reject);
         server.listen(port, host, () => {
+          ready = true;
           const address = server.address() as AddressInfo;
           resolve(`http://${host.includes(":") ? `[${host}]` : host}:${address.port}`);
         });
       });
     },
     async stop() {
+      ready = false;
       await wsDisposable.dispose();
       for (const client of wsServer.clients) client.terminate();
       await new Promise<void>((resolve) => wsServer.close(() => resolve()));

@@ -26,6 +26,8 @@ const schema = z.object({
   ENGRAM_JOBS: z.enum(["on", "off"]).default("on"),
   ENGRAM_JOB_POLL_MS: z.coerce.number().int().positive().default(2_000),
   ENGRAM_LOG_LEVEL: z.enum(["debug", "info", "warn", "error", "silent"]).default("info"),
+  /** Set by npm for `npm start` / `npx engram start`: the server then exits when npm does. */
+  npm_execpath: z.string().optional(),
 });
 
 export type Env = z.infer<typeof schema>;

@@ -7,7 +7,7 @@ import type { ModelRoute } from "./models/index.ts";
 import { createModelProvider, type ModelProvider } from "./models/provider.ts";
 import { createEngramPubSub, type PubSub } from "./pubsub.ts";
 import { createEmbeddingsProvider, type EmbeddingsProvider } from "./embeddings/index.ts";
-import { lazyChroma } from "./embedded/chroma.ts";
+import { lazyChroma, type LazyChroma } from "./embedded/chroma.ts";
 import { createChromaVectorStore } from "./vectors/chroma.ts";
 import type { VectorStore } from "./vectors/index.ts";
 import {
@@ -33,6 +33,8 @@ export type Services = {
   /** Recall: embeddings per tenant, and the vectors in Chroma (started on first use). */
   embeddings: EmbeddingsProvider;
   vectors: VectorStore;
+  /** The Chroma behind the vectors: external (CHROMA_URL) or embedded, started on first use. */
+  chroma: LazyChroma;
   log: Logger;
   close(): Promise<void>;
 };
@@ -54,8 +56,8 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
   const store = env.DATABASE_URL
     ? externalStore(env.DATABASE_URL)
     : options.attach
-      ? await attachOrStartEmbeddedStore(env.ENGRAM_DATA_DIR)
-      : await startEmbeddedStore(env.ENGRAM_DATA_DIR);
+      ? await attachOrStartEmbeddedStore(env.ENGRAM_DATA_DIR, { log })
+      : await startEmbeddedStore(env.ENGRAM_DATA_DIR, { log });
   try {
     const applied = await migrate(store.url);
     if (applied.length) log.info("applied migrations", { applied });
@@ -83,6 +85,7 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     jobs,
     embeddings,
     vectors,
+    chroma,
     recallForgetter: recallForgetter({ db, vectors }),
     log,
     async close() {

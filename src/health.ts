@@ -9,7 +9,7 @@ export type Health = {
   components: { store: ComponentHealth; queue: ComponentHealth; chroma: ComponentHealth };
 };
 
-const CHECK_TIMEOUT_MS = 2_000;
+const CHECK_TIMEOUT_MS = 3_000;
 
 /** Resolves with the check's verdict, or "down" when it throws or takes longer than 2 s. */
 async function timed(check: () => Promise<ComponentHealth>): Promise<ComponentHealth> {

@@ -30,7 +30,7 @@ async function main() {
   const log = createLogger(env.ENGRAM_LOG_LEVEL);
   if (staleBuild()) log.warn("dist/ is older than the sources: run `npm run build` to run your changes");
 
-  const open: { services?: Services; worker?: Worker; app?: App } = {};
+  const open: { services?: Services; worker?: Worker; app?: App; bootstrap?: Promise<void> } = {};
   let stopping: Promise<void> | undefined;
   // Stops whatever is open, in order, from any point of start-up on.
   const shutdown = (reason: string, code = 0, fields?: object) => {
@@ -43,6 +43,7 @@ async function main() {
       }, SHUTDOWN_DEADLINE_MS).unref();
       try {
         if (open.app) await open.app.stop().then(() => log.info("API stopped"));
+        await open.bootstrap?.catch(() => {});
         if (open.worker) await open.worker.stop().then(() => log.info("job worker stopped"));
         if (open.services) await open.services.close().then(() => log.info("store closed; bye"));
       } catch (error) {
@@ -96,7 +97,8 @@ async function main() {
   log.info(`Engram is listening on ${url}/graphql (GraphiQL in a browser)`);
 
   // Only once the server listens: a start that fails earlier creates nothing, so no key is lost.
-  await bootstrapOnce(services, log);
+  open.bootstrap = stopping ? undefined : bootstrapOnce(services, log);
+  await open.bootstrap;
 }
 
 async function bootstrapOnce(services: Services, log: Logger) {
@@ -107,4 +109,7 @@ async function bootstrapOnce(services: Services, log: Logger) {
   log.info(`lost it? \`npx engram keys create --role admin --tenant ${first.tenant.id}\` makes another, also with the server stopped`);
 }
 
-void main();
+main().catch((error) => {
+  process.stderr.write(`Engram failed: ${(error as Error)?.stack ?? error}\n`);
+  process.exit(1);
+});

@@ -89,18 +89,27 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     recallForgetter: recallForgetter({ db, vectors }),
     log,
     async close() {
-      await jobs.close();
-      log.debug("job queue closed");
-      await embeddings.close();
-      await vectors.close();
-      await chroma.stop();
-      log.debug("recall embeddings and Chroma stopped");
-      await pubsub.close();
-      log.debug("pubsub closed");
-      await db.$disconnect();
-      log.debug("database client closed");
-      await store.stop();
-      log.debug("store stopped");
+      // Each step runs even if one before it failed: the store is always stopped last.
+      const steps: [string, () => Promise<unknown>][] = [
+        ["job queue closed", () => jobs.close()],
+        ["recall embeddings closed", () => embeddings.close()],
+        ["vectors closed", () => vectors.close()],
+        ["Chroma stopped", () => chroma.stop()],
+        ["pubsub closed", () => pubsub.close()],
+        ["database client closed", () => db.$disconnect()],
+        ["store stopped", () => store.stop()],
+      ];
+      let failure: unknown;
+      for (const [done, step] of steps) {
+        try {
+          await step();
+          log.debug(done);
+        } catch (error) {
+          log.warn(`while closing: ${done.split(" ")[0]} failed`, { error });
+          failure ??= error;
+        }
+      }
+      if (failure) throw failure;
     },
   };
 }

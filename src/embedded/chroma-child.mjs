@@ -12,8 +12,10 @@ let stopping = false;
 function stop() {
   if (stopping) return;
   stopping = true;
-  // The binding has no stop call; exiting the process ends its threads and frees the port.
-  process.exit(0);
+  // The binding has no stop call, and process.exit() would wait forever to join the worker
+  // thread blocked in native code: the process ends itself the one way that cannot hang.
+  // Chroma's SQLite and its segment files are written to survive exactly that.
+  process.kill(process.pid, "SIGKILL");
 }
 watchParent(stop);
 
@@ -26,6 +28,9 @@ const server = new Worker(
 );
 server.on("error", (error) => {
   process.stderr.write(`embedded Chroma: ${error?.message ?? error}\n`);
-  process.exit(1);
+  stop();
 });
-server.on("exit", (code) => process.exit(code || 1));
+server.on("exit", (code) => {
+  process.exitCode = code || 1;
+  stop();
+});

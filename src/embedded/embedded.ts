@@ -3,7 +3,7 @@ import { mkdirSync, rmSync } from "node:fs";
 import path from "node:path";
 import { fromRoot } from "../paths.ts";
 import type { Logger } from "../log.ts";
-import { liveOwner, writeOwnerFile, type Owner } from "./owner.ts";
+import { isAlive, liveOwner, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
 
 const childScript = fromRoot("src", "embedded", "pglite-child.mjs");
 
@@ -105,6 +105,9 @@ export async function startEmbeddedStore(dataDir: string, options: EmbeddedStore
   const pgDir = path.join(dir, "pg");
   mkdirSync(dir, { recursive: true });
   claimOwnership(dir);
+  // The folder's owner died (SIGKILL) with its embedded Chroma: that Chroma's record goes too.
+  const chroma = readOwnerFile(path.join(dir, "chroma.owner.json"));
+  if (chroma && !isAlive(chroma.pid)) rmSync(path.join(dir, "chroma.owner.json"), { force: true });
 
   let { child, ready } = forkChild(pgDir, 0, options);
   let port: number;

@@ -73,7 +73,7 @@ class Connection {
         }
         if (this.buffer.length < length) return;
         this.started = true;
-        this.enqueue(this.buffer.subarray(0, length));
+        this.enqueue(this.buffer.subarray(0, length), true);
         this.buffer = this.buffer.subarray(length);
         continue;
       }
@@ -89,14 +89,15 @@ class Connection {
       }
       this.pending.push(message);
       if (BATCH_END.has(type)) {
-        this.enqueue(Buffer.concat(this.pending));
+        this.enqueue(Buffer.concat(this.pending), type === "S" || type === "Q");
         this.pending = [];
       }
     }
   }
 
-  enqueue(batch) {
-    queue.push({ conn: this, batch: Buffer.from(batch) });
+  /** expectsReply: the batch ends with Sync or Query (or is the startup), so PostgreSQL must answer it. */
+  enqueue(batch, expectsReply = false) {
+    queue.push({ conn: this, batch: Buffer.from(batch), expectsReply });
     void drain();
   }
 }
@@ -108,18 +109,27 @@ async function drain() {
     for (;;) {
       const index = owner ? queue.findIndex((item) => item.conn === owner) : 0;
       if (index < 0 || queue.length === 0) break;
-      const [{ conn, batch }] = queue.splice(index, 1);
+      const [{ conn, batch, expectsReply }] = queue.splice(index, 1);
       if (conn.closed) continue;
       conn.lastActive = Date.now();
       batchStarted = Date.now();
+      const answer = lastMessageType();
       try {
         await db.runExclusive(() =>
           db.execProtocolRawStream(new Uint8Array(batch), {
             onRawData: (chunk) => {
+              answer.feed(chunk);
               if (!conn.closed) conn.socket.write(Buffer.from(chunk));
             },
           }),
         );
+        // A complete answer ends with ReadyForQuery (or a COPY handshake). Seen on a full disk:
+        // PGlite PANICs on a WAL write, answers the error without ReadyForQuery, and the client
+        // would wait forever. PostgreSQL restarts after a PANIC; so do we.
+        if (expectsReply && !["Z", "G", "H", "W"].includes(answer.type())) {
+          conn.socket.destroy();
+          fail("the database failed mid-answer (a PANIC, e.g. on a full disk)");
+        }
       } catch (error) {
         // SQL errors reach the client as ErrorResponse messages; a throw means PGlite itself failed.
         process.stderr.write(`embedded database: ${error?.message ?? error}\n`);
@@ -137,6 +147,35 @@ async function drain() {
   }
 }
 
+/** Tracks the type of the last complete message in a stream of backend messages. */
+function lastMessageType() {
+  let header = Buffer.alloc(0);
+  let skip = 0;
+  let last = "";
+  return {
+    feed(chunk) {
+      let data = Buffer.from(chunk);
+      while (data.length) {
+        if (skip > 0) {
+          const n = Math.min(skip, data.length);
+          skip -= n;
+          data = data.subarray(n);
+          continue;
+        }
+        const need = 5 - header.length;
+        header = Buffer.concat([header, data.subarray(0, need)]);
+        data = data.subarray(need);
+        if (header.length === 5) {
+          last = String.fromCharCode(header[0]);
+          skip = header.readInt32BE(1) - 4;
+          header = Buffer.alloc(0);
+        }
+      }
+    },
+    type: () => (skip === 0 && header.length === 0 ? last : ""),
+  };
+}
+
 function inTransaction() {
   try {
     return db.isInTransaction();
@@ -146,7 +185,13 @@ function inTransaction() {
 }
 
 async function rollback() {
-  if (inTransaction()) await db.exec("ROLLBACK").catch(() => {});
+  if (inTransaction()) {
+    const done = await Promise.race([
+      db.exec("ROLLBACK").then(() => true, () => true),
+      new Promise((resolve) => setTimeout(() => resolve(false), 5_000).unref()),
+    ]);
+    if (!done) fail("a rollback did not finish within 5 s");
+  }
   owner = null;
 }
 

@@ -8,13 +8,14 @@ import { useServer } from "graphql-ws/use/ws";
 import { renderGraphiQL } from "@graphql-yoga/render-graphiql";
 import { createYoga, maskError as defaultMaskError, type YogaServerInstance } from "graphql-yoga";
 import { WebSocketServer } from "ws";
-import type { Context } from "./builder.ts";
+import type { GraphQLContext } from "./builder.ts";
+import { forTenant } from "./db.ts";
 import { EngramError } from "./errors.ts";
 import { checkHealth } from "./health.ts";
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
-import { authenticate } from "./memory/keys.ts";
-import { LIMITS } from "./memory/limits.ts";
+import { authenticate } from "./auth.ts";
+import { LIMITS } from "./limits.ts";
 import type { Services } from "./services.ts";
 
 const GRAPHQL_PATH = "/graphql";
@@ -83,7 +84,7 @@ function bodyRefusal(req: IncomingMessage): { status: number; message: string } 
 }
 
 export type App = {
-  yoga: YogaServerInstance<InitialContext, Context>;
+  yoga: YogaServerInstance<InitialContext, GraphQLContext>;
   /** Listens on host:port (port 0 picks a free one) and returns the base URL. */
   start(port?: number, host?: string): Promise<string>;
   stop(): Promise<void>;
@@ -94,7 +95,7 @@ export type App = {
  * auth check: a request without a valid key gets nothing, GraphiQL included.
  */
 export function buildApp(services: Services): App {
-  const yoga = createYoga<InitialContext, Context>({
+  const yoga = createYoga<InitialContext, GraphQLContext>({
     schema,
     graphqlEndpoint: GRAPHQL_PATH,
     landingPage: false,
@@ -111,7 +112,7 @@ export function buildApp(services: Services): App {
     context: async (initial) => {
       const principal = await authenticate(services.db, authorizationOf(initial));
       if (!principal) throw unauthenticated();
-      return { principal, services };
+      return { principal, db: forTenant(services.db, principal.tenantId), deps: services.deps };
     },
     plugins: [
       maxDepthPlugin({ n: LIMITS.queryDepth }),
@@ -125,7 +126,8 @@ export function buildApp(services: Services): App {
   const server: Server = createServer((req: IncomingMessage, res) => {
     const pathname = (req.url ?? "/").split("?")[0];
     if (pathname === "/healthz" || pathname === "/readyz") {
-      void checkHealth(services).then((health) => {
+      const parts = { ...services, query: () => services.db.$queryRawUnsafe("SELECT 1") };
+      void checkHealth(parts).then((health) => {
         const up = pathname === "/readyz" ? ready && health.status !== "down" : health.status !== "down";
         const body = pathname === "/readyz" ? { ready: up, ...health } : health;
         res.writeHead(up ? 200 : 503, { "content-type": "application/json", "cache-control": "no-store" });

@@ -86,9 +86,10 @@ async function resolveTenantId(db: Db, given?: string) {
 
 /** `engram import`: conversations from a JSONL file, with a progress bar on stderr. */
 async function importFile(services: Services, file: string, tenant?: string): Promise<number> {
-  const [{ countLines, importJsonl }, { afterNewMessages }] = await Promise.all([
-    import("./memory/import-file.ts"),
-    import("../jobs/follow-ups.ts"),
+  const [{ countLines, importJsonl }, { afterTurnRecorded }, { forTenant }] = await Promise.all([
+    import("./memory/conversations/import-file.ts"),
+    import("./work/after-turn.ts"),
+    import("./db.ts"),
   ]);
   const tenantId = await resolveTenantId(services.db, tenant);
   const total = await countLines(file);
@@ -103,8 +104,9 @@ async function importFile(services: Services, file: string, tenant?: string): Pr
     if (tty) process.stderr.write(`\r${line}`);
     else if (done === total || done % Math.max(1, Math.ceil(total / 10)) === 0) process.stderr.write(`${line}\n`);
   };
-  const after = (conversationId: string) => afterNewMessages(services, tenantId, conversationId, { imported: true });
-  for await (const result of importJsonl(services.db, tenantId, file, after)) {
+  const db = forTenant(services.db, tenantId);
+  const after = (imported: Parameters<typeof afterTurnRecorded>[2]) => afterTurnRecorded(db, services.deps, imported);
+  for await (const result of importJsonl(db, file, after)) {
     done++;
     if (result.error) {
       failed++;
@@ -142,7 +144,7 @@ async function main(argv: string[]) {
   if (command === "tenants" && sub === "create") {
     const name = rest.join(" ").trim();
     if (!name) throw new EngramError("BAD_USER_INPUT", "Give the tenant a name: engram tenants create <name>");
-    const { createTenant } = await import("./memory/keys.ts");
+    const { createTenant } = await import("./auth.ts");
     const { tenant, adminKey } = await withDb((db) => createTenant(db, { name }));
     process.stderr.write(`tenant ${tenant.id} (${tenant.name}); its admin key:\n`);
     process.stdout.write(`${adminKey}\n`);
@@ -157,17 +159,17 @@ async function main(argv: string[]) {
     if (role !== "ADMIN" && role !== "WRITER" && role !== "READER") {
       throw new EngramError("BAD_USER_INPUT", "--role must be admin, writer or reader.");
     }
-    const { createApiKey } = await import("./memory/keys.ts");
+    const [{ createApiKey }, { forTenant }] = await Promise.all([import("./governance/keys.ts"), import("./db.ts")]);
     const { key } = await withDb(async (db) =>
-      createApiKey(db, { tenantId: await resolveTenantId(db, values.tenant), role, name: values.name ?? "" }),
+      createApiKey(forTenant(db, await resolveTenantId(db, values.tenant)), { role, name: values.name ?? "" }),
     );
     process.stdout.write(`${key}\n`);
     return;
   }
   if ((command === "compact" || command === "retention") && sub === "--now") {
     const runs = await withServices(async (services) => {
-      if (command === "compact") return (await import("../jobs/compact.ts")).runCompaction(services, {});
-      return (await import("../jobs/retention.ts")).runRetention(services, {});
+      if (command === "compact") return (await import("./work/compact-tenants.ts")).compactTenants(services.deps, {});
+      return (await import("./work/retention.ts")).retentionSweep(services.deps, {});
     });
     for (const run of runs) {
       process.stdout.write(`${run.tenantId} ${run.status} ${JSON.stringify(run.result ?? run.error)}\n`);

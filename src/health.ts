@@ -1,4 +1,4 @@
-import type { Services } from "./services.ts";
+import type { Store } from "./embedded/embedded.ts";
 
 /** One component's state as /healthz reports it. */
 export type ComponentHealth = { status: "ok" | "down"; detail?: string };
@@ -28,17 +28,26 @@ async function timed(check: () => Promise<ComponentHealth>): Promise<ComponentHe
   }
 }
 
+/** What the health check asks: the composition root hands in its parts. */
+export type HealthParts = {
+  store: Pick<Store, "state" | "kind">;
+  /** A trivial query through the API's own database pool. */
+  query(): Promise<unknown>;
+  queue: { ping(): Promise<void> };
+  chroma: { health(): Promise<ComponentHealth> };
+};
+
 /** Asks each component, in parallel: the store with a query, the queue on its own pool, Chroma by heartbeat. */
-export async function checkHealth(services: Services): Promise<Health> {
+export async function checkHealth(services: HealthParts): Promise<Health> {
   const [store, queue, chroma] = await Promise.all([
     timed(async () => {
       const state = services.store.state();
       if (state !== "up") return { status: "down", detail: `embedded database ${state}` };
-      await services.db.$queryRawUnsafe("SELECT 1");
+      await services.query();
       return { status: "ok", detail: services.store.kind };
     }),
     timed(async () => {
-      await services.jobs.ping();
+      await services.queue.ping();
       return { status: "ok" };
     }),
     timed(() => services.chroma.health()),

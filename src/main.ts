@@ -3,7 +3,7 @@ import { buildApp, type App } from "./app.ts";
 import { StoreBusyError } from "./embedded/embedded.ts";
 import { EnvError, modelsConfigured, readEnv } from "./env.ts";
 import { createLogger, type Logger } from "./log.ts";
-import { bootstrapFirstTenant } from "./memory/keys.ts";
+import { bootstrapFirstTenant } from "./auth.ts";
 import { staleBuild } from "./paths.ts";
 import { openServices, type Services } from "./services.ts";
 

@@ -6,8 +6,8 @@ import { createFactJudgeChain, type FactJudgeInput, type FactJudgment } from "..
 import { createGateChain, type GateVerdict } from "../src/chains/gate.ts";
 import { forTenant } from "../src/db.ts";
 import type { Logger } from "../src/log.ts";
-import { gateMessage, keywordGate } from "../src/memory/gate.ts";
-import type { ChatModel } from "../src/models/index.ts";
+import { gateMessage, keywordGate } from "../src/memory/gate/gate.ts";
+import type { ChatModel } from "../src/models/metered.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { expectBroken, scriptedModel, thrown } from "./helpers/scripted-model.ts";
 

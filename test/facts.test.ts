@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { runTurnWork } from "../jobs/turn.ts";
-import { FACT_CAP } from "../src/memory/facts.ts";
+import { forTenant } from "../src/db.ts";
+import { runExtractAll, runTurnWork } from "../src/work/turn-work.ts";
+import { FACT_CAP } from "../src/memory/facts/facts.ts";
 import { startEngramWithModel, startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import type { ModelServer } from "./helpers/model-server.ts";
 import { factsScript, type FactsScript } from "./helpers/scripted-memory-model.ts";
@@ -35,7 +36,7 @@ async function turn(user: string, userMessage: string, options: { conversation?:
     },
   }, options.key);
   expect(errors).toBeUndefined();
-  const work = await runTurnWork(engram.services, { tenantId: engram.tenant.tenantId, turnId: data.recordTurn.id });
+  const work = await runTurnWork(forTenant(engram.services.db, engram.tenant.tenantId), engram.services.deps, { tenantId: engram.tenant.tenantId, turnId: data.recordTurn.id });
   return { ...data.recordTurn, work, endUserId: data.recordTurn.conversation.endUser.id as string };
 }
 
@@ -152,8 +153,7 @@ describe("writing facts", () => {
     // Replaying the same batch (progress rewound, as after a crash) keeps nothing twice.
     const conversation = await engram.services.db.conversation.findFirstOrThrow({ where: { externalId: "gus-b" } });
     await engram.services.db.conversation.update({ where: { id: conversation.id }, data: { extractedThroughSeq: 0 } });
-    const { runExtractAll } = await import("../jobs/turn.ts");
-    await runExtractAll(engram.services, { tenantId: engram.tenant.tenantId, conversationId: conversation.id });
+    await runExtractAll(forTenant(engram.services.db, engram.tenant.tenantId), engram.services.deps, { tenantId: engram.tenant.tenantId, conversationId: conversation.id });
     expect(await engram.services.db.fact.count({ where: { endUserId: a.endUserId } })).toBe(3);
   });
 
@@ -260,7 +260,7 @@ describe("forgetting", () => {
       const endUserId = r.data.recordTurn.conversation.endUser.id;
       await offline.gql(`mutation($input: AddFactInput!) { addFact(input: $input) { id } }`, { input: { endUserId, text: "U likes tea." } });
       const f = await offline.gql(RECORD, { input: { agentExternalId: "a", endUserExternalId: "u", conversationExternalId: "c", clientTurnId: "2", userMessage: "Forget everything about me." } });
-      const work = await runTurnWork(offline.services, { tenantId: offline.tenant.tenantId, turnId: f.data.recordTurn.id });
+      const work = await runTurnWork(forTenant(offline.services.db, offline.tenant.tenantId), offline.services.deps, { tenantId: offline.tenant.tenantId, turnId: f.data.recordTurn.id });
       expect(work).toMatchObject({ status: "FORGOT", verdict: { decidedBy: "KEYWORDS", forget: "ALL" } });
       expect(await offline.services.db.fact.count({ where: { endUserId } })).toBe(0);
     } finally {

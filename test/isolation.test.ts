@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant } from "../src/db.ts";
-import { recordJobRun } from "../src/memory/job-runs.ts";
-import { recordModelUsage } from "../src/memory/usage.ts";
+import { recordJobRun } from "../src/work/job-runs.ts";
+import { recordModelUsage } from "../src/governance/usage.ts";
 import { startTestEngram, type TenantKeys, type TestEngram } from "./helpers/engram.ts";
 import { sseSubscribe } from "./helpers/sse.ts";
 import { collect, settle, wsClient } from "./helpers/ws.ts";

@@ -1,7 +1,7 @@
 import { OutputParserException } from "@langchain/core/output_parsers";
 import { describe, expect, it } from "vitest";
 import { createRerankChain } from "../src/chains/rerank.ts";
-import { needsRecallByKeywords } from "../src/memory/recall-gate.ts";
+import { needsRecallByKeywords } from "../src/memory/gate/keywords.ts";
 import { scriptedModel, thrown } from "./helpers/scripted-model.ts";
 
 const snippets = [

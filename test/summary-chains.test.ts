@@ -7,7 +7,7 @@ import type { TranscriptMessage } from "../src/chains/transcript.ts";
 import { createVerbatimJudgeChain, type VerbatimJudgeInput, type VerbatimScores } from "../src/chains/verbatim-judge.ts";
 import { forTenant } from "../src/db.ts";
 import type { Logger } from "../src/log.ts";
-import { rewriteSummary, type SummaryDeps } from "../src/memory/summary.ts";
+import { rewriteSummary, type SummaryDeps } from "../src/memory/conversations/summary.ts";
 import type { PubSub } from "../src/pubsub.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { expectBroken, scriptedModel, thrown } from "./helpers/scripted-model.ts";

@@ -1,9 +1,10 @@
+import { forTenant } from "../../src/db.ts";
 // LoCoMo evidence recall: each conversation is one end user, each session one Engram
 // conversation (importConversation, with the session's date); each question of categories 1–4
 // asks the `recall` query from a new conversation, and the retrieved snippets' messages are
 // mapped back to LoCoMo dia_ids (message seq i of a session = its i-th turn).
 import { readFileSync } from "node:fs";
-import { indexSnippets } from "../../src/memory/snippets.ts";
+import { indexSnippets } from "../../src/memory/recall/snippets.ts";
 import { buildApp } from "../../src/app.ts";
 import { createEmbeddedStore, envInt, fmt, machineLine, markdownTable, openBenchEngram, writeReadmeSection } from "../lib.ts";
 
@@ -98,7 +99,7 @@ const db = engram.services.db;
 for (;;) {
   const pending = await db.recallSnippet.findMany({ where: { indexedAt: null }, select: { id: true }, take: 256 });
   if (pending.length === 0) break;
-  await indexSnippets(engram.services, engram.tenantId, pending.map((p) => p.id));
+  await indexSnippets(forTenant(engram.services.db, engram.tenantId), engram.services.deps, pending.map((p) => p.id));
 }
 const snippets = await db.recallSnippet.count();
 const ingestMs = performance.now() - ingestStarted;

@@ -14,9 +14,9 @@ import { limitWords, type SummarizerInput } from "../../src/chains/summarizer.ts
 import { formatTranscript, type TranscriptMessage } from "../../src/chains/transcript.ts";
 import type { VerbatimJudgeInput, VerbatimScores } from "../../src/chains/verbatim-judge.ts";
 import { forTenant } from "../../src/db.ts";
-import { DEFAULT_AGENT_SETTINGS } from "../../src/memory/agents.ts";
+import { DEFAULT_AGENT_SETTINGS } from "../../src/memory/conversations/agents.ts";
 import { assembleContext } from "../../src/memory/context.ts";
-import { rewriteSummary, type SummaryDeps } from "../../src/memory/summary.ts";
+import { rewriteSummary, type SummaryDeps } from "../../src/memory/conversations/summary.ts";
 import { countTokens } from "../../src/memory/tokens.ts";
 import { createEmbeddedStore, fmt, machineLine, markdownTable, openBenchEngram, writeReadmeSection } from "../lib.ts";
 

@@ -1,6 +1,6 @@
 import type { Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
-import type { ChatModel } from "../models/index.ts";
+import type { ChatModel } from "../models/metered.ts";
 import { extractorPrompt } from "./extractor.prompt.ts";
 import { jsonAnswerChain, modelBoolean } from "./json.ts";
 import { formatTranscript, type TranscriptMessage } from "./transcript.ts";

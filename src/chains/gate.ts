@@ -1,6 +1,6 @@
 import type { Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
-import type { ChatModel } from "../models/index.ts";
+import type { ChatModel } from "../models/metered.ts";
 import { gatePrompt } from "./gate.prompt.ts";
 import { jsonAnswerChain, modelBoolean as bool } from "./json.ts";
 

@@ -2,7 +2,7 @@ import { OutputParserException, StringOutputParser } from "@langchain/core/outpu
 import type { ChatPromptTemplate } from "@langchain/core/prompts";
 import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
-import type { ChatModel } from "../models/index.ts";
+import type { ChatModel } from "../models/metered.ts";
 
 /** A boolean, also when a model writes it as "true" / "false". */
 export const modelBoolean = z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]);

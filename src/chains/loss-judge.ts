@@ -1,6 +1,6 @@
 import type { Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
-import type { ChatModel } from "../models/index.ts";
+import type { ChatModel } from "../models/metered.ts";
 import { jsonAnswerChain, modelBoolean } from "./json.ts";
 import { lossJudgePrompt } from "./loss-judge.prompt.ts";
 import { formatTranscript, type TranscriptMessage } from "./transcript.ts";

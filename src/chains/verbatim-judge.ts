@@ -1,6 +1,6 @@
 import type { Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
-import type { ChatModel } from "../models/index.ts";
+import type { ChatModel } from "../models/metered.ts";
 import { jsonAnswerChain, modelInteger as integer } from "./json.ts";
 import { formatTranscript, type TranscriptMessage } from "./transcript.ts";
 import { verbatimJudgePrompt } from "./verbatim-judge.prompt.ts";

@@ -1,7 +1,7 @@
-import { builder, tenantDb } from "../builder.ts";
+import { builder } from "../builder.ts";
 import { notFound } from "../errors.ts";
-import { agentSettings, upsertAgent, upsertEndUser } from "../memory/agents.ts";
-import { LIMITS } from "../memory/limits.ts";
+import { agentSettings, upsertAgent, upsertEndUser } from "../memory/conversations/agents.ts";
+import { LIMITS } from "../limits.ts";
 
 const AgentSettings = builder.objectRef<ReturnType<typeof agentSettings>>("AgentSettings").implement({
   description: "An agent's memory settings, defaults filled in.",
@@ -74,7 +74,7 @@ builder.queryFields((t) => ({
     authScopes: { reader: true },
     args: { id: t.arg.id({ required: true }) },
     resolve: async (query, _root, { id }, ctx) => {
-      const agent = await tenantDb(ctx).agent.findUnique({ ...query, where: { id: String(id) } });
+      const agent = await ctx.db.agent.findUnique({ ...query, where: { id: String(id) } });
       if (!agent) throw notFound("Agent", String(id));
       return agent;
     },
@@ -82,14 +82,14 @@ builder.queryFields((t) => ({
   agents: t.prismaField({
     type: ["Agent"],
     authScopes: { reader: true },
-    resolve: (query, _root, _args, ctx) => tenantDb(ctx).agent.findMany({ ...query, orderBy: { name: "asc" }, take: 500 }),
+    resolve: (query, _root, _args, ctx) => ctx.db.agent.findMany({ ...query, orderBy: { name: "asc" }, take: 500 }),
   }),
   endUser: t.prismaField({
     type: "EndUser",
     authScopes: { reader: true },
     args: { id: t.arg.id({ required: true }) },
     resolve: async (query, _root, { id }, ctx) => {
-      const user = await tenantDb(ctx).endUser.findUnique({ ...query, where: { id: String(id) } });
+      const user = await ctx.db.endUser.findUnique({ ...query, where: { id: String(id) } });
       if (!user) throw notFound("End user", String(id));
       return user;
     },
@@ -100,7 +100,7 @@ builder.queryFields((t) => ({
     authScopes: { reader: true },
     maxSize: LIMITS.pageMax,
     resolve: (query, _root, _args, ctx) =>
-      tenantDb(ctx).endUser.findMany({ ...query, orderBy: [{ updatedAt: "desc" }, { id: "desc" }] }),
+      ctx.db.endUser.findMany({ ...query, orderBy: [{ updatedAt: "desc" }, { id: "desc" }] }),
   }),
 }));
 
@@ -111,7 +111,7 @@ builder.mutationFields((t) => ({
     description: "Creates or updates an agent by your own id; settings given are merged over stored ones.",
     args: { input: t.arg({ type: UpsertAgentInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
-      const db = tenantDb(ctx);
+      const db = ctx.db;
       const agent = await upsertAgent(db, input);
       return db.agent.findUniqueOrThrow({ ...query, where: { id: agent.id } });
     },
@@ -121,7 +121,7 @@ builder.mutationFields((t) => ({
     authScopes: { writer: true },
     args: { input: t.arg({ type: UpsertEndUserInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
-      const db = tenantDb(ctx);
+      const db = ctx.db;
       const user = await upsertEndUser(db, input);
       return db.endUser.findUniqueOrThrow({ ...query, where: { id: user.id } });
     },

@@ -4,7 +4,7 @@ import { OutputParserException } from "@langchain/core/output_parsers";
 import { RunnableLambda } from "@langchain/core/runnables";
 import { FakeListChatModel } from "@langchain/core/utils/testing";
 import { expect } from "vitest";
-import type { ChatModel } from "../../src/models/index.ts";
+import type { ChatModel } from "../../src/models/metered.ts";
 
 /** A FakeListChatModel behind a lambda that records the messages each call sends it. */
 export function scriptedModel(responses: string[]) {

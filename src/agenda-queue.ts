@@ -1,0 +1,57 @@
+import { PostgresBackend } from "@agendajs/postgres-backend";
+import { Agenda } from "agenda";
+import type { z } from "zod";
+import { createPool } from "./db.ts";
+import type { Logger } from "./log.ts";
+import type { Store } from "./embedded/embedded.ts";
+import type { JobQueue } from "./queue.ts";
+
+/** The durable queue on the store's own database (Agenda); producers and the worker share it. */
+export type AgendaQueue = JobQueue & {
+  agenda: Agenda;
+  /** Resolves when the queue's database answers (for /healthz). */
+  ping(): Promise<void>;
+};
+
+/**
+ * On PGlite, LISTEN/NOTIFY does not reach other connections, so jobs wait for the poll there.
+ */
+export function createAgendaQueue(store: Store, pollMs: number, log: Logger): AgendaQueue {
+  const pool = createPool(store.url, 3, (error) => log.warn("job queue connection lost", { error }));
+  const agenda = new Agenda({
+    backend: new PostgresBackend({ pool, disableNotifications: store.embedded }),
+    processEvery: pollMs,
+  });
+  // Agenda's debounce reads then writes; chaining one key's submissions in this process keeps
+  // a burst from one API instance from racing itself into several jobs.
+  const chains = new Map<string, Promise<unknown>>();
+  const inOrder = (key: string, work: () => Promise<unknown>) => {
+    const next = (chains.get(key) ?? Promise.resolve()).catch(() => {}).then(work);
+    chains.set(key, next);
+    void next.finally(() => chains.get(key) === next && chains.delete(key)).catch(() => {});
+    return next;
+  };
+  return {
+    agenda,
+    async enqueue(job, payload) {
+      await agenda.now(job.name, job.schema.parse(payload));
+    },
+    async enqueueCoalesced(job, payload, key, debounceMs) {
+      const data = job.schema.parse(payload) as Record<string, unknown>;
+      await inOrder(`${job.name}:${String(data[key])}`, () =>
+        agenda.nowDebounced(job.name, data, { [`data.${key}`]: data[key] }, debounceMs, {
+          maxWait: debounceMs * 10,
+        }),
+      );
+    },
+    async ping() {
+      await pool.query("SELECT 1");
+    },
+    async close() {
+      // Agenda connects from its constructor: ending the pool mid-connect crashes the process.
+      await agenda.ready;
+      await agenda.stop(true);
+      await pool.end();
+    },
+  };
+}

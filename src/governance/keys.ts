@@ -1,0 +1,41 @@
+import { createHash, randomBytes } from "node:crypto";
+import { z } from "zod";
+import type { TenantDb } from "../db.ts";
+import { notFound } from "../errors.ts";
+import { parseInput } from "../errors.ts";
+import type { Role } from "../generated/prisma/client.ts";
+
+export type Principal = { tenantId: string; apiKeyId: string; role: Role };
+
+export const KEY_PREFIX = "egm_";
+
+export function hashKey(key: string): string {
+  return createHash("sha256").update(key).digest("hex");
+}
+
+const createKeyInput = z.object({
+  role: z.enum(["ADMIN", "WRITER", "READER"]),
+  name: z.string().max(200).default(""),
+});
+
+/**
+ * Makes an API key; only its sha256 is stored (keys are 256 random bits, so a slow hash adds
+ * nothing). The key itself is returned once.
+ */
+export async function createApiKey(db: TenantDb, input: z.input<typeof createKeyInput>) {
+  const { role, name } = parseInput(createKeyInput, input);
+  const tenantId = db.$tenantId();
+  const key = KEY_PREFIX + randomBytes(32).toString("base64url");
+  const row = await db.apiKey.create({
+    data: { tenantId, role, name, hash: hashKey(key), prefix: key.slice(0, 10) },
+  });
+  return { key, apiKey: row };
+}
+
+/** Revokes one of the tenant's keys (again is fine); the key row as it is now. */
+export async function revokeApiKey(db: TenantDb, id: string) {
+  const { count } = await db.apiKey.updateMany({ where: { id, revokedAt: null }, data: { revokedAt: new Date() } });
+  const key = await db.apiKey.findUnique({ where: { id } });
+  if (!key || (count === 0 && !key.revokedAt)) throw notFound("API key", id);
+  return key;
+}

@@ -1,0 +1,369 @@
+import type { Env } from "../env.ts";
+import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from "node:crypto";
+import { CronExpressionParser } from "cron-parser";
+import { z } from "zod";
+import type { TenantDb } from "../db.ts";
+import { badInput, EngramError, parseInput } from "../errors.ts";
+import type { Prisma, TenantSettings as SettingsRow } from "../generated/prisma/client.ts";
+import {
+  customPatternProblem,
+  DEFAULT_REDACTION,
+  DETECTORS,
+  type CustomPattern,
+  type Detector,
+  type RedactionRules,
+} from "./redaction.ts";
+
+export const MODEL_ROLES = ["cheap", "compaction", "embedding"] as const;
+export type ModelRole = (typeof MODEL_ROLES)[number];
+
+/** A tenant's own route for one role; unset fields fall back to the server's defaults. */
+export type StoredRoute = { baseUrl?: string; model?: string; apiKeyEncrypted?: string };
+export type ModelPrice = { inputPerMillion: number; outputPerMillion: number };
+
+/** A tenant's settings with every default filled in: what jobs and model calls obey. */
+export type EffectiveSettings = {
+  retentionDays: number;
+  /** Forgetting a user, or what they name, also deletes their raw messages (default on). */
+  forgetDeletesMessages: boolean;
+  compaction: { minEvents: number; olderThanDays: number; schedule: string };
+  monthlyTokenBudget: number | null;
+  budgetPausedSince: Date | null;
+  modelRouting: Partial<Record<ModelRole, StoredRoute>>;
+  redaction: RedactionRules;
+  prices: Record<string, ModelPrice>;
+  updatedAt: Date | null;
+};
+
+/** The server-wide default model name for a role (always set; the route may still be off). */
+export function defaultModelName(env: Env, role: ModelRole): string {
+  if (role === "embedding") return env.ENGRAM_EMBEDDING_MODEL;
+  return role === "compaction" ? env.ENGRAM_COMPACTION_MODEL : env.ENGRAM_CHEAP_MODEL;
+}
+
+export const DEFAULT_COMPACTION_SCHEDULE = "17 6 * * *";
+
+// ---------------------------------------------------------------------------------------------
+// Tenant API keys at rest: AES-256-GCM under a key derived from ENGRAM_SECRET, bound to the
+// tenant and role so a ciphertext copied to another tenant's row does not decrypt.
+
+const CIPHER_VERSION = "v1";
+
+function keyFrom(secret: string): Buffer {
+  return Buffer.from(hkdfSync("sha256", secret, "engram", "tenant-model-api-keys", 32));
+}
+
+export function encryptApiKey(secret: string, plain: string, context: string): string {
+  const iv = randomBytes(12);
+  const cipher = createCipheriv("aes-256-gcm", keyFrom(secret), iv);
+  cipher.setAAD(Buffer.from(context));
+  const data = Buffer.concat([cipher.update(plain, "utf8"), cipher.final()]);
+  return [CIPHER_VERSION, iv, cipher.getAuthTag(), data].map((p) => (typeof p === "string" ? p : p.toString("base64url"))).join(":");
+}
+
+export function decryptApiKey(secret: string, sealed: string, context: string): string {
+  const [version, iv, tag, data] = sealed.split(":");
+  if (version !== CIPHER_VERSION || !iv || !tag || !data) throw new Error("unreadable encrypted API key");
+  const decipher = createDecipheriv("aes-256-gcm", keyFrom(secret), Buffer.from(iv, "base64url"));
+  decipher.setAAD(Buffer.from(context));
+  decipher.setAuthTag(Buffer.from(tag, "base64url"));
+  return Buffer.concat([decipher.update(Buffer.from(data, "base64url")), decipher.final()]).toString("utf8");
+}
+
+export const apiKeyContext = (tenantId: string, role: ModelRole) => `${tenantId}:${role}`;
+
+// ---------------------------------------------------------------------------------------------
+// Reading
+
+const storedRoute = z
+  .object({ baseUrl: z.string().optional(), model: z.string().optional(), apiKeyEncrypted: z.string().optional() })
+  .catch({});
+
+function readRouting(json: unknown): Partial<Record<ModelRole, StoredRoute>> {
+  const routing: Partial<Record<ModelRole, StoredRoute>> = {};
+  const object = (json ?? {}) as Record<string, unknown>;
+  for (const role of MODEL_ROLES) {
+    if (object[role] && typeof object[role] === "object") routing[role] = storedRoute.parse(object[role]);
+  }
+  return routing;
+}
+
+function readRedaction(json: unknown): RedactionRules {
+  const object = (json ?? {}) as { detectors?: Record<string, unknown>; custom?: unknown };
+  const detectors = { ...DEFAULT_REDACTION.detectors };
+  for (const detector of DETECTORS) {
+    if (typeof object.detectors?.[detector] === "boolean") detectors[detector] = object.detectors[detector] as boolean;
+  }
+  const custom = Array.isArray(object.custom) ? (object.custom as CustomPattern[]) : [];
+  return { detectors, custom };
+}
+
+function readPrices(json: unknown): Record<string, ModelPrice> {
+  const prices: Record<string, ModelPrice> = {};
+  for (const [model, price] of Object.entries((json ?? {}) as Record<string, Partial<ModelPrice>>)) {
+    if (typeof price?.inputPerMillion === "number" && typeof price?.outputPerMillion === "number") {
+      prices[model] = { inputPerMillion: price.inputPerMillion, outputPerMillion: price.outputPerMillion };
+    }
+  }
+  return prices;
+}
+
+export function effectiveSettings(row: SettingsRow | null): EffectiveSettings {
+  return {
+    retentionDays: row?.retentionDays ?? 180,
+    forgetDeletesMessages: row?.forgetDeletesMessages ?? true,
+    compaction: {
+      minEvents: row?.compactionMinEvents ?? 3,
+      olderThanDays: row?.compactionAgeDays ?? 90,
+      schedule: row?.compactionSchedule ?? DEFAULT_COMPACTION_SCHEDULE,
+    },
+    monthlyTokenBudget: row?.monthlyTokenBudget ?? null,
+    budgetPausedSince: row?.budgetPausedSince ?? null,
+    modelRouting: readRouting(row?.modelRouting),
+    redaction: readRedaction(row?.redaction),
+    prices: readPrices(row?.prices),
+    updatedAt: row?.updatedAt ?? null,
+  };
+}
+
+/** The tenant's settings as they are now; read per job or turn, so changes need no restart. */
+export async function loadTenantSettings(db: TenantDb): Promise<EffectiveSettings> {
+  return effectiveSettings(await db.tenantSettings.findUnique({ where: { tenantId: db.$tenantId() } }));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Changing
+
+const cron = z
+  .string()
+  .trim()
+  .refine((value) => {
+    if (value.split(/\s+/).length !== 5) return false;
+    try {
+      CronExpressionParser.parse(value, { tz: "UTC" });
+      return true;
+    } catch {
+      return false;
+    }
+  }, "must be a five-field cron expression (minute hour day month weekday, UTC)");
+
+const routeInput = z
+  .object({
+    baseUrl: z.string().trim().url().regex(/^https?:\/\//, "must be an http(s) URL").max(500).nullish(),
+    model: z.string().trim().min(1).max(200).nullish(),
+    /** null clears the tenant's key; absent leaves it as it is. */
+    apiKey: z.string().trim().min(1).max(1_000).nullish(),
+  })
+  .strict();
+
+const customPatternInput = z
+  .object({
+    name: z.string().trim().regex(/^[A-Za-z][A-Za-z0-9_-]{0,39}$/, "letters, digits, - and _, starting with a letter"),
+    pattern: z.string(),
+    flags: z.string().default(""),
+    placeholder: z.string().trim().min(1).max(40).nullish(),
+  })
+  .superRefine((value, ctx) => {
+    const problem = customPatternProblem(value.pattern, value.flags);
+    if (problem) ctx.addIssue({ code: "custom", path: ["pattern"], message: problem });
+  })
+  .transform(
+    (value): CustomPattern => ({
+      name: value.name,
+      pattern: value.pattern,
+      flags: value.flags,
+      placeholder: value.placeholder ?? `[${value.name.toUpperCase()}]`,
+    }),
+  );
+
+const detectorsInput = z.object(Object.fromEntries(DETECTORS.map((d) => [d, z.boolean().nullish()])) as Record<Detector, z.ZodOptional<z.ZodNullable<z.ZodBoolean>>>).strict();
+
+const usd = z.number().finite().min(0).max(10_000);
+
+export const updateSettingsInput = z
+  .object({
+    retentionDays: z.number().int().min(0).max(36_500).nullish(),
+    forgetDeletesMessages: z.boolean().nullish(),
+    compaction: z
+      .object({
+        minEvents: z.number().int().min(2).max(1_000).nullish(),
+        olderThanDays: z.number().int().min(1).max(36_500).nullish(),
+        schedule: cron.nullish(),
+      })
+      .strict()
+      .nullish(),
+    /** null removes the limit; absent leaves it as it is. */
+    monthlyTokenBudget: z.number().int().min(0).nullish(),
+    modelRouting: z
+      .object({ cheap: routeInput.nullish(), compaction: routeInput.nullish(), embedding: routeInput.nullish() })
+      .strict()
+      .nullish(),
+    redaction: z
+      .object({
+        detectors: detectorsInput.nullish(),
+        custom: z
+          .array(customPatternInput)
+          .max(50)
+          .refine((list) => new Set(list.map((p) => p.name)).size === list.length, "custom pattern names must be unique")
+          .nullish(),
+      })
+      .strict()
+      .nullish(),
+    /** Replaces the whole price table. */
+    prices: z
+      .array(z.object({ model: z.string().trim().min(1).max(200), inputPerMillion: usd, outputPerMillion: usd }).strict())
+      .max(200)
+      .refine((list) => new Set(list.map((p) => p.model)).size === list.length, "one price per model")
+      .nullish(),
+  })
+  .strict();
+
+export type UpdateSettingsInput = z.input<typeof updateSettingsInput>;
+
+type Change = { from: unknown; to: unknown };
+
+/** What an audit entry shows for a route: never the key, only whether one is set. */
+const auditRoute = (route: StoredRoute | undefined) =>
+  route ? { baseUrl: route.baseUrl ?? null, model: route.model ?? null, apiKey: route.apiKeyEncrypted ? "[set]" : null } : null;
+
+const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
+
+/**
+ * Validates and applies a settings change for the caller's tenant, and records it in the audit
+ * log with the key that made it. Fields left out stay as they are; invalid input writes nothing.
+ */
+export async function updateTenantSettings(
+  db: TenantDb,
+  actor: { apiKeyId: string; secret: string | undefined },
+  rawInput: unknown,
+): Promise<EffectiveSettings> {
+  const input = parseInput(updateSettingsInput, rawInput);
+  const tenantId = db.$tenantId();
+  const current = await loadTenantSettings(db);
+
+  const data: Prisma.TenantSettingsUncheckedUpdateInput = {};
+  const changes: Record<string, Change> = {};
+  const set = <K extends keyof Prisma.TenantSettingsUncheckedUpdateInput>(
+    column: K,
+    label: string,
+    from: unknown,
+    to: Prisma.TenantSettingsUncheckedUpdateInput[K],
+    shown: unknown = to,
+  ) => {
+    if (same(from, shown)) return;
+    data[column] = to;
+    changes[label] = { from, to: shown };
+  };
+
+  if (input.retentionDays != null) set("retentionDays", "retentionDays", current.retentionDays, input.retentionDays);
+  if (input.forgetDeletesMessages != null) {
+    set("forgetDeletesMessages", "forgetDeletesMessages", current.forgetDeletesMessages, input.forgetDeletesMessages);
+  }
+  if (input.compaction?.minEvents != null)
+    set("compactionMinEvents", "compaction.minEvents", current.compaction.minEvents, input.compaction.minEvents);
+  if (input.compaction?.olderThanDays != null)
+    set("compactionAgeDays", "compaction.olderThanDays", current.compaction.olderThanDays, input.compaction.olderThanDays);
+  if (input.compaction?.schedule != null)
+    set("compactionSchedule", "compaction.schedule", current.compaction.schedule, input.compaction.schedule);
+  if (input.monthlyTokenBudget !== undefined) {
+    set("monthlyTokenBudget", "monthlyTokenBudget", current.monthlyTokenBudget, input.monthlyTokenBudget);
+  }
+
+  if (input.modelRouting) {
+    const routing = { ...current.modelRouting };
+    for (const role of MODEL_ROLES) {
+      const change = input.modelRouting[role];
+      if (change === undefined) continue;
+      const before = routing[role];
+      if (change === null) {
+        delete routing[role];
+      } else {
+        const next: StoredRoute = { ...before };
+        if (change.baseUrl !== undefined) next.baseUrl = change.baseUrl ?? undefined;
+        if (change.model !== undefined) next.model = change.model ?? undefined;
+        if (change.apiKey === null) delete next.apiKeyEncrypted;
+        else if (change.apiKey !== undefined) {
+          if (!actor.secret) {
+            throw badInput(
+              "Tenant API keys are stored encrypted, and this server has no ENGRAM_SECRET to encrypt them with. Set ENGRAM_SECRET and restart, or leave apiKey out.",
+              { path: `modelRouting.${role}.apiKey` },
+            );
+          }
+          next.apiKeyEncrypted = encryptApiKey(actor.secret, change.apiKey, apiKeyContext(tenantId, role));
+        }
+        const cleaned = Object.fromEntries(Object.entries(next).filter(([, v]) => v !== undefined)) as StoredRoute;
+        if (Object.keys(cleaned).length) routing[role] = cleaned;
+        else delete routing[role];
+      }
+      const after = routing[role];
+      const keyChanged = change !== null && change.apiKey !== undefined && change.apiKey !== null;
+      if (!same(before, after)) {
+        changes[`modelRouting.${role}`] = {
+          from: auditRoute(before),
+          // A new key shows as "[changed]", so the log tells a rotation apart without revealing it.
+          to: after ? { ...auditRoute(after), ...(keyChanged && before?.apiKeyEncrypted ? { apiKey: "[changed]" } : {}) } : null,
+        };
+      }
+    }
+    data.modelRouting = routing as Prisma.InputJsonValue;
+  }
+
+  if (input.redaction) {
+    const next: RedactionRules = {
+      detectors: { ...current.redaction.detectors },
+      custom: input.redaction.custom ?? current.redaction.custom,
+    };
+    for (const detector of DETECTORS) {
+      const value = input.redaction.detectors?.[detector];
+      if (value != null) next.detectors[detector] = value;
+    }
+    set("redaction", "redaction", current.redaction, next as unknown as Prisma.InputJsonValue);
+  }
+
+  if (input.prices) {
+    const prices = Object.fromEntries(
+      input.prices.map((p) => [p.model, { inputPerMillion: p.inputPerMillion, outputPerMillion: p.outputPerMillion }]),
+    );
+    set("prices", "prices", current.prices, prices);
+  }
+
+  // Only the columns that changed are written; modelRouting is rewritten only when a role did.
+  if (!Object.keys(changes).some((label) => label.startsWith("modelRouting."))) delete data.modelRouting;
+  if (Object.keys(data).length === 0) return current;
+  await db.$transaction(async (tx) => {
+    await tx.tenantSettings.upsert({
+      where: { tenantId },
+      create: { ...(data as Prisma.TenantSettingsUncheckedCreateInput), tenantId },
+      update: data,
+    });
+    await tx.auditLog.create({
+      data: { tenantId, apiKeyId: actor.apiKeyId, action: "settings.update", changes: changes as Prisma.InputJsonValue },
+    });
+  });
+  return loadTenantSettings(db);
+}
+
+/** The route a role resolves to for this tenant, with its key decrypted; used only to call models. */
+export function tenantApiKey(
+  settings: EffectiveSettings,
+  tenantId: string,
+  role: ModelRole,
+  secret: string | undefined,
+): string | undefined {
+  const sealed = settings.modelRouting[role]?.apiKeyEncrypted;
+  if (!sealed) return undefined;
+  if (!secret) {
+    throw new EngramError(
+      "MODEL_UNAVAILABLE",
+      `This tenant's ${role} model key is stored encrypted, but ENGRAM_SECRET is not set; the call was not made.`,
+    );
+  }
+  try {
+    return decryptApiKey(secret, sealed, apiKeyContext(tenantId, role));
+  } catch {
+    throw new EngramError(
+      "MODEL_UNAVAILABLE",
+      `This tenant's ${role} model key cannot be decrypted with the current ENGRAM_SECRET; set the key again.`,
+    );
+  }
+}

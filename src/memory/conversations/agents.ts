@@ -1,0 +1,93 @@
+import { z } from "zod";
+import type { TenantDb } from "../../db.ts";
+import { parseInput } from "../../errors.ts";
+import type { Agent } from "../../generated/prisma/client.ts";
+
+const externalId = z.string().trim().min(1).max(200);
+
+const settingFields = z.object({
+  summaryOn: z.boolean(),
+  tailSize: z.number().int().min(1).max(100),
+  historySize: z.number().int().min(1).max(500),
+  summaryWordLimit: z.number().int().min(20).max(1_000),
+  recallOn: z.boolean(),
+  extractionOn: z.boolean(),
+  allowSensitiveFacts: z.boolean(),
+  extractionBatchSize: z.number().int().min(1).max(100),
+});
+
+export type AgentSettings = z.infer<typeof settingFields>;
+
+/** The product's defaults (SPEC §4–§6). */
+export const DEFAULT_AGENT_SETTINGS: AgentSettings = {
+  summaryOn: true,
+  tailSize: 6,
+  historySize: 20,
+  summaryWordLimit: 150,
+  recallOn: true,
+  extractionOn: true,
+  allowSensitiveFacts: false,
+  extractionBatchSize: 8,
+};
+
+const withoutNulls = (value: unknown) =>
+  value && typeof value === "object"
+    ? Object.fromEntries(Object.entries(value).filter(([, v]) => v != null))
+    : value;
+
+/** A partial change of settings; nulls mean "leave as is". */
+export const agentSettingsPatch = z.preprocess(withoutNulls, settingFields.partial().strict());
+
+/** Stored settings with defaults filled in (stored JSON only holds what was set). */
+export function agentSettings(agent: Pick<Agent, "settings">): AgentSettings {
+  const stored = settingFields.partial().safeParse(agent.settings ?? {});
+  return { ...DEFAULT_AGENT_SETTINGS, ...(stored.success ? stored.data : {}) };
+}
+
+export const upsertAgentInput = z.object({
+  externalId,
+  name: z.string().trim().min(1).max(200).nullish(),
+  settings: agentSettingsPatch.nullish(),
+});
+
+/** Creates or updates an agent by the caller's own id; settings given are merged over stored ones. */
+export async function upsertAgent(db: TenantDb, input: z.input<typeof upsertAgentInput>) {
+  const parsed = parseInput(upsertAgentInput, input);
+  const given = parsed.settings ?? {};
+  return db.$transaction(async (tx) => {
+    const existing = await tx.agent.findUnique({
+      where: { tenantId_externalId: { tenantId: db.$tenantId(), externalId: parsed.externalId } },
+    });
+    const settings = { ...((existing?.settings as object) ?? {}), ...given };
+    if (existing) {
+      return tx.agent.update({
+        where: { id: existing.id },
+        data: { settings, ...(parsed.name ? { name: parsed.name } : {}) },
+      });
+    }
+    return tx.agent.create({
+      data: {
+        tenantId: db.$tenantId(),
+        externalId: parsed.externalId,
+        name: parsed.name ?? parsed.externalId,
+        settings,
+      },
+    });
+  });
+}
+
+export const upsertEndUserInput = z.object({
+  externalId,
+  displayName: z.string().trim().min(1).max(200).nullish(),
+});
+
+export async function upsertEndUser(db: TenantDb, input: z.input<typeof upsertEndUserInput>) {
+  const { externalId: id, displayName } = parseInput(upsertEndUserInput, input);
+  return db.endUser.upsert({
+    where: { tenantId_externalId: { tenantId: db.$tenantId(), externalId: id } },
+    create: { tenantId: db.$tenantId(), externalId: id, displayName: displayName ?? null },
+    update: displayName ? { displayName } : {},
+  });
+}
+
+export { externalId as externalIdSchema };

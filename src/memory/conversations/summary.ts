@@ -1,0 +1,180 @@
+import { OutputParserException } from "@langchain/core/output_parsers";
+import type { Runnable } from "@langchain/core/runnables";
+import type { LossJudgeInput, LossVerdict } from "../../chains/loss-judge.ts";
+import { limitWords, type SummarizerInput } from "../../chains/summarizer.ts";
+import { countWords } from "../../chains/transcript.ts";
+import type { VerbatimJudgeInput, VerbatimScores } from "../../chains/verbatim-judge.ts";
+import type { TenantDb } from "../../db.ts";
+import type { Logger } from "../../log.ts";
+import type { PubSub } from "../../pubsub.ts";
+import { agentSettings } from "./agents.ts";
+import { underConversationLease } from "./leases.ts";
+
+// The verbatim judge looks at this many of the most recent folded messages.
+const VERBATIM_WINDOW = 30;
+const MAX_FOLD = 120;
+
+export type SummaryDeps = {
+  summarizer: Runnable<SummarizerInput, string>;
+  lossJudge: Runnable<LossJudgeInput, LossVerdict>;
+  verbatimJudge: Runnable<VerbatimJudgeInput, VerbatimScores>;
+  pubsub: PubSub;
+  log: Logger;
+};
+
+export type RewriteOutcome =
+  | { status: "ACCEPTED" | "REJECTED"; revisionId: string; coveredThroughSeq: number }
+  | { status: "NOTHING_TO_FOLD" | "SUMMARY_OFF" | "UNPARSABLE" | "SUPERSEDED" | "BUSY" | "GONE" };
+
+class Superseded extends Error {}
+
+const shared = (conversationId: string) => ({ conversationId, private: false });
+
+/**
+ * Folds everything older than the tail into the running summary: rewrite with the summarizer,
+ * then let the loss judge decide. A rewrite that lost something the user said is stored as a
+ * rejected revision with the reason and the previous summary stays; an accepted one replaces it
+ * and the verbatim judge re-scores the older messages. A model answer that cannot be read
+ * changes nothing and is logged; a model that cannot be reached throws, so the job retries.
+ */
+export async function rewriteSummary(db: TenantDb, deps: SummaryDeps, conversationId: string): Promise<RewriteOutcome> {
+  // One rewrite per conversation at a time, across workers.
+  return underConversationLease(db, conversationId, "summaryLeaseUntil", () =>
+    rewriteUnderLease(db, deps, conversationId),
+  );
+}
+
+/** Whether messages older than the tail are still waiting to be folded (the job re-queues then). */
+export async function hasUnfoldedMessages(db: TenantDb, conversationId: string): Promise<boolean> {
+  const conversation = await db.conversation.findUnique({ where: { id: conversationId }, include: { agent: true } });
+  if (!conversation) return false;
+  const settings = agentSettings(conversation.agent);
+  if (!settings.summaryOn) return false;
+  const unfolded = await db.message.count({
+    where: { ...shared(conversationId), seq: { gt: conversation.summaryThroughSeq } },
+  });
+  return unfolded > settings.tailSize;
+}
+
+async function rewriteUnderLease(db: TenantDb, deps: SummaryDeps, conversationId: string): Promise<RewriteOutcome> {
+  const conversation = await db.conversation.findUnique({ where: { id: conversationId }, include: { agent: true } });
+  if (!conversation) return { status: "GONE" };
+  const settings = agentSettings(conversation.agent);
+  if (!settings.summaryOn) return { status: "SUMMARY_OFF" };
+
+  const unfolded = await db.message.findMany({
+    where: { ...shared(conversationId), seq: { gt: conversation.summaryThroughSeq } },
+    orderBy: { seq: "asc" },
+  });
+  // At most MAX_FOLD per call, oldest first, so a long backlog (an import, or summaries just
+  // turned on) is folded over several rewrites instead of one prompt no model can take.
+  const toFold = unfolded.slice(0, Math.max(0, unfolded.length - settings.tailSize)).slice(0, MAX_FOLD);
+  if (toFold.length === 0) return { status: "NOTHING_TO_FOLD" };
+
+  let newSummary: string;
+  let verdict: LossVerdict;
+  try {
+    newSummary = limitWords(
+      await deps.summarizer.invoke({
+        previousSummary: conversation.summary,
+        messages: toFold,
+        wordLimit: settings.summaryWordLimit,
+      }),
+      settings.summaryWordLimit,
+    );
+    verdict = await deps.lossJudge.invoke({
+      previousSummary: conversation.summary,
+      newSummary,
+      messages: toFold,
+    });
+  } catch (error) {
+    if (!(error instanceof OutputParserException)) throw error;
+    deps.log.warn("summary rewrite: the model's answer could not be read; nothing changed", {
+      conversationId,
+      error: error.message,
+      answer: String(error.llmOutput ?? "").slice(0, 500),
+    });
+    return { status: "UNPARSABLE" };
+  }
+
+  const coveredThroughSeq = toFold[toFold.length - 1].seq;
+  const accepted = !verdict.lost;
+  const revision = await db
+    .$transaction(async (tx) => {
+      // Only over the summary this rewrite started from: if another rewrite moved it, this one
+      // (accepted or rejected) is moot and rolls back whole.
+      const { count } = await tx.conversation.updateMany({
+        // The summary text too: forgetting clears it, and a rewrite begun before must not bring it back.
+        where: { id: conversationId, summaryThroughSeq: conversation.summaryThroughSeq, summary: conversation.summary },
+        data: accepted
+          ? { summary: newSummary, summaryThroughSeq: coveredThroughSeq }
+          : { updatedAt: new Date() },
+      });
+      if (count === 0) throw new Superseded();
+      return tx.summaryRevision.create({
+        data: {
+          tenantId: db.$tenantId(),
+          conversationId,
+          text: newSummary,
+          words: countWords(newSummary),
+          coveredThroughSeq,
+          accepted,
+          reason: verdict.reason || null,
+        },
+      });
+    })
+    .catch((error) => {
+      if (error instanceof Superseded) return null;
+      throw error;
+    });
+  if (!revision) return { status: "SUPERSEDED" };
+  deps.pubsub.publish("summaryChanged", db.$tenantId(), { conversationId, revisionId: revision.id });
+
+  if (accepted) await rescoreOlderMessages(db, deps, conversationId, newSummary, coveredThroughSeq, settings.tailSize);
+  return { status: accepted ? "ACCEPTED" : "REJECTED", revisionId: revision.id, coveredThroughSeq };
+}
+
+/** Asks the verbatim judge which folded messages the next reply still needs word for word. */
+async function rescoreOlderMessages(
+  db: TenantDb,
+  deps: SummaryDeps,
+  conversationId: string,
+  summary: string,
+  throughSeq: number,
+  tailSize: number,
+) {
+  const [older, recent] = await Promise.all([
+    db.message.findMany({
+      where: { ...shared(conversationId), seq: { lte: throughSeq } },
+      orderBy: { seq: "desc" },
+      take: VERBATIM_WINDOW,
+    }),
+    db.message.findMany({
+      where: { ...shared(conversationId), seq: { gt: throughSeq } },
+      orderBy: { seq: "desc" },
+      take: tailSize,
+    }),
+  ]);
+  let scores: VerbatimScores;
+  try {
+    scores = await deps.verbatimJudge.invoke({ summary, older: older.reverse(), recent: recent.reverse() });
+  } catch (error) {
+    // The accepted summary is already saved; failing the job now would only retry a rewrite
+    // that has nothing left to fold. The next accepted rewrite scores these messages again.
+    deps.log.warn("verbatim judge failed; scores unchanged until the next rewrite", {
+      conversationId,
+      error: (error as Error).message,
+    });
+    return;
+  }
+  const asked = new Set(older.map((m) => m.seq));
+  const bySeq = new Map<number, number[]>();
+  for (const [seq, score] of scores) {
+    if (asked.has(seq)) bySeq.set(score, [...(bySeq.get(score) ?? []), seq]);
+  }
+  await db.$transaction(
+    [...bySeq].map(([score, seqs]) =>
+      db.message.updateMany({ where: { conversationId, seq: { in: seqs } }, data: { keepScore: score } }),
+    ),
+  );
+}

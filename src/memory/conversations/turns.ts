@@ -1,0 +1,186 @@
+import { z } from "zod";
+import type { TenantDb } from "../../db.ts";
+import { EngramError, notFound, parseInput } from "../../errors.ts";
+import { Prisma, type Conversation, type MessageRole, type Turn } from "../../generated/prisma/client.ts";
+import { externalIdSchema } from "./agents.ts";
+import { MESSAGE_LIMITS } from "../../limits.ts";
+
+const content = z.string().min(1).max(MESSAGE_LIMITS.messageMaxChars);
+
+const participants = {
+  agentExternalId: externalIdSchema,
+  endUserExternalId: externalIdSchema,
+  conversationExternalId: externalIdSchema,
+};
+
+export const recordTurnInput = z.object({
+  ...participants,
+  clientTurnId: z.string().trim().min(1).max(200),
+  userMessage: content,
+  assistantMessage: content.nullish(),
+  /** The agent's private steps (tool calls, scratchpad): kept, never shared memory. */
+  privateSteps: z.array(content).max(MESSAGE_LIMITS.privateStepsMax).nullish(),
+  occurredAt: z.date().nullish(),
+});
+
+export const importConversationInput = z.object({
+  ...participants,
+  messages: z
+    .array(
+      z.object({
+        role: z.enum(["USER", "ASSISTANT", "SYSTEM", "TOOL"]),
+        content,
+        occurredAt: z.date().nullish(),
+        private: z.boolean().nullish(),
+      }),
+    )
+    .min(1)
+    .max(MESSAGE_LIMITS.importMessagesMax),
+});
+
+type NewMessage = { role: MessageRole; content: string; private: boolean; occurredAt: Date };
+
+// Many turns of one conversation may arrive at once; each waits its turn for the row lock.
+const TX = { maxWait: 30_000, timeout: 30_000 } as const;
+
+const isUniqueViolation = (error: unknown) =>
+  error instanceof Prisma.PrismaClientKnownRequestError && error.code === "P2002";
+
+/** Finds or creates the agent, the end user and the conversation a message belongs to. */
+async function conversationFor(tx: TenantDb, tenantId: string, ids: z.infer<z.ZodObject<typeof participants>>) {
+  const agent = await tx.agent.upsert({
+    where: { tenantId_externalId: { tenantId, externalId: ids.agentExternalId } },
+    create: { tenantId, externalId: ids.agentExternalId, name: ids.agentExternalId },
+    update: {},
+  });
+  const endUser = await tx.endUser.upsert({
+    where: { tenantId_externalId: { tenantId, externalId: ids.endUserExternalId } },
+    create: { tenantId, externalId: ids.endUserExternalId },
+    update: {},
+  });
+  const conversation = await tx.conversation.upsert({
+    where: { tenantId_externalId: { tenantId, externalId: ids.conversationExternalId } },
+    create: { tenantId, externalId: ids.conversationExternalId, agentId: agent.id, endUserId: endUser.id },
+    update: {},
+  });
+  if (conversation.agentId !== agent.id || conversation.endUserId !== endUser.id) {
+    throw new EngramError(
+      "CONFLICT",
+      `Conversation ${ids.conversationExternalId} belongs to another agent or end user.`,
+    );
+  }
+  return conversation;
+}
+
+/**
+ * Appends messages with the next sequence numbers. Incrementing lastSeq takes the conversation's
+ * row lock, so concurrent writers get consecutive, gapless ranges.
+ */
+async function appendMessages(tx: TenantDb, tenantId: string, conversationId: string, messages: NewMessage[]) {
+  const { lastSeq } = await tx.conversation.update({
+    where: { id: conversationId },
+    data: { lastSeq: { increment: messages.length } },
+    select: { lastSeq: true },
+  });
+  const firstSeq = lastSeq - messages.length + 1;
+  await tx.message.createMany({
+    data: messages.map((message, i) => ({ ...message, tenantId, conversationId, seq: firstSeq + i })),
+  });
+  return { firstSeq, lastSeq };
+}
+
+/**
+ * Records one turn (the user's message, the agent's private steps, its reply). Creates the
+ * conversation on first use; idempotent on clientTurnId: a retry returns the first turn.
+ */
+export async function recordTurn(
+  db: TenantDb,
+  input: z.input<typeof recordTurnInput>,
+): Promise<{ turn: Turn; conversation: Pick<Conversation, "id" | "agentId" | "endUserId">; created: boolean }> {
+  const parsed = parseInput(recordTurnInput, input);
+  const tenantId = db.$tenantId();
+  const occurredAt = parsed.occurredAt ?? new Date();
+  const messages: NewMessage[] = [
+    { role: "USER", content: parsed.userMessage, private: false, occurredAt },
+    ...(parsed.privateSteps ?? []).map((step) => ({
+      role: "ASSISTANT" as const,
+      content: step,
+      private: true,
+      occurredAt,
+    })),
+    ...(parsed.assistantMessage
+      ? [{ role: "ASSISTANT" as const, content: parsed.assistantMessage, private: false, occurredAt }]
+      : []),
+  ];
+  const attempt = () =>
+    db.$transaction(async (tx) => {
+      const existing = await tx.turn.findFirst({
+        where: { clientTurnId: parsed.clientTurnId },
+        include: { conversation: { select: { id: true, externalId: true, agentId: true, endUserId: true } } },
+      });
+      if (existing) {
+        // A retry is the same turn of the same conversation; the same id elsewhere is a clash,
+        // not a retry, and must not swallow the new messages.
+        if (existing.conversation.externalId !== parsed.conversationExternalId) {
+          throw new EngramError(
+            "CONFLICT",
+            `clientTurnId ${parsed.clientTurnId} was already used in another conversation; turn ids are unique per tenant.`,
+          );
+        }
+        const { conversation, ...turn } = existing;
+        return { turn, conversation, created: false };
+      }
+      const conversation = await conversationFor(tx as TenantDb, tenantId, parsed);
+      const range = await appendMessages(tx as TenantDb, tenantId, conversation.id, messages);
+      const turn = await tx.turn.create({
+        data: { tenantId, conversationId: conversation.id, clientTurnId: parsed.clientTurnId, occurredAt, ...range },
+      });
+      return { turn, conversation, created: true };
+    }, TX);
+  for (let tries = 1; ; tries++) {
+    try {
+      return await attempt();
+    } catch (error) {
+      // A concurrent first use of the same conversation or turn id: the other one won; go again.
+      if (!isUniqueViolation(error) || tries >= 5) throw error;
+    }
+  }
+}
+
+/**
+ * Backfills a whole past conversation in one call (for users moving from another memory
+ * system). The conversation must be new or empty, so an import cannot be doubled.
+ */
+export async function importConversation(db: TenantDb, input: z.input<typeof importConversationInput>) {
+  const parsed = parseInput(importConversationInput, input);
+  const tenantId = db.$tenantId();
+  const now = new Date();
+  return db.$transaction(async (tx) => {
+    const conversation = await conversationFor(tx as TenantDb, tenantId, parsed);
+    if (conversation.lastSeq > 0) {
+      throw new EngramError(
+        "CONFLICT",
+        `Conversation ${parsed.conversationExternalId} already has messages; import only into a new one.`,
+      );
+    }
+    const messages = parsed.messages.map((m) => ({
+      role: m.role,
+      content: m.content,
+      private: m.private ?? false,
+      occurredAt: m.occurredAt ?? now,
+    }));
+    const range = await appendMessages(tx as TenantDb, tenantId, conversation.id, messages);
+    // The whole import is one turn: its follow-ups (snippets, summary, extraction) go through the
+    // same outbox as a recorded turn's.
+    const turn = await tx.turn.create({
+      data: {
+        tenantId,
+        conversationId: conversation.id,
+        clientTurnId: `import:${conversation.id}`,
+        occurredAt: messages[0].occurredAt,
+        ...range,
+      },
+    });
+    return { turn, conversation, created: true };
+  }, { ...TX, timeout: 120_000 });
+}

@@ -1,0 +1,225 @@
+import { z } from "zod";
+import type { CandidateFact } from "../../chains/extractor.ts";
+import type { FactJudgment } from "../../chains/fact-judge.ts";
+import type { TenantDb } from "../../db.ts";
+import { notFound, parseInput } from "../../errors.ts";
+import { Prisma, type Fact } from "../../generated/prisma/client.ts";
+import type { FactChangeKind, FactChangePayload, PubSub } from "../../pubsub.ts";
+import type { ExtraBlocks } from "../context.ts";
+import { countTokens } from "../tokens.ts";
+
+/** At most this many facts per user; the least recently confirmed non-core ones go first. */
+export const FACT_CAP = 50;
+
+const factText = z.string().trim().min(3).max(500);
+
+export type FactAuthor =
+  | { origin: "PERSON" | "API"; apiKeyId: string; sourceMessageId?: null }
+  | { origin: "EXTRACTOR"; apiKeyId?: null; sourceMessageId: string | null };
+
+export type FactDeps = { pubsub: PubSub };
+
+export const normalizeFact = (text: string) =>
+  text.toLowerCase().replace(/[^\p{L}\p{N}]+/gu, " ").trim();
+
+function announce(
+  db: TenantDb,
+  deps: FactDeps,
+  change: FactChangeKind,
+  fields: Omit<FactChangePayload, "change" | "conversationId"> & { conversationId?: string | null },
+) {
+  deps.pubsub.publish("factChanged", db.$tenantId(), { conversationId: null, ...fields, change });
+}
+
+/** A user's facts: core first, then the most recently confirmed. */
+export function listFacts(db: TenantDb, endUserId: string, query: object = {}) {
+  return db.fact.findMany({
+    ...query,
+    where: { endUserId },
+    orderBy: [{ core: "desc" }, { confirmedAt: "desc" }, { id: "asc" }],
+  });
+}
+
+async function requireUser(db: TenantDb, endUserId: string) {
+  if (!(await db.endUser.count({ where: { id: endUserId } }))) throw notFound("End user", endUserId);
+}
+
+async function writeVersion(tx: TenantDb, fact: Fact, change: FactChangeKind, reason: string | null) {
+  await tx.factVersion.create({
+    data: { tenantId: tx.$tenantId(), factId: fact.id, text: fact.text, core: fact.core, change, reason },
+  });
+}
+
+/** Keeps the user at the cap by dropping the least recently confirmed non-core facts. */
+async function enforceCap(db: TenantDb, deps: FactDeps, endUserId: string) {
+  const total = await db.fact.count({ where: { endUserId } });
+  if (total <= FACT_CAP) return;
+  const dropped = await db.fact.findMany({
+    where: { endUserId, core: false },
+    orderBy: [{ confirmedAt: "asc" }, { id: "asc" }],
+    take: total - FACT_CAP,
+  });
+  await db.fact.deleteMany({ where: { id: { in: dropped.map((f) => f.id) } } });
+  for (const fact of dropped) {
+    announce(db, deps, "DELETED", { endUserId, factId: fact.id, text: fact.text, reason: `over the cap of ${FACT_CAP} facts` });
+  }
+}
+
+async function createFact(
+  db: TenantDb,
+  deps: FactDeps,
+  input: { endUserId: string; text: string; core: boolean; sensitivity?: string | null; contradictsId?: string | null },
+  author: FactAuthor,
+  change: FactChangeKind,
+  reason: string,
+  conversationId: string | null = null,
+) {
+  const fact = await db.$transaction(async (tx) => {
+    const created = await tx.fact.create({
+      data: {
+        tenantId: db.$tenantId(),
+        endUserId: input.endUserId,
+        text: input.text,
+        core: input.core,
+        sensitivity: input.sensitivity ?? null,
+        contradictsId: input.contradictsId ?? null,
+        origin: author.origin,
+        apiKeyId: author.apiKeyId ?? null,
+        sourceMessageId: author.sourceMessageId ?? null,
+      },
+    });
+    await writeVersion(tx as TenantDb, created, change, reason);
+    return created;
+  });
+  announce(db, deps, change, { endUserId: input.endUserId, factId: fact.id, text: fact.text, reason, conversationId });
+  await enforceCap(db, deps, input.endUserId);
+  return fact;
+}
+
+export const addFactInput = z.object({
+  endUserId: z.string().min(1),
+  text: factText,
+  core: z.boolean().nullish().transform((v) => v ?? false),
+});
+
+/** A fact written by a person or through the API. */
+export async function addFact(db: TenantDb, deps: FactDeps, input: z.input<typeof addFactInput>, author: FactAuthor) {
+  const parsed = parseInput(addFactInput, input);
+  await requireUser(db, parsed.endUserId);
+  return createFact(db, deps, parsed, author, "ADDED", "added by a person");
+}
+
+export const correctFactInput = z.object({ text: factText.nullish(), core: z.boolean().nullish() });
+
+/**
+ * A person's correction: the fact changes, its earlier text stays in its history, and the key
+ * that corrected it is its author now. Saving it unchanged changes nothing.
+ */
+export async function correctFact(
+  db: TenantDb,
+  deps: FactDeps,
+  id: string,
+  input: z.input<typeof correctFactInput>,
+  author: { apiKeyId: string },
+) {
+  const parsed = parseInput(correctFactInput, input);
+  const result = await db.$transaction(async (tx) => {
+    const existing = await tx.fact.findUnique({ where: { id } });
+    if (!existing) throw notFound("Fact", id);
+    const text = parsed.text ?? existing.text;
+    const core = parsed.core ?? existing.core;
+    if (text === existing.text && core === existing.core) return { fact: existing, changed: false };
+    const updated = await tx.fact.update({
+      where: { id },
+      data: { text, core, confirmedAt: new Date(), origin: "PERSON", apiKeyId: author.apiKeyId, sourceMessageId: null },
+    });
+    await writeVersion(tx as TenantDb, updated, "CORRECTED", "corrected by a person");
+    return { fact: updated, changed: true };
+  });
+  if (result.changed) {
+    announce(db, deps, "CORRECTED", { endUserId: result.fact.endUserId, factId: id, text: result.fact.text, reason: "corrected by a person" });
+  }
+  return result.fact;
+}
+
+export type CandidateOutcome = { change: FactChangeKind | "DROPPED"; reason: string; factId: string | null };
+
+/**
+ * Applies the fact judge's rules exactly: situational and noise are dropped; sensitive facts
+ * are dropped unless the agent allows them; "same" refreshes the stored fact's confirmation;
+ * "update" replaces it (its earlier text stays in its history); "contradiction" keeps both,
+ * the newer first.
+ */
+export async function applyCandidate(
+  db: TenantDb,
+  deps: FactDeps,
+  input: {
+    endUserId: string;
+    candidate: CandidateFact;
+    judgment: FactJudgment;
+    allowSensitive: boolean;
+    sourceMessageId: string | null;
+    conversationId: string;
+  },
+): Promise<CandidateOutcome> {
+  const { endUserId, candidate, judgment, conversationId } = input;
+  if (judgment.durability !== "durable") {
+    return { change: "DROPPED", reason: `${judgment.durability}, not durable`, factId: null };
+  }
+  if (judgment.sensitivity && !input.allowSensitive) {
+    return { change: "DROPPED", reason: `sensitive (${judgment.sensitivity}) and the agent does not allow sensitive facts`, factId: null };
+  }
+  const related = judgment.relatedFactId
+    ? await db.fact.findFirst({ where: { id: judgment.relatedFactId, endUserId } })
+    : null;
+  const author: FactAuthor = { origin: "EXTRACTOR", sourceMessageId: input.sourceMessageId };
+  const base = { endUserId, text: candidate.text, core: candidate.core, sensitivity: judgment.sensitivity };
+
+  if (judgment.relation === "same" && related) {
+    await db.fact.update({ where: { id: related.id }, data: { confirmedAt: new Date() } });
+    announce(db, deps, "REFRESHED", { endUserId, factId: related.id, text: related.text, reason: "the user said it again", conversationId });
+    return { change: "REFRESHED", reason: "the user said it again", factId: related.id };
+  }
+  if (judgment.relation === "update" && related) {
+    const reason = `replaces: ${related.text}`;
+    const updated = await db.$transaction(async (tx) => {
+      const fact = await tx.fact.update({
+        where: { id: related.id },
+        data: {
+          text: candidate.text,
+          core: candidate.core || related.core,
+          sensitivity: judgment.sensitivity,
+          confirmedAt: new Date(),
+          origin: "EXTRACTOR",
+          apiKeyId: null,
+          sourceMessageId: input.sourceMessageId,
+        },
+      });
+      await writeVersion(tx as TenantDb, fact, "UPDATED", reason);
+      return fact;
+    });
+    announce(db, deps, "UPDATED", { endUserId, factId: updated.id, text: updated.text, reason, conversationId });
+    return { change: "UPDATED", reason, factId: updated.id };
+  }
+  if (judgment.relation === "contradiction" && related) {
+    const reason = `contradicts: ${related.text}`;
+    const fact = await createFact(db, deps, { ...base, contradictsId: related.id }, author, "CONTRADICTED", reason, conversationId);
+    return { change: "CONTRADICTED", reason, factId: fact.id };
+  }
+  const fact = await createFact(db, deps, base, author, "ADDED", "the user said it", conversationId);
+  return { change: "ADDED", reason: "the user said it", factId: fact.id };
+}
+
+/** The FACTS block of the context: what the user has said about themselves, core first. */
+export function factsBlocks(db: TenantDb): ExtraBlocks {
+  return async ({ endUserId }) => {
+    const facts = await listFacts(db, endUserId);
+    if (!facts.length) return [];
+    const items = facts.map((f) => {
+      const text = `- ${f.text}`;
+      return { id: f.id, text, tokens: countTokens(text), score: f.core ? 1 : 0 };
+    });
+    const text = items.map((i) => i.text).join("\n");
+    return [{ kind: "FACTS", title: "What the user has told us", text, tokens: countTokens(text), items }];
+  };
+}

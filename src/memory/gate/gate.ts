@@ -1,0 +1,87 @@
+import { createHash } from "node:crypto";
+import type { Runnable } from "@langchain/core/runnables";
+import { OutputParserException } from "@langchain/core/output_parsers";
+import type { GateVerdict } from "../../chains/gate.ts";
+import type { TenantDb } from "../../db.ts";
+import { EngramError } from "../../errors.ts";
+import type { Logger } from "../../log.ts";
+import { needsRecallByKeywords } from "./keywords.ts";
+
+export type StoredVerdict = GateVerdict & { decidedBy: "MODEL" | "KEYWORDS" };
+
+const hashOf = (message: string) => createHash("sha256").update(message.trim()).digest("hex");
+
+// Without a model, only a request phrased as one counts: "forget" opening a sentence (after an
+// optional "please"/"can you"), never "don't forget …" or "did you forget …?". Then
+// "forget everything (about me)" forgets all and "forget my X" forgets X.
+const REQUEST = String.raw`(?:^|[.!;:\n]\s*)(?:(?:please|pls|ok|okay|now|and|so)[,\s]+)*(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?)?forget\s+`;
+const FORGET_ALL = new RegExp(`${REQUEST}(?:everything|all)(?:\\s+(?:about\\s+me|you\\s+know(?:\\s+about\\s+me)?))?\\b`, "i");
+const FORGET_SOME = new RegExp(`${REQUEST}(?:that\\s+|about\\s+)?((?:my|the|that)\\b[^.!?\\n]{1,120})`, "i");
+
+/**
+ * The keyword gate used when no model is configured (or the model's answer is unreadable):
+ * it never decides to remember (the extractor needs a model anyway), catches explicit requests
+ * to forget, and asks for recall on the phrases of recall-gate.ts.
+ */
+export function keywordGate(message: string): GateVerdict {
+  const request = message.trim();
+  // A question about forgetting ("did you forget …?") is not a request to forget; "can you
+  // forget …?" is.
+  const politeRequest = /^(?:please\s+)?(?:can|could|would|will)\s+you\s+(?:please\s+)?forget\b/i.test(request);
+  if (request.endsWith("?") && !politeRequest) {
+    return { remember: false, forget: "NONE", forgetTargets: [], needsRecall: needsRecallByKeywords(message) };
+  }
+  if (FORGET_ALL.test(request)) return { remember: false, forget: "ALL", forgetTargets: [], needsRecall: false };
+  const some = FORGET_SOME.exec(request);
+  return {
+    remember: false,
+    forget: some ? "SOME" : "NONE",
+    forgetTargets: some ? [some[1].trim()] : [],
+    needsRecall: needsRecallByKeywords(message),
+  };
+}
+
+/**
+ * The per-turn gate: one verdict per user message, stored, so that context assembly (asking
+ * before the reply) and the turn's background work (after it) share a single model call.
+ */
+export async function gateMessage(
+  db: TenantDb,
+  deps: { gate: Runnable<{ message: string }, GateVerdict> | null; log: Logger },
+  input: { conversationId: string; message: string },
+): Promise<StoredVerdict> {
+  const messageHash = hashOf(input.message);
+  const cached = await db.gateVerdict.findUnique({
+    where: { conversationId_messageHash: { conversationId: input.conversationId, messageHash } },
+  });
+  if (cached) {
+    return {
+      remember: cached.remember,
+      forget: cached.forget as GateVerdict["forget"],
+      forgetTargets: cached.forgetTargets,
+      needsRecall: cached.needsRecall,
+      decidedBy: cached.decidedBy as StoredVerdict["decidedBy"],
+    };
+  }
+  let verdict: StoredVerdict = { ...keywordGate(input.message), decidedBy: "KEYWORDS" };
+  if (deps.gate) {
+    try {
+      verdict = { ...(await deps.gate.invoke({ message: input.message })), decidedBy: "MODEL" };
+    } catch (error) {
+      // An unreadable answer, a spent budget or a broken route: the keyword gate decides, so a
+      // "forget" request is never held back by the model. An outage throws, and the job retries.
+      if (!(error instanceof OutputParserException) && !(error instanceof EngramError)) throw error;
+      const why = error instanceof OutputParserException ? "the model's answer could not be read" : error.message;
+      deps.log.warn(`gate: ${why}; using the keyword gate`, {
+        conversationId: input.conversationId,
+        error: error.message,
+      });
+    }
+  }
+  const [stored] = await db.gateVerdict.createManyAndReturn({
+    data: [{ tenantId: db.$tenantId(), conversationId: input.conversationId, messageHash, ...verdict }],
+    skipDuplicates: true,
+  });
+  // A concurrent call stored its verdict first: everyone gets that one.
+  return stored ? verdict : gateMessage(db, deps, input);
+}

@@ -1,0 +1,72 @@
+import { z } from "zod";
+import type { TenantDb } from "../../db.ts";
+import type { Deps } from "../../deps.ts";
+import { parseInput } from "../../errors.ts";
+import type { MemoryEvent, Prisma } from "../../generated/prisma/client.ts";
+import { LIMITS, scopeRefSchema, scopeSchema } from "../../limits.ts";
+
+export const appendEventInput = z.object({
+  scope: scopeSchema,
+  scopeRef: scopeRefSchema,
+  kind: z.string().trim().min(1).max(LIMITS.kindMaxChars),
+  body: z.string().min(1).max(LIMITS.bodyMaxChars),
+  source: z.string().trim().min(1).max(LIMITS.sourceMaxChars),
+  sourceRef: z.string().trim().min(1).max(LIMITS.sourceRefMaxChars).nullish(),
+  occurredAt: z.date().nullish(),
+});
+
+export type AppendEventInput = z.input<typeof appendEventInput>;
+
+/**
+ * Appends an immutable event. Appending the same source + sourceRef again returns the first
+ * event and creates nothing, so callers can retry safely.
+ */
+export async function appendEvent(
+  db: TenantDb,
+  deps: Pick<Deps, "pubsub">,
+  input: AppendEventInput,
+): Promise<{ event: MemoryEvent; created: boolean }> {
+  const appended = await insertEvent(db, input);
+  if (appended.created) {
+    const { id, scope, scopeRef } = appended.event;
+    deps.pubsub.publish("eventAppended", db.$tenantId(), { id, scope, scopeRef });
+  }
+  return appended;
+}
+
+async function insertEvent(db: TenantDb, input: AppendEventInput): Promise<{ event: MemoryEvent; created: boolean }> {
+  const { occurredAt, sourceRef, ...fields } = parseInput(appendEventInput, input);
+  const data = {
+    ...fields,
+    tenantId: db.$tenantId(),
+    sourceRef: sourceRef ?? null,
+    occurredAt: occurredAt ?? new Date(),
+  };
+  if (!data.sourceRef) return { event: await db.memoryEvent.create({ data }), created: true };
+
+  // ON CONFLICT DO NOTHING keeps a concurrent retry from failing or duplicating.
+  const inserted = await db.memoryEvent.createManyAndReturn({ data: [data], skipDuplicates: true });
+  if (inserted[0]) return { event: inserted[0], created: true };
+  const first = await db.memoryEvent.findFirstOrThrow({
+    where: { source: data.source, sourceRef: data.sourceRef },
+  });
+  return { event: first, created: false };
+}
+
+export const listEventsInput = z.object({
+  scope: scopeSchema.nullish(),
+  scopeRef: scopeRefSchema.nullish(),
+  kind: z.string().trim().min(1).max(LIMITS.kindMaxChars).nullish(),
+  includeCompressed: z.boolean().nullish(),
+});
+
+/** The where clause of an events listing: newest first, compressed ones only on request. */
+export function eventsWhere(input: z.input<typeof listEventsInput>): Prisma.MemoryEventWhereInput {
+  const { scope, scopeRef, kind, includeCompressed } = parseInput(listEventsInput, input);
+  return {
+    ...(scope ? { scope } : {}),
+    ...(scopeRef ? { scopeRef } : {}),
+    ...(kind ? { kind } : {}),
+    ...(includeCompressed ? {} : { compressedAt: null }),
+  };
+}

@@ -1,0 +1,146 @@
+import type { TenantDb } from "../../db.ts";
+import type { Deps } from "../../deps.ts";
+import type { Message } from "../../generated/prisma/client.ts";
+
+/** What indexing needs beside the tenant's client: the embedder and the vector store. */
+export type SnippetDeps = Pick<Deps, "embeddings" | "vectors" | "log">;
+
+// A long turn is cut for recall: its opening carries what it was about.
+const SNIPPET_MAX_CHARS = 4_000;
+
+const line = (m: Pick<Message, "role" | "content">) => `${m.role.toLowerCase()}: ${m.content.trim()}`;
+
+/**
+ * A user message with the replies that follow it, up to the next user message: the unit of
+ * recall. Private steps, system and tool messages are not shared memory and are left out.
+ */
+export function groupTurns<M extends Pick<Message, "id" | "role" | "content" | "occurredAt" | "private">>(
+  messages: M[],
+): M[][] {
+  const groups: M[][] = [];
+  for (const m of messages) {
+    if (m.private || (m.role !== "USER" && m.role !== "ASSISTANT")) continue;
+    const current = groups.at(-1);
+    if (m.role === "ASSISTANT" && current) current.push(m);
+    else groups.push([m]);
+  }
+  return groups;
+}
+
+/** Creates the TURN snippets for messages firstSeq..lastSeq of a conversation; returns the ids still to embed. */
+export async function createTurnSnippets(
+  db: TenantDb,
+  conversationId: string,
+  range: { firstSeq: number; lastSeq: number },
+): Promise<string[]> {
+  const conversation = await db.conversation.findUnique({ where: { id: conversationId }, select: { endUserId: true } });
+  if (!conversation) return [];
+  const messages = await db.message.findMany({
+    where: { conversationId, private: false, seq: { gte: range.firstSeq, lte: range.lastSeq } },
+    orderBy: { seq: "asc" },
+  });
+  // Asked again (a retried job), messages that already have a snippet keep it; those snippets
+  // are handed back while still without a vector, so the retry embeds them.
+  const existing = await db.recallSnippet.findMany({
+    where: { conversationId, kind: "TURN", messageIds: { hasSome: messages.map((m) => m.id) } },
+    select: { id: true, messageIds: true, indexedAt: true },
+  });
+  const indexed = new Set(existing.flatMap((s) => s.messageIds));
+  const waiting = existing.filter((s) => !s.indexedAt).map((s) => s.id);
+  // A reply recorded on its own continues the turn its user message began.
+  const groups = groupTurns(messages.filter((m) => !indexed.has(m.id)));
+  const rows = groups.map((group) => ({
+    tenantId: db.$tenantId(),
+    endUserId: conversation.endUserId,
+    conversationId,
+    kind: "TURN" as const,
+    text: group.map(line).join("\n").slice(0, SNIPPET_MAX_CHARS),
+    messageIds: group.map((m) => m.id),
+    occurredAt: group[0].occurredAt,
+  }));
+  if (rows.length === 0) return waiting;
+  const created = await db.recallSnippet.createManyAndReturn({ data: rows, select: { id: true } });
+  return [...waiting, ...created.map((row) => row.id)];
+}
+
+/**
+ * Keeps one SUMMARY snippet per conversation in step with its accepted summary; returns its id
+ * when it changed (to be indexed again), else null.
+ */
+export async function syncSummarySnippet(db: TenantDb, conversationId: string): Promise<string | null> {
+  const conversation = await db.conversation.findUnique({
+    where: { id: conversationId },
+    select: { endUserId: true, summary: true, summaryThroughSeq: true },
+  });
+  if (!conversation?.summary) return null;
+  const covered = await db.message.findFirst({
+    where: { conversationId, seq: conversation.summaryThroughSeq },
+    select: { occurredAt: true },
+  });
+  const existing = await db.recallSnippet.findFirst({ where: { conversationId, kind: "SUMMARY" } });
+  if (existing?.text === conversation.summary) return null;
+  const data = {
+    text: conversation.summary.slice(0, SNIPPET_MAX_CHARS),
+    occurredAt: covered?.occurredAt ?? new Date(),
+    indexedAt: null,
+  };
+  if (existing) {
+    await db.recallSnippet.update({ where: { id: existing.id }, data });
+    return existing.id;
+  }
+  const created = await db.recallSnippet.create({
+    data: { ...data, tenantId: db.$tenantId(), endUserId: conversation.endUserId, conversationId, kind: "SUMMARY", messageIds: [] },
+  });
+  return created.id;
+}
+
+/**
+ * Embeds snippets and upserts their vectors, then marks them indexed. Idempotent: running it
+ * twice re-upserts the same vectors. A snippet forgotten meanwhile leaves no vector behind.
+ */
+export async function indexSnippets(db: TenantDb, deps: SnippetDeps, snippetIds: string[]) {
+  const tenantId = db.$tenantId();
+  const snippets = await db.recallSnippet.findMany({ where: { id: { in: snippetIds } } });
+  if (snippets.length === 0) return { indexed: 0 };
+  const { embeddings, model } = await deps.embeddings.forTenant(tenantId);
+  const vectors = await embeddings.embedDocuments(snippets.map((s) => s.text));
+  await deps.vectors.upsert(
+    { tenantId, model },
+    snippets.map((s, i) => ({
+      id: s.id,
+      vector: vectors[i],
+      endUserId: s.endUserId,
+      conversationId: s.conversationId,
+      kind: s.kind,
+      occurredAt: s.occurredAt,
+    })),
+  );
+  const { count } = await db.recallSnippet.updateMany({
+    where: { id: { in: snippets.map((s) => s.id) } },
+    data: { indexedAt: new Date(), embeddingModel: model },
+  });
+  if (count < snippets.length) {
+    // Forgotten between the read and the upsert: take their vectors back out.
+    const left = new Set((await db.recallSnippet.findMany({ where: { id: { in: snippetIds } }, select: { id: true } })).map((s) => s.id));
+    await deps.vectors.delete(tenantId, { ids: snippets.filter((s) => !left.has(s.id)).map((s) => s.id) });
+  }
+  return { indexed: count };
+}
+
+/**
+ * Snippets a crash (between the database and Chroma) or an outage left without a vector, or
+ * embedded with another model than the tenant's current one; oldest first.
+ */
+export async function snippetsToReindex(db: TenantDb, model: string, options: { olderThan: Date; limit: number }) {
+  const rows = await db.recallSnippet.findMany({
+    where: {
+      createdAt: { lt: options.olderThan },
+      OR: [{ indexedAt: null }, { embeddingModel: { not: model } }, { embeddingModel: null }],
+    },
+    orderBy: { createdAt: "asc" },
+    take: options.limit,
+    select: { id: true },
+  });
+  return rows.map((r) => r.id);
+}
+

@@ -1,0 +1,148 @@
+import type { BaseChatModel } from "@langchain/core/language_models/chat_models";
+import type { BaseLanguageModelInput } from "@langchain/core/language_models/base";
+import {
+  AIMessage,
+  ChatMessage,
+  HumanMessage,
+  SystemMessage,
+  ToolMessage,
+  coerceMessageLikeToMessage,
+  type BaseMessage,
+  type MessageContent,
+} from "@langchain/core/messages";
+import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
+import { ChatOpenAI } from "@langchain/openai";
+import type { Env } from "../env.ts";
+import type { RedactionResult } from "../governance/redaction.ts";
+import { defaultModelName, type ModelRole } from "../governance/settings.ts";
+
+export { defaultModelName };
+import { countTokens } from "../memory/tokens.ts";
+
+/** What a chain is given: a chat model, already budgeted, redacted and metered for its tenant. */
+export type ChatModel = Runnable<BaseLanguageModelInput, AIMessage>;
+
+export type { ModelRole };
+/** The roles a chat model is asked for; embeddings have their own route. */
+export type ChatRole = Exclude<ModelRole, "embedding">;
+
+export type ModelRoute = { baseUrl?: string; model: string; apiKey?: string };
+
+export type ModelUsageRecord = {
+  chain: string;
+  model: string;
+  inputTokens: number;
+  outputTokens: number;
+  redactions?: number;
+};
+
+/** The server-wide defaults from the environment; per-tenant routing may override them. */
+export function defaultRoute(env: Env, role: ModelRole): ModelRoute | null {
+  if (!env.OPENAI_API_KEY && !env.OPENAI_BASE_URL) return null;
+  if (role === "embedding" && env.ENGRAM_EMBEDDINGS === "offline") return null;
+  return { baseUrl: env.OPENAI_BASE_URL, apiKey: env.OPENAI_API_KEY, model: defaultModelName(env, role) };
+}
+
+export function openAIChatModel(
+  route: ModelRoute,
+  options: { timeoutMs: number; maxRetries: number },
+): BaseChatModel {
+  return new ChatOpenAI({
+    model: route.model,
+    // OpenAI-compatible local servers often need no key; the client insists on one.
+    apiKey: route.apiKey ?? "not-needed",
+    configuration: route.baseUrl ? { baseURL: route.baseUrl } : undefined,
+    timeout: options.timeoutMs,
+    maxRetries: options.maxRetries,
+    temperature: 0,
+  });
+}
+
+function messageText(message: BaseMessage): string {
+  return typeof message.content === "string" ? message.content : JSON.stringify(message.content);
+}
+
+function toMessages(input: BaseLanguageModelInput): BaseMessage[] {
+  if (typeof input === "string") return [new HumanMessage(input)];
+  if (Array.isArray(input)) return input.map((m) => coerceMessageLikeToMessage(m));
+  return input.toChatMessages();
+}
+
+/** The text parts of a message's content, in order, and a way to put redacted ones back. */
+function textParts(content: MessageContent): { texts: string[]; rebuild(texts: string[]): MessageContent } {
+  if (typeof content === "string") return { texts: [content], rebuild: ([text]) => text };
+  const indexes = content.flatMap((part, i) => (part.type === "text" && typeof part.text === "string" ? [i] : []));
+  return {
+    texts: indexes.map((i) => (content[i] as unknown as { text: string }).text),
+    rebuild: (texts) => content.map((part, i) => (indexes.includes(i) ? { ...part, text: texts[indexes.indexOf(i)] } : part)) as MessageContent,
+  };
+}
+
+function withContent(message: BaseMessage, content: MessageContent): BaseMessage {
+  const fields = { content, name: message.name, additional_kwargs: message.additional_kwargs };
+  switch (message.getType()) {
+    case "system":
+      return new SystemMessage(fields);
+    case "human":
+      return new HumanMessage(fields);
+    case "ai":
+      return new AIMessage({ ...fields, tool_calls: (message as AIMessage).tool_calls });
+    case "tool":
+      return new ToolMessage({ ...fields, tool_call_id: (message as ToolMessage).tool_call_id });
+    default:
+      return new ChatMessage({ ...fields, role: (message as ChatMessage).role ?? message.getType() });
+  }
+}
+
+/** Every text a prompt sends, redacted by the tenant's rules; the caller's input is not changed. */
+export async function redactPrompt(
+  input: BaseLanguageModelInput,
+  redact: (texts: string[]) => Promise<RedactionResult>,
+): Promise<{ messages: BaseMessage[]; redactions: number }> {
+  const messages = toMessages(input);
+  const parts = messages.map((m) => textParts(m.content));
+  const { texts, redactions } = await redact(parts.flatMap((p) => p.texts));
+  let offset = 0;
+  const redacted = messages.map((message, i) => {
+    const own = texts.slice(offset, (offset += parts[i].texts.length));
+    return withContent(message, parts[i].rebuild(own));
+  });
+  return { messages: redacted, redactions };
+}
+
+export type MeteringHooks = {
+  /** Runs before anything is sent; throws to refuse the call (the budget check). */
+  beforeCall?: () => Promise<void>;
+  /** The tenant's redaction rules, applied to every text sent. */
+  redact?: (texts: string[]) => Promise<RedactionResult>;
+  record: (usage: ModelUsageRecord) => Promise<void>;
+};
+
+/**
+ * Wraps a chat model so every call is checked against the tenant's budget, redacted by its rules
+ * and accounted: provider-reported token usage when there is one, else the tokenizer's count of
+ * what was sent and received. All of it happens at invoke time, so a model handed out before a
+ * settings change still obeys the change.
+ */
+export function meteredModel(
+  model: BaseChatModel,
+  meta: { chain: string; model: string },
+  hooks: MeteringHooks | ((usage: ModelUsageRecord) => Promise<void>),
+): ChatModel {
+  const { beforeCall, redact, record } = typeof hooks === "function" ? { record: hooks } as MeteringHooks : hooks;
+  return RunnableLambda.from(async (input: BaseLanguageModelInput, config) => {
+    await beforeCall?.();
+    let sent = input;
+    let redactions = 0;
+    if (redact) ({ messages: sent, redactions } = await redactPrompt(input, redact));
+    const output = (await model.invoke(sent, config)) as AIMessage;
+    const usage = output.usage_metadata;
+    await record({
+      ...meta,
+      inputTokens: usage?.input_tokens ?? countTokens(toMessages(sent).map(messageText).join("\n")),
+      outputTokens: usage?.output_tokens ?? countTokens(messageText(output)),
+      redactions,
+    });
+    return output;
+  }).withConfig({ runName: `memory:${meta.model}` });
+}

@@ -77,8 +77,8 @@ describe("the embedded Chroma", () => {
     expect(first.pid).toBeDefined();
     expect(childrenNaming("chroma-child", dir)).toEqual([first.pid]);
     process.kill(first.pid!, "SIGKILL");
-    await until("the Chroma child to be gone", async () => childrenNaming(dir, "chroma").length === 0, 10_000);
-    expect((await get(`${url}/healthz`)).body.components.chroma.status).toBe("down");
+    await until("the Chroma child to be gone", async () => childrenNaming(dir, "chroma").length === 0 && !first.alive(), 10_000);
+    expect((await get(`${url}/healthz`)).body.components.chroma).toEqual({ status: "down", detail: "the embedded Chroma exited; it restarts on next use" });
 
     // Two callers at once after the crash: one new server.
     const [a, b] = await Promise.all([engram.services.chroma.get(), engram.services.chroma.get()]);

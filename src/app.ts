@@ -15,6 +15,8 @@ import { checkHealth } from "./health.ts";
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
 import { authenticate } from "./auth.ts";
+import { MCP_PATH, mcpHandler } from "./mcp/http.ts";
+import { restApi } from "./rest.ts";
 import { LIMITS } from "./limits.ts";
 import type { Services } from "./services.ts";
 
@@ -118,11 +120,16 @@ export function buildApp(services: Services): App {
       maxDepthPlugin({ n: LIMITS.queryDepth }),
       costLimitPlugin({ maxCost: LIMITS.queryCost }),
       maxAliasesPlugin({ n: LIMITS.aliases }),
+      // Seed 000's REST paths (/memory…), generated from the schema, through this same pipeline.
+      restApi(schema),
     ],
   });
 
   // Ready from listening until stop() begins: a load balancer stops sending before connections close.
   let ready = false;
+  // MCP (streamable HTTP) on /mcp: its tools call this yoga in process, with the caller's key.
+  const serveMcp = mcpHandler({ authenticate: (authorization) => authenticate(services.db, authorization), log: services.log }, yoga);
+
   const server: Server = createServer((req: IncomingMessage, res) => {
     const pathname = (req.url ?? "/").split("?")[0];
     if (pathname === "/healthz" || pathname === "/readyz") {
@@ -140,6 +147,10 @@ export function buildApp(services: Services): App {
     if (refusal) {
       res.writeHead(refusal.status, { "content-type": "application/json" });
       res.end(JSON.stringify({ errors: [{ message: refusal.message, extensions: { code: "BAD_USER_INPUT" } }] }));
+      return;
+    }
+    if (req.url?.split("?")[0] === MCP_PATH) {
+      void serveMcp(req, res);
       return;
     }
     void yoga(req, res);

@@ -10,6 +10,8 @@ import type { Services } from "./services.ts";
 const USAGE = `Usage: engram <command>
 
   start                                   run the server (same as npm start)
+  mcp                                     an MCP server on stdio for a running Engram
+                                          (ENGRAM_URL, default http://127.0.0.1:4000; ENGRAM_API_KEY)
   tenants list                            print each tenant: id, name, number of active keys
   tenants create <name>                   create a tenant; prints its admin key alone on stdout,
                                           and its id on stderr
@@ -139,6 +141,11 @@ async function main(argv: string[]) {
     );
     if (!tenants.length) process.stderr.write("no tenants yet: start Engram once or run `engram tenants create <name>`\n");
     for (const tenant of tenants) process.stdout.write(`${tenant.id}\t${tenant.name}\t${tenant._count.apiKeys} keys\n`);
+    return;
+  }
+  if (command === "mcp") {
+    const { serveMcpOverStdio } = await import("./mcp/stdio.ts");
+    await serveMcpOverStdio(readEnv());
     return;
   }
   if (command === "tenants" && sub === "create") {

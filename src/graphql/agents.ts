@@ -94,6 +94,14 @@ builder.queryFields((t) => ({
       return user;
     },
   }),
+  endUserByExternalId: t.prismaField({
+    type: "EndUser",
+    nullable: true,
+    authScopes: { reader: true },
+    description: "The end user known by your own id, or null before Engram has seen them.",
+    args: { externalId: t.arg.string({ required: true }) },
+    resolve: (query, _root, { externalId }, ctx) => ctx.db.endUser.findFirst({ ...query, where: { externalId } }),
+  }),
   endUsers: t.prismaConnection({
     type: "EndUser",
     cursor: "id",

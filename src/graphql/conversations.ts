@@ -133,6 +133,15 @@ builder.queryFields((t) => ({
       return conversation;
     },
   }),
+  conversationByExternalId: t.prismaField({
+    type: "Conversation",
+    nullable: true,
+    authScopes: { reader: true },
+    description: "The conversation recorded under your own id, or null before its first turn (clients that know only their own ids start here).",
+    args: { externalId: t.arg.string({ required: true }) },
+    resolve: (query, _root, { externalId }, ctx) =>
+      ctx.db.conversation.findFirst({ ...query, where: { externalId } }),
+  }),
   conversations: t.prismaConnection({
     type: "Conversation",
     cursor: "id",

@@ -101,9 +101,11 @@ builder.queryFields((t) => ({
       scope: t.arg({ type: ScopeEnum }),
       scopeRef: t.arg.string(),
       tags: t.arg.stringList(),
+      tag: t.arg.string({ description: "One more tag that must match (REST's ?tag=)." }),
       search: t.arg.string(),
     },
-    resolve: (_root, args, ctx, info) => {
+    resolve: (_root, { tag, ...rest }, ctx, info) => {
+      const args = tag ? { ...rest, tags: [...(rest.tags ?? []), tag] } : rest;
       const db = ctx.db;
       const query = queryFromInfo({ context: ctx, info, path: ["edges", "node"] });
       return resolveOffsetConnection({ args, defaultSize: 20, maxSize: LIMITS.pageMax }, async (page) => {

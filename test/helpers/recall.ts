@@ -41,6 +41,9 @@ export async function say(
   };
 }
 
+/** For end-to-end tests that wait on the worker's indexing while other suites share the CPU. */
+export const INDEXING_TIMEOUT_MS = 150_000;
+
 /**
  * Waits until every turn of the tenant has its snippets and every snippet its vector: no turn
  * waits for its follow-ups, no indexing job is queued, and no snippet lacks a vector.

@@ -89,6 +89,65 @@ async function appendMessages(tx: TenantDb, tenantId: string, conversationId: st
   return { firstSeq, lastSeq };
 }
 
+type KnownConversation = {
+  id: string;
+  agentId: string;
+  endUserId: string;
+  agentExternalId: string;
+  endUserExternalId: string;
+};
+
+/**
+ * The hot path, for a conversation that exists: one statement reads the conversation and any
+ * earlier turn with this clientTurnId, and one statement (atomic on its own, so no transaction)
+ * bumps lastSeq under the conversation's row lock, inserts the messages and the turn. Null when
+ * the conversation is new, belongs to someone else, or the turn id was used: the caller's
+ * transactional path then decides.
+ */
+async function appendToKnownConversation(
+  db: TenantDb,
+  parsed: z.infer<typeof recordTurnInput>,
+  messages: NewMessage[],
+  occurredAt: Date,
+) {
+  const tenantId = db.$tenantId();
+  const [known] = await db.$queryRaw<(KnownConversation & { turnTaken: boolean })[]>`
+    SELECT c."id", c."agentId", c."endUserId", a."externalId" AS "agentExternalId", u."externalId" AS "endUserExternalId",
+           EXISTS (SELECT 1 FROM "Turn" t WHERE t."tenantId" = ${tenantId} AND t."clientTurnId" = ${parsed.clientTurnId}) AS "turnTaken"
+    FROM "Conversation" c JOIN "Agent" a ON a."id" = c."agentId" JOIN "EndUser" u ON u."id" = c."endUserId"
+    WHERE c."tenantId" = ${tenantId} AND c."externalId" = ${parsed.conversationExternalId}`;
+  if (
+    !known ||
+    known.turnTaken ||
+    known.agentExternalId !== parsed.agentExternalId ||
+    known.endUserExternalId !== parsed.endUserExternalId
+  ) {
+    return null;
+  }
+  const n = messages.length;
+  const at = occurredAt.toISOString();
+  const [turn] = await db.$queryRaw<Turn[]>`
+    WITH conv AS (
+      UPDATE "Conversation" SET "lastSeq" = "lastSeq" + ${n}, "updatedAt" = (now() AT TIME ZONE 'UTC')
+      WHERE "tenantId" = ${tenantId} AND "id" = ${known.id}
+        AND NOT EXISTS (SELECT 1 FROM "Turn" t WHERE t."tenantId" = ${tenantId} AND t."clientTurnId" = ${parsed.clientTurnId})
+      RETURNING "id", "lastSeq"
+    ), inserted AS (
+      INSERT INTO "Message" ("id", "tenantId", "conversationId", "seq", "role", "content", "private", "occurredAt")
+      SELECT gen_random_uuid()::text, ${tenantId}, conv."id", conv."lastSeq" - ${n} + m.ord, m.role::"MessageRole", m.content, m.private, ${at}::timestamp(3)
+      FROM conv, unnest(${messages.map((m) => m.role)}::text[], ${messages.map((m) => m.content)}::text[], ${messages.map((m) => m.private)}::boolean[])
+        WITH ORDINALITY AS m(role, content, private, ord)
+      RETURNING 1
+    )
+    INSERT INTO "Turn" ("id", "tenantId", "conversationId", "clientTurnId", "firstSeq", "lastSeq", "occurredAt")
+    SELECT gen_random_uuid()::text, ${tenantId}, conv."id", ${parsed.clientTurnId}, conv."lastSeq" - ${n} + 1, conv."lastSeq", ${at}::timestamp(3)
+    FROM conv
+    RETURNING *`;
+  if (!turn) return null;
+  const { agentExternalId: _a, endUserExternalId: _u, ...conversation } = known;
+  return { turn, conversation, created: true };
+}
+
 /**
  * Records one turn (the user's message, the agent's private steps, its reply). Creates the
  * conversation on first use; idempotent on clientTurnId: a retry returns the first turn.
@@ -112,7 +171,10 @@ export async function recordTurn(
       ? [{ role: "ASSISTANT" as const, content: parsed.assistantMessage, private: false, occurredAt }]
       : []),
   ];
-  const attempt = () =>
+  const attempt = async () => (await appendToKnownConversation(db, parsed, messages, occurredAt)) ?? firstUse();
+  // The first turn of a conversation (or a clash) takes the careful path: one transaction that
+  // creates the agent, the user and the conversation as needed and says what clashed.
+  const firstUse = () =>
     db.$transaction(async (tx) => {
       const existing = await tx.turn.findFirst({
         where: { clientTurnId: parsed.clientTurnId },

@@ -44,9 +44,15 @@ async function insertEvent(db: TenantDb, input: AppendEventInput): Promise<{ eve
   };
   if (!data.sourceRef) return { event: await db.memoryEvent.create({ data }), created: true };
 
-  // ON CONFLICT DO NOTHING keeps a concurrent retry from failing or duplicating.
-  const inserted = await db.memoryEvent.createManyAndReturn({ data: [data], skipDuplicates: true });
-  if (inserted[0]) return { event: inserted[0], created: true };
+  // ON CONFLICT DO NOTHING keeps a concurrent retry from failing or duplicating; one statement,
+  // so no transaction around it.
+  const [inserted] = await db.$queryRaw<MemoryEvent[]>`
+    INSERT INTO "MemoryEvent" ("id", "tenantId", "scope", "scopeRef", "kind", "body", "source", "sourceRef", "occurredAt")
+    VALUES (gen_random_uuid()::text, ${data.tenantId}, ${data.scope}::"Scope", ${data.scopeRef}, ${data.kind}, ${data.body},
+            ${data.source}, ${data.sourceRef}, ${data.occurredAt.toISOString()}::timestamp(3))
+    ON CONFLICT ("tenantId", "source", "sourceRef") DO NOTHING
+    RETURNING *`;
+  if (inserted) return { event: inserted, created: true };
   const first = await db.memoryEvent.findFirstOrThrow({
     where: { source: data.source, sourceRef: data.sourceRef },
   });

@@ -14,6 +14,7 @@ import {
   waitAllGone,
 } from "./helpers/server-process.ts";
 import { spawnSync } from "node:child_process";
+import { createPostgresStore, serverUrl, type TestStore } from "./helpers/store.ts";
 
 // The CLI and the server's start as a user meets them: compiled, on a real data folder.
 
@@ -154,5 +155,21 @@ describe("the CLI", () => {
     expect(help.code).toBe(0);
     expect(help.stderr).toMatch(/tenants list/);
     expect(help.stderr).toMatch(/keys create --role <admin\|writer\|reader>/);
+  });
+});
+
+describe.skipIf(!serverUrl)("on PostgreSQL without CHROMA_URL", () => {
+  it("says where the embedded Chroma keeps its data", async () => {
+    const db = (await createPostgresStore(serverUrl!, { label: "cli" })) as TestStore;
+    const dir = folder();
+    try {
+      const server = await startServer({ via: "node", dataDir: dir, env: { DATABASE_URL: db.vars.DATABASE_URL } });
+      await stopServer(server);
+      expect(server.output()).toContain(`no CHROMA_URL: this instance keeps recall vectors in its own embedded Chroma under ${dir}/chroma`);
+      expect(existsSync(path.join(dir, "engram.owner.json"))).toBe(false); // the folder holds no store
+      expect(existsSync(path.join(dir, "pg"))).toBe(false);
+    } finally {
+      await db.drop();
+    }
   });
 });

@@ -83,7 +83,6 @@ async function main() {
     );
   }
 
-  if (env.ENGRAM_JOBS === "on") open.worker = await startWorker(services);
   const app = buildApp(services);
   let url: string;
   try {
@@ -95,10 +94,11 @@ async function main() {
   }
   open.app = app;
   log.info(`Engram is listening on ${url}/graphql (GraphiQL in a browser)`);
-
   // Only once the server listens: a start that fails earlier creates nothing, so no key is lost.
   open.bootstrap = stopping ? undefined : bootstrapOnce(services, log);
   await open.bootstrap;
+  // The worker starts once the API answers: queued work waits a moment, requests do not.
+  if (env.ENGRAM_JOBS === "on" && !stopping) open.worker = await startWorker(services);
 }
 
 async function bootstrapOnce(services: Services, log: Logger) {

@@ -1,7 +1,7 @@
 import { existsSync, rmSync, statSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import {
   adminKeyOf,
   ensureCompiled,
@@ -15,6 +15,9 @@ import {
 } from "./helpers/server-process.ts";
 import { spawnSync } from "node:child_process";
 import { createPostgresStore, serverUrl, type TestStore } from "./helpers/store.ts";
+
+// Processes start slowly on a loaded machine: generous limits (behaviour, not speed, is tested).
+vi.setConfig({ testTimeout: 300_000, hookTimeout: 300_000 });
 
 // The CLI and the server's start as a user meets them: compiled, on a real data folder.
 

@@ -1,8 +1,11 @@
 import { readFileSync } from "node:fs";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, vi } from "vitest";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { processTree } from "./helpers/server-process.ts";
 import { until } from "./helpers/until.ts";
+
+// Processes start slowly on a loaded machine: generous limits (behaviour, not speed, is tested).
+vi.setConfig({ testTimeout: 300_000, hookTimeout: 300_000 });
 
 // /healthz asks each part (store, queue, Chroma) and says what it found; /readyz adds whether
 // the server takes traffic. The embedded children are supervised: PGlite is restarted, and a

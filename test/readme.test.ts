@@ -2,7 +2,7 @@ import { spawn, spawnSync } from "node:child_process";
 import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { createPostgresStore, redisUrl, serverUrl } from "./helpers/store.ts";
 import {
   adminKeyOf,
@@ -15,6 +15,9 @@ import {
   type ServerProcess,
 } from "./helpers/server-process.ts";
 import { until } from "./helpers/until.ts";
+
+// Processes start slowly on a loaded machine: generous limits (behaviour, not speed, is tested).
+vi.setConfig({ testTimeout: 300_000, hookTimeout: 300_000 });
 
 // The README's examples, run as written against a real Engram (the compiled server on a free
 // port; the CLI through an `npx` that runs bin/engram.mjs). A block is run when the line before
@@ -257,7 +260,7 @@ beforeAll(async () => {
   chmodSync(path.join(shim, "npx"), 0o755);
   server = await startServer({ via: "node" });
   key = await adminKeyOf(server);
-}, 180_000);
+}, 300_000);
 
 afterAll(async () => {
   if (server) {
@@ -283,6 +286,6 @@ describe("README", () => {
   for (const b of blocks.filter((b) => RUNNERS[b.id])) {
     it(`runs the "${b.id}" example (README line ${b.line})`, async () => {
       await RUNNERS[b.id]!(b);
-    }, 240_000);
+    }, 300_000);
   }
 });

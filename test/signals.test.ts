@@ -1,6 +1,6 @@
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
-import { afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import {
   adminKeyOf,
   ensureCompiled,
@@ -11,6 +11,9 @@ import {
   type ServerProcess,
 } from "./helpers/server-process.ts";
 import { until } from "./helpers/until.ts";
+
+// Processes start slowly on a loaded machine: generous limits (behaviour, not speed, is tested).
+vi.setConfig({ testTimeout: 300_000, hookTimeout: 300_000 });
 
 // Whatever a supervisor signals (npm, node, the whole group) the server stops in order, its
 // children (PGlite, Chroma) with it, and the data folder is left unlocked. After a SIGKILL the

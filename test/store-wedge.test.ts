@@ -4,11 +4,14 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import path from "node:path";
 import pg from "pg";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, vi } from "vitest";
 import { startEmbeddedStore, type Store } from "../src/embedded/embedded.ts";
 import { createLogger } from "../src/log.ts";
 import { processTree } from "./helpers/server-process.ts";
 import { until } from "./helpers/until.ts";
+
+// Processes start slowly on a loaded machine: generous limits (behaviour, not speed, is tested).
+vi.setConfig({ testTimeout: 300_000, hookTimeout: 300_000 });
 
 // The embedded store must never wedge: a session pinned by a transaction is released when its
 // client errors, leaves or sits idle while others wait; a PGlite child that dies is restarted on

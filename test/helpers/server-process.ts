@@ -82,7 +82,7 @@ export async function startServer(
       if (gone) throw new Error(`the server exited before listening:\n${output}`);
       return /listening on (http:\/\/[^\s]+)\/graphql/.exec(output)?.[1];
     },
-    options.timeoutMs ?? 90_000,
+    options.timeoutMs ?? 240_000,
   );
   return { child, pgid: child.pid!, dataDir, url, output: () => output, exited };
 }
@@ -124,7 +124,7 @@ export function survivors(pids: number[], dataDir: string): number[] {
 }
 
 /** Waits until none of pids (nor anything naming dataDir) is left, and returns how long it took. */
-export async function waitAllGone(pids: number[], dataDir: string, timeoutMs = 30_000): Promise<number> {
+export async function waitAllGone(pids: number[], dataDir: string, timeoutMs = 60_000): Promise<number> {
   const started = Date.now();
   await until(
     `every process to exit (left: ${survivors(pids, dataDir).join(", ")})`,

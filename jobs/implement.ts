@@ -3,6 +3,7 @@ import type { z } from "zod";
 import type { TenantDb } from "../src/db.ts";
 import type { Deps } from "../src/deps.ts";
 import type { JobDefinition } from "../src/queue.ts";
+import { deadLetter, UNREADABLE_TRIES, UnreadableAnswer } from "../src/work/dead-letter.ts";
 
 /** What a running job may ask of its queue. */
 export type JobControl = {
@@ -10,6 +11,8 @@ export type JobControl = {
   stillAlive(): Promise<unknown>;
   /** Runs the same job row again after a delay (its coalesced requests stay with it). */
   runAgainIn(ms: number): void;
+  /** 1 on the first run, 2 on the first retry, … */
+  attempt: number;
 };
 
 export type JobOptions = Pick<AgendaJobOptions, "backoff" | "concurrency"> & {
@@ -42,6 +45,7 @@ function implement<S extends z.ZodType>(
             runAgainIn: (ms) => {
               job.attrs.nextRunAt = new Date(Date.now() + ms);
             },
+            attempt: (job.attrs.failCount ?? 0) + 1,
           };
           await run(deps, definition.schema.parse(job.attrs.data ?? {}), control);
         },
@@ -66,5 +70,18 @@ export function implementTenantJob<S extends z.ZodType<{ tenantId: string }>>(
   run: (db: TenantDb, deps: Deps, payload: z.infer<S>, control: JobControl) => Promise<unknown>,
   options: JobOptions = {},
 ): ImplementedJob {
-  return implement(definition, (deps, payload, control) => run(deps.tenants.scoped(payload.tenantId), deps, payload, control), options);
+  return implement(
+    definition,
+    async (deps, payload, control) => {
+      const db = deps.tenants.scoped(payload.tenantId);
+      try {
+        return await run(db, deps, payload, control);
+      } catch (error) {
+        // Unreadable answers are retried with the backoff, then dead-lettered rather than retried forever.
+        if (!(error instanceof UnreadableAnswer) || control.attempt < UNREADABLE_TRIES) throw error;
+        await deadLetter(db, deps, { name: definition.name, payload, tries: control.attempt }, error);
+      }
+    },
+    options,
+  );
 }

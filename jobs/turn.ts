@@ -1,5 +1,5 @@
-import { extractJob, turnJob } from "../src/queue.ts";
-import { runExtractAll, runTurnWork } from "../src/work/turn-work.ts";
+import { extractJob, quietExtractJob, turnJob } from "../src/queue.ts";
+import { runExtractAll, runQuietExtraction, runTurnWork } from "../src/work/turn-work.ts";
 import { untilItWorks } from "./backoff.ts";
 import { implementTenantJob } from "./implement.ts";
 
@@ -13,3 +13,7 @@ export const extract = implementTenantJob(
   (db, deps, payload, control) => runExtractAll(db, deps, payload, control.stillAlive),
   { backoff: untilItWorks },
 );
+
+export const quietExtract = implementTenantJob(quietExtractJob, (db, deps, payload) => runQuietExtraction(db, deps, payload), {
+  backoff: untilItWorks,
+});

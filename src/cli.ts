@@ -21,6 +21,8 @@ const USAGE = `Usage: engram <command>
                                           the admin key is lost
   compact --now                           run the daily compaction now, for every tenant
   retention --now                         run the nightly retention now, for every tenant
+  export-user <endUserExternalId> [--tenant <id>]
+                                          everything held about one person, as JSON on stdout
   import <file.jsonl> [--tenant <id>]     backfill conversations, one JSON object per line:
                                           {agentExternalId, endUserExternalId, conversationExternalId,
                                            messages: [{role, content, occurredAt}]}
@@ -181,6 +183,19 @@ async function main(argv: string[]) {
     for (const run of runs) {
       process.stdout.write(`${run.tenantId} ${run.status} ${JSON.stringify(run.result ?? run.error)}\n`);
     }
+    return;
+  }
+  if (command === "export-user" && sub) {
+    const { values } = parseArgs({ args: rest, options: { tenant: { type: "string" } } });
+    const [{ forTenant }, { exportUser }] = await Promise.all([import("./db.ts"), import("./memory/export.ts")]);
+    const exported = await withServices(async (services) => {
+      const db = forTenant(services.db, await resolveTenantId(services.db, values.tenant));
+      const user = await db.endUser.findFirst({ where: { OR: [{ externalId: sub }, { id: sub }] } });
+      if (!user) throw new EngramError("NOT_FOUND", `No end user ${sub} in this tenant.`);
+      return exportUser(db, user.id);
+    });
+    process.stdout.write(`${JSON.stringify(exported, null, 2)}
+`);
     return;
   }
   if (command === "import" && sub) {

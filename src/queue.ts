@@ -36,6 +36,12 @@ export const extractJob = defineJob({
   schema: z.object({ ...tenantScoped, conversationId: z.string() }),
 });
 
+/** Seed 003's quiet-period timer: one pending run per conversation, pushed back by every new turn. */
+export const quietExtractJob = defineJob({
+  name: "memory.extract-quiet",
+  schema: z.object({ ...tenantScoped, conversationId: z.string() }),
+});
+
 export const summarizeJob = defineJob({
   name: "memory.summarize",
   schema: z.object({ ...tenantScoped, conversationId: z.string() }),

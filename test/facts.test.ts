@@ -157,12 +157,11 @@ describe("writing facts", () => {
     expect(await engram.services.db.fact.count({ where: { endUserId: a.endUserId } })).toBe(3);
   });
 
-  it("keeps an unparsable extractor answer out, and logs it", async () => {
-    model.respond(factsScript({ ...sayFacts }, () => "{}"));
+  it("keeps an unparsable extractor answer out: the turn's work fails, to be retried and then dead-lettered", async () => {
     model.respond((request) => (request.messages[0].content.includes("You write down") ? "I cannot do that." : factsScript(sayFacts)(request)));
-    const t = await turn("hal", "I am a pilot.");
-    expect(t.work.extraction.status).toBe("UNPARSABLE");
-    expect(await facts(t.endUserId)).toEqual([]);
+    await expect(turn("hal", "I am a pilot.")).rejects.toThrow(/fact extraction: the model's answer could not be read/);
+    const hal = await engram.services.db.endUser.findFirstOrThrow({ where: { tenantId: engram.tenant.tenantId, externalId: "hal" } });
+    expect(await facts(hal.id)).toEqual([]);
   });
 
   it(`keeps at most ${FACT_CAP} facts per user, dropping the least recently confirmed non-core ones`, async () => {

@@ -46,7 +46,7 @@ type Hit = { table: string; row: string };
 /** Every row of every table in the test database whose text holds the canary. */
 async function rowsHolding(engram: TestEngram, canary: string): Promise<Hit[]> {
   const tables = await engram.services.db.$queryRaw<{ table_name: string }[]>`
-    SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'`;
+    SELECT table_name::text AS table_name FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'`;
   const hits: Hit[] = [];
   for (const { table_name } of tables) {
     const rows = await engram.services.db.$queryRawUnsafe<{ row: string }[]>(
@@ -78,6 +78,7 @@ const CANARY = { deleting: "zqxcanary4471", keeping: "zqxcanary9902", phrase: "z
 beforeAll(async () => {
   ({ model, engram } = await startEngramWithModel({
     worker: true,
+    env: { ENGRAM_EMBEDDINGS: "offline" },
     respond: copyingScript(Object.values(CANARY)),
   }));
 }, 120_000);
@@ -137,7 +138,7 @@ describe("forgetting a user reaches every copy", () => {
     // The receipt is audited: kinds and counts, never content.
     const audit = await engram.services.db.auditLog.findFirstOrThrow({ where: { tenantId, action: "memory.forget" }, orderBy: { createdAt: "desc" } });
     expect(audit.changes).toMatchObject({ target: { kind: "USER", endUserId: planted.endUserId }, receipt });
-  });
+  }, 300_000);
 
   it("with forgetDeletesMessages off: only the user's raw messages still hold it", async () => {
     const tenantId = engram.other.tenantId;
@@ -161,7 +162,7 @@ describe("forgetting a user reaches every copy", () => {
     }
     await new Promise((resolve) => setTimeout(resolve, 4_000));
     expect(new Set((await rowsHolding(engram, CANARY.keeping)).map((h) => h.table))).toEqual(new Set(["Message"]));
-  });
+  }, 300_000);
 });
 
 describe("'forget my X' reaches every copy of what matches X", () => {
@@ -181,11 +182,38 @@ describe("'forget my X' reaches every copy of what matches X", () => {
     await allIndexed(engram, tenantId, 60_000);
 
     await say(engram, { user, conversation: `${user}-2` }, "Please forget my locker code.", "Done.");
-    await until("the canary to be forgotten", async () => (await rowsHolding(engram, CANARY.phrase)).length === 0, 60_000);
+    let left: Hit[] = [];
+    await until("the canary to be forgotten", async () => (left = await rowsHolding(engram, CANARY.phrase)).length === 0, 60_000).catch(
+      (error) => {
+        throw new Error(`${error.message}; still there: ${JSON.stringify(left.map((h) => [h.table, h.row.slice(0, 160)]))}`);
+      },
+    );
     expect(await vectorsHolding(engram, tenantId, [CANARY.phrase])).toEqual([]);
     // What did not match stays.
     expect(await db.message.count({ where: { conversationId: first.conversationId, content: { contains: "green tea" } } })).toBe(1);
     const audit = await db.auditLog.findFirstOrThrow({ where: { tenantId, action: "memory.forget" }, orderBy: { createdAt: "desc" } });
     expect(audit.changes).toMatchObject({ target: { kind: "PHRASES", phrases: 1 } });
-  });
+  }, 300_000);
+});
+
+describe("exportUser: everything held about a person", () => {
+  it("answers facts with history, conversations with summaries, snippets and entries of their scope, for admins only", async () => {
+    const user = "yara";
+    const turn = await say(engram, { user, conversation: `${user}-1` }, "My favourite colour is teal.", "Noted.");
+    await engram.gql(`mutation($input: AddFactInput!) { addFact(input: $input) { id } }`, { input: { endUserId: turn.endUserId, text: "The user's favourite colour is teal." } });
+    await engram.gql(`mutation { createEntry(input: {scope: ENTITY, scopeRef: "${user}", title: "Prefers teal", summary: "Use teal in mockups."}) { id } }`);
+    await allIndexed(engram, engram.tenant.tenantId, 60_000);
+
+    const refused = await engram.gql(`query($id: ID!) { exportUser(endUserId: $id) }`, { id: turn.endUserId }, engram.tenant.reader);
+    expect(refused.errors?.[0].extensions?.code).toBe("FORBIDDEN");
+    const { data } = await engram.gql(`query($id: ID!) { exportUser(endUserId: $id) }`, { id: turn.endUserId });
+    const exported = data.exportUser;
+    expect(exported.endUser).toMatchObject({ id: turn.endUserId, externalId: user });
+    expect(exported.facts[0]).toMatchObject({ text: "The user's favourite colour is teal.", versions: [expect.objectContaining({ change: "ADDED" })] });
+    expect(exported.conversations[0]).toMatchObject({ externalId: `${user}-1`, agent: { externalId: "shop" } });
+    expect(exported.snippets.map((s: any) => s.text).join("\n")).toContain("teal");
+    expect(exported.entries).toEqual([expect.objectContaining({ title: "Prefers teal" })]);
+    const other = await engram.gql(`query($id: ID!) { exportUser(endUserId: $id) }`, { id: turn.endUserId }, engram.other.admin);
+    expect(other.errors?.[0].extensions?.code).toBe("NOT_FOUND");
+  }, 120_000);
 });

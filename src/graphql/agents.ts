@@ -2,6 +2,7 @@ import { builder } from "../builder.ts";
 import { notFound } from "../errors.ts";
 import { agentSettings, upsertAgent, upsertEndUser } from "../memory/conversations/agents.ts";
 import { LIMITS } from "../limits.ts";
+import { exportUser } from "../memory/export.ts";
 
 const AgentSettings = builder.objectRef<ReturnType<typeof agentSettings>>("AgentSettings").implement({
   description: "An agent's memory settings, defaults filled in.",
@@ -14,6 +15,9 @@ const AgentSettings = builder.objectRef<ReturnType<typeof agentSettings>>("Agent
     extractionOn: t.exposeBoolean("extractionOn", { description: "Extract user facts (default true)." }),
     allowSensitiveFacts: t.exposeBoolean("allowSensitiveFacts", { description: "Keep health, finance, identity… facts (default false)." }),
     extractionBatchSize: t.exposeInt("extractionBatchSize", { description: "Shared messages per extraction batch (default 8)." }),
+    quietExtractionSeconds: t.exposeInt("quietExtractionSeconds", {
+      description: "After this long without a new message, the extractor reads what is pending even below a batch (default 600; 0 off).",
+    }),
   }),
 });
 
@@ -28,6 +32,7 @@ const AgentSettingsInput = builder.inputType("AgentSettingsInput", {
     extractionOn: t.boolean(),
     allowSensitiveFacts: t.boolean(),
     extractionBatchSize: t.int(),
+    quietExtractionSeconds: t.int(),
   }),
 });
 
@@ -101,6 +106,15 @@ builder.queryFields((t) => ({
     description: "The end user known by your own id, or null before Engram has seen them.",
     args: { externalId: t.arg.string({ required: true }) },
     resolve: (query, _root, { externalId }, ctx) => ctx.db.endUser.findFirst({ ...query, where: { externalId } }),
+  }),
+  exportUser: t.field({
+    type: "JSON",
+    authScopes: { admin: true },
+    description:
+      "Everything Engram holds about one person (facts with history, conversations with summaries and revisions, " +
+      "recall snippets' text, entries of their scope) as JSON: the right-of-access twin of forgetUser.",
+    args: { endUserId: t.arg.id({ required: true }) },
+    resolve: (_root, { endUserId }, ctx) => exportUser(ctx.db, String(endUserId)),
   }),
   endUsers: t.prismaConnection({
     type: "EndUser",

@@ -22,7 +22,7 @@ export async function dispatchPendingTurns(deps: Pick<Deps, "tenants" | "queue" 
       take: MAX_PER_TENANT,
     });
     for (const turn of pending) {
-      await deps.queue.enqueueCoalesced(turnJob, { tenantId: tenant.id, turnId: turn.id }, "turnId", 0);
+      await deps.queue.enqueueCoalesced(turnJob, { tenantId: tenant.id, turnId: turn.id }, "turnId", 1_000);
     }
     if (pending.length) dispatched[tenant.id] = pending.length;
   }

@@ -7,6 +7,7 @@ import type { Deps } from "../deps.ts";
 import { hasUnfoldedMessages, rewriteSummary } from "../memory/conversations/summary.ts";
 import { indexJob, summarizeJob } from "../queue.ts";
 import { syncSummarySnippet } from "../memory/recall/snippets.ts";
+import { UnreadableAnswer } from "./dead-letter.ts";
 
 /** A burst of turns within this window becomes one rewrite covering all of them. */
 export const SUMMARIZE_DEBOUNCE_MS = 1_500;
@@ -57,6 +58,7 @@ export async function runSummarize(
       log.warn("could not queue the summary's recall indexing", { conversationId: payload.conversationId, error });
     }
   }
-  const more = outcome.status !== "UNPARSABLE" && (await hasUnfoldedMessages(db, payload.conversationId));
+  if (outcome.status === "UNPARSABLE") throw new UnreadableAnswer("the summary rewrite");
+  const more = await hasUnfoldedMessages(db, payload.conversationId);
   return { ...outcome, more };
 }

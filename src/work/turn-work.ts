@@ -8,7 +8,8 @@ import { agentSettings } from "../memory/conversations/agents.ts";
 import { extractFacts, type ExtractionResult } from "../memory/facts/extraction.ts";
 import { forgetPhrases, forgetUser } from "../memory/forget.ts";
 import { gateMessage } from "../memory/gate/gate.ts";
-import { extractJob, indexJob, type turnJob } from "../queue.ts";
+import { extractJob, indexJob, quietExtractJob, type turnJob } from "../queue.ts";
+import { UnreadableAnswer } from "./dead-letter.ts";
 import { requestSummary } from "./summarize.ts";
 
 type TurnWorkDeps = Pick<Deps, "models" | "queue" | "pubsub" | "vectors" | "log">;
@@ -67,6 +68,16 @@ export async function runTurnWork(db: TenantDb, deps: TurnWorkDeps, payload: z.i
       lastSeq: turn.lastSeq,
     });
     if (settings.summaryOn) await requestSummary(deps, tenantId, conversation.id);
+    // Seed 003's timer: every shared turn sets it again; when the conversation has been quiet
+    // that long, the extractor reads what is pending even below a batch.
+    if (settings.extractionOn && settings.quietExtractionSeconds > 0 && !imported) {
+      await deps.queue.enqueueCoalesced(
+        quietExtractJob,
+        { tenantId, conversationId: conversation.id },
+        "conversationId",
+        settings.quietExtractionSeconds * 1_000,
+      );
+    }
     if (imported && settings.extractionOn) {
       await deps.queue.enqueueCoalesced(extractJob, { tenantId, conversationId: conversation.id }, "conversationId", 1_000);
     }
@@ -99,6 +110,7 @@ export async function runTurnWork(db: TenantDb, deps: TurnWorkDeps, payload: z.i
   // Another extraction of this conversation is running and may not have read this turn: try again
   // later (the gate's verdict is stored, so the retry costs no second gate call).
   if (extraction.status === "BUSY") throw new ExtractionBusy();
+  if (extraction.status === "UNPARSABLE") throw new UnreadableAnswer("fact extraction");
   return { status: "DONE" as const, verdict, extraction };
 }
 
@@ -112,7 +124,16 @@ export async function runExtractAll(
   for (let rounds = 0; rounds < 1_000; rounds++) {
     const result = await runExtraction(db, deps, payload.conversationId, true);
     if (result.status === "BUSY") throw new ExtractionBusy();
+    if (result.status === "UNPARSABLE") throw new UnreadableAnswer("fact extraction");
     if (result.status !== "EXTRACTED") return result;
     await stillAlive();
   }
+}
+
+/** The quiet-period timer fired: whatever the extractor has not read yet, it reads now. */
+export async function runQuietExtraction(db: TenantDb, deps: TurnWorkDeps, payload: z.infer<typeof quietExtractJob.schema>) {
+  const result = await runExtraction(db, deps, payload.conversationId, true);
+  if (result.status === "BUSY") throw new ExtractionBusy();
+  if (result.status === "UNPARSABLE") throw new UnreadableAnswer("fact extraction");
+  return result;
 }

@@ -1,4 +1,6 @@
 # Engram's API and job worker, on PostgreSQL (DATABASE_URL); see docker-compose.yml.
+# .ci/run replays these steps in a clean folder (no Docker daemon there): keep them plain
+# WORKDIR / COPY / RUN / ENV / USER / EXPOSE / CMD lines.
 FROM node:20-bookworm-slim
 
 WORKDIR /app
@@ -6,19 +8,18 @@ WORKDIR /app
 RUN chown node:node /app
 USER node
 
-# Dependencies first, so source edits do not reinstall them. npm ci runs the postinstall
-# (`prisma generate`, offline), which needs the Prisma schema, its config and the script.
-COPY --chown=node:node package.json package-lock.json prisma.config.ts ./
-COPY --chown=node:node scripts/generate.mjs scripts/generate.mjs
-COPY --chown=node:node prisma prisma
-RUN npm ci && npm cache clean --force
+# Dependencies first, so source edits do not reinstall them. Our own postinstall (generate the
+# Prisma client, compile, build the inspector) needs the sources: it runs after they are copied.
+COPY --chown=node:node package.json package-lock.json ./
+RUN npm ci --ignore-scripts --no-audit --no-fund && npm cache clean --force
 
 COPY --chown=node:node . .
+RUN npm run postinstall && npm prune --omit=dev --ignore-scripts --no-audit --no-fund
 
-# Set after npm ci: with NODE_ENV=production it would skip devDependencies.
 ENV NODE_ENV=production \
     HOST=0.0.0.0 \
     PORT=4000
 
 EXPOSE 4000
-CMD ["npm", "start"]
+# node itself, no npm or shell in between: SIGTERM from the runtime reaches the server.
+CMD ["node", "dist/main.js"]

@@ -7,7 +7,11 @@ import type { Store } from "./embedded/embedded.ts";
 import type { JobQueue } from "./queue.ts";
 
 /** The durable queue on the store's own database (Agenda); producers and the worker share it. */
-export type AgendaQueue = JobQueue & { agenda: Agenda };
+export type AgendaQueue = JobQueue & {
+  agenda: Agenda;
+  /** Resolves when the queue's database answers (for /healthz). */
+  ping(): Promise<void>;
+};
 
 /**
  * On PGlite, LISTEN/NOTIFY does not reach other connections, so jobs wait for the poll there.
@@ -39,6 +43,9 @@ export function createAgendaQueue(store: Store, pollMs: number, log: Logger): Ag
           maxWait: debounceMs * 10,
         }),
       );
+    },
+    async ping() {
+      await pool.query("SELECT 1");
     },
     async close() {
       // Agenda connects from its constructor: ending the pool mid-connect crashes the process.

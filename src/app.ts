@@ -11,6 +11,7 @@ import { WebSocketServer } from "ws";
 import type { GraphQLContext } from "./builder.ts";
 import { forTenant } from "./db.ts";
 import { EngramError } from "./errors.ts";
+import { checkHealth } from "./health.ts";
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
 import { authenticate } from "./auth.ts";
@@ -124,12 +125,21 @@ export function buildApp(services: Services): App {
     ],
   });
 
+  // Ready from listening until stop() begins: a load balancer stops sending before connections close.
+  let ready = false;
   // MCP (streamable HTTP) on /mcp: its tools call this yoga in process, with the caller's key.
   const serveMcp = mcpHandler({ authenticate: (authorization) => authenticate(services.db, authorization), log: services.log }, yoga);
 
   const server: Server = createServer((req: IncomingMessage, res) => {
-    if (req.url === "/healthz") {
-      res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}');
+    const pathname = (req.url ?? "/").split("?")[0];
+    if (pathname === "/healthz" || pathname === "/readyz") {
+      const parts = { ...services, query: () => services.db.$queryRawUnsafe("SELECT 1") };
+      void checkHealth(parts).then((health) => {
+        const up = pathname === "/readyz" ? ready && health.status !== "down" : health.status !== "down";
+        const body = pathname === "/readyz" ? { ready: up, ...health } : health;
+        res.writeHead(up ? 200 : 503, { "content-type": "application/json", "cache-control": "no-store" });
+        res.end(JSON.stringify(body));
+      });
       return;
     }
     if (serveInspector(req, res)) return;
@@ -193,12 +203,14 @@ export function buildApp(services: Services): App {
       return new Promise((resolve, reject) => {
         server.once("error", reject);
         server.listen(port, host, () => {
+          ready = true;
           const address = server.address() as AddressInfo;
           resolve(`http://${host.includes(":") ? `[${host}]` : host}:${address.port}`);
         });
       });
     },
     async stop() {
+      ready = false;
       await wsDisposable.dispose();
       for (const client of wsServer.clients) client.terminate();
       await new Promise<void>((resolve) => wsServer.close(() => resolve()));

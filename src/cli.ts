@@ -1,26 +1,24 @@
 import { parseArgs } from "node:util";
-import { forTenant } from "./db.ts";
-import { exportUser } from "./memory/export.ts";
-import { afterTurnRecorded } from "./work/after-turn.ts";
-import { compactTenants } from "./work/compact-tenants.ts";
-import { retentionSweep } from "./work/retention.ts";
-import { countLines, importJsonl } from "./memory/conversations/import-file.ts";
-import { EnvError, readEnv } from "./env.ts";
+import type { Db } from "./db.ts";
+import { EnvError, readEnv, type Env } from "./env.ts";
 import { EngramError } from "./errors.ts";
-import { createLogger } from "./log.ts";
-import { createTenant } from "./auth.ts";
-import { createApiKey } from "./governance/keys.ts";
-import { openServices, type Services } from "./services.ts";
-import { StoreBusyError } from "./embedded/embedded.ts";
+import type { Services } from "./services.ts";
+
+// Only what a command needs is loaded (dynamic imports), so `engram --help` and the key and
+// tenant commands start fast.
 
 const USAGE = `Usage: engram <command>
 
   start                                   run the server (same as npm start)
   mcp                                     an MCP server on stdio for a running Engram
                                           (ENGRAM_URL, default http://127.0.0.1:4000; ENGRAM_API_KEY)
-  tenants create <name>                   create a tenant; prints its admin key alone on stdout
+  tenants list                            print each tenant: id, name, number of active keys
+  tenants create <name>                   create a tenant; prints its admin key alone on stdout,
+                                          and its id on stderr
   keys create --role <admin|writer|reader> [--tenant <id>] [--name <label>]
-                                          create an API key; prints the key alone on stdout
+                                          create an API key; prints the key alone on stdout.
+                                          Works with the server stopped: the way back in when
+                                          the admin key is lost
   compact --now                           run the daily compaction now, for every tenant
   retention --now                         run the nightly retention now, for every tenant
   export-user <endUserExternalId> [--tenant <id>]
@@ -31,10 +29,16 @@ const USAGE = `Usage: engram <command>
 
 While the server runs on the embedded store, commands go through its store.`;
 
+const quietLog = async (env: Env) => {
+  const { createLogger } = await import("./log.ts");
+  return createLogger(env.ENGRAM_LOG_LEVEL === "info" ? "warn" : env.ENGRAM_LOG_LEVEL);
+};
+
+/** The whole service set (models, jobs, vectors): for commands that do memory work. */
 async function withServices<T>(work: (services: Services) => Promise<T>): Promise<T> {
   const env = readEnv();
-  const log = createLogger(env.ENGRAM_LOG_LEVEL === "info" ? "warn" : env.ENGRAM_LOG_LEVEL);
-  const services = await openServices(env, { attach: true, log });
+  const { openServices } = await import("./services.ts");
+  const services = await openServices(env, { attach: true, log: await quietLog(env) });
   try {
     return await work(services);
   } finally {
@@ -42,19 +46,56 @@ async function withServices<T>(work: (services: Services) => Promise<T>): Promis
   }
 }
 
-async function resolveTenantId(services: Services, given?: string) {
-  if (given) return given;
-  const tenants = await services.db.tenant.findMany({ select: { id: true, name: true }, take: 2 });
+/** The database alone (the running server's store, or the folder owned for the command). */
+async function withDb<T>(work: (db: Db) => Promise<T>): Promise<T> {
+  const env = readEnv();
+  const log = await quietLog(env);
+  const [{ attachOrStartEmbeddedStore, externalStore }, { migrate }, { createDb }] = await Promise.all([
+    import("./embedded/embedded.ts"),
+    import("./embedded/migrate.ts"),
+    import("./db.ts"),
+  ]);
+  const store = env.DATABASE_URL
+    ? externalStore(env.DATABASE_URL)
+    : await attachOrStartEmbeddedStore(env.ENGRAM_DATA_DIR, { log });
+  try {
+    await migrate(store.url);
+    const db = createDb(store.url, (error) => log.warn("database connection lost", { error }), 2);
+    try {
+      return await work(db);
+    } finally {
+      await db.$disconnect();
+    }
+  } finally {
+    await store.stop();
+  }
+}
+
+async function resolveTenantId(db: Db, given?: string) {
+  if (given) {
+    if (!(await db.tenant.findUnique({ where: { id: given }, select: { id: true } }))) {
+      throw new EngramError("NOT_FOUND", `Tenant ${given} was not found: \`engram tenants list\` shows them.`);
+    }
+    return given;
+  }
+  const tenants = await db.tenant.findMany({ select: { id: true, name: true }, take: 2 });
   if (tenants.length === 1) return tenants[0].id;
   throw new EngramError(
     "BAD_USER_INPUT",
-    tenants.length ? "Several tenants exist: pass --tenant <id>." : "No tenant exists yet: start Engram once or run `engram tenants create <name>`.",
+    tenants.length
+      ? "Several tenants exist: pass --tenant <id> (`engram tenants list` shows them)."
+      : "No tenant exists yet: start Engram once or run `engram tenants create <name>`.",
   );
 }
 
 /** `engram import`: conversations from a JSONL file, with a progress bar on stderr. */
 async function importFile(services: Services, file: string, tenant?: string): Promise<number> {
-  const tenantId = await resolveTenantId(services, tenant);
+  const [{ countLines, importJsonl }, { afterTurnRecorded }, { forTenant }] = await Promise.all([
+    import("./memory/conversations/import-file.ts"),
+    import("./work/after-turn.ts"),
+    import("./db.ts"),
+  ]);
+  const tenantId = await resolveTenantId(services.db, tenant);
   const total = await countLines(file);
   const tty = process.stderr.isTTY;
   let done = 0;
@@ -77,8 +118,13 @@ async function importFile(services: Services, file: string, tenant?: string): Pr
     } else messages += result.messages ?? 0;
     draw();
   }
-  if (tty) process.stderr.write("\n");
-  process.stdout.write(`imported ${done - failed} of ${done} conversations (${messages} messages); summaries, fact extraction and recall indexing are queued\n`);
+  if (tty && done) process.stderr.write("\n");
+  const imported = done - failed;
+  process.stdout.write(
+    imported
+      ? `imported ${imported} of ${done} conversations (${messages} messages); summaries, fact extraction and recall indexing are queued\n`
+      : `nothing imported: ${done ? `all ${done} conversations failed` : "the file has no conversations"}\n`,
+  );
   return failed;
 }
 
@@ -86,6 +132,17 @@ async function main(argv: string[]) {
   const [command, sub, ...rest] = argv;
   if (command === "start") {
     await import("./main.ts");
+    return;
+  }
+  if (command === "tenants" && sub === "list") {
+    const tenants = await withDb((db) =>
+      db.tenant.findMany({
+        orderBy: { createdAt: "asc" },
+        select: { id: true, name: true, _count: { select: { apiKeys: { where: { revokedAt: null } } } } },
+      }),
+    );
+    if (!tenants.length) process.stderr.write("no tenants yet: start Engram once or run `engram tenants create <name>`\n");
+    for (const tenant of tenants) process.stdout.write(`${tenant.id}\t${tenant.name}\t${tenant._count.apiKeys} keys\n`);
     return;
   }
   if (command === "mcp") {
@@ -96,7 +153,9 @@ async function main(argv: string[]) {
   if (command === "tenants" && sub === "create") {
     const name = rest.join(" ").trim();
     if (!name) throw new EngramError("BAD_USER_INPUT", "Give the tenant a name: engram tenants create <name>");
-    const { adminKey } = await withServices((services) => createTenant(services.db, { name }));
+    const { createTenant } = await import("./auth.ts");
+    const { tenant, adminKey } = await withDb((db) => createTenant(db, { name }));
+    process.stderr.write(`tenant ${tenant.id} (${tenant.name}); its admin key:\n`);
     process.stdout.write(`${adminKey}\n`);
     return;
   }
@@ -109,25 +168,18 @@ async function main(argv: string[]) {
     if (role !== "ADMIN" && role !== "WRITER" && role !== "READER") {
       throw new EngramError("BAD_USER_INPUT", "--role must be admin, writer or reader.");
     }
-    const { key } = await withServices(async (services) => {
-      const tenantId = await resolveTenantId(services, values.tenant);
-      if (!(await services.db.tenant.findUnique({ where: { id: tenantId } }))) {
-        throw new EngramError("NOT_FOUND", `Tenant ${tenantId} was not found.`);
-      }
-      return createApiKey(forTenant(services.db, tenantId), { role, name: values.name ?? "" });
-    });
+    const [{ createApiKey }, { forTenant }] = await Promise.all([import("./governance/keys.ts"), import("./db.ts")]);
+    const { key } = await withDb(async (db) =>
+      createApiKey(forTenant(db, await resolveTenantId(db, values.tenant)), { role, name: values.name ?? "" }),
+    );
     process.stdout.write(`${key}\n`);
     return;
   }
-  if (command === "compact" && sub === "--now") {
-    const runs = await withServices((services) => compactTenants(services.deps, {}));
-    for (const run of runs) {
-      process.stdout.write(`${run.tenantId} ${run.status} ${JSON.stringify(run.result ?? run.error)}\n`);
-    }
-    return;
-  }
-  if (command === "retention" && sub === "--now") {
-    const runs = await withServices((services) => retentionSweep(services.deps, {}));
+  if ((command === "compact" || command === "retention") && sub === "--now") {
+    const runs = await withServices(async (services) => {
+      if (command === "compact") return (await import("./work/compact-tenants.ts")).compactTenants(services.deps, {});
+      return (await import("./work/retention.ts")).retentionSweep(services.deps, {});
+    });
     for (const run of runs) {
       process.stdout.write(`${run.tenantId} ${run.status} ${JSON.stringify(run.result ?? run.error)}\n`);
     }
@@ -135,8 +187,9 @@ async function main(argv: string[]) {
   }
   if (command === "export-user" && sub) {
     const { values } = parseArgs({ args: rest, options: { tenant: { type: "string" } } });
+    const [{ forTenant }, { exportUser }] = await Promise.all([import("./db.ts"), import("./memory/export.ts")]);
     const exported = await withServices(async (services) => {
-      const db = forTenant(services.db, await resolveTenantId(services, values.tenant));
+      const db = forTenant(services.db, await resolveTenantId(services.db, values.tenant));
       const user = await db.endUser.findFirst({ where: { OR: [{ externalId: sub }, { id: sub }] } });
       if (!user) throw new EngramError("NOT_FOUND", `No end user ${sub} in this tenant.`);
       return exportUser(db, user.id);
@@ -156,7 +209,7 @@ async function main(argv: string[]) {
 }
 
 main(process.argv.slice(2)).catch((error) => {
-  if (error instanceof EnvError || error instanceof EngramError || error instanceof StoreBusyError) {
+  if (error instanceof EnvError || error instanceof EngramError || error?.name === "StoreBusyError") {
     process.stderr.write(`${error.message}\n`);
   } else {
     process.stderr.write(`${(error as Error).stack ?? error}\n`);

@@ -1,12 +1,12 @@
 import { createReadStream, existsSync, statSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { fromRoot } from "./paths.ts";
 
 export const INSPECTOR_PATH = "/inspector";
 
 /** The Vite build of web/ (`npm run build:web`). */
-export const INSPECTOR_DIST = fileURLToPath(new URL("../web/dist/", import.meta.url));
+export const INSPECTOR_DIST = fromRoot("web", "dist") + path.sep;
 
 const CONTENT_TYPES: Record<string, string> = {
   ".html": "text/html; charset=utf-8",

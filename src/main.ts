@@ -1,55 +1,115 @@
 import { startWorker, type Worker } from "../jobs/worker.ts";
-import { buildApp } from "./app.ts";
+import { buildApp, type App } from "./app.ts";
+import { StoreBusyError } from "./embedded/embedded.ts";
 import { EnvError, modelsConfigured, readEnv } from "./env.ts";
-import { createLogger } from "./log.ts";
+import { createLogger, type Logger } from "./log.ts";
 import { bootstrapFirstTenant } from "./auth.ts";
-import { openServices } from "./services.ts";
+import { staleBuild } from "./paths.ts";
+import { openServices, type Services } from "./services.ts";
+
+/** Shutdown never takes longer than this: past it, the process exits and its children follow. */
+const SHUTDOWN_DEADLINE_MS = 9_000;
+
+/** A one-line reason for the failures a user can fix; anything else keeps its stack. */
+function startFailure(error: unknown, env?: { HOST: string; PORT: number }): string {
+  if (error instanceof EnvError || error instanceof StoreBusyError) return error.message;
+  if ((error as NodeJS.ErrnoException)?.code === "EADDRINUSE" && env) {
+    return `Port ${env.PORT} on ${env.HOST} is already in use: stop what listens there, or set PORT to another port.`;
+  }
+  return `Engram failed to start: ${(error as Error)?.stack ?? error}`;
+}
 
 async function main() {
-  const env = readEnv();
-  const log = createLogger(env.ENGRAM_LOG_LEVEL);
-  const services = await openServices(env, { log });
-  log.info("store ready", { kind: services.store.kind });
-
-  const first = await bootstrapFirstTenant(services.db);
-  if (first) {
-    log.info("created the first tenant; its admin key is printed once below", { tenantId: first.tenant.id });
-    process.stdout.write(`ENGRAM_ADMIN_KEY=${first.adminKey}\n`);
+  let env: ReturnType<typeof readEnv>;
+  try {
+    env = readEnv();
+  } catch (error) {
+    process.stderr.write(`${startFailure(error)}\n`);
+    process.exit(1);
   }
+  const log = createLogger(env.ENGRAM_LOG_LEVEL);
+  if (staleBuild()) log.warn("dist/ is older than the sources: run `npm run build` to run your changes");
+
+  const open: { services?: Services; worker?: Worker; app?: App; bootstrap?: Promise<void> } = {};
+  let stopping: Promise<void> | undefined;
+  // Stops whatever is open, in order, from any point of start-up on.
+  const shutdown = (reason: string, code = 0, fields?: object) => {
+    stopping ??= (async () => {
+      if (code) log.error("shutting down", { reason, ...fields });
+      else log.info("shutting down", { reason });
+      setTimeout(() => {
+        log.error(`shutdown took over ${SHUTDOWN_DEADLINE_MS / 1000} s; exiting now`);
+        process.exit(code || 1);
+      }, SHUTDOWN_DEADLINE_MS).unref();
+      try {
+        if (open.app) await open.app.stop().then(() => log.info("API stopped"));
+        await open.bootstrap?.catch(() => {});
+        if (open.worker) await open.worker.stop().then(() => log.info("job worker stopped"));
+        if (open.services) await open.services.close().then(() => log.info("store closed; bye"));
+      } catch (error) {
+        log.error("error while shutting down", { error });
+        code ||= 1;
+      }
+      process.exit(code);
+    })();
+    return stopping;
+  };
+  // Installed before anything starts: a signal during start-up stops what is already open.
+  for (const signal of ["SIGTERM", "SIGINT", "SIGHUP"] as const) process.on(signal, () => void shutdown(signal));
+  // Under npm, a SIGTERM to npm may not reach us: when our parent goes, we go.
+  if (env.npm_execpath) {
+    const parent = process.ppid;
+    setInterval(() => {
+      if (process.ppid !== parent) void shutdown("the npm process that started Engram exited");
+    }, 500).unref();
+  }
+
+  try {
+    open.services = await openServices(env, { log });
+  } catch (error) {
+    process.stderr.write(`${startFailure(error, env)}\n`);
+    process.exit(1);
+  }
+  const services = open.services;
+  if (stopping) return;
+  log.info("store ready", { kind: services.store.kind });
+  services.store.onFailure((error) => void shutdown("the embedded database could not be restarted", 1, { error: error.message }));
   if (!modelsConfigured(env)) {
     log.warn("no model configured: compaction and other model-driven features are off (set OPENAI_API_KEY or OPENAI_BASE_URL)");
   }
+  if (env.DATABASE_URL && !env.CHROMA_URL) {
+    log.warn(
+      `no CHROMA_URL: this instance keeps recall vectors in its own embedded Chroma under ${env.ENGRAM_DATA_DIR}/chroma; set CHROMA_URL when several instances share the database`,
+    );
+  }
 
-  let worker: Worker | undefined;
-  if (env.ENGRAM_JOBS === "on") worker = await startWorker(services);
   const app = buildApp(services);
-  const url = await app.start();
+  let url: string;
+  try {
+    url = await app.start();
+  } catch (error) {
+    process.stderr.write(`${startFailure(error, env)}\n`);
+    await shutdown("could not listen", 1);
+    return;
+  }
+  open.app = app;
   log.info(`Engram is listening on ${url}/graphql (GraphiQL in a browser)`);
+  // Only once the server listens: a start that fails earlier creates nothing, so no key is lost.
+  open.bootstrap = stopping ? undefined : bootstrapOnce(services, log);
+  await open.bootstrap;
+  // The worker starts once the API answers: queued work waits a moment, requests do not.
+  if (env.ENGRAM_JOBS === "on" && !stopping) open.worker = await startWorker(services);
+}
 
-  let stopping = false;
-  const shutdown = async (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    log.info("shutting down", { signal });
-    await app.stop();
-    log.info("API stopped");
-    if (worker) {
-      await worker.stop();
-      log.info("job worker stopped");
-    }
-    await services.close();
-    log.info("store closed; bye");
-    process.exit(0);
-  };
-  process.on("SIGINT", () => void shutdown("SIGINT"));
-  process.on("SIGTERM", () => void shutdown("SIGTERM"));
+async function bootstrapOnce(services: Services, log: Logger) {
+  const first = await bootstrapFirstTenant(services.db);
+  if (!first) return;
+  log.info("created the first tenant; its admin key is printed once below", { tenantId: first.tenant.id });
+  process.stdout.write(`ENGRAM_ADMIN_KEY=${first.adminKey}\n`);
+  log.info(`lost it? \`npx engram keys create --role admin --tenant ${first.tenant.id}\` makes another, also with the server stopped`);
 }
 
 main().catch((error) => {
-  if (error instanceof EnvError) {
-    process.stderr.write(`${error.message}\n`);
-  } else {
-    process.stderr.write(`Engram failed to start: ${(error as Error).stack ?? error}\n`);
-  }
+  process.stderr.write(`Engram failed: ${(error as Error)?.stack ?? error}\n`);
   process.exit(1);
 });

@@ -8,7 +8,7 @@ import type { ModelRoute } from "./models/metered.ts";
 import { createModelProvider, type ModelProvider } from "./models/provider.ts";
 import { createEngramPubSub, type PubSub } from "./pubsub.ts";
 import { createEmbeddingsProvider, type EmbeddingsProvider } from "./embeddings/index.ts";
-import { lazyChroma } from "./embedded/chroma.ts";
+import { lazyChroma, type LazyChroma } from "./embedded/chroma.ts";
 import { createChromaVectorStore } from "./vectors/chroma.ts";
 import type { VectorStore } from "./vectors/index.ts";
 import {
@@ -30,6 +30,8 @@ export type Services = Deps & {
   /** Everything but the raw client and the store: what the GraphQL context and jobs hand on. */
   deps: Deps;
   queue: AgendaQueue;
+  /** The Chroma behind the vectors: external (CHROMA_URL) or embedded, started on first use. */
+  chroma: LazyChroma;
   close(): Promise<void>;
 };
 
@@ -63,8 +65,8 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
   const store = env.DATABASE_URL
     ? externalStore(env.DATABASE_URL)
     : options.attach
-      ? await attachOrStartEmbeddedStore(env.ENGRAM_DATA_DIR)
-      : await startEmbeddedStore(env.ENGRAM_DATA_DIR);
+      ? await attachOrStartEmbeddedStore(env.ENGRAM_DATA_DIR, { log })
+      : await startEmbeddedStore(env.ENGRAM_DATA_DIR, { log });
   try {
     const applied = await migrate(store.url);
     if (applied.length) log.info("applied migrations", { applied });
@@ -91,19 +93,29 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     store,
     db,
     queue,
+    chroma,
     async close() {
-      await queue.close();
-      log.debug("job queue closed");
-      await embeddings.close();
-      await vectors.close();
-      await chroma.stop();
-      log.debug("recall embeddings and Chroma stopped");
-      await pubsub.close();
-      log.debug("pubsub closed");
-      await db.$disconnect();
-      log.debug("database client closed");
-      await store.stop();
-      log.debug("store stopped");
+      // Each step runs even if one before it failed: the store is always stopped last.
+      const steps: [string, () => Promise<unknown>][] = [
+        ["job queue closed", () => queue.close()],
+        ["recall embeddings closed", () => embeddings.close()],
+        ["vectors closed", () => vectors.close()],
+        ["Chroma stopped", () => chroma.stop()],
+        ["pubsub closed", () => pubsub.close()],
+        ["database client closed", () => db.$disconnect()],
+        ["store stopped", () => store.stop()],
+      ];
+      let failure: unknown;
+      for (const [done, step] of steps) {
+        try {
+          await step();
+          log.debug(done);
+        } catch (error) {
+          log.warn(`while closing: ${done.split(" ")[0]} failed`, { error });
+          failure ??= error;
+        }
+      }
+      if (failure) throw failure;
     },
   };
 }

@@ -6,6 +6,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { EngramClient } from "engram/client";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { allIndexed, INDEXING_TIMEOUT_MS } from "./helpers/recall.ts";
+import { ensureCompiled } from "./helpers/server-process.ts";
 
 // The MCP server, driven by the SDK's own client over streamable HTTP (/mcp) and over stdio
 // (`engram mcp` as a child process), against a real Engram.
@@ -15,6 +16,7 @@ let engramClient: EngramClient;
 const open: Client[] = [];
 
 beforeAll(async () => {
+  ensureCompiled(); // `engram mcp` runs the compiled CLI
   engram = await startTestEngram({ worker: true });
   url = await engram.listen();
   engramClient = new EngramClient({ url, apiKey: engram.tenant.writer });

@@ -1,32 +1,36 @@
-// Runs `chroma run` for Engram and ties its life to Engram's: when the parent process goes
-// away (IPC disconnect, even on SIGKILL), Chroma is stopped too. The Chroma server itself is
-// a native binding that owns its thread, so it runs one process further down.
-import { spawn } from "node:child_process";
+// Runs Chroma's server for Engram, in one process whose life is tied to Engram's. The server is
+// a native binding that blocks the thread it runs on, so it runs in a worker thread while this
+// thread watches the parent: when Engram goes away (even by SIGKILL) or asks, the process exits
+// and the server with it. No grandchild process exists that could be orphaned.
+import { createRequire } from "node:module";
+import { Worker } from "node:worker_threads";
+import { watchParent } from "./parent-watch.mjs";
 
-const [bin, dataDir, port] = process.argv.slice(2);
-const chroma = spawn(bin, ["run", "--path", dataDir, "--host", "127.0.0.1", "--port", port], {
-  stdio: ["ignore", "pipe", "pipe"],
-});
-let output = "";
-const keep = (chunk) => {
-  output = (output + chunk.toString()).slice(-4_000);
-};
-chroma.stdout.on("data", keep);
-chroma.stderr.on("data", keep);
-chroma.on("exit", (code, signal) => {
-  if (process.connected) process.send({ exited: { code, signal, output } });
-  process.exit(0);
-});
+const [root, dataDir, port] = process.argv.slice(2);
 
+let stopping = false;
 function stop() {
-  if (chroma.exitCode !== null) process.exit(0);
-  chroma.kill("SIGTERM");
-  setTimeout(() => chroma.kill("SIGKILL"), 5_000).unref();
+  if (stopping) return;
+  stopping = true;
+  // The binding has no stop call, and process.exit() would wait forever to join the worker
+  // thread blocked in native code: the process ends itself the one way that cannot hang.
+  // Chroma's SQLite and its segment files are written to survive exactly that.
+  process.kill(process.pid, "SIGKILL");
 }
+watchParent(stop);
 
-process.on("message", (message) => {
-  if (message === "stop") stop();
+// The same per-platform package the `chroma` command loads.
+const platform = { "linux-x64": "linux-x64-gnu", "linux-arm64": "linux-arm64-gnu", "darwin-x64": "darwin-x64", "darwin-arm64": "darwin-arm64" }[`${process.platform}-${process.arch}`];
+const binding = createRequire(`${root}/package.json`).resolve(`chromadb-js-bindings-${platform}`);
+const server = new Worker(
+  `require(${JSON.stringify(binding)}).cli(["chroma", "run", "--path", ${JSON.stringify(dataDir)}, "--host", "127.0.0.1", "--port", ${JSON.stringify(port)}]);`,
+  { eval: true },
+);
+server.on("error", (error) => {
+  process.stderr.write(`embedded Chroma: ${error?.message ?? error}\n`);
+  stop();
 });
-process.on("disconnect", stop);
-process.on("SIGTERM", stop);
-process.on("SIGINT", () => {}); // a terminal's Ctrl-C reaches the parent, which stops us in order
+server.on("exit", (code) => {
+  process.exitCode = code || 1;
+  stop();
+});

@@ -2,15 +2,17 @@ import { fork } from "node:child_process";
 import { existsSync, mkdirSync, rmSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { fromRoot, ROOT } from "../paths.ts";
 import { isAlive, liveOwner, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
 
-const childScript = fileURLToPath(new URL("./chroma-child.mjs", import.meta.url));
-const chromaBin = fileURLToPath(new URL("../../node_modules/.bin/chroma", import.meta.url));
+const childScript = fromRoot("src", "embedded", "chroma-child.mjs");
+const chromaPackage = fromRoot("node_modules", "chromadb", "package.json");
 
 /** A Chroma server Engram talks to: one it started, one another Engram process runs, or external. */
 export type ChromaServer = {
   url: string;
+  /** The server's process, when this process started it. */
+  pid?: number;
   /** false once a Chroma this process started has exited. */
   alive(): boolean;
   stop(): Promise<void>;
@@ -45,8 +47,8 @@ export async function heartbeat(url: string, timeoutMs = 1_000): Promise<boolean
 }
 
 /**
- * Starts Chroma (`chroma run` from the npm package) on a free loopback port with its data in
- * `<dataDir>/chroma`, and waits for its heartbeat. The process dies with Engram's.
+ * Starts Chroma (the server of the `chromadb` npm package) on a free loopback port with its data
+ * in `<dataDir>/chroma`, and waits for its heartbeat. The process dies with Engram's.
  */
 export async function startEmbeddedChroma(
   dataDir: string,
@@ -55,20 +57,29 @@ export async function startEmbeddedChroma(
   const timeoutMs = options.timeoutMs ?? 30_000;
   const dir = path.resolve(dataDir);
   mkdirSync(path.join(dir, "chroma"), { recursive: true });
-  if (!existsSync(chromaBin)) throw new Error(`Chroma is not installed (${chromaBin} is missing): run npm install.`);
+  if (!existsSync(chromaPackage)) throw new Error(`Chroma is not installed (${chromaPackage} is missing): run npm install.`);
+  // Never a second server on the same folder: one that another Engram process owns is reused by
+  // attachOrStartEmbeddedChroma, and one this process started must be gone before it starts again.
+  const previous = readOwnerFile(ownerFile(dir));
+  if (previous && previous.pid !== process.pid && isAlive(previous.pid)) {
+    throw new Error(`The embedded Chroma in ${dir} is owned by another process (pid ${previous.pid}).`);
+  }
   const port = options.port ?? (await freePort());
   const url = `http://127.0.0.1:${port}`;
-  const child = fork(childScript, [chromaBin, path.join(dir, "chroma"), String(port)], {
-    stdio: ["ignore", "ignore", "inherit", "ipc"],
+  const child = fork(childScript, [ROOT, path.join(dir, "chroma"), String(port)], {
+    stdio: ["ignore", "pipe", "pipe", "ipc"],
     execArgv: [],
   });
-  let exited: { code: number | null; output: string } | undefined;
-  child.on("message", (message: { exited?: { code: number | null; output: string } }) => {
-    if (message?.exited) exited = message.exited;
-  });
+  let output = "";
+  const keep = (chunk: Buffer) => {
+    output = (output + chunk.toString()).slice(-4_000);
+  };
+  child.stdout?.on("data", keep);
+  child.stderr?.on("data", keep);
+  let exited = false;
   const childGone = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   void childGone.then(() => {
-    exited ??= { code: child.exitCode, output: "" };
+    exited = true;
     const owner = readOwnerFile(ownerFile(dir));
     if (owner?.pid === process.pid && owner.port === port) rmSync(ownerFile(dir), { force: true });
   });
@@ -77,7 +88,7 @@ export async function startEmbeddedChroma(
   while (!(await heartbeat(url, 500))) {
     if (exited || Date.now() > deadline) {
       child.kill("SIGKILL");
-      const detail = exited?.output.trim().split("\n").slice(-3).join(" ") ?? "";
+      const detail = output.trim().split("\n").slice(-3).join(" ");
       throw new Error(`The embedded Chroma did not start on ${url}${detail ? `: ${detail}` : ""}`);
     }
     await new Promise((resolve) => setTimeout(resolve, 50));
@@ -87,14 +98,15 @@ export async function startEmbeddedChroma(
   let stopped: Promise<void> | undefined;
   return {
     url,
+    pid: child.pid,
     alive: () => !exited && child.exitCode === null,
     stop() {
       stopped ??= (async () => {
-        if (child.exitCode === null) {
+        if (!exited && child.exitCode === null) {
           if (child.connected) child.send("stop");
           else child.kill("SIGTERM");
-          // Whatever state it is in, it is gone within 10 s.
-          setTimeout(() => child.kill("SIGKILL"), 10_000).unref();
+          // Whatever state it is in, it is gone within 5 s.
+          setTimeout(() => child.kill("SIGKILL"), 5_000).unref();
         }
         await childGone;
       })();
@@ -124,11 +136,22 @@ export function externalChroma(url: string): ChromaServer {
  * The Chroma recall uses, resolved on first use (so processes that never recall start nothing):
  * CHROMA_URL when set, else the embedded one, started again if it died.
  */
+export type LazyChroma = ReturnType<typeof lazyChroma>;
+
 export function lazyChroma(options: { url?: string; dataDir: string; onStart?: (url: string) => void }) {
   let current: ChromaServer | undefined;
   let starting: Promise<ChromaServer> | undefined;
   let closed = false;
   return {
+    /** For /healthz: the heartbeat of the Chroma in use; an embedded one not started yet is fine. */
+    async health(): Promise<{ status: "ok" | "down"; detail?: string }> {
+      const url = options.url ?? current?.url;
+      if (!url) return { status: "ok", detail: "embedded; starts on first use" };
+      if (!options.url && !current?.alive()) return { status: "down", detail: "the embedded Chroma exited; it restarts on next use" };
+      return (await heartbeat(url, 1_500))
+        ? { status: "ok", detail: options.url ? "external" : "embedded" }
+        : { status: "down", detail: `no heartbeat from ${url}` };
+    },
     get(): Promise<ChromaServer> {
       if (closed) return Promise.reject(new Error("Chroma is closed."));
       if (current?.alive()) return Promise.resolve(current);

@@ -1,10 +1,11 @@
 import { fork, type ChildProcess } from "node:child_process";
 import { mkdirSync, rmSync } from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
-import { liveOwner, writeOwnerFile, type Owner } from "./owner.ts";
+import { fromRoot } from "../paths.ts";
+import type { Logger } from "../log.ts";
+import { isAlive, liveOwner, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
 
-const childScript = fileURLToPath(new URL("./pglite-child.mjs", import.meta.url));
+const childScript = fromRoot("src", "embedded", "pglite-child.mjs");
 
 export type Store = {
   /** PostgreSQL connection string for pg / @prisma/adapter-pg. */
@@ -12,8 +13,14 @@ export type Store = {
   kind: "embedded" | "postgres";
   /** true on PGlite: LISTEN/NOTIFY does not reach other connections there. */
   embedded: boolean;
+  /** The store process: up, being restarted after it died, or given up on. */
+  state(): StoreState;
+  /** Called once if the store cannot be brought back. */
+  onFailure(listener: (error: Error) => void): void;
   stop(): Promise<void>;
 };
+
+export type StoreState = "up" | "restarting" | "failed";
 
 export class StoreBusyError extends Error {
   constructor(dataDir: string, pid: number) {
@@ -54,32 +61,58 @@ function urlFor(port: number) {
   return `postgres://postgres@127.0.0.1:${port}/postgres?sslmode=disable`;
 }
 
+export type EmbeddedStoreOptions = {
+  log?: Logger;
+  /** A client holding a transaction idle this long while others wait is cut off (default 15 s). */
+  idleTxMs?: number;
+  /** A statement running this long means PGlite is stuck: the child restarts (default 120 s). */
+  stuckMs?: number;
+};
+
+const MAX_CONNECTIONS = 32;
+/** More unexpected exits than this within RESTART_WINDOW_MS and the store is given up. */
+const MAX_RESTARTS = 5;
+const RESTART_WINDOW_MS = 60_000;
+
+/** Forks the PGlite child on `port` (0: any) and resolves with the port it serves. */
+function forkChild(pgDir: string, port: number, options: EmbeddedStoreOptions) {
+  const child: ChildProcess = fork(
+    childScript,
+    [pgDir, String(MAX_CONNECTIONS), String(port), String(options.idleTxMs ?? 15_000), String(options.stuckMs ?? 120_000)],
+    { stdio: ["ignore", "inherit", "inherit", "ipc"], execArgv: [] },
+  );
+  const ready = new Promise<number>((resolve, reject) => {
+    const onExit = (code: number | null) => reject(new Error(`The embedded database exited during start-up (code ${code}).`));
+    child.once("exit", onExit);
+    child.once("error", reject);
+    child.once("message", (message: { port?: number }) => {
+      child.off("exit", onExit);
+      if (typeof message?.port === "number") resolve(message.port);
+      else reject(new Error("The embedded database sent no port."));
+    });
+  });
+  return { child, ready };
+}
+
 /**
  * Starts PGlite in a child process over the data folder and serves it on a loopback port.
  * The folder has one owner at a time: a second owner is refused, never opened twice.
+ * The child is supervised: if it dies, it is restarted on the same port with a growing delay;
+ * after MAX_RESTARTS within a minute the store reports "failed" and tells onFailure listeners.
  */
-export async function startEmbeddedStore(dataDir: string): Promise<Store> {
+export async function startEmbeddedStore(dataDir: string, options: EmbeddedStoreOptions = {}): Promise<Store> {
   const dir = path.resolve(dataDir);
+  const pgDir = path.join(dir, "pg");
   mkdirSync(dir, { recursive: true });
   claimOwnership(dir);
+  // The folder's owner died (SIGKILL) with its embedded Chroma: that Chroma's record goes too.
+  const chroma = readOwnerFile(path.join(dir, "chroma.owner.json"));
+  if (chroma && !isAlive(chroma.pid)) rmSync(path.join(dir, "chroma.owner.json"), { force: true });
 
-  const child: ChildProcess = fork(childScript, [path.join(dir, "pg")], {
-    stdio: ["ignore", "inherit", "inherit", "ipc"],
-    execArgv: [],
-  });
+  let { child, ready } = forkChild(pgDir, 0, options);
   let port: number;
   try {
-    port = await new Promise<number>((resolve, reject) => {
-      child.once("exit", (code) =>
-        reject(new Error(`The embedded database exited during start-up (code ${code}).`)),
-      );
-      child.once("error", reject);
-      child.once("message", (message: { port?: number }) =>
-        typeof message?.port === "number"
-          ? resolve(message.port)
-          : reject(new Error("The embedded database sent no port.")),
-      );
-    });
+    port = await ready;
   } catch (error) {
     child.kill("SIGKILL");
     rmSync(ownerFile(dir), { force: true });
@@ -87,18 +120,60 @@ export async function startEmbeddedStore(dataDir: string): Promise<Store> {
   }
   writeOwnerFile(ownerFile(dir), port);
 
+  let state: StoreState = "up";
+  let stopping = false;
+  const exits: number[] = [];
+  const failureListeners: ((error: Error) => void)[] = [];
+
+  const supervise = (current: ChildProcess) =>
+    current.once("exit", (code, signal) => {
+      if (!stopping) void restart(`exited (code ${code}${signal ? `, ${signal}` : ""})`);
+    });
+  const restart = async (why: string): Promise<void> => {
+    const now = Date.now();
+    exits.push(now);
+    while (exits[0] < now - RESTART_WINDOW_MS) exits.shift();
+    if (exits.length > MAX_RESTARTS) {
+      state = "failed";
+      const error = new Error(`The embedded database ${why} ${exits.length} times within a minute; giving up.`);
+      options.log?.error(error.message);
+      for (const listener of failureListeners) listener(error);
+      return;
+    }
+    state = "restarting";
+    const delayMs = 250 * 2 ** (exits.length - 1);
+    options.log?.error(`the embedded database ${why}; restarting it in ${delayMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, delayMs));
+    if (stopping) return;
+    ({ child, ready } = forkChild(pgDir, port, options));
+    try {
+      await ready;
+    } catch (error) {
+      child.kill("SIGKILL");
+      return restart(`failed to restart (${(error as Error).message})`);
+    }
+    if (stopping) return;
+    state = "up";
+    supervise(child);
+    options.log?.info("the embedded database is back", { port });
+  };
+  supervise(child);
+
   let stopped: Promise<void> | undefined;
   return {
     url: urlFor(port),
     kind: "embedded",
     embedded: true,
+    state: () => state,
+    onFailure: (listener) => void failureListeners.push(listener),
     stop() {
+      stopping = true;
       stopped ??= new Promise<void>((resolve) => {
-        if (child.exitCode !== null) return resolve();
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
         child.once("exit", () => resolve());
         if (child.connected) child.send("stop");
         else child.kill("SIGTERM");
-        setTimeout(() => child.kill("SIGKILL"), 10_000).unref();
+        setTimeout(() => child.kill("SIGKILL"), 8_000).unref();
       }).finally(() => rmSync(ownerFile(dir), { force: true }));
       return stopped;
     },
@@ -109,14 +184,14 @@ export async function startEmbeddedStore(dataDir: string): Promise<Store> {
  * For CLI commands: use the running server's store when there is one (never opening the
  * folder a second time), or own the folder for the length of the command.
  */
-export async function attachOrStartEmbeddedStore(dataDir: string): Promise<Store> {
+export async function attachOrStartEmbeddedStore(dataDir: string, options: EmbeddedStoreOptions = {}): Promise<Store> {
   const owner = readOwner(path.resolve(dataDir));
   if (owner && owner.port > 0) {
-    return { url: urlFor(owner.port), kind: "embedded", embedded: true, stop: async () => {} };
+    return { url: urlFor(owner.port), kind: "embedded", embedded: true, state: () => "up", onFailure() {}, stop: async () => {} };
   }
-  return startEmbeddedStore(dataDir);
+  return startEmbeddedStore(dataDir, options);
 }
 
 export function externalStore(url: string): Store {
-  return { url, kind: "postgres", embedded: false, stop: async () => {} };
+  return { url, kind: "postgres", embedded: false, state: () => "up", onFailure() {}, stop: async () => {} };
 }

@@ -1,9 +1,9 @@
 import { createHash } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
+import { fromRoot } from "../paths.ts";
 import pg from "pg";
 
-const migrationsDir = fileURLToPath(new URL("../../prisma/migrations/", import.meta.url));
+const migrationsDir = fromRoot("prisma", "migrations");
 // Any constant works: it only keeps two instances starting together from migrating at once.
 const MIGRATION_LOCK = 727_361_001;
 

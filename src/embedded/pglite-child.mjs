@@ -6,11 +6,30 @@
 // client's messages in between, and (b) an open transaction belongs to one client until it
 // ends. This server batches each client's messages up to Sync / Query and runs batches one at a
 // time, pinning the session to the client that holds a transaction.
+//
+// A pinned session must never wedge the store: it is released when its client errors or
+// disconnects (rolled back), and a client that holds a transaction while others wait, sending
+// nothing for idleTxMs, is disconnected and rolled back (PostgreSQL's
+// idle_in_transaction_session_timeout). If PGlite itself fails (it throws instead of answering
+// with an error message, or a batch never finishes), the process exits non-zero so that Engram
+// restarts it on the same port.
 import net from "node:net";
 import { PGlite } from "@electric-sql/pglite";
+import { watchParent } from "./parent-watch.mjs";
 
-const [dataDir, maxConnectionsArg = "32"] = process.argv.slice(2);
+const [dataDir, maxConnectionsArg = "32", portArg = "0", idleTxMsArg = "15000", stuckMsArg = "120000"] =
+  process.argv.slice(2);
 const maxConnections = Number(maxConnectionsArg);
+const idleTxMs = Number(idleTxMsArg);
+const stuckMs = Number(stuckMsArg);
+const BROKEN = 70; // exit code: the database failed, restart me
+
+/** @type {PGlite | undefined} */
+let db;
+let stopRequested = false;
+let stopStarted = false;
+// Watch the parent before anything slow: a parent that dies while PGlite opens must not leave us behind.
+watchParent(() => void stop());
 
 const SSL_REQUEST = 80877103;
 const GSSENC_REQUEST = 80877104;
@@ -18,7 +37,7 @@ const CANCEL_REQUEST = 80877102;
 // Sync, simple Query, Flush and Terminate end a batch: the client waits for an answer after them.
 const BATCH_END = new Set(["S", "Q", "H", "X"]);
 
-const db = await PGlite.create(dataDir);
+db = await PGlite.create(dataDir);
 
 /** @type {{ conn: Connection, batch: Buffer }[]} */
 const queue = [];
@@ -33,6 +52,7 @@ class Connection {
     this.started = false;
     this.pending = [];
     this.closed = false;
+    this.lastActive = Date.now();
   }
 
   receive(data) {
@@ -53,7 +73,7 @@ class Connection {
         }
         if (this.buffer.length < length) return;
         this.started = true;
-        this.enqueue(this.buffer.subarray(0, length));
+        this.enqueue(this.buffer.subarray(0, length), true);
         this.buffer = this.buffer.subarray(length);
         continue;
       }
@@ -69,14 +89,15 @@ class Connection {
       }
       this.pending.push(message);
       if (BATCH_END.has(type)) {
-        this.enqueue(Buffer.concat(this.pending));
+        this.enqueue(Buffer.concat(this.pending), type === "S" || type === "Q");
         this.pending = [];
       }
     }
   }
 
-  enqueue(batch) {
-    queue.push({ conn: this, batch: Buffer.from(batch) });
+  /** expectsReply: the batch ends with Sync or Query (or is the startup), so PostgreSQL must answer it. */
+  enqueue(batch, expectsReply = false) {
+    queue.push({ conn: this, batch: Buffer.from(batch), expectsReply });
     void drain();
   }
 }
@@ -88,26 +109,125 @@ async function drain() {
     for (;;) {
       const index = owner ? queue.findIndex((item) => item.conn === owner) : 0;
       if (index < 0 || queue.length === 0) break;
-      const [{ conn, batch }] = queue.splice(index, 1);
+      const [{ conn, batch, expectsReply }] = queue.splice(index, 1);
       if (conn.closed) continue;
+      conn.lastActive = Date.now();
+      batchStarted = Date.now();
+      const answer = lastMessageType();
       try {
         await db.runExclusive(() =>
           db.execProtocolRawStream(new Uint8Array(batch), {
             onRawData: (chunk) => {
+              answer.feed(chunk);
               if (!conn.closed) conn.socket.write(Buffer.from(chunk));
             },
           }),
         );
+        // A complete answer ends with ReadyForQuery (or a COPY handshake). Seen on a full disk:
+        // PGlite PANICs on a WAL write, answers the error without ReadyForQuery, and the client
+        // would wait forever. PostgreSQL restarts after a PANIC; so do we.
+        if (expectsReply && !["Z", "G", "H", "W"].includes(answer.type())) {
+          conn.socket.destroy();
+          fail("the database failed mid-answer (a PANIC, e.g. on a full disk)");
+        }
       } catch (error) {
+        // SQL errors reach the client as ErrorResponse messages; a throw means PGlite itself failed.
         process.stderr.write(`embedded database: ${error?.message ?? error}\n`);
         conn.socket.destroy();
+        if (!(await stillWorks())) fail("the database stopped answering after an internal error");
+      } finally {
+        batchStarted = 0;
       }
-      owner = db.isInTransaction() ? conn : null;
+      conn.lastActive = Date.now();
+      owner = inTransaction() ? conn : null;
+      if (owner?.closed) await rollback();
     }
   } finally {
     running = false;
   }
 }
+
+/** Tracks the type of the last complete message in a stream of backend messages. */
+function lastMessageType() {
+  let header = Buffer.alloc(0);
+  let skip = 0;
+  let last = "";
+  return {
+    feed(chunk) {
+      let data = Buffer.from(chunk);
+      while (data.length) {
+        if (skip > 0) {
+          const n = Math.min(skip, data.length);
+          skip -= n;
+          data = data.subarray(n);
+          continue;
+        }
+        const need = 5 - header.length;
+        header = Buffer.concat([header, data.subarray(0, need)]);
+        data = data.subarray(need);
+        if (header.length === 5) {
+          last = String.fromCharCode(header[0]);
+          skip = header.readInt32BE(1) - 4;
+          header = Buffer.alloc(0);
+        }
+      }
+    },
+    type: () => (skip === 0 && header.length === 0 ? last : ""),
+  };
+}
+
+function inTransaction() {
+  try {
+    return db.isInTransaction();
+  } catch {
+    return false;
+  }
+}
+
+async function rollback() {
+  if (inTransaction()) {
+    const done = await Promise.race([
+      db.exec("ROLLBACK").then(() => true, () => true),
+      new Promise((resolve) => setTimeout(() => resolve(false), 5_000).unref()),
+    ]);
+    if (!done) fail("a rollback did not finish within 5 s");
+  }
+  owner = null;
+}
+
+/** Whether PGlite still answers a trivial query, within 5 s. */
+async function stillWorks() {
+  try {
+    await Promise.race([
+      db.query("SELECT 1"),
+      new Promise((_, reject) => setTimeout(() => reject(new Error("timeout")), 5_000).unref()),
+    ]);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function fail(reason) {
+  process.stderr.write(`embedded database: ${reason}; exiting so Engram restarts it\n`);
+  process.exit(BROKEN);
+}
+
+let batchStarted = 0;
+// The watchdog: an owner idle in its transaction while others wait is cut off; a batch that
+// never ends means PGlite is stuck.
+setInterval(() => {
+  const now = Date.now();
+  if (batchStarted && now - batchStarted > stuckMs) fail(`a statement has run for ${Math.round((now - batchStarted) / 1000)} s`);
+  if (owner && !running && !owner.closed && now - owner.lastActive > idleTxMs && queue.some((item) => item.conn !== owner)) {
+    process.stderr.write(
+      `embedded database: a client held a transaction idle for ${Math.round((now - owner.lastActive) / 1000)} s while others waited; it was disconnected and its transaction rolled back\n`,
+    );
+    const stuck = owner;
+    stuck.socket.destroy();
+    void release(stuck);
+  }
+}, Math.min(1_000, Math.max(50, idleTxMs / 4))).unref();
 
 async function release(conn) {
   if (conn.closed) return;
@@ -117,8 +237,7 @@ async function release(conn) {
   if (owner === conn) {
     // The client left mid-transaction: roll it back so the others can go on.
     while (running) await new Promise((resolve) => setTimeout(resolve, 5));
-    if (db.isInTransaction()) await db.exec("ROLLBACK").catch(() => {});
-    owner = null;
+    if (owner === conn) await rollback();
   }
   void drain();
 }
@@ -136,13 +255,18 @@ const server = net.createServer((socket) => {
   socket.on("close", () => void release(conn));
   socket.on("error", () => void release(conn));
 });
-await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+await new Promise((resolve, reject) => {
+  server.once("error", reject);
+  server.listen(Number(portArg), "127.0.0.1", resolve);
+});
 const { port } = server.address();
 
-let stopping = false;
 async function stop() {
-  if (stopping) return;
-  stopping = true;
+  stopRequested = true;
+  if (!db || stopStarted) return; // still opening: stop() runs again right after PGlite.create
+  stopStarted = true;
+  // Never wait on a wedged database for long: a stop always ends within 5 s.
+  setTimeout(() => process.exit(0), 5_000).unref();
   try {
     server.close();
     for (const conn of connections) conn.socket.destroy();
@@ -153,12 +277,5 @@ async function stop() {
   }
 }
 
-process.on("message", (message) => {
-  if (message === "stop") void stop();
-});
-// If the owner dies, close the database cleanly rather than leave it open forever.
-process.on("disconnect", () => void stop());
-process.on("SIGTERM", () => void stop());
-process.on("SIGINT", () => void stop());
-
+if (stopRequested) await stop();
 process.send?.({ ready: true, port });

@@ -1,7 +1,8 @@
 import { Embeddings, type EmbeddingsParams } from "@langchain/core/embeddings";
 import { Worker } from "node:worker_threads";
+import { fromRoot } from "../paths.ts";
 
-const workerScript = new URL("./encoder-worker.mjs", import.meta.url);
+const workerScript = fromRoot("src", "embeddings", "encoder-worker.mjs");
 
 /** The offline encoder's name: recorded on snippets and part of the Chroma collection name. */
 export const OFFLINE_MODEL = "use-lite-512";

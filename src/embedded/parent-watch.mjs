@@ -1,0 +1,19 @@
+// Ties a child store's life to the Engram process that started it. The child stops when:
+// its IPC channel closes (the parent exited, even by SIGKILL), its parent pid changes (it was
+// re-parented), or the parent asks. A SIGTERM/SIGINT sent to the whole process group gives the
+// parent a few seconds to stop it in order, then it stops by itself.
+export function watchParent(stop, { graceMs = 5_000 } = {}) {
+  const parent = process.ppid;
+  process.on("message", (message) => {
+    if (message === "stop") stop("asked by Engram");
+  });
+  process.on("disconnect", () => stop("Engram's IPC channel closed"));
+  setInterval(() => {
+    if (process.ppid !== parent) stop("Engram exited");
+  }, 500).unref();
+  const deferred = (signal) => () => {
+    setTimeout(() => stop(signal), process.connected ? graceMs : 0).unref();
+  };
+  process.on("SIGTERM", deferred("SIGTERM"));
+  process.on("SIGINT", deferred("SIGINT"));
+}

@@ -1,0 +1,178 @@
+import { existsSync, rmSync, statSync, writeFileSync } from "node:fs";
+import net from "node:net";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import {
+  adminKeyOf,
+  ensureCompiled,
+  killAll,
+  processTree,
+  ROOT,
+  runCli,
+  startServer,
+  tempDataDir,
+  waitAllGone,
+} from "./helpers/server-process.ts";
+import { spawnSync } from "node:child_process";
+import { createPostgresStore, serverUrl, type TestStore } from "./helpers/store.ts";
+
+// Processes start slowly on a loaded machine: generous limits (behaviour, not speed, is tested).
+vi.setConfig({ testTimeout: 300_000, hookTimeout: 300_000 });
+
+// The CLI and the server's start as a user meets them: compiled, on a real data folder.
+
+const KEY = /^egm_[\w-]+$/;
+const dirs: string[] = [];
+const folder = () => {
+  const dir = tempDataDir("engram-cli-");
+  dirs.push(dir);
+  return dir;
+};
+
+beforeAll(() => ensureCompiled());
+afterAll(() => {
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+
+async function stopServer(server: Awaited<ReturnType<typeof startServer>>) {
+  const pids = processTree(server.child.pid!);
+  process.kill(server.child.pid!, "SIGTERM");
+  await waitAllGone(pids, server.dataDir).catch(() => killAll(pids, server.dataDir));
+}
+
+describe("keys that cannot be lost", () => {
+  it("recovers an admin key with the server stopped, and lists tenants with their keys", async () => {
+    const dir = folder();
+    const server = await startServer({ via: "node", dataDir: dir });
+    await adminKeyOf(server);
+    await stopServer(server);
+
+    const listed = runCli(["tenants", "list"], { ENGRAM_DATA_DIR: dir });
+    expect(listed.code, listed.stderr).toBe(0);
+    const [id, name, keys] = listed.stdout.trim().split("\t");
+    expect(name).toBe("default");
+    expect(keys).toBe("1 keys");
+
+    const recovered = runCli(["keys", "create", "--role", "admin", "--tenant", id], { ENGRAM_DATA_DIR: dir });
+    expect(recovered.code, recovered.stderr).toBe(0);
+    expect(recovered.stdout.trim()).toMatch(KEY);
+    expect(runCli(["tenants", "list"], { ENGRAM_DATA_DIR: dir }).stdout).toContain(`${id}\tdefault\t2 keys`);
+
+    const unknown = runCli(["keys", "create", "--role", "admin", "--tenant", "00000000-0000-0000-0000-000000000000"], { ENGRAM_DATA_DIR: dir });
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/was not found/);
+
+    // The recovered key opens the API.
+    const next = await startServer({ via: "node", dataDir: dir });
+    try {
+      const response = await fetch(`${next.url}/graphql`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${recovered.stdout.trim()}` },
+        body: JSON.stringify({ query: "{ viewer { role } }" }),
+      });
+      expect((await response.json()).data.viewer.role).toBe("ADMIN");
+    } finally {
+      await stopServer(next);
+    }
+  });
+
+  it("a first start on a busy port creates no tenant, so the next start prints the key", async () => {
+    const busy = net.createServer();
+    const port = await new Promise<number>((resolve) => busy.listen(0, "127.0.0.1", () => resolve((busy.address() as net.AddressInfo).port)));
+    const dir = folder();
+    const failed = spawnSync(process.execPath, ["dist/main.js"], {
+      cwd: ROOT,
+      encoding: "utf8",
+      timeout: 120_000,
+      env: { ...process.env, ENGRAM_DATA_DIR: dir, PORT: String(port), HOST: "127.0.0.1", ENGRAM_LOG_LEVEL: "warn", DATABASE_URL: "" },
+    });
+    busy.close();
+    expect(failed.status).toBe(1);
+    expect(failed.stdout).not.toMatch(/ENGRAM_ADMIN_KEY/);
+    expect(failed.stderr).toMatch(new RegExp(`Port ${port} on 127.0.0.1 is already in use`));
+    expect(existsSync(path.join(dir, "engram.owner.json"))).toBe(false);
+
+    const next = await startServer({ via: "node", dataDir: dir });
+    try {
+      expect(await adminKeyOf(next)).toMatch(KEY);
+    } finally {
+      await stopServer(next);
+    }
+  });
+});
+
+describe("one owner per folder", () => {
+  it("a second npm start refuses in one line, without rebuilding the inspector", async () => {
+    const dir = folder();
+    const first = await startServer({ via: "node", dataDir: dir });
+    const index = path.join(ROOT, "web", "dist", "index.html");
+    const built = existsSync(index) ? statSync(index).mtimeMs : 0;
+    try {
+      const second = spawnSync("npm", ["start", "--silent"], {
+        cwd: ROOT,
+        encoding: "utf8",
+        timeout: 120_000,
+        env: { ...process.env, ENGRAM_DATA_DIR: dir, PORT: "0", ENGRAM_LOG_LEVEL: "warn", DATABASE_URL: "" },
+      });
+      expect(second.status).not.toBe(0);
+      const lines = second.stderr.trim().split("\n").filter((line) => !line.startsWith("npm "));
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toMatch(/already opened by Engram \(pid \d+\)/);
+      expect(existsSync(index) ? statSync(index).mtimeMs : 0).toBe(built);
+      // The first one is untouched.
+      expect((await fetch(`${first.url}/healthz`)).status).toBe(200);
+    } finally {
+      await stopServer(first);
+    }
+  });
+});
+
+describe("engram import", () => {
+  it("says nothing was imported when nothing was", async () => {
+    const dir = folder();
+    const server = await startServer({ via: "node", dataDir: dir });
+    try {
+      await adminKeyOf(server);
+      const empty = path.join(dir, "empty.jsonl");
+      writeFileSync(empty, "\n");
+      const none = runCli(["import", empty], { ENGRAM_DATA_DIR: dir });
+      expect(none.code, none.stderr).toBe(0);
+      expect(none.stdout).toMatch(/^nothing imported: the file has no conversations/);
+      expect(none.stdout).not.toMatch(/queued/);
+
+      const bad = path.join(dir, "bad.jsonl");
+      writeFileSync(bad, '{"agentExternalId": "a"}\nnot json\n');
+      const failed = runCli(["import", bad], { ENGRAM_DATA_DIR: dir });
+      expect(failed.code).toBe(1);
+      expect(failed.stdout).toMatch(/^nothing imported: all 2 conversations failed/);
+      expect(failed.stderr).toMatch(/line 1: /);
+    } finally {
+      await stopServer(server);
+    }
+  });
+});
+
+describe("the CLI", () => {
+  it("prints its usage, with the recovery path", () => {
+    const help = runCli(["--help"], {});
+    expect(help.code).toBe(0);
+    expect(help.stderr).toMatch(/tenants list/);
+    expect(help.stderr).toMatch(/keys create --role <admin\|writer\|reader>/);
+  });
+});
+
+describe.skipIf(!serverUrl)("on PostgreSQL without CHROMA_URL", () => {
+  it("says where the embedded Chroma keeps its data", async () => {
+    const db = (await createPostgresStore(serverUrl!, { label: "cli" })) as TestStore;
+    const dir = folder();
+    try {
+      const server = await startServer({ via: "node", dataDir: dir, env: { DATABASE_URL: db.vars.DATABASE_URL } });
+      await stopServer(server);
+      expect(server.output()).toContain(`no CHROMA_URL: this instance keeps recall vectors in its own embedded Chroma under ${dir}/chroma`);
+      expect(existsSync(path.join(dir, "engram.owner.json"))).toBe(false); // the folder holds no store
+      expect(existsSync(path.join(dir, "pg"))).toBe(false);
+    } finally {
+      await db.drop();
+    }
+  });
+});

@@ -1,0 +1,93 @@
+import { readFileSync } from "node:fs";
+import { afterAll, describe, expect, it, vi } from "vitest";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { processTree } from "./helpers/server-process.ts";
+import { until } from "./helpers/until.ts";
+
+// Processes start slowly on a loaded machine: generous limits (behaviour, not speed, is tested).
+vi.setConfig({ testTimeout: 300_000, hookTimeout: 300_000 });
+
+// /healthz asks each part (store, queue, Chroma) and says what it found; /readyz adds whether
+// the server takes traffic. The embedded children are supervised: PGlite is restarted, and a
+// Chroma killed with SIGKILL leaves nothing behind and comes back once, never twice.
+
+const engrams: TestEngram[] = [];
+afterAll(async () => {
+  for (const engram of engrams) await engram.stop().catch(() => {});
+});
+
+async function start(env: Record<string, string> = {}) {
+  const engram = await startTestEngram({ env });
+  engrams.push(engram);
+  const url = await engram.listen();
+  return { engram, url };
+}
+
+const get = async (url: string) => {
+  const response = await fetch(url);
+  return { status: response.status, body: await response.json() };
+};
+
+/** Child processes of this test process whose command line contains all the given words. */
+const childrenNaming = (...words: string[]) =>
+  processTree(process.pid).filter((pid) => {
+    try {
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+      return pid !== process.pid && words.every((word) => cmd.includes(word));
+    } catch {
+      return false;
+    }
+  });
+
+describe("/healthz and /readyz", () => {
+  it("report each component, and a store that died until it is back", async () => {
+    const { engram, url } = await start();
+    const ok = await get(`${url}/healthz`);
+    expect(ok.status).toBe(200);
+    expect(ok.body.status).toBe("ok");
+    expect(Object.keys(ok.body.components).sort()).toEqual(["chroma", "queue", "store"]);
+    expect((await get(`${url}/readyz`)).body.ready).toBe(true);
+    if (engram.store.kind !== "embedded") return;
+
+    const dir = engram.store.vars.ENGRAM_DATA_DIR;
+    const [child] = childrenNaming("pglite-child", dir);
+    process.kill(child, "SIGKILL");
+    const down = await until("/healthz to report the store down", async () => {
+      const health = await get(`${url}/healthz`);
+      return health.status === 503 ? health : undefined;
+    }, 20_000);
+    expect(down.body.components.store.status).toBe("down");
+    expect((await get(`${url}/readyz`)).status).toBe(503);
+    await until("/healthz to be ok again", async () => (await get(`${url}/healthz`)).status === 200, 60_000);
+    expect((await engram.gql("{ viewer { role } }")).data.viewer.role).toBe("ADMIN");
+  });
+
+  it("say degraded, not down, when Chroma does not answer", async () => {
+    const { url } = await start({ CHROMA_URL: "http://127.0.0.1:9" });
+    const health = await get(`${url}/healthz`);
+    expect(health.status).toBe(200);
+    expect(health.body.status).toBe("degraded");
+    expect(health.body.components.chroma.status).toBe("down");
+  });
+});
+
+describe("the embedded Chroma", () => {
+  it("killed with SIGKILL leaves no process behind and is started again once", async () => {
+    const { engram, url } = await start();
+    if (engram.store.kind !== "embedded") return;
+    const dir = engram.store.vars.ENGRAM_DATA_DIR;
+    const first = await engram.services.chroma.get();
+    expect(first.pid).toBeDefined();
+    expect(childrenNaming("chroma-child", dir)).toEqual([first.pid]);
+    process.kill(first.pid!, "SIGKILL");
+    await until("the Chroma child to be gone", async () => childrenNaming(dir, "chroma").length === 0 && !first.alive(), 10_000);
+    expect((await get(`${url}/healthz`)).body.components.chroma).toEqual({ status: "down", detail: "the embedded Chroma exited; it restarts on next use" });
+
+    // Two callers at once after the crash: one new server.
+    const [a, b] = await Promise.all([engram.services.chroma.get(), engram.services.chroma.get()]);
+    expect(a.pid).toBe(b.pid);
+    expect(a.pid).not.toBe(first.pid);
+    expect(childrenNaming(dir, "chroma")).toEqual([a.pid]);
+    expect((await get(`${url}/healthz`)).body.components.chroma.status).toBe("ok");
+  });
+});

@@ -1,0 +1,119 @@
+import { existsSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import {
+  adminKeyOf,
+  ensureCompiled,
+  killAll,
+  processTree,
+  startServer,
+  waitAllGone,
+  type ServerProcess,
+} from "./helpers/server-process.ts";
+import { until } from "./helpers/until.ts";
+
+// Processes start slowly on a loaded machine: generous limits (behaviour, not speed, is tested).
+vi.setConfig({ testTimeout: 300_000, hookTimeout: 300_000 });
+
+// Whatever a supervisor signals (npm, node, the whole group) the server stops in order, its
+// children (PGlite, Chroma) with it, and the data folder is left unlocked. After a SIGKILL the
+// children notice on their own and the next start works. Generous timeouts: behaviour, not speed.
+
+const RECORD_TURN = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id } }`;
+
+let current: { server: ServerProcess; pids: number[] } | undefined;
+
+beforeAll(() => ensureCompiled());
+afterEach(() => {
+  if (current) killAll(current.pids, current.server.dataDir);
+  current = undefined;
+});
+
+/** Records a turn, whose recall indexing job starts the embedded Chroma; waits until it serves. */
+async function startChroma(server: ServerProcess) {
+  const key = await adminKeyOf(server);
+  const response = await fetch(`${server.url}/graphql`, {
+    method: "POST",
+    headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+    body: JSON.stringify({
+      query: RECORD_TURN,
+      variables: {
+        input: {
+          agentExternalId: "concierge",
+          endUserExternalId: "guest-1",
+          conversationExternalId: "c-1",
+          clientTurnId: "t-1",
+          userMessage: "A quiet room, please.",
+          assistantMessage: "Noted.",
+        },
+      },
+    }),
+  });
+  expect((await response.json()).errors).toBeUndefined();
+  await until("the embedded Chroma to start", async () => existsSync(path.join(server.dataDir, "chroma.owner.json")), 120_000);
+}
+
+const locks = (dataDir: string) =>
+  ["engram.owner.json", "chroma.owner.json"].filter((name) => existsSync(path.join(dataDir, name)));
+
+async function start(via: "npm" | "node", options: { chroma?: boolean; dataDir?: string } = {}) {
+  const server = await startServer({ via, dataDir: options.dataDir });
+  current = { server, pids: [] };
+  if (options.chroma) await startChroma(server);
+  // The whole tree as it runs: npm, node, the PGlite child and (when started) the Chroma child.
+  current.pids = processTree(server.child.pid!);
+  const children = current.pids.length - (via === "npm" ? 2 : 1);
+  expect(children).toBeGreaterThanOrEqual(options.chroma ? 2 : 1);
+  return current;
+}
+
+describe("stopping under a supervisor", () => {
+  it("SIGTERM to npm start stops node and its children, and leaves no lock", async () => {
+    const { server, pids } = await start("npm", { chroma: true });
+    process.kill(server.child.pid!, "SIGTERM");
+    const ms = await waitAllGone(pids, server.dataDir);
+    expect(locks(server.dataDir)).toEqual([]);
+    expect(server.output()).toMatch(/store closed; bye/);
+    console.log(`SIGTERM to npm: every process gone in ${ms} ms`);
+  });
+
+  it("SIGTERM to node stops it in order", async () => {
+    const { server, pids } = await start("npm");
+    const node = pids.find((pid) => readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("dist/main.js"))!;
+    expect(node).not.toBe(server.child.pid);
+    process.kill(node, "SIGTERM");
+    const ms = await waitAllGone(pids, server.dataDir);
+    expect(locks(server.dataDir)).toEqual([]);
+    expect(server.output()).toMatch(/shutting down.*SIGTERM[\s\S]*store closed; bye/);
+    console.log(`SIGTERM to node: every process gone in ${ms} ms`);
+  });
+
+  it("SIGTERM to the whole process group stops everything in order", async () => {
+    const { server, pids } = await start("npm", { chroma: true });
+    process.kill(-server.pgid, "SIGTERM");
+    const ms = await waitAllGone(pids, server.dataDir);
+    expect(locks(server.dataDir)).toEqual([]);
+    expect(server.output()).toMatch(/store closed; bye/);
+    console.log(`SIGTERM to the group: every process gone in ${ms} ms`);
+  });
+
+  it("SIGKILL to node: the children exit by themselves, and the next start works", async () => {
+    const { server, pids } = await start("node", { chroma: true });
+    process.kill(server.child.pid!, "SIGKILL");
+    const ms = await waitAllGone(pids, server.dataDir);
+    console.log(`SIGKILL to node: every child gone in ${ms} ms`);
+
+    const next = await start("node", { dataDir: server.dataDir });
+    let health: unknown;
+    await until("/healthz to say ok", async () => {
+      health = await (await fetch(`${next.server.url}/healthz`)).json();
+      return (health as { status: string }).status === "ok";
+    }, 30_000).catch((error) => {
+      throw new Error(`${error.message}: ${JSON.stringify(health)}`);
+    });
+    expect(next.server.output()).not.toMatch(/ENGRAM_ADMIN_KEY/); // the tenant of the first start is still there
+    process.kill(next.server.child.pid!, "SIGTERM");
+    await waitAllGone(next.pids, server.dataDir);
+    expect(locks(server.dataDir)).toEqual([]);
+  });
+});

@@ -7,6 +7,8 @@ import type { TypedDocumentNode as DocumentNode } from '@graphql-typed-document-
 export type AddFactInput = {
   core?: boolean | null | undefined;
   endUserId: string | number;
+  /** Who it is about, when not the end user: a person they named ("Ana (daughter)"). */
+  subject?: string | null | undefined;
   /** One self-contained sentence, 3–500 characters. */
   text: string;
 };
@@ -63,6 +65,8 @@ export type CorrectEntryInput = {
 
 export type CorrectFactInput = {
   core?: boolean | null | undefined;
+  /** Absent: unchanged; null or empty: the end user; else the person it is about. */
+  subject?: string | null | undefined;
   text?: string | null | undefined;
 };
 
@@ -160,7 +164,9 @@ export type Scope =
   | 'PROJECT'
   | 'TEAM';
 
+/** TURN: a user message with its replies; SUMMARY: a conversation's summary; FACT: a fact's sentence (a key: a hit on it is credited to its turn, never returned itself). */
 export type SnippetKind =
+  | 'FACT'
   | 'SUMMARY'
   | 'TURN';
 

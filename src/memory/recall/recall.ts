@@ -10,6 +10,8 @@ import type { ContextBlock, ExtraBlocks } from "../context.ts";
 import { needsRecallByKeywords } from "../gate/keywords.ts";
 import type { SnippetDeps } from "./snippets.ts";
 import { countTokens } from "../tokens.ts";
+import { fuseHits } from "./fusion.ts";
+import { resolveTimeHint, type TimeHint } from "./time.ts";
 
 export type RecallDeps = SnippetDeps & { models: ModelProvider; pubsub: PubSub };
 
@@ -30,8 +32,10 @@ export type RecallCandidate = {
   /** Okapi BM25 score of the full-text match (over the user's snippets), and rank among the keyword hits. */
   keywordScore: number | null;
   keywordRank: number | null;
-  /** Reciprocal rank fusion of the two ranks (the keyword side weighted, RECALL). */
+  /** Reciprocal rank fusion of the two ranks (the keyword side weighted, RECALL), plus the time boost. */
   fusedScore: number;
+  /** In the time the message names ("in May", "last Tuesday", "the last time"). */
+  timeMatch: boolean;
   /** The re-rank judge's 0–3, when it ran. */
   judgeScore: number | null;
   chosen: boolean;
@@ -56,7 +60,16 @@ export type RecallEvent = {
  * first ranks of each retriever count, and the BM25 side weighs 1.3 against the offline
  * encoder's 1, which puts 5 more points of questions' evidence in the top 3 at the same top 10.
  */
-export const RECALL = { candidates: 10, inject: 3, minJudgeScore: 2, rrfK: 5, keywordWeight: 1.3 } as const;
+export const RECALL = {
+  candidates: 10,
+  inject: 3,
+  minJudgeScore: 2,
+  rrfK: 5,
+  keywordWeight: 2,
+  pool: 30,
+  perConversation: 10,
+  timeBoost: 0.05,
+} as const;
 
 export type SearchInput = {
   endUserId: string;
@@ -64,6 +77,8 @@ export type SearchInput = {
   excludeConversationId?: string | null;
   k: number;
   mode?: RecallMode;
+  /** When the message was said, to resolve "last Tuesday" or "two months ago" (default now). */
+  at?: Date;
 };
 
 /** Okapi BM25's usual constants: term-frequency saturation and document-length normalisation. */
@@ -108,22 +123,10 @@ async function keywordHits(deps: RecallDeps, tenantId: string, input: SearchInpu
     LIMIT ${limit}`;
 }
 
-/**
- * The candidates for a message from one end user's other conversations: the nearest vectors
- * (Chroma), the full-text matches (PostgreSQL), fused by reciprocal rank. Snippets are read back
- * from the database, so a vector whose snippet was forgotten is never returned. When vector
- * search fails (Chroma down), the keyword side still answers and `degraded` says why.
- */
-export async function searchSnippets(
-  deps: RecallDeps,
-  tenantId: string,
-  input: SearchInput,
-): Promise<{ candidates: RecallCandidate[]; degraded: string | null }> {
+/** The two retrievers' hits for a message, before fusion (the LoCoMo bench tunes fusion over these). */
+export async function retrieveHits(deps: RecallDeps, tenantId: string, input: SearchInput, pool: number) {
   const mode = input.mode ?? "HYBRID";
-  // Each retriever brings its 10 best (or k); a deeper pool did not help on LoCoMo (bench/README.md).
-  const pool = Math.max(input.k, RECALL.candidates);
   let degraded: string | null = null;
-
   const vectorSide = async () => {
     if (mode === "KEYWORD") return [];
     try {
@@ -146,58 +149,68 @@ export async function searchSnippets(
     vectorSide(),
     mode === "VECTOR" ? Promise.resolve([]) : keywordHits(deps, tenantId, input, pool),
   ]);
+  return { vector, keyword, degraded: degraded as string | null };
+}
 
-  const scores = new Map<string, Pick<RecallCandidate, "vectorScore" | "vectorRank" | "keywordScore" | "keywordRank" | "fusedScore">>();
-  const entry = (id: string) => {
-    let s = scores.get(id);
-    if (!s) scores.set(id, (s = { vectorScore: null, vectorRank: null, keywordScore: null, keywordRank: null, fusedScore: 0 }));
-    return s;
-  };
-  vector.forEach((hit, i) => {
-    const s = entry(hit.id);
-    s.vectorScore = hit.similarity;
-    s.vectorRank = i + 1;
-    s.fusedScore += 1 / (RECALL.rrfK + i + 1);
-  });
-  keyword.forEach((hit, i) => {
-    const s = entry(hit.id);
-    s.keywordScore = hit.rank;
-    s.keywordRank = i + 1;
-    s.fusedScore += RECALL.keywordWeight / (RECALL.rrfK + i + 1);
-  });
-  if (scores.size === 0) return { candidates: [], degraded };
+/**
+ * The candidates for a message from one end user's other conversations: the nearest vectors
+ * (Chroma), the full-text matches (PostgreSQL), fused by reciprocal rank with a boost for the
+ * time the message names and at most RECALL.perConversation snippets per conversation ahead of
+ * the others (fusion.ts). Snippets are read back from the database, so a vector whose snippet
+ * was forgotten is never returned. When vector search fails (Chroma down), the keyword side
+ * still answers and `degraded` says why.
+ */
+export async function searchSnippets(
+  deps: RecallDeps,
+  tenantId: string,
+  input: SearchInput,
+): Promise<{ candidates: RecallCandidate[]; degraded: string | null; time: TimeHint | null }> {
+  const pool = Math.max(input.k, RECALL.pool);
+  const retrieved = retrieveHits(deps, tenantId, input, pool);
+  // Parsed while the retrievers are out (a millisecond or two of CPU).
+  const time = resolveTimeHint(input.text, input.at ?? new Date());
+  const { vector, keyword, degraded } = await retrieved;
+  const ids = [...new Set([...vector.map((h) => h.id), ...keyword.map((h) => h.id)])];
+  if (ids.length === 0) return { candidates: [], degraded, time };
 
   const db = forTenant(deps.db, tenantId);
-  const snippets = await db.recallSnippet.findMany({
-    where: {
-      id: { in: [...scores.keys()] },
-      endUserId: input.endUserId,
-      ...(input.excludeConversationId ? { conversationId: { not: input.excludeConversationId } } : {}),
-    },
-    select: { id: true, kind: true, text: true, conversationId: true, messageIds: true, occurredAt: true },
-  });
-  const messageIds = snippets.flatMap((s) => s.messageIds);
+  const read = (where: Prisma.RecallSnippetWhereInput) =>
+    db.recallSnippet.findMany({
+      where: {
+        ...where,
+        endUserId: input.endUserId,
+        ...(input.excludeConversationId ? { conversationId: { not: input.excludeConversationId } } : {}),
+      },
+      select: { id: true, kind: true, text: true, conversationId: true, messageIds: true, occurredAt: true, keyOfId: true },
+    });
+  const found = await read({ id: { in: ids } });
+  // The snippets that keys (facts' sentences) point to, when they were not found themselves.
+  const have = new Set(found.map((s) => s.id));
+  const targets = [...new Set(found.flatMap((s) => (s.keyOfId && !have.has(s.keyOfId) ? [s.keyOfId] : [])))];
+  const snippets = new Map([...found, ...(targets.length ? await read({ id: { in: targets } }) : [])].map((s) => [s.id, s]));
+  const fused = fuseHits(vector, keyword, snippets, time, input.k, { ...RECALL, pool });
+  const messageIds = fused.flatMap((f) => snippets.get(f.id)!.messageIds);
   const seqOf = new Map(
     messageIds.length
       ? (await db.message.findMany({ where: { id: { in: messageIds } }, select: { id: true, seq: true } })).map((m) => [m.id, m.seq])
       : [],
   );
-  const candidates = snippets
-    .map((s) => ({
+  const candidates = fused.map(({ id, ...scores }) => {
+    const s = snippets.get(id)!;
+    return {
       snippetId: s.id,
       kind: s.kind,
       text: s.text,
       conversationId: s.conversationId,
       messageIds: s.messageIds,
-      messageSeqs: s.messageIds.map((id) => seqOf.get(id) ?? 0),
+      messageSeqs: s.messageIds.map((m) => seqOf.get(m) ?? 0),
       occurredAt: s.occurredAt,
-      ...scores.get(s.id)!,
+      ...scores,
       judgeScore: null,
       chosen: false,
-    }))
-    .sort((a, b) => b.fusedScore - a.fusedScore || (b.vectorScore ?? 0) - (a.vectorScore ?? 0))
-    .slice(0, input.k);
-  return { candidates, degraded };
+    };
+  });
+  return { candidates, degraded, time };
 }
 
 /** Without the judge: the fused top 3 that are close enough, or strong keyword matches. */
@@ -214,6 +227,8 @@ export type RecallForTurnInput = {
   message: string;
   /** The per-turn gate's verdict; when not given, the keyword gate (recall-gate.ts) decides. */
   needsRecall?: boolean | null;
+  /** When the message was said (default now), for the time it names. */
+  at?: Date;
 };
 
 /**
@@ -231,6 +246,7 @@ export async function recallForTurn(deps: RecallDeps, input: RecallForTurnInput)
     text: input.message,
     excludeConversationId: input.conversationId,
     k: RECALL.candidates,
+    at: input.at,
   });
 
   let chosen: RecallCandidate[] = [];

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { forTenant } from "../src/db.ts";
-import { createTurnSnippets, indexSnippets, syncSummarySnippet } from "../src/memory/recall/snippets.ts";
+import { createTurnSnippets, indexSnippets, syncFactKeys, syncSummarySnippet } from "../src/memory/recall/snippets.ts";
 import type { Services } from "../src/services.ts";
 import { defineJob } from "./define.ts";
 
@@ -31,15 +31,31 @@ export async function indexNewMessages(
   conversationId: string,
   range: { firstSeq: number; lastSeq: number },
 ) {
-  const ids = await createTurnSnippets(forTenant(services.db, tenantId), conversationId, range);
+  const db = forTenant(services.db, tenantId);
+  const ids = await createTurnSnippets(db, conversationId, range);
+  // Extraction may have read these messages before their turn had a snippet: its facts' keys
+  // could not point anywhere yet.
+  const messageIds = ids.length
+    ? (await db.recallSnippet.findMany({ where: { id: { in: ids } }, select: { messageIds: true } })).flatMap((s) => s.messageIds)
+    : [];
+  const keys = messageIds.length && (await db.fact.count({ where: { sourceMessageId: { in: messageIds } } })) ? await indexFactKeys(services, tenantId, conversationId) : [];
   await requestIndexing(services, tenantId, ids);
-  return ids;
+  return { snippets: ids, factKeys: keys };
 }
 
 /** After an accepted summary rewrite: the conversation's SUMMARY snippet follows it. */
 export async function indexSummary(services: Services, tenantId: string, conversationId: string) {
   const id = await syncSummarySnippet(forTenant(services.db, tenantId), conversationId);
   if (id) await requestIndexing(services, tenantId, [id]);
+}
+
+/** After extraction changed a user's facts: their sentences become keys of their turns (syncFactKeys). */
+export async function indexFactKeys(services: Services, tenantId: string, conversationId: string) {
+  const conversation = await forTenant(services.db, tenantId).conversation.findUnique({ where: { id: conversationId }, select: { endUserId: true } });
+  if (!conversation) return [];
+  const ids = await syncFactKeys(services, tenantId, conversation.endUserId);
+  await requestIndexing(services, tenantId, ids);
+  return ids;
 }
 
 /** A recorded turn's messages, or every message of an imported conversation. */

@@ -8,6 +8,7 @@ import { forgetMatching, forgetUser } from "../src/memory/facts/facts.ts";
 import { gateMessage } from "../src/memory/gate/gate.ts";
 import type { Services } from "../src/services.ts";
 import { defineJob } from "./define.ts";
+import { indexFactKeys } from "./index-snippets.ts";
 
 export const turnJob = defineJob({
   name: "memory.turn",
@@ -31,7 +32,7 @@ async function runExtraction(services: Services, db: TenantDb, tenantId: string,
     services.models.chat(tenantId, "cheap", "fact-judge"),
   ]);
   if (!extractor || !judge) return { status: "MODEL_OFF" as const };
-  return extractFacts(
+  const result = await extractFacts(
     db,
     {
       extractor: createExtractorChain(extractor),
@@ -42,6 +43,10 @@ async function runExtraction(services: Services, db: TenantDb, tenantId: string,
     conversationId,
     { now },
   );
+  if (result.status === "EXTRACTED" && result.outcomes.some((o) => o.factId && o.change !== "REFRESHED")) {
+    await indexFactKeys(services, tenantId, conversationId);
+  }
+  return result;
 }
 
 /**

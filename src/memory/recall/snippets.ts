@@ -101,6 +101,52 @@ export async function syncSummarySnippet(db: TenantDb, conversationId: string): 
 }
 
 /**
+ * Keeps one FACT key per fact of the user that came from a message: the fact's sentence as an
+ * extra recall key for the TURN snippet holding that message (a hit on the key is credited to the
+ * turn, see fusion.ts). Creates missing keys, re-points or rewrites changed ones and deletes those
+ * whose fact or turn is gone; returns the ids to index.
+ */
+export async function syncFactKeys(deps: Pick<SnippetDeps, "db" | "vectors">, tenantId: string, endUserId: string): Promise<string[]> {
+  const db = forTenant(deps.db, tenantId);
+  const [facts, keys] = await Promise.all([
+    db.fact.findMany({ where: { endUserId, sourceMessageId: { not: null } }, select: { id: true, text: true, sourceMessageId: true } }),
+    db.recallSnippet.findMany({ where: { endUserId, kind: "FACT" }, select: { id: true, factId: true, keyOfId: true, text: true } }),
+  ]);
+  const sources = facts.map((f) => f.sourceMessageId!);
+  const turns = sources.length
+    ? await db.recallSnippet.findMany({
+        where: { endUserId, kind: "TURN", messageIds: { hasSome: sources } },
+        select: { id: true, conversationId: true, occurredAt: true, messageIds: true },
+      })
+    : [];
+  const turnOf = new Map(turns.flatMap((t) => t.messageIds.map((m) => [m, t] as const)));
+  const keyOf = new Map(keys.map((k) => [k.factId, k]));
+  const wanted = new Set<string>();
+  const toIndex: string[] = [];
+  for (const fact of facts) {
+    const turn = turnOf.get(fact.sourceMessageId!);
+    if (!turn) continue;
+    const key = keyOf.get(fact.id);
+    const data = { text: fact.text, keyOfId: turn.id, conversationId: turn.conversationId, occurredAt: turn.occurredAt };
+    if (!key) {
+      const created = await db.recallSnippet.create({
+        data: { ...data, tenantId, endUserId, kind: "FACT", factId: fact.id, messageIds: [] },
+        select: { id: true },
+      });
+      toIndex.push(created.id);
+    } else {
+      wanted.add(key.id);
+      if (key.text !== fact.text || key.keyOfId !== turn.id) {
+        await db.recallSnippet.update({ where: { id: key.id }, data: { ...data, indexedAt: null } });
+        toIndex.push(key.id);
+      }
+    }
+  }
+  await forgetSnippets(deps, tenantId, keys.filter((k) => !wanted.has(k.id)).map((k) => k.id));
+  return toIndex;
+}
+
+/**
  * Embeds snippets and upserts their vectors, then marks them indexed. Idempotent: running it
  * twice re-upserts the same vectors. A snippet forgotten meanwhile leaves no vector behind.
  */
@@ -151,8 +197,11 @@ export async function snippetsToReindex(db: TenantDb, model: string, options: { 
 }
 
 /** Deletes snippets, their vectors first (a failure leaves the rows, and the call can be repeated). */
-export async function forgetSnippets(deps: Pick<SnippetDeps, "db" | "vectors">, tenantId: string, snippetIds: string[]) {
-  if (snippetIds.length === 0) return { deleted: 0 };
+export async function forgetSnippets(deps: Pick<SnippetDeps, "db" | "vectors">, tenantId: string, ids: string[]) {
+  if (ids.length === 0) return { deleted: 0 };
+  // A turn's keys (its facts' sentences) go with it: their rows cascade, their vectors would not.
+  const keys = await forTenant(deps.db, tenantId).recallSnippet.findMany({ where: { keyOfId: { in: ids } }, select: { id: true } });
+  const snippetIds = [...ids, ...keys.map((k) => k.id)];
   await deps.vectors.delete(tenantId, { ids: snippetIds });
   const { count } = await forTenant(deps.db, tenantId).recallSnippet.deleteMany({ where: { id: { in: snippetIds } } });
   // Again: an index job that read a row before it went may have upserted its vector meanwhile.

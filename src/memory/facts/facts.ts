@@ -79,7 +79,14 @@ async function enforceCap(db: TenantDb, deps: FactDeps, endUserId: string) {
 async function createFact(
   db: TenantDb,
   deps: FactDeps,
-  input: { endUserId: string; text: string; core: boolean; sensitivity?: string | null; contradictsId?: string | null },
+  input: {
+    endUserId: string;
+    text: string;
+    core: boolean;
+    subject?: string | null;
+    sensitivity?: string | null;
+    contradictsId?: string | null;
+  },
   author: FactAuthor,
   change: FactChangeKind,
   reason: string,
@@ -92,6 +99,7 @@ async function createFact(
         endUserId: input.endUserId,
         text: input.text,
         core: input.core,
+        subject: input.subject ?? null,
         sensitivity: input.sensitivity ?? null,
         contradictsId: input.contradictsId ?? null,
         origin: author.origin,
@@ -107,10 +115,13 @@ async function createFact(
   return fact;
 }
 
+const factSubject = z.string().trim().max(120).nullish().transform((v) => v || null);
+
 export const addFactInput = z.object({
   endUserId: z.string().min(1),
   text: factText,
   core: z.boolean().nullish().transform((v) => v ?? false),
+  subject: factSubject,
 });
 
 /** A fact written by a person or through the API. */
@@ -120,7 +131,12 @@ export async function addFact(db: TenantDb, deps: FactDeps, input: z.input<typeo
   return createFact(db, deps, parsed, author, "ADDED", "added by a person");
 }
 
-export const correctFactInput = z.object({ text: factText.nullish(), core: z.boolean().nullish() });
+export const correctFactInput = z.object({
+  text: factText.nullish(),
+  core: z.boolean().nullish(),
+  /** Absent: unchanged; null or empty: the end user; else the person it is about. */
+  subject: z.string().trim().max(120).nullish(),
+});
 
 /** A person's correction: the fact changes, its earlier text stays in its history. */
 export async function correctFact(db: TenantDb, deps: FactDeps, id: string, input: z.input<typeof correctFactInput>) {
@@ -133,6 +149,7 @@ export async function correctFact(db: TenantDb, deps: FactDeps, id: string, inpu
       data: {
         ...(parsed.text ? { text: parsed.text } : {}),
         ...(parsed.core != null ? { core: parsed.core } : {}),
+        ...(parsed.subject !== undefined ? { subject: parsed.subject || null } : {}),
         confirmedAt: new Date(),
       },
     });
@@ -243,7 +260,7 @@ export async function applyCandidate(
     ? await db.fact.findFirst({ where: { id: judgment.relatedFactId, endUserId } })
     : null;
   const author: FactAuthor = { origin: "EXTRACTOR", sourceMessageId: input.sourceMessageId };
-  const base = { endUserId, text: candidate.text, core: candidate.core, sensitivity: judgment.sensitivity };
+  const base = { endUserId, text: candidate.text, core: candidate.core, subject: candidate.subject ?? null, sensitivity: judgment.sensitivity };
 
   if (judgment.relation === "same" && related) {
     await db.fact.update({ where: { id: related.id }, data: { confirmedAt: new Date() } });
@@ -258,6 +275,7 @@ export async function applyCandidate(
         data: {
           text: candidate.text,
           core: candidate.core || related.core,
+          subject: candidate.subject ?? null,
           sensitivity: judgment.sensitivity,
           confirmedAt: new Date(),
           origin: "EXTRACTOR",
@@ -280,16 +298,37 @@ export async function applyCandidate(
   return { change: "ADDED", reason: "the user said it", factId: fact.id };
 }
 
-/** The FACTS block of the context: what the user has said about themselves, core first. */
+/**
+ * The FACTS block of the context: what the user has said about themselves, core first, then
+ * what they said about each person they named, under that person's name.
+ */
 export function factsBlocks(db: TenantDb): ExtraBlocks {
   return async ({ endUserId }) => {
     const facts = await listFacts(db, endUserId);
     if (!facts.length) return [];
-    const items = facts.map((f) => {
-      const text = `- ${f.text}`;
-      return { id: f.id, text, tokens: countTokens(text), score: f.core ? 1 : 0 };
-    });
-    const text = items.map((i) => i.text).join("\n");
-    return [{ kind: "FACTS", title: "What the user has told us", text, tokens: countTokens(text), items }];
+    const subjects = [...new Set(facts.map((f) => f.subject))].sort((a, b) => (a === null ? -1 : b === null ? 1 : a.localeCompare(b)));
+    const items = subjects.flatMap((subject) =>
+      facts
+        .filter((f) => f.subject === subject)
+        .map((f) => {
+          const text = `- ${f.text}`;
+          return { id: f.id, text, tokens: countTokens(text), score: f.core ? 1 : 0, subject };
+        }),
+    );
+    const text = subjects
+      .map((subject) => {
+        const lines = items.filter((i) => i.subject === subject).map((i) => i.text).join("\n");
+        return subject === null ? lines : `About ${subject}:\n${lines}`;
+      })
+      .join("\n\n");
+    return [
+      {
+        kind: "FACTS",
+        title: "What the user has told us",
+        text,
+        tokens: countTokens(text),
+        items: items.map(({ subject: _, ...item }) => item),
+      },
+    ];
   };
 }

@@ -26,6 +26,22 @@ describe("the re-rank judge", () => {
     );
   });
 
+  it("shows a candidate's neighbouring turns in parentheses, cut to their opening, as context", async () => {
+    const { model, seen } = scriptedModel(['{"scores": [{"id": 1, "score": 3}]}']);
+    const long = `user: ${"and then we went on ".repeat(30)}`;
+    await createRerankChain(model).invoke({
+      message: "Where did we go?",
+      snippets: [{ ...snippets[0], before: "user: Hi!\nassistant: Hello.", after: long }],
+    });
+    const [system, human] = seen[0];
+    expect(system.content).toContain("the turns just before and after it in its conversation, in parentheses");
+    expect(human.content).toBe(
+      "New message:\nWhere did we go?\n\nSnippets from earlier conversations:\n" +
+        "[1] (2024-05-01)\n(just before: user: Hi! assistant: Hello.)\nuser: I ordered the blue vase.\nassistant: Ordered.\n" +
+        `(just after: ${long.trim().slice(0, 240)})`,
+    );
+  });
+
   it("reads a good answer into one score per snippet, in order", async () => {
     const { model } = scriptedModel(['{"scores": [{"id": 3, "score": 2}, {"id": 1, "score": 3}, {"id": 2, "score": 0}]}']);
     expect(await createRerankChain(model).invoke(input)).toEqual([3, 0, 2]);

@@ -55,20 +55,23 @@ export type RecallEvent = {
 };
 
 /**
- * The issue's numbers: 10 candidates, at most 3 injected, judge score 2 or more. The fusion's
- * constants were chosen on LoCoMo (bench/README.md): a small k (5, not the usual 60) lets the
- * first ranks of each retriever count, and the BM25 side weighs 1.3 against the offline
- * encoder's 1, which puts 5 more points of questions' evidence in the top 3 at the same top 10.
+ * The product's numbers: 10 candidates (30 when a judge chooses), at most 3 injected, judge
+ * score 2 or more. The ranking constants (rrfK, keywordWeight, pool, perConversation, timeBoost)
+ * were chosen on the tuning half of LoCoMo only (bench/README.md, "LoCoMo evidence recall"): a
+ * small k lets each retriever's first ranks count, BM25 weighs 2 against the offline encoder's 1,
+ * a snippet in the time the message names gains 0.2, and capping one conversation's snippets
+ * cost more evidence than it bought there, so the cap is 10 (off within a top 10).
  */
 export const RECALL = {
   candidates: 10,
+  judgeCandidates: 30,
   inject: 3,
   minJudgeScore: 2,
-  rrfK: 5,
+  rrfK: 2,
   keywordWeight: 2,
   pool: 30,
   perConversation: 10,
-  timeBoost: 0.05,
+  timeBoost: 0.2,
 } as const;
 
 export type SearchInput = {
@@ -220,6 +223,40 @@ function aboveFloor(candidates: RecallCandidate[], floor: number) {
     .slice(0, RECALL.inject);
 }
 
+/**
+ * The turns just before and after each TURN candidate in its conversation (their shared
+ * messages), for the judge: a question's answer is often one turn away. One query.
+ */
+async function neighbouringTurns(deps: RecallDeps, tenantId: string, candidates: RecallCandidate[]) {
+  const around = new Map<string, { before: string | null; after: string | null }>();
+  const turns = candidates.filter((c) => c.kind === "TURN" && c.messageSeqs.length);
+  if (turns.length === 0) return around;
+  const span = (c: RecallCandidate) => ({ first: Math.min(...c.messageSeqs), last: Math.max(...c.messageSeqs) });
+  const messages = await forTenant(deps.db, tenantId).message.findMany({
+    where: {
+      private: false,
+      role: { in: ["USER", "ASSISTANT"] },
+      OR: turns.map((c) => {
+        const { first, last } = span(c);
+        return { conversationId: c.conversationId, seq: { in: [first - 2, first - 1, last + 1, last + 2] } };
+      }),
+    },
+    select: { conversationId: true, seq: true, role: true, content: true },
+  });
+  const at = new Map(messages.map((m) => [`${m.conversationId}:${m.seq}`, m]));
+  const text = (conversationId: string, seqs: number[]) =>
+    seqs
+      .map((seq) => at.get(`${conversationId}:${seq}`))
+      .filter((m) => m !== undefined)
+      .map((m) => `${m.role.toLowerCase()}: ${m.content}`)
+      .join(" / ") || null;
+  for (const c of turns) {
+    const { first, last } = span(c);
+    around.set(c.snippetId, { before: text(c.conversationId, [first - 2, first - 1]), after: text(c.conversationId, [last + 1, last + 2]) });
+  }
+  return around;
+}
+
 export type RecallForTurnInput = {
   tenantId: string;
   endUserId: string;
@@ -232,30 +269,35 @@ export type RecallForTurnInput = {
 };
 
 /**
- * Recall for one turn: when the gate says the message needs earlier conversations, the 10 best
- * candidates from the user's other conversations are scored 0–3 by the re-rank judge and at
- * most 3 scoring 2 or more are chosen (without a model: the fused top 3 above the similarity
- * floor). Each recall is published on `memoryRecall`. When the gate says no, nothing is
+ * Recall for one turn: when the gate says the message needs earlier conversations, the 30 best
+ * candidates from the user's other conversations are scored 0–3 by the re-rank judge, each shown
+ * with the turns around it, and at most 3 scoring 2 or more are chosen (without a model: the
+ * fused top 3 of the best 10 above the similarity floor). Each recall is published on `memoryRecall`. When the gate says no, nothing is
  * retrieved and nothing is embedded.
  */
 export async function recallForTurn(deps: RecallDeps, input: RecallForTurnInput): Promise<RecallEvent | null> {
   const needed = input.needsRecall ?? needsRecallByKeywords(input.message);
   if (!needed) return null;
+  const model = await deps.models.chat(input.tenantId, "cheap", "rerank");
   const { candidates, degraded } = await searchSnippets(deps, input.tenantId, {
     endUserId: input.endUserId,
     text: input.message,
     excludeConversationId: input.conversationId,
-    k: RECALL.candidates,
+    // A judge chooses from a deeper list than the fused top 10 alone (bench/README.md).
+    k: model ? RECALL.judgeCandidates : RECALL.candidates,
     at: input.at,
   });
 
   let chosen: RecallCandidate[] = [];
   let chosenBy: RecallEvent["chosenBy"] = "FLOOR";
-  const model = candidates.length ? await deps.models.chat(input.tenantId, "cheap", "rerank") : null;
   let scores: RerankScores | null = null;
-  if (model) {
+  if (model && candidates.length) {
     try {
-      scores = await createRerankChain(model).invoke({ message: input.message, snippets: candidates });
+      const around = await neighbouringTurns(deps, input.tenantId, candidates);
+      scores = await createRerankChain(model).invoke({
+        message: input.message,
+        snippets: candidates.map((c) => ({ ...c, ...around.get(c.snippetId) })),
+      });
     } catch (error) {
       // A reply must not wait on a broken judge: fall back to the similarity floor.
       deps.log.warn("recall: the re-rank judge failed; using the similarity floor", {

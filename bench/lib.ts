@@ -1,3 +1,4 @@
+import { forTenant } from "../src/db.ts";
 // Shared by the benchmarks: stores to run on, a bounded concurrent runner, percentiles, and the
 // README section each benchmark owns.
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -6,7 +7,8 @@ import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { readEnv } from "../src/env.ts";
 import { createLogger } from "../src/log.ts";
-import { createApiKey, createTenant } from "../src/governance/keys.ts";
+import { createTenant } from "../src/auth.ts";
+import { createApiKey } from "../src/governance/keys.ts";
 import { openServices, type Services } from "../src/services.ts";
 import {
   createEmbeddedStore as createEmbeddedTestStore,
@@ -65,8 +67,8 @@ export async function openBenchEngram(store: BenchStore, env: Record<string, str
   const parsed = readEnv({ ENGRAM_LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? "error", ENGRAM_JOBS: "off", ...store.vars, ...env });
   const services = await openServices(parsed, { log: createLogger(parsed.ENGRAM_LOG_LEVEL) });
   const { tenant } = await createTenant(services.db, { name: "bench" });
-  const writer = await createApiKey(services.db, { tenantId: tenant.id, role: "WRITER", name: "bench writer" });
-  const reader = await createApiKey(services.db, { tenantId: tenant.id, role: "READER", name: "bench reader" });
+  const writer = await createApiKey(forTenant(services.db, tenant.id), { role: "WRITER", name: "bench writer" });
+  const reader = await createApiKey(forTenant(services.db, tenant.id), { role: "READER", name: "bench reader" });
   return { services, tenantId: tenant.id, writerKey: writer.key, readerKey: reader.key };
 }
 

@@ -8,11 +8,14 @@ import { useServer } from "graphql-ws/use/ws";
 import { renderGraphiQL } from "@graphql-yoga/render-graphiql";
 import { createYoga, maskError as defaultMaskError, type YogaServerInstance } from "graphql-yoga";
 import { WebSocketServer } from "ws";
-import type { Context } from "./builder.ts";
+import type { GraphQLContext } from "./builder.ts";
+import { forTenant } from "./db.ts";
 import { EngramError } from "./errors.ts";
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
-import { authenticate } from "./governance/keys.ts";
+import { authenticate } from "./auth.ts";
+import { MCP_PATH, mcpHandler } from "./mcp/http.ts";
+import { restApi } from "./rest.ts";
 import { LIMITS } from "./limits.ts";
 import type { Services } from "./services.ts";
 
@@ -82,7 +85,7 @@ function bodyRefusal(req: IncomingMessage): { status: number; message: string } 
 }
 
 export type App = {
-  yoga: YogaServerInstance<InitialContext, Context>;
+  yoga: YogaServerInstance<InitialContext, GraphQLContext>;
   /** Listens on host:port (port 0 picks a free one) and returns the base URL. */
   start(port?: number, host?: string): Promise<string>;
   stop(): Promise<void>;
@@ -93,7 +96,7 @@ export type App = {
  * auth check: a request without a valid key gets nothing, GraphiQL included.
  */
 export function buildApp(services: Services): App {
-  const yoga = createYoga<InitialContext, Context>({
+  const yoga = createYoga<InitialContext, GraphQLContext>({
     schema,
     graphqlEndpoint: GRAPHQL_PATH,
     landingPage: false,
@@ -110,14 +113,19 @@ export function buildApp(services: Services): App {
     context: async (initial) => {
       const principal = await authenticate(services.db, authorizationOf(initial));
       if (!principal) throw unauthenticated();
-      return { principal, services };
+      return { principal, db: forTenant(services.db, principal.tenantId), deps: services.deps };
     },
     plugins: [
       maxDepthPlugin({ n: LIMITS.queryDepth }),
       costLimitPlugin({ maxCost: LIMITS.queryCost }),
       maxAliasesPlugin({ n: LIMITS.aliases }),
+      // Seed 000's REST paths (/memory…), generated from the schema, through this same pipeline.
+      restApi(schema),
     ],
   });
+
+  // MCP (streamable HTTP) on /mcp: its tools call this yoga in process, with the caller's key.
+  const serveMcp = mcpHandler({ authenticate: (authorization) => authenticate(services.db, authorization), log: services.log }, yoga);
 
   const server: Server = createServer((req: IncomingMessage, res) => {
     if (req.url === "/healthz") {
@@ -129,6 +137,10 @@ export function buildApp(services: Services): App {
     if (refusal) {
       res.writeHead(refusal.status, { "content-type": "application/json" });
       res.end(JSON.stringify({ errors: [{ message: refusal.message, extensions: { code: "BAD_USER_INPUT" } }] }));
+      return;
+    }
+    if (req.url?.split("?")[0] === MCP_PATH) {
+      void serveMcp(req, res);
       return;
     }
     void yoga(req, res);

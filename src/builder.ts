@@ -4,19 +4,20 @@ import RelayPlugin from "@pothos/plugin-relay";
 import ScopeAuthPlugin from "@pothos/plugin-scope-auth";
 import SimpleObjectsPlugin from "@pothos/plugin-simple-objects";
 import { GraphQLError } from "graphql";
-import { forTenant, type TenantDb } from "./db.ts";
+import type { TenantDb } from "./db.ts";
+import type { Deps } from "./deps.ts";
 import type { PrismaClient } from "./generated/prisma/client.ts";
 import PrismaTypes, { getDatamodel } from "./generated/pothos-types.ts";
 import type { Principal } from "./governance/keys.ts";
-import type { Services } from "./services.ts";
 
-export type Context = { principal: Principal; services: Services };
-
-/** The tenant-scoped client for this request's caller: the only client resolvers use. */
-export const tenantDb = (ctx: Context): TenantDb => forTenant(ctx.services.db, ctx.principal.tenantId);
+/**
+ * A request's context: who is calling, the client scoped to their tenant (the only client
+ * resolvers see), and the dependencies resolvers hand to domain and work functions.
+ */
+export type GraphQLContext = { principal: Principal; db: TenantDb; deps: Deps };
 
 export const builder = new SchemaBuilder<{
-  Context: Context;
+  Context: GraphQLContext;
   PrismaTypes: PrismaTypes;
   AuthScopes: { reader: boolean; writer: boolean; admin: boolean };
   DefaultFieldNullability: false;
@@ -28,7 +29,7 @@ export const builder = new SchemaBuilder<{
   plugins: [ScopeAuthPlugin, PrismaPlugin, RelayPlugin, SimpleObjectsPlugin],
   defaultFieldNullability: false,
   prisma: {
-    client: (ctx) => tenantDb(ctx) as unknown as PrismaClient,
+    client: (ctx) => ctx.db as unknown as PrismaClient,
     dmmf: getDatamodel(),
     filterConnectionTotalCount: true,
     onUnusedQuery: "warn",

@@ -1,23 +1,30 @@
 import { parseArgs } from "node:util";
-import { runCompaction } from "../jobs/compact.ts";
-import { afterNewMessages } from "../jobs/follow-ups.ts";
-import { runRetention } from "../jobs/retention.ts";
+import { forTenant } from "./db.ts";
+import { exportUser } from "./memory/export.ts";
+import { afterTurnRecorded } from "./work/after-turn.ts";
+import { compactTenants } from "./work/compact-tenants.ts";
+import { retentionSweep } from "./work/retention.ts";
 import { countLines, importJsonl } from "./memory/conversations/import-file.ts";
 import { EnvError, readEnv } from "./env.ts";
 import { EngramError } from "./errors.ts";
 import { createLogger } from "./log.ts";
-import { createApiKey, createTenant } from "./governance/keys.ts";
+import { createTenant } from "./auth.ts";
+import { createApiKey } from "./governance/keys.ts";
 import { openServices, type Services } from "./services.ts";
 import { StoreBusyError } from "./embedded/embedded.ts";
 
 const USAGE = `Usage: engram <command>
 
   start                                   run the server (same as npm start)
+  mcp                                     an MCP server on stdio for a running Engram
+                                          (ENGRAM_URL, default http://127.0.0.1:4000; ENGRAM_API_KEY)
   tenants create <name>                   create a tenant; prints its admin key alone on stdout
   keys create --role <admin|writer|reader> [--tenant <id>] [--name <label>]
                                           create an API key; prints the key alone on stdout
   compact --now                           run the daily compaction now, for every tenant
   retention --now                         run the nightly retention now, for every tenant
+  export-user <endUserExternalId> [--tenant <id>]
+                                          everything held about one person, as JSON on stdout
   import <file.jsonl> [--tenant <id>]     backfill conversations, one JSON object per line:
                                           {agentExternalId, endUserExternalId, conversationExternalId,
                                            messages: [{role, content, occurredAt}]}
@@ -60,8 +67,9 @@ async function importFile(services: Services, file: string, tenant?: string): Pr
     if (tty) process.stderr.write(`\r${line}`);
     else if (done === total || done % Math.max(1, Math.ceil(total / 10)) === 0) process.stderr.write(`${line}\n`);
   };
-  const after = (conversationId: string) => afterNewMessages(services, tenantId, conversationId, { imported: true });
-  for await (const result of importJsonl(services.db, tenantId, file, after)) {
+  const db = forTenant(services.db, tenantId);
+  const after = (imported: Parameters<typeof afterTurnRecorded>[2]) => afterTurnRecorded(db, services.deps, imported);
+  for await (const result of importJsonl(db, file, after)) {
     done++;
     if (result.error) {
       failed++;
@@ -78,6 +86,11 @@ async function main(argv: string[]) {
   const [command, sub, ...rest] = argv;
   if (command === "start") {
     await import("./main.ts");
+    return;
+  }
+  if (command === "mcp") {
+    const { serveMcpOverStdio } = await import("./mcp/stdio.ts");
+    await serveMcpOverStdio(readEnv());
     return;
   }
   if (command === "tenants" && sub === "create") {
@@ -101,23 +114,35 @@ async function main(argv: string[]) {
       if (!(await services.db.tenant.findUnique({ where: { id: tenantId } }))) {
         throw new EngramError("NOT_FOUND", `Tenant ${tenantId} was not found.`);
       }
-      return createApiKey(services.db, { tenantId, role, name: values.name ?? "" });
+      return createApiKey(forTenant(services.db, tenantId), { role, name: values.name ?? "" });
     });
     process.stdout.write(`${key}\n`);
     return;
   }
   if (command === "compact" && sub === "--now") {
-    const runs = await withServices((services) => runCompaction(services, {}));
+    const runs = await withServices((services) => compactTenants(services.deps, {}));
     for (const run of runs) {
       process.stdout.write(`${run.tenantId} ${run.status} ${JSON.stringify(run.result ?? run.error)}\n`);
     }
     return;
   }
   if (command === "retention" && sub === "--now") {
-    const runs = await withServices((services) => runRetention(services, {}));
+    const runs = await withServices((services) => retentionSweep(services.deps, {}));
     for (const run of runs) {
       process.stdout.write(`${run.tenantId} ${run.status} ${JSON.stringify(run.result ?? run.error)}\n`);
     }
+    return;
+  }
+  if (command === "export-user" && sub) {
+    const { values } = parseArgs({ args: rest, options: { tenant: { type: "string" } } });
+    const exported = await withServices(async (services) => {
+      const db = forTenant(services.db, await resolveTenantId(services, values.tenant));
+      const user = await db.endUser.findFirst({ where: { OR: [{ externalId: sub }, { id: sub }] } });
+      if (!user) throw new EngramError("NOT_FOUND", `No end user ${sub} in this tenant.`);
+      return exportUser(db, user.id);
+    });
+    process.stdout.write(`${JSON.stringify(exported, null, 2)}
+`);
     return;
   }
   if (command === "import" && sub) {

@@ -98,3 +98,11 @@ export function forTenant(db: Db, tenantId: string): TenantDb {
   }
   return scoped;
 }
+
+/** The tenants a cross-tenant sweep (compaction, retention, reconcile) walks, each behind its own scoped client. */
+export type TenantDirectory = {
+  /** The one tenant-scoped client for a tenant id. */
+  scoped(tenantId: string): TenantDb;
+  /** Active tenants, or just the one named; with their settings row. */
+  active(tenantId?: string): Promise<{ id: string; name: string; createdAt: Date }[]>;
+};

@@ -26,6 +26,9 @@ const schema = z.object({
   ENGRAM_JOBS: z.enum(["on", "off"]).default("on"),
   ENGRAM_JOB_POLL_MS: z.coerce.number().int().positive().default(2_000),
   ENGRAM_LOG_LEVEL: z.enum(["debug", "info", "warn", "error", "silent"]).default("info"),
+  /** `engram mcp`: the running Engram it talks to, and the API key it uses there. */
+  ENGRAM_URL: z.string().url().default("http://127.0.0.1:4000"),
+  ENGRAM_API_KEY: z.string().min(1).optional(),
 });
 
 export type Env = z.infer<typeof schema>;

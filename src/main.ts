@@ -2,7 +2,7 @@ import { startWorker, type Worker } from "../jobs/worker.ts";
 import { buildApp } from "./app.ts";
 import { EnvError, modelsConfigured, readEnv } from "./env.ts";
 import { createLogger } from "./log.ts";
-import { bootstrapFirstTenant } from "./governance/keys.ts";
+import { bootstrapFirstTenant } from "./auth.ts";
 import { openServices } from "./services.ts";
 
 async function main() {

@@ -1,7 +1,7 @@
 import { createRedisEventTarget } from "@graphql-yoga/redis-event-target";
 import { createPubSub } from "graphql-yoga";
 import { Redis } from "ioredis";
-import type { RecallEvent } from "./memory/recall/recall.ts";
+import type { SnippetKind } from "./generated/prisma/client.ts";
 
 /**
  * Every topic is keyed by tenant id, so a subscriber can only ever hear its own tenant.
@@ -19,6 +19,45 @@ export type Topics = {
   /** A recall is not stored: its payload is the whole record (candidates, scores, chosen). */
   memoryRecall: [tenantId: string, payload: RecallEvent];
   factChanged: [tenantId: string, payload: FactChangePayload];
+};
+
+/** One recall candidate as the inspector shows it: its scores from each retriever and the judge. */
+export type RecallCandidate = {
+  snippetId: string;
+  kind: SnippetKind;
+  text: string;
+  conversationId: string;
+  messageIds: string[];
+  /** The sequence numbers of messageIds in their conversation, in the same order. */
+  messageSeqs: number[];
+  occurredAt: Date;
+  /** Cosine similarity to the message, and rank among the vector hits (from 1). */
+  vectorScore: number | null;
+  vectorRank: number | null;
+  /** Okapi BM25 score of the full-text match (over the user's snippets), and rank among the keyword hits. */
+  keywordScore: number | null;
+  keywordRank: number | null;
+  /** Reciprocal rank fusion of the two ranks (the keyword side weighted, RECALL), plus the time boost. */
+  fusedScore: number;
+  /** In the time the message names ("in May", "last Tuesday", "the last time"). */
+  timeMatch: boolean;
+  /** The re-rank judge's 0–3, when it ran. */
+  judgeScore: number | null;
+  chosen: boolean;
+};
+
+/** A recall as it happened: the candidates, how they were chosen, and why vector search was skipped. */
+export type RecallEvent = {
+  id: string;
+  endUserId: string;
+  conversationId: string | null;
+  message: string;
+  at: Date;
+  candidates: RecallCandidate[];
+  /** "JUDGE" when the re-ranker chose, "FLOOR" when the similarity floor did (no model). */
+  chosenBy: "JUDGE" | "FLOOR";
+  /** Why vector search was skipped (Chroma or the embedder down), when it was. */
+  degraded: string | null;
 };
 
 export type EntryChange = "CREATED" | "CORRECTED" | "FORGOTTEN";

@@ -1,6 +1,7 @@
 import type { BaseChatModel } from "@langchain/core/language_models/chat_models";
-import { createJobQueue, type JobQueue } from "../jobs/queue.ts";
-import { createDb, type Db } from "./db.ts";
+import { createDb, forTenant, type Db, type TenantDirectory } from "./db.ts";
+import type { Deps } from "./deps.ts";
+import { createAgendaQueue, type AgendaQueue } from "./agenda-queue.ts";
 import type { Env } from "./env.ts";
 import { createLogger, type Logger } from "./log.ts";
 import type { ModelRoute } from "./models/metered.ts";
@@ -17,25 +18,33 @@ import {
   type Store,
 } from "./embedded/embedded.ts";
 import { migrate } from "./embedded/migrate.ts";
-import type { RecallForgetter } from "./memory/facts/facts.ts";
-import { recallForgetter } from "./memory/recall/snippets.ts";
 
-/** What the API, the jobs and the CLI share in one process; handed around as arguments. */
-export type Services = {
-  env: Env;
+/**
+ * The composition root of a process (the API, the worker, the CLI): the store, the one raw
+ * database client, and the `deps` that domain and work functions are handed. Only app, main,
+ * cli, the worker and tests hold a Services; everything else gets a TenantDb and part of `deps`.
+ */
+export type Services = Deps & {
   store: Store;
   db: Db;
-  pubsub: PubSub;
-  models: ModelProvider;
-  jobs: JobQueue;
-  /** Deletes a user's recall snippets and vectors when facts are forgotten (set by the recall area). */
-  recallForgetter: RecallForgetter;
-  /** Recall: embeddings per tenant, and the vectors in Chroma (started on first use). */
-  embeddings: EmbeddingsProvider;
-  vectors: VectorStore;
-  log: Logger;
+  /** Everything but the raw client and the store: what the GraphQL context and jobs hand on. */
+  deps: Deps;
+  queue: AgendaQueue;
   close(): Promise<void>;
 };
+
+/** The tenant directory over the raw client: the only way work code reaches several tenants. */
+export function tenantDirectory(db: Db): TenantDirectory {
+  return {
+    scoped: (tenantId) => forTenant(db, tenantId),
+    active: (tenantId) =>
+      db.tenant.findMany({
+        where: { active: true, ...(tenantId ? { id: tenantId } : {}) },
+        select: { id: true, name: true, createdAt: true },
+        orderBy: { createdAt: "asc" },
+      }),
+  };
+}
 
 export type OpenOptions = {
   /** CLI commands go through a running server's embedded store instead of refusing. */
@@ -65,8 +74,9 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
   }
   const db = createDb(store.url, (error) => log.warn("database connection lost", { error }));
   const pubsub = createEngramPubSub(env.REDIS_URL);
-  const models = createModelProvider({ db, env, createModel: options.createModel });
-  const jobs = createJobQueue(store, env.ENGRAM_JOB_POLL_MS, log);
+  const tenants = tenantDirectory(db);
+  const models = createModelProvider({ tenants, env, createModel: options.createModel });
+  const queue = createAgendaQueue(store, env.ENGRAM_JOB_POLL_MS, log);
   const chroma = lazyChroma({
     url: env.CHROMA_URL,
     dataDir: env.ENGRAM_DATA_DIR,
@@ -74,19 +84,15 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
   });
   const vectors = createChromaVectorStore(chroma.get, log);
   const embeddings = createEmbeddingsProvider(env, models);
+  const deps: Deps = { env, log, pubsub, models, queue, embeddings, vectors, tenants };
   return {
-    env,
+    ...deps,
+    deps,
     store,
     db,
-    pubsub,
-    models,
-    jobs,
-    embeddings,
-    vectors,
-    recallForgetter: recallForgetter({ db, vectors }),
-    log,
+    queue,
     async close() {
-      await jobs.close();
+      await queue.close();
       log.debug("job queue closed");
       await embeddings.close();
       await vectors.close();

@@ -1,4 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { forTenant } from "../src/db.ts";
+import { forgetSnippets } from "../src/memory/forget.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import { bagOfWords } from "./helpers/fake-embeddings.ts";
 import type { ModelServer } from "./helpers/model-server.ts";
@@ -113,10 +115,10 @@ describe("facts as recall keys", () => {
       expect(candidates.some((c: { kind: string }) => c.kind === "FACT")).toBe(false);
     }
 
-    // Forgetting the turn's message takes the turn, its keys and their vectors.
+    // Forgetting the turn takes its keys and their vectors too.
     const where = { conversationId: turn.conversationId };
     expect(await engram.services.vectors.count(engram.tenant.tenantId, where)).toBe(3);
-    await engram.services.recallForgetter.forgetMessages(engram.tenant.tenantId, turn.messageIds);
+    await forgetSnippets(forTenant(engram.services.db, engram.tenant.tenantId), engram.services.deps, [turn.id]);
     expect(await engram.services.db.recallSnippet.count({ where })).toBe(0);
     expect(await engram.services.vectors.count(engram.tenant.tenantId, where)).toBe(0);
   });

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { runTurnWork } from "../jobs/turn.ts";
+import { forTenant } from "../src/db.ts";
+import { runExtractAll, runTurnWork } from "../src/work/turn-work.ts";
 import { FACT_CAP } from "../src/memory/facts/facts.ts";
 import { startEngramWithModel, startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import type { ModelServer } from "./helpers/model-server.ts";
@@ -35,7 +36,7 @@ async function turn(user: string, userMessage: string, options: { conversation?:
     },
   }, options.key);
   expect(errors).toBeUndefined();
-  const work = await runTurnWork(engram.services, { tenantId: engram.tenant.tenantId, turnId: data.recordTurn.id });
+  const work = await runTurnWork(forTenant(engram.services.db, engram.tenant.tenantId), engram.services.deps, { tenantId: engram.tenant.tenantId, turnId: data.recordTurn.id });
   return { ...data.recordTurn, work, endUserId: data.recordTurn.conversation.endUser.id as string };
 }
 
@@ -152,17 +153,15 @@ describe("writing facts", () => {
     // Replaying the same batch (progress rewound, as after a crash) keeps nothing twice.
     const conversation = await engram.services.db.conversation.findFirstOrThrow({ where: { externalId: "gus-b" } });
     await engram.services.db.conversation.update({ where: { id: conversation.id }, data: { extractedThroughSeq: 0 } });
-    const { runExtractAll } = await import("../jobs/turn.ts");
-    await runExtractAll(engram.services, { tenantId: engram.tenant.tenantId, conversationId: conversation.id });
+    await runExtractAll(forTenant(engram.services.db, engram.tenant.tenantId), engram.services.deps, { tenantId: engram.tenant.tenantId, conversationId: conversation.id });
     expect(await engram.services.db.fact.count({ where: { endUserId: a.endUserId } })).toBe(3);
   });
 
-  it("keeps an unparsable extractor answer out, and logs it", async () => {
-    model.respond(factsScript({ ...sayFacts }, () => "{}"));
+  it("keeps an unparsable extractor answer out: the turn's work fails, to be retried and then dead-lettered", async () => {
     model.respond((request) => (request.messages[0].content.includes("You write down") ? "I cannot do that." : factsScript(sayFacts)(request)));
-    const t = await turn("hal", "I am a pilot.");
-    expect(t.work.extraction.status).toBe("UNPARSABLE");
-    expect(await facts(t.endUserId)).toEqual([]);
+    await expect(turn("hal", "I am a pilot.")).rejects.toThrow(/fact extraction: the model's answer could not be read/);
+    const hal = await engram.services.db.endUser.findFirstOrThrow({ where: { tenantId: engram.tenant.tenantId, externalId: "hal" } });
+    expect(await facts(hal.id)).toEqual([]);
   });
 
   it(`keeps at most ${FACT_CAP} facts per user, dropping the least recently confirmed non-core ones`, async () => {
@@ -260,7 +259,7 @@ describe("forgetting", () => {
       const endUserId = r.data.recordTurn.conversation.endUser.id;
       await offline.gql(`mutation($input: AddFactInput!) { addFact(input: $input) { id } }`, { input: { endUserId, text: "U likes tea." } });
       const f = await offline.gql(RECORD, { input: { agentExternalId: "a", endUserExternalId: "u", conversationExternalId: "c", clientTurnId: "2", userMessage: "Forget everything about me." } });
-      const work = await runTurnWork(offline.services, { tenantId: offline.tenant.tenantId, turnId: f.data.recordTurn.id });
+      const work = await runTurnWork(forTenant(offline.services.db, offline.tenant.tenantId), offline.services.deps, { tenantId: offline.tenant.tenantId, turnId: f.data.recordTurn.id });
       expect(work).toMatchObject({ status: "FORGOT", verdict: { decidedBy: "KEYWORDS", forget: "ALL" } });
       expect(await offline.services.db.fact.count({ where: { endUserId } })).toBe(0);
     } finally {

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { compactionJobRun, runCompaction } from "../jobs/compact.ts";
+import { compactTenants, compactTenantsUntilDone } from "../src/work/compact-tenants.ts";
 import { forTenant } from "../src/db.ts";
 import { budgetStatus } from "../src/governance/budget.ts";
 import { redactTexts, DEFAULT_REDACTION } from "../src/governance/redaction.ts";
@@ -187,7 +187,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     await appendOld(engram, engram.other.writer, "route-b", ["bravo one", "bravo two", "bravo three"]);
     const counts = [fallback, serverA, serverB].map((s) => s.requests.length);
 
-    const runs = await runCompaction(engram.services, {});
+    const runs = await compactTenants(engram.services.deps, {});
     expect(runs.map((r) => r.status)).toEqual(["SUCCEEDED", "SUCCEEDED"]);
     const [toFallback, toA, toB] = [fallback, serverA, serverB].map((s, i) => s.requests.slice(counts[i]));
     expect(toFallback).toEqual([]);
@@ -226,7 +226,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
       `Ops shared ${planted.aws} and token ${planted.jwt} from ${planted.ipv4} / ${planted.ipv6}.`,
     ]);
     const from = serverA.requests.length;
-    const [run] = await runCompaction(engram.services, { tenantId: engram.tenant.tenantId });
+    const [run] = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
     expect(run.status).toBe("SUCCEEDED");
     const sent = JSON.stringify(serverA.requests.slice(from));
     expect(sent).toContain("renewal");
@@ -292,7 +292,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     const from = serverA.requests.length;
     let ticks = 0;
     const ticker = setInterval(() => ticks++, 50);
-    const [run] = await runCompaction(engram.services, { tenantId: engram.tenant.tenantId });
+    const [run] = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
     clearInterval(ticker);
     expect(run.status).toBe("FAILED");
     expect(JSON.stringify(run.result)).toMatch(/took longer than/);
@@ -303,7 +303,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
       where: { tenantId: engram.tenant.tenantId },
       data: { redaction: {} },
     });
-    const [retry] = await runCompaction(engram.services, { tenantId: engram.tenant.tenantId });
+    const [retry] = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
     expect(retry.status).toBe("SUCCEEDED");
   });
 
@@ -317,7 +317,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
 
     await appendOld(engram, engram.tenant.writer, "paused", ["one", "two", "three"]);
     const from = serverA.requests.length;
-    await expect(compactionJobRun(engram.services, { tenantId: engram.tenant.tenantId })).rejects.toMatchObject({
+    await expect(compactTenantsUntilDone(engram.services.deps, { tenantId: engram.tenant.tenantId })).rejects.toMatchObject({
       code: "BUDGET_EXHAUSTED",
     });
     expect(serverA.requests.length).toBe(from);
@@ -326,7 +326,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     expect(run).toMatchObject({ status: "SKIPPED", result: { paused: true } });
 
     await engram.gql(UPDATE, { input: { monthlyTokenBudget: spent + 1_000_000 } });
-    await compactionJobRun(engram.services, { tenantId: engram.tenant.tenantId });
+    await compactTenantsUntilDone(engram.services.deps, { tenantId: engram.tenant.tenantId });
     expect(await engram.services.db.memoryEvent.count({ where: { scopeRef: "paused", compressedAt: { not: null } } })).toBe(3);
     const after = await engram.gql(BUDGET);
     expect(after.data.budgetStatus).toMatchObject({ paused: false, pausedSince: null, limit: spent + 1_000_000 });
@@ -390,10 +390,10 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     const now = new Date();
     await engram.gql(UPDATE, { input: { compaction: { schedule: "0 * * * *" } } }, engram.other.admin);
     // Both tenants ran compaction moments ago: nothing is due until their schedules come round.
-    expect(await runCompaction(engram.services, { due: true }, now)).toEqual([]);
+    expect(await compactTenants(engram.services.deps, { due: true }, now)).toEqual([]);
     // In an hour and a bit, the hourly tenant is due and the daily one (06:17 UTC) may not be.
     const later = new Date(now.getTime() + 65 * 60_000);
-    const runs = await runCompaction(engram.services, { due: true }, later);
+    const runs = await compactTenants(engram.services.deps, { due: true }, later);
     expect(runs.map((r) => r.tenantId)).toContain(engram.other.tenantId);
     const crossed617 = Math.floor((later.getTime() - 6 * 3_600_000 - 17 * 60_000) / DAY_MS) > Math.floor((now.getTime() - 6 * 3_600_000 - 17 * 60_000) / DAY_MS);
     expect(runs.some((r) => r.tenantId === engram.tenant.tenantId)).toBe(crossed617);

@@ -26,10 +26,10 @@ beforeAll(async () => {
 });
 afterAll(() => engram?.stop());
 
-async function statementsOf(query: string, variables: Record<string, unknown> = {}) {
+async function statementsOf(query: string, variables: Record<string, unknown> = {}, key = engram.tenant.reader) {
   const spy = vi.spyOn(pg.Client.prototype, "query");
   try {
-    const result = await engram.gql(query, variables, engram.tenant.reader);
+    const result = await engram.gql(query, variables, key);
     expect(result.errors).toBeUndefined();
     // Prisma sends each statement once; BEGIN/COMMIT of its transactions count too.
     return spy.mock.calls.length;
@@ -63,5 +63,19 @@ describe("SQL statements per request on the hot paths", () => {
     // Auth, the conversation, the recent and kept messages, entries, facts, the gate's stored
     // verdict and the recall lookups: a fixed number, whatever the conversation's length.
     expect(await statementsOf(q, { input: { conversationId, message: "what about pricing?" } })).toBeLessThanOrEqual(16);
+  });
+
+  it("recordTurn on a known conversation: auth, one read, one write, one queue write and the answer", async () => {
+    const q = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id firstSeq lastSeq } }`;
+    const input = { agentExternalId: "qa", endUserExternalId: "qu", conversationExternalId: "qc", userMessage: "and the price?", assistantMessage: "12 EUR" };
+    // Auth, the conversation with any earlier use of the turn id, the one statement that appends
+    // the messages and the turn, the turn's follow-up job, and the re-read for the selection.
+    expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-1" } }, engram.tenant.writer)).toBe(5);
+  });
+
+  it("appendEvent: auth, the insert and the answer", async () => {
+    const q = `mutation($input: AppendEventInput!) { appendEvent(input: $input) { id } }`;
+    const input = { scope: "ENTITY", scopeRef: "acme", kind: "note", body: "pinned", source: "qc", sourceRef: "pinned-event" };
+    expect(await statementsOf(q, { input }, engram.tenant.writer)).toBe(3);
   });
 });

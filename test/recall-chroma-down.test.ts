@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { runReconcile } from "../jobs/reconcile.ts";
+import { reconcileRecall } from "../src/work/reconcile.ts";
 import { startEmbeddedChroma, type ChromaServer } from "../src/embedded/chroma.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { allIndexed, CONTEXT, RECALL, say } from "./helpers/recall.ts";
@@ -31,7 +31,10 @@ describe("with Chroma down", () => {
 
     await chroma.stop();
     const now = await say(engram, { user: "ivan", conversation: "i-2" }, "I also ordered a yellow raincoat.", "Ordered too.");
-    const pending = await engram.services.db.recallSnippet.findFirstOrThrow({ where: { conversationId: now.conversationId } });
+    // The worker makes the turn's snippet, then fails to embed it while Chroma is down.
+    const pending = await until("the new turn's snippet", () =>
+      engram.services.db.recallSnippet.findFirst({ where: { conversationId: now.conversationId } }),
+    );
 
     const { data, errors } = await engram.gql(CONTEXT, {
       input: { conversationId: now.conversationId, message: "Can you order the same shoes as last time?" },
@@ -66,7 +69,7 @@ describe("with Chroma down", () => {
     await engram.services.vectors.delete(engram.tenant.tenantId, { ids: [snippet.id] });
     await engram.services.db.recallSnippet.update({ where: { id: snippet.id }, data: { indexedAt: null } });
 
-    const requeued = await runReconcile(engram.services, {}, { graceMs: 0 });
+    const requeued = await reconcileRecall(engram.services.deps, {}, { graceMs: 0 });
     expect(requeued[engram.tenant.tenantId]).toBe(1);
     await allIndexed(engram);
     expect(await engram.services.vectors.count(engram.tenant.tenantId, { ids: [snippet.id] })).toBe(1);

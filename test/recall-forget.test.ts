@@ -1,8 +1,8 @@
 import type { ChromaClient } from "chromadb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { runRetention } from "../jobs/retention.ts";
 import { forTenant } from "../src/db.ts";
-import { forgetConversationRecall, forgetSnippets, forgetUserRecall } from "../src/memory/recall/snippets.ts";
+import { forgetConversation, forgetSnippets, forgetUser } from "../src/memory/forget.ts";
+import { retentionSweep } from "../src/work/retention.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { allIndexed, chromaOf, RECALL, RECORD, say } from "./helpers/recall.ts";
 
@@ -51,7 +51,7 @@ afterAll(async () => {
 });
 
 describe("forgetting recall", () => {
-  it("forgetUserRecall deletes one user's snippets and vectors, and nobody else's", async () => {
+  it("forgetUser deletes one user's snippets and vectors, and nobody else's", async () => {
     const erin = await say(engram, { user: "erin", conversation: "e-1" }, "My locker code is 4417.", "Saved.");
     await say(engram, { user: "erin", conversation: "e-2" }, "I prefer aisle seats.", "Noted.");
     const frank = await say(engram, { user: "frank", conversation: "f-1" }, "My locker code is 9921.", "Saved.");
@@ -63,7 +63,8 @@ describe("forgetting recall", () => {
     expect(erinSnippets).toHaveLength(2);
     expect(await vectorsOf(engram.tenant.tenantId, { endUserId: erin.endUserId })).toEqual(erinSnippets);
 
-    expect(await forgetUserRecall(engram.services, engram.tenant.tenantId, erin.endUserId)).toEqual({ deleted: 2 });
+    const scoped = forTenant(engram.services.db, engram.tenant.tenantId);
+    expect((await forgetUser(scoped, engram.services.deps, erin.endUserId, { reason: "test" })).snippets).toBe(2);
     expect(await snippetIds({ endUserId: erin.endUserId })).toEqual([]);
     expect(await vectorsOf(engram.tenant.tenantId, { endUserId: erin.endUserId })).toEqual([]);
     expect(await vectorsOf(engram.tenant.tenantId, { endUserId: frank.endUserId })).toHaveLength(1);
@@ -103,20 +104,20 @@ describe("forgetting recall", () => {
     expect(await vectorsOf(engram.tenant.tenantId, { endUserId: gina.endUserId })).toEqual([]);
   });
 
-  it("forgetSnippets and forgetConversationRecall delete exactly what they name", async () => {
+  it("forgetSnippets and forgetConversation delete exactly what they name", async () => {
     const g1 = await say(engram, { user: "gina", conversation: "g-1" }, "I like green tea.", "Noted.");
     await say(engram, { user: "gina", conversation: "g-1" }, "And oat milk.", "Noted.");
     const g2 = await say(engram, { user: "gina", conversation: "g-2" }, "Ship to my office.", "Will do.");
     await allIndexed(engram);
     const [first, second] = await snippetIds({ conversationId: g1.conversationId });
-    await forgetSnippets(engram.services, engram.tenant.tenantId, [first]);
+    await forgetSnippets(forTenant(engram.services.db, engram.tenant.tenantId), engram.services.deps, [first]);
     expect(await vectorsOf(engram.tenant.tenantId, { conversationId: g1.conversationId })).toEqual([second]);
     // Another tenant naming the snippet deletes nothing.
-    await forgetSnippets(engram.services, engram.other.tenantId, [second]);
+    await forgetSnippets(forTenant(engram.services.db, engram.other.tenantId), engram.services.deps, [second]);
     expect(await snippetIds({ conversationId: g1.conversationId })).toEqual([second]);
     expect(await vectorsOf(engram.tenant.tenantId, { conversationId: g1.conversationId })).toEqual([second]);
 
-    await forgetConversationRecall(engram.services, engram.tenant.tenantId, g1.conversationId);
+    await forgetConversation(forTenant(engram.services.db, engram.tenant.tenantId), engram.services.deps, g1.conversationId, { reason: "test" });
     expect(await vectorsOf(engram.tenant.tenantId, { conversationId: g1.conversationId })).toEqual([]);
     expect(await vectorsOf(engram.tenant.tenantId, { conversationId: g2.conversationId })).toHaveLength(1);
   });
@@ -157,7 +158,7 @@ describe("nightly retention", () => {
       create: { tenantId: engram.other.tenantId, retentionDays: 0 },
       update: { retentionDays: 0 },
     });
-    const runs = await runRetention(engram.services, {}, now);
+    const runs = await retentionSweep(engram.services.deps, {}, now);
     const mine = runs.find((r) => r.tenantId === tenantId)!;
     expect(mine.status).toBe("SUCCEEDED");
     expect(mine.result).toMatchObject({ retentionDays: 30, snippetsDeleted: 1, factsDeleted: 1 });

@@ -7,11 +7,12 @@
 // halves are reported, so the held-out half says how it generalizes.
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { Embeddings } from "@langchain/core/embeddings";
-import { indexSnippets, syncFactKeys } from "../../src/memory/recall/snippets.ts";
+import { createTurnSnippets, indexSnippets, syncFactKeys } from "../../src/memory/recall/snippets.ts";
 import { RECALL, retrieveHits } from "../../src/memory/recall/recall.ts";
 import { fuseHits, type FusionOptions, type FusionSnippet } from "../../src/memory/recall/fusion.ts";
 import { resolveTimeHint } from "../../src/memory/recall/time.ts";
 import { buildApp } from "../../src/app.ts";
+import { forTenant } from "../../src/db.ts";
 import { createEmbeddedStore, envInt, fmt, machineLine, markdownTable, openBenchEngram, writeReadmeSection } from "../lib.ts";
 
 const DATA = process.env.LOCOMO_PATH ?? new URL("../../../shared/data/locomo/locomo10.json", import.meta.url).pathname;
@@ -84,11 +85,11 @@ class CachedEmbeddings extends Embeddings {
 
 const store = createEmbeddedStore();
 const engram = await openBenchEngram(store, { ENGRAM_EMBEDDINGS: "offline" });
-const provider = engram.services.embeddings;
-const forTenant = provider.forTenant.bind(provider);
+const provider = engram.services.deps.embeddings;
+const embeddingsOf = provider.forTenant.bind(provider);
 let cached: CachedEmbeddings | undefined;
 provider.forTenant = async (tenantId) => {
-  const tenant = await forTenant(tenantId);
+  const tenant = await embeddingsOf(tenantId);
   cached ??= new CachedEmbeddings(tenant.embeddings);
   return { ...tenant, embeddings: cached };
 };
@@ -138,6 +139,8 @@ for (const sample of samples) {
       engram.writerKey,
     );
     diaIds.set(data.importConversation.id, session.map((t) => t.dia_id));
+    // What the turn job's index job does in the worker (no worker runs here).
+    await createTurnSnippets(forTenant(engram.services.db, engram.tenantId), data.importConversation.id, { firstSeq: 1, lastSeq: session.length });
     endUserId = data.importConversation.endUser.id;
     turns += session.length;
   }
@@ -157,12 +160,13 @@ for (const sample of samples) {
   // The questions are asked the day after the conversation's last session.
   users.set(sample.sample_id, { endUserId, probeId: probe.recordTurn.conversation.id, askedAt: new Date(last.getTime() + 86_400_000) });
 }
-// The indexing jobs the imports queued are run here, in large batches (no job worker).
+// The snippets are embedded here, in large batches (no job worker).
 const db = engram.services.db;
+const tenantDb = forTenant(db, engram.tenantId);
 for (;;) {
   const pending = await db.recallSnippet.findMany({ where: { indexedAt: null }, select: { id: true }, take: 256 });
   if (pending.length === 0) break;
-  await indexSnippets(engram.services, engram.tenantId, pending.map((p) => p.id));
+  await indexSnippets(tenantDb, engram.services.deps, pending.map((p) => p.id));
 }
 saveCache();
 const snippets = await db.recallSnippet.count();
@@ -222,7 +226,7 @@ if (TUNE) {
   for (const q of tuning) {
     const { endUserId, probeId, askedAt } = users.get(q.sample)!;
     const input = { endUserId, text: q.text, excludeConversationId: probeId, k: DEPTH };
-    hits.push({ q, time: resolveTimeHint(q.text, askedAt), ...(await retrieveHits(engram.services, engram.tenantId, input, DEPTH)) });
+    hits.push({ q, time: resolveTimeHint(q.text, askedAt), ...(await retrieveHits(tenantDb, engram.services.deps, input, DEPTH)) });
   }
   const evaluate = (options: FusionOptions) => {
     const scores = hits.map(({ q, vector, keyword, time }) =>
@@ -335,8 +339,8 @@ if (process.env.BENCH_LOCOMO_FACTS !== "0") {
       return source ? [{ tenantId: engram.tenantId, endUserId, text, origin: "EXTRACTOR", sourceMessageId: source }] : [];
     });
     await db.fact.createMany({ data: facts });
-    const ids = await syncFactKeys(engram.services, engram.tenantId, endUserId);
-    for (let i = 0; i < ids.length; i += 256) await indexSnippets(engram.services, engram.tenantId, ids.slice(i, i + 256));
+    const ids = await syncFactKeys(tenantDb, engram.services.deps, endUserId);
+    for (let i = 0; i < ids.length; i += 256) await indexSnippets(tenantDb, engram.services.deps, ids.slice(i, i + 256));
     factKeys += ids.length;
   }
   for (const q of questions) {

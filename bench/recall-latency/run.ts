@@ -1,3 +1,4 @@
+import { forTenant } from "../../src/db.ts";
 // Recall latency at 10k and 100k snippets on the embedded store and PostgreSQL: the `recall`
 // search path (embed the message with the offline encoder, Chroma top 10 for one end user
 // leaving one conversation out, PostgreSQL full-text (BM25) top 10, fusion, read-back) timed per call.
@@ -79,7 +80,7 @@ for await (const store of benchStores(skipped)) {
       for (let q = 0; q < QUERIES + 10; q++) {
         const user = users[q % USERS];
         const t0 = performance.now();
-        await searchSnippets(services, tenantId, {
+        await searchSnippets(forTenant(services.db, tenantId), services.deps, {
           endUserId: user.id,
           text: `what was my ${sentence(3)} order last time?`,
           excludeConversationId: user.conversations[0],

@@ -1,3 +1,4 @@
+import type { Env } from "../env.ts";
 import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from "node:crypto";
 import { CronExpressionParser } from "cron-parser";
 import { z } from "zod";
@@ -23,6 +24,8 @@ export type ModelPrice = { inputPerMillion: number; outputPerMillion: number };
 /** A tenant's settings with every default filled in: what jobs and model calls obey. */
 export type EffectiveSettings = {
   retentionDays: number;
+  /** Forgetting a user, or what they name, also deletes their raw messages (default on). */
+  forgetDeletesMessages: boolean;
   compaction: { minEvents: number; olderThanDays: number; schedule: string };
   monthlyTokenBudget: number | null;
   budgetPausedSince: Date | null;
@@ -31,6 +34,12 @@ export type EffectiveSettings = {
   prices: Record<string, ModelPrice>;
   updatedAt: Date | null;
 };
+
+/** The server-wide default model name for a role (always set; the route may still be off). */
+export function defaultModelName(env: Env, role: ModelRole): string {
+  if (role === "embedding") return env.ENGRAM_EMBEDDING_MODEL;
+  return role === "compaction" ? env.ENGRAM_COMPACTION_MODEL : env.ENGRAM_CHEAP_MODEL;
+}
 
 export const DEFAULT_COMPACTION_SCHEDULE = "17 6 * * *";
 
@@ -102,6 +111,7 @@ function readPrices(json: unknown): Record<string, ModelPrice> {
 export function effectiveSettings(row: SettingsRow | null): EffectiveSettings {
   return {
     retentionDays: row?.retentionDays ?? 180,
+    forgetDeletesMessages: row?.forgetDeletesMessages ?? true,
     compaction: {
       minEvents: row?.compactionMinEvents ?? 3,
       olderThanDays: row?.compactionAgeDays ?? 90,
@@ -173,6 +183,7 @@ const usd = z.number().finite().min(0).max(10_000);
 export const updateSettingsInput = z
   .object({
     retentionDays: z.number().int().min(0).max(36_500).nullish(),
+    forgetDeletesMessages: z.boolean().nullish(),
     compaction: z
       .object({
         minEvents: z.number().int().min(2).max(1_000).nullish(),
@@ -245,6 +256,9 @@ export async function updateTenantSettings(
   };
 
   if (input.retentionDays != null) set("retentionDays", "retentionDays", current.retentionDays, input.retentionDays);
+  if (input.forgetDeletesMessages != null) {
+    set("forgetDeletesMessages", "forgetDeletesMessages", current.forgetDeletesMessages, input.forgetDeletesMessages);
+  }
   if (input.compaction?.minEvents != null)
     set("compactionMinEvents", "compaction.minEvents", current.compaction.minEvents, input.compaction.minEvents);
   if (input.compaction?.olderThanDays != null)

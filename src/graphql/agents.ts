@@ -1,7 +1,8 @@
-import { builder, tenantDb } from "../builder.ts";
+import { builder } from "../builder.ts";
 import { notFound } from "../errors.ts";
 import { agentSettings, upsertAgent, upsertEndUser } from "../memory/conversations/agents.ts";
 import { LIMITS } from "../limits.ts";
+import { exportUser } from "../memory/export.ts";
 
 const AgentSettings = builder.objectRef<ReturnType<typeof agentSettings>>("AgentSettings").implement({
   description: "An agent's memory settings, defaults filled in.",
@@ -14,6 +15,9 @@ const AgentSettings = builder.objectRef<ReturnType<typeof agentSettings>>("Agent
     extractionOn: t.exposeBoolean("extractionOn", { description: "Extract user facts (default true)." }),
     allowSensitiveFacts: t.exposeBoolean("allowSensitiveFacts", { description: "Keep health, finance, identity… facts (default false)." }),
     extractionBatchSize: t.exposeInt("extractionBatchSize", { description: "Shared messages per extraction batch (default 8)." }),
+    quietExtractionSeconds: t.exposeInt("quietExtractionSeconds", {
+      description: "After this long without a new message, the extractor reads what is pending even below a batch (default 600; 0 off).",
+    }),
   }),
 });
 
@@ -28,6 +32,7 @@ const AgentSettingsInput = builder.inputType("AgentSettingsInput", {
     extractionOn: t.boolean(),
     allowSensitiveFacts: t.boolean(),
     extractionBatchSize: t.int(),
+    quietExtractionSeconds: t.int(),
   }),
 });
 
@@ -74,7 +79,7 @@ builder.queryFields((t) => ({
     authScopes: { reader: true },
     args: { id: t.arg.id({ required: true }) },
     resolve: async (query, _root, { id }, ctx) => {
-      const agent = await tenantDb(ctx).agent.findUnique({ ...query, where: { id: String(id) } });
+      const agent = await ctx.db.agent.findUnique({ ...query, where: { id: String(id) } });
       if (!agent) throw notFound("Agent", String(id));
       return agent;
     },
@@ -82,17 +87,34 @@ builder.queryFields((t) => ({
   agents: t.prismaField({
     type: ["Agent"],
     authScopes: { reader: true },
-    resolve: (query, _root, _args, ctx) => tenantDb(ctx).agent.findMany({ ...query, orderBy: { name: "asc" }, take: 500 }),
+    resolve: (query, _root, _args, ctx) => ctx.db.agent.findMany({ ...query, orderBy: { name: "asc" }, take: 500 }),
   }),
   endUser: t.prismaField({
     type: "EndUser",
     authScopes: { reader: true },
     args: { id: t.arg.id({ required: true }) },
     resolve: async (query, _root, { id }, ctx) => {
-      const user = await tenantDb(ctx).endUser.findUnique({ ...query, where: { id: String(id) } });
+      const user = await ctx.db.endUser.findUnique({ ...query, where: { id: String(id) } });
       if (!user) throw notFound("End user", String(id));
       return user;
     },
+  }),
+  endUserByExternalId: t.prismaField({
+    type: "EndUser",
+    nullable: true,
+    authScopes: { reader: true },
+    description: "The end user known by your own id, or null before Engram has seen them.",
+    args: { externalId: t.arg.string({ required: true }) },
+    resolve: (query, _root, { externalId }, ctx) => ctx.db.endUser.findFirst({ ...query, where: { externalId } }),
+  }),
+  exportUser: t.field({
+    type: "JSON",
+    authScopes: { admin: true },
+    description:
+      "Everything Engram holds about one person (facts with history, conversations with summaries and revisions, " +
+      "recall snippets' text, entries of their scope) as JSON: the right-of-access twin of forgetUser.",
+    args: { endUserId: t.arg.id({ required: true }) },
+    resolve: (_root, { endUserId }, ctx) => exportUser(ctx.db, String(endUserId)),
   }),
   endUsers: t.prismaConnection({
     type: "EndUser",
@@ -100,7 +122,7 @@ builder.queryFields((t) => ({
     authScopes: { reader: true },
     maxSize: LIMITS.pageMax,
     resolve: (query, _root, _args, ctx) =>
-      tenantDb(ctx).endUser.findMany({ ...query, orderBy: [{ updatedAt: "desc" }, { id: "desc" }] }),
+      ctx.db.endUser.findMany({ ...query, orderBy: [{ updatedAt: "desc" }, { id: "desc" }] }),
   }),
 }));
 
@@ -111,7 +133,7 @@ builder.mutationFields((t) => ({
     description: "Creates or updates an agent by your own id; settings given are merged over stored ones.",
     args: { input: t.arg({ type: UpsertAgentInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
-      const db = tenantDb(ctx);
+      const db = ctx.db;
       const agent = await upsertAgent(db, input);
       return db.agent.findUniqueOrThrow({ ...query, where: { id: agent.id } });
     },
@@ -121,7 +143,7 @@ builder.mutationFields((t) => ({
     authScopes: { writer: true },
     args: { input: t.arg({ type: UpsertEndUserInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
-      const db = tenantDb(ctx);
+      const db = ctx.db;
       const user = await upsertEndUser(db, input);
       return db.endUser.findUniqueOrThrow({ ...query, where: { id: user.id } });
     },

@@ -1,9 +1,6 @@
-import { gateChainFor } from "../../jobs/turn.ts";
-import { builder, tenantDb } from "../builder.ts";
-import { factsBlocks } from "../memory/facts/facts.ts";
-import { gateMessage } from "../memory/gate/gate.ts";
-import { recallBlocks } from "../memory/recall/recall.ts";
-import { assembleContext, type ContextBlock, type ContextItem, type Context as MemoryContext } from "../memory/context.ts";
+import { builder } from "../builder.ts";
+import { contextForTurn } from "../work/context-for-turn.ts";
+import type { AssembledContext, ContextBlock, ContextItem } from "../memory/context.ts";
 
 const BlockKindEnum = builder.enumType("ContextBlockKind", {
   values: ["FACTS", "ENTRIES", "RECALL", "SUMMARY", "KEPT", "TAIL"] as const,
@@ -31,7 +28,7 @@ const ContextBlockRef = builder.objectRef<ContextBlock>("ContextBlock").implemen
   }),
 });
 
-const ContextRef = builder.objectRef<MemoryContext>("Context").implement({
+const ContextRef = builder.objectRef<AssembledContext>("Context").implement({
   description: "Prompt material for an agent's next model call, with what it costs and saves.",
   fields: (t) => ({
     conversationId: t.exposeID("conversationId"),
@@ -56,17 +53,6 @@ builder.queryFields((t) => ({
     type: ContextRef,
     authScopes: { reader: true },
     args: { input: t.arg({ type: ContextInput, required: true }) },
-    resolve: (_root, { input }, ctx) => {
-      const db = tenantDb(ctx);
-      const { services } = ctx;
-      // The per-turn gate runs here, before the reply, and its verdict is stored for the turn's
-      // background work: one gate call per turn serves recall, remembering and forgetting.
-      const needsRecall = async (turn: { conversationId: string; message: string }) =>
-        (await gateMessage(db, { gate: await gateChainFor(services, ctx.principal.tenantId), log: services.log }, turn)).needsRecall;
-      return assembleContext(db, { conversationId: String(input.conversationId), message: input.message }, [
-        factsBlocks(db),
-        recallBlocks(services, ctx.principal.tenantId, { needsRecall }),
-      ]);
-    },
+    resolve: (_root, { input }, ctx) => contextForTurn(ctx.db, ctx.deps, { conversationId: String(input.conversationId), message: input.message }),
   }),
 }));

@@ -1,9 +1,10 @@
 import { filter, pipe } from "graphql-yoga";
-import { afterNewMessages } from "../../jobs/follow-ups.ts";
-import { builder, tenantDb } from "../builder.ts";
+import { builder } from "../builder.ts";
 import { notFound } from "../errors.ts";
 import { LIMITS } from "../limits.ts";
-import { deleteConversation, importConversation, recordTurn } from "../memory/conversations/turns.ts";
+import { importConversation, recordTurn } from "../memory/conversations/turns.ts";
+import { forgetConversation } from "../memory/forget.ts";
+import { afterTurnRecorded } from "../work/after-turn.ts";
 
 const MessageRoleEnum = builder.enumType("MessageRole", {
   values: ["USER", "ASSISTANT", "SYSTEM", "TOOL"] as const,
@@ -77,7 +78,7 @@ builder.prismaObject("Turn", {
       args: { includePrivate: t.arg.boolean({ defaultValue: false }) },
       select: { conversationId: true, firstSeq: true, lastSeq: true },
       resolve: (query, turn, args, ctx) =>
-        tenantDb(ctx).message.findMany({
+        ctx.db.message.findMany({
           ...query,
           where: {
             conversationId: turn.conversationId,
@@ -127,10 +128,19 @@ builder.queryFields((t) => ({
     authScopes: { reader: true },
     args: { id: t.arg.id({ required: true }) },
     resolve: async (query, _root, { id }, ctx) => {
-      const conversation = await tenantDb(ctx).conversation.findUnique({ ...query, where: { id: String(id) } });
+      const conversation = await ctx.db.conversation.findUnique({ ...query, where: { id: String(id) } });
       if (!conversation) throw notFound("Conversation", String(id));
       return conversation;
     },
+  }),
+  conversationByExternalId: t.prismaField({
+    type: "Conversation",
+    nullable: true,
+    authScopes: { reader: true },
+    description: "The conversation recorded under your own id, or null before its first turn (clients that know only their own ids start here).",
+    args: { externalId: t.arg.string({ required: true }) },
+    resolve: (query, _root, { externalId }, ctx) =>
+      ctx.db.conversation.findFirst({ ...query, where: { externalId } }),
   }),
   conversations: t.prismaConnection({
     type: "Conversation",
@@ -140,7 +150,7 @@ builder.queryFields((t) => ({
     description: "Most recently active first.",
     args: { agentId: t.arg.id(), endUserId: t.arg.id() },
     resolve: (query, _root, args, ctx) =>
-      tenantDb(ctx).conversation.findMany({
+      ctx.db.conversation.findMany({
         ...query,
         where: {
           ...(args.agentId ? { agentId: String(args.agentId) } : {}),
@@ -155,7 +165,7 @@ builder.queryFields((t) => ({
     description: "Every rewrite of the conversation's summary, newest first.",
     args: { conversationId: t.arg.id({ required: true }) },
     resolve: async (query, _root, { conversationId }, ctx) => {
-      const db = tenantDb(ctx);
+      const db = ctx.db;
       if (!(await db.conversation.count({ where: { id: String(conversationId) } }))) {
         throw notFound("Conversation", String(conversationId));
       }
@@ -177,23 +187,9 @@ builder.mutationFields((t) => ({
       "agent, user and conversation on first use. Idempotent on clientTurnId.",
     args: { input: t.arg({ type: RecordTurnInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
-      const db = tenantDb(ctx);
-      const { turn, created } = await recordTurn(db, input);
-      // Also on a retry: if the first call died between saving the turn and queueing its work,
-      // this queues it (every follow-up is idempotent).
-      await afterNewMessages(ctx.services, ctx.principal.tenantId, turn.conversationId, { turnId: turn.id });
-      if (created) {
-        const { agentId } = await db.conversation.findUniqueOrThrow({
-          where: { id: turn.conversationId },
-          select: { agentId: true },
-        });
-        ctx.services.pubsub.publish("turnRecorded", ctx.principal.tenantId, {
-          turnId: turn.id,
-          agentId,
-          conversationId: turn.conversationId,
-        });
-      }
-      return db.turn.findUniqueOrThrow({ ...query, where: { id: turn.id } });
+      const recorded = await recordTurn(ctx.db, input);
+      await afterTurnRecorded(ctx.db, ctx.deps, recorded);
+      return ctx.db.turn.findUniqueOrThrow({ ...query, where: { id: recorded.turn.id } });
     },
   }),
   importConversation: t.prismaField({
@@ -202,10 +198,9 @@ builder.mutationFields((t) => ({
     description: "Backfills a whole past conversation into a new one, for moving from another memory system.",
     args: { input: t.arg({ type: ImportConversationInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
-      const db = tenantDb(ctx);
-      const conversation = await importConversation(db, input);
-      await afterNewMessages(ctx.services, ctx.principal.tenantId, conversation.id, { imported: true });
-      return db.conversation.findUniqueOrThrow({ ...query, where: { id: conversation.id } });
+      const imported = await importConversation(ctx.db, input);
+      await afterTurnRecorded(ctx.db, ctx.deps, imported);
+      return ctx.db.conversation.findUniqueOrThrow({ ...query, where: { id: imported.conversation.id } });
     },
   }),
 }));
@@ -225,8 +220,11 @@ builder.mutationFields((t) => ({
     description: "Deletes a conversation, its messages, summary revisions and recall data (vectors included).",
     args: { id: t.arg.id({ required: true }) },
     resolve: async (_root, { id }, ctx) => {
-      const { conversation, messages, snippets } = await deleteConversation(tenantDb(ctx), ctx.services.recallForgetter, String(id));
-      return { id: conversation.id, messages, snippets };
+      const { conversation, receipt } = await forgetConversation(ctx.db, ctx.deps, String(id), {
+        apiKeyId: ctx.principal.apiKeyId,
+        reason: "the conversation was deleted",
+      });
+      return { id: conversation.id, messages: receipt.messages, snippets: receipt.snippets };
     },
   }),
 }));
@@ -239,11 +237,11 @@ builder.subscriptionFields((t) => ({
     args: { conversationId: t.arg.id({ required: true }) },
     subscribe: (_root, args, ctx) =>
       pipe(
-        ctx.services.pubsub.subscribe("summaryChanged", ctx.principal.tenantId),
+        ctx.deps.pubsub.subscribe("summaryChanged", ctx.principal.tenantId),
         filter((change) => change.conversationId === String(args.conversationId)),
       ),
     resolve: (query, change, _args, ctx) =>
-      tenantDb(ctx).summaryRevision.findUniqueOrThrow({ ...query, where: { id: change.revisionId } }),
+      ctx.db.summaryRevision.findUniqueOrThrow({ ...query, where: { id: change.revisionId } }),
   }),
   turnRecorded: t.prismaField({
     type: "Turn",
@@ -252,10 +250,10 @@ builder.subscriptionFields((t) => ({
     args: { agentId: t.arg.id({ required: true }) },
     subscribe: (_root, args, ctx) =>
       pipe(
-        ctx.services.pubsub.subscribe("turnRecorded", ctx.principal.tenantId),
+        ctx.deps.pubsub.subscribe("turnRecorded", ctx.principal.tenantId),
         filter((turn) => turn.agentId === String(args.agentId)),
       ),
     resolve: (query, turn, _args, ctx) =>
-      tenantDb(ctx).turn.findUniqueOrThrow({ ...query, where: { id: turn.turnId } }),
+      ctx.db.turn.findUniqueOrThrow({ ...query, where: { id: turn.turnId } }),
   }),
 }));

@@ -1,7 +1,7 @@
 import { queryFromInfo } from "@pothos/plugin-prisma";
 import { resolveOffsetConnection } from "@pothos/plugin-relay";
 import { filter, pipe } from "graphql-yoga";
-import { builder, tenantDb, type Context } from "../builder.ts";
+import { builder, type GraphQLContext } from "../builder.ts";
 import { notFound } from "../errors.ts";
 import {
   correctEntry,
@@ -75,23 +75,10 @@ const EntryChange = builder.objectRef<EntryChangePayload>("EntryChange").impleme
       nullable: true,
       description: "The entry as a query would return it now; null once forgotten.",
       resolve: (query, p, _args, ctx) =>
-        tenantDb(ctx).memoryEntry.findUnique({ ...query, where: { id: p.id } }),
+        ctx.db.memoryEntry.findUnique({ ...query, where: { id: p.id } }),
     }),
   }),
 });
-
-function announce(
-  ctx: Context,
-  change: EntryChangeKind,
-  entry: { id: string; scope: string; scopeRef: string },
-) {
-  ctx.services.pubsub.publish("entryChanged", ctx.principal.tenantId, {
-    id: entry.id,
-    scope: entry.scope,
-    scopeRef: entry.scopeRef,
-    change,
-  });
-}
 
 builder.queryFields((t) => ({
   entry: t.prismaField({
@@ -99,7 +86,7 @@ builder.queryFields((t) => ({
     authScopes: { reader: true },
     args: { id: t.arg.id({ required: true }) },
     resolve: async (query, _root, { id }, ctx) => {
-      const entry = await tenantDb(ctx).memoryEntry.findUnique({ ...query, where: { id: String(id) } });
+      const entry = await ctx.db.memoryEntry.findUnique({ ...query, where: { id: String(id) } });
       if (!entry) throw notFound("Entry", String(id));
       return entry;
     },
@@ -114,10 +101,12 @@ builder.queryFields((t) => ({
       scope: t.arg({ type: ScopeEnum }),
       scopeRef: t.arg.string(),
       tags: t.arg.stringList(),
+      tag: t.arg.string({ description: "One more tag that must match (REST's ?tag=)." }),
       search: t.arg.string(),
     },
-    resolve: (_root, args, ctx, info) => {
-      const db = tenantDb(ctx);
+    resolve: (_root, { tag, ...rest }, ctx, info) => {
+      const args = tag ? { ...rest, tags: [...(rest.tags ?? []), tag] } : rest;
+      const db = ctx.db;
       const query = queryFromInfo({ context: ctx, info, path: ["edges", "node"] });
       return resolveOffsetConnection({ args, defaultSize: 20, maxSize: LIMITS.pageMax }, async (page) => {
         if (!args.search?.trim()) {
@@ -144,10 +133,8 @@ builder.mutationFields((t) => ({
     authScopes: { writer: true },
     args: { input: t.arg({ type: CreateEntryInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
-      const db = tenantDb(ctx);
-      const entry = await createEntry(db, input);
-      announce(ctx, "CREATED", entry);
-      return db.memoryEntry.findUniqueOrThrow({ ...query, where: { id: entry.id } });
+      const entry = await createEntry(ctx.db, ctx.deps, input);
+      return ctx.db.memoryEntry.findUniqueOrThrow({ ...query, where: { id: entry.id } });
     },
   }),
   correctEntry: t.prismaField({
@@ -158,10 +145,8 @@ builder.mutationFields((t) => ({
       input: t.arg({ type: CorrectEntryInput, required: true }),
     },
     resolve: async (query, _root, { id, input }, ctx) => {
-      const db = tenantDb(ctx);
-      const entry = await correctEntry(db, String(id), input);
-      announce(ctx, "CORRECTED", entry);
-      return db.memoryEntry.findUniqueOrThrow({ ...query, where: { id: entry.id } });
+      const entry = await correctEntry(ctx.db, ctx.deps, String(id), input);
+      return ctx.db.memoryEntry.findUniqueOrThrow({ ...query, where: { id: entry.id } });
     },
   }),
   forgetEntry: t.field({
@@ -170,8 +155,7 @@ builder.mutationFields((t) => ({
     description: "Deletes an entry for good. Events folded into it stay, unlinked.",
     args: { id: t.arg.id({ required: true }) },
     resolve: async (_root, { id }, ctx) => {
-      const entry = await forgetEntry(tenantDb(ctx), String(id));
-      announce(ctx, "FORGOTTEN", entry);
+      const entry = await forgetEntry(ctx.db, ctx.deps, String(id));
       return { id: entry.id, scope: entry.scope, scopeRef: entry.scopeRef, change: "FORGOTTEN" as const };
     },
   }),
@@ -185,7 +169,7 @@ builder.subscriptionFields((t) => ({
     args: { scope: t.arg({ type: ScopeEnum }), scopeRef: t.arg.string() },
     subscribe: (_root, args, ctx) =>
       pipe(
-        ctx.services.pubsub.subscribe("entryChanged", ctx.principal.tenantId),
+        ctx.deps.pubsub.subscribe("entryChanged", ctx.principal.tenantId),
         filter(
           (change) =>
             (!args.scope || change.scope === args.scope) &&

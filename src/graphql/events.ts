@@ -1,5 +1,5 @@
 import { filter, pipe } from "graphql-yoga";
-import { builder, tenantDb } from "../builder.ts";
+import { builder } from "../builder.ts";
 import { notFound } from "../errors.ts";
 import { appendEvent, eventsWhere } from "../memory/log/events.ts";
 import { LIMITS } from "../limits.ts";
@@ -45,7 +45,7 @@ builder.queryFields((t) => ({
     authScopes: { reader: true },
     args: { id: t.arg.id({ required: true }) },
     resolve: async (query, _root, { id }, ctx) => {
-      const event = await tenantDb(ctx).memoryEvent.findUnique({ ...query, where: { id: String(id) } });
+      const event = await ctx.db.memoryEvent.findUnique({ ...query, where: { id: String(id) } });
       if (!event) throw notFound("Event", String(id));
       return event;
     },
@@ -64,7 +64,7 @@ builder.queryFields((t) => ({
       includeCompressed: t.arg.boolean({ defaultValue: false }),
     },
     resolve: (query, _root, args, ctx) =>
-      tenantDb(ctx).memoryEvent.findMany({
+      ctx.db.memoryEvent.findMany({
         ...query,
         where: eventsWhere(args),
         orderBy: [{ occurredAt: "desc" }, { id: "desc" }],
@@ -79,16 +79,8 @@ builder.mutationFields((t) => ({
     description: "Appends an event. Idempotent on (source, sourceRef): a retry returns the first event.",
     args: { input: t.arg({ type: AppendEventInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
-      const db = tenantDb(ctx);
-      const { event, created } = await appendEvent(db, input);
-      if (created) {
-        ctx.services.pubsub.publish("eventAppended", ctx.principal.tenantId, {
-          id: event.id,
-          scope: event.scope,
-          scopeRef: event.scopeRef,
-        });
-      }
-      return db.memoryEvent.findUniqueOrThrow({ ...query, where: { id: event.id } });
+      const { event } = await appendEvent(ctx.db, ctx.deps, input);
+      return ctx.db.memoryEvent.findUniqueOrThrow({ ...query, where: { id: event.id } });
     },
   }),
 }));
@@ -101,7 +93,7 @@ builder.subscriptionFields((t) => ({
     args: { scope: t.arg({ type: ScopeEnum }), scopeRef: t.arg.string() },
     subscribe: (_root, args, ctx) =>
       pipe(
-        ctx.services.pubsub.subscribe("eventAppended", ctx.principal.tenantId),
+        ctx.deps.pubsub.subscribe("eventAppended", ctx.principal.tenantId),
         filter(
           (event) =>
             (!args.scope || event.scope === args.scope) &&
@@ -109,6 +101,6 @@ builder.subscriptionFields((t) => ({
         ),
       ),
     resolve: (query, event, _args, ctx) =>
-      tenantDb(ctx).memoryEvent.findUniqueOrThrow({ ...query, where: { id: event.id } }),
+      ctx.db.memoryEvent.findUniqueOrThrow({ ...query, where: { id: event.id } }),
   }),
 }));

@@ -1,7 +1,8 @@
 import { filter, pipe } from "graphql-yoga";
-import { builder, tenantDb, type Context } from "../builder.ts";
+import { builder, type GraphQLContext } from "../builder.ts";
 import { notFound } from "../errors.ts";
-import { addFact, correctFact, deleteFact, forgetUser, listFacts } from "../memory/facts/facts.ts";
+import { addFact, correctFact, listFacts } from "../memory/facts/facts.ts";
+import { forgetFact, forgetUser } from "../memory/forget.ts";
 import type { FactChangeKind, FactChangePayload } from "../pubsub.ts";
 
 const FactOriginEnum = builder.enumType("FactOrigin", {
@@ -27,7 +28,7 @@ builder.prismaObject("Fact", {
       description: "The user's message it was extracted from.",
       select: { sourceMessageId: true },
       resolve: (query, fact, _args, ctx) =>
-        fact.sourceMessageId ? tenantDb(ctx).message.findUnique({ ...query, where: { id: fact.sourceMessageId } }) : null,
+        fact.sourceMessageId ? ctx.db.message.findUnique({ ...query, where: { id: fact.sourceMessageId } }) : null,
     }),
     writtenBy: t.prismaField({
       type: "ApiKey",
@@ -35,7 +36,7 @@ builder.prismaObject("Fact", {
       description: "The key of the person who wrote or last corrected it.",
       select: { apiKeyId: true },
       resolve: (query, fact, _args, ctx) =>
-        fact.apiKeyId ? tenantDb(ctx).apiKey.findUnique({ ...query, where: { id: fact.apiKeyId } }) : null,
+        fact.apiKeyId ? ctx.db.apiKey.findUnique({ ...query, where: { id: fact.apiKeyId } }) : null,
     }),
     contradicts: t.prismaField({
       type: "Fact",
@@ -43,7 +44,7 @@ builder.prismaObject("Fact", {
       description: "The older fact this one contradicts; both are kept, newer first.",
       select: { contradictsId: true },
       resolve: (query, fact, _args, ctx) =>
-        fact.contradictsId ? tenantDb(ctx).fact.findUnique({ ...query, where: { id: fact.contradictsId } }) : null,
+        fact.contradictsId ? ctx.db.fact.findUnique({ ...query, where: { id: fact.contradictsId } }) : null,
     }),
     confirmedAt: t.expose("confirmedAt", { type: "DateTime", description: "When the user last said it." }),
     createdAt: t.expose("createdAt", { type: "DateTime" }),
@@ -78,15 +79,23 @@ const FactChange = builder.objectRef<FactChangePayload>("FactChange").implement(
       type: "Fact",
       nullable: true,
       description: "The fact as a query would return it now; null once deleted.",
-      resolve: (query, c, _args, ctx) => (c.factId ? tenantDb(ctx).fact.findUnique({ ...query, where: { id: c.factId } }) : null),
+      resolve: (query, c, _args, ctx) => (c.factId ? ctx.db.fact.findUnique({ ...query, where: { id: c.factId } }) : null),
     }),
   }),
 });
 
 const ForgetResult = builder.simpleObject("ForgetResult", {
+  description: "What forgetting removed, by kind: counts only, never content.",
   fields: (t) => ({
     facts: t.int({ description: "Facts removed." }),
+    factVersions: t.int({ description: "Versions in those facts' histories." }),
     snippets: t.int({ description: "Recall snippets removed, with their vectors." }),
+    summaries: t.int({ description: "Conversation summaries cleared." }),
+    summaryRevisions: t.int({ description: "Summary revisions deleted." }),
+    keptVerdicts: t.int({ description: "Verbatim-judge verdicts cleared." }),
+    gateVerdicts: t.int({ description: "Stored gate verdicts deleted." }),
+    messages: t.int({ description: "Raw messages deleted (only when the tenant's forgetDeletesMessages is on)." }),
+    jobRecords: t.int({ description: "Finished job records of the user's conversations deleted." }),
   }),
 });
 
@@ -107,8 +116,7 @@ const CorrectFactInput = builder.inputType("CorrectFactInput", {
   }),
 });
 
-const factDeps = (ctx: Context) => ({ pubsub: ctx.services.pubsub, recall: ctx.services.recallForgetter });
-const author = (ctx: Context) => ({ origin: "PERSON" as const, apiKeyId: ctx.principal.apiKeyId });
+const author = (ctx: GraphQLContext) => ({ origin: "PERSON" as const, apiKeyId: ctx.principal.apiKeyId });
 
 builder.queryFields((t) => ({
   facts: t.prismaField({
@@ -117,7 +125,7 @@ builder.queryFields((t) => ({
     description: "What the agent knows about a user: core facts first, then the most recently confirmed.",
     args: { endUserId: t.arg.id({ required: true }) },
     resolve: async (query, _root, { endUserId }, ctx) => {
-      const db = tenantDb(ctx);
+      const db = ctx.db;
       if (!(await db.endUser.count({ where: { id: String(endUserId) } }))) throw notFound("End user", String(endUserId));
       return listFacts(db, String(endUserId), query);
     },
@@ -128,7 +136,7 @@ builder.queryFields((t) => ({
     description: "Every version of a fact, oldest first.",
     args: { factId: t.arg.id({ required: true }) },
     resolve: async (query, _root, { factId }, ctx) => {
-      const db = tenantDb(ctx);
+      const db = ctx.db;
       if (!(await db.fact.count({ where: { id: String(factId) } }))) throw notFound("Fact", String(factId));
       return db.factVersion.findMany({ ...query, where: { factId: String(factId) }, orderBy: [{ createdAt: "asc" }, { id: "asc" }] });
     },
@@ -141,8 +149,8 @@ builder.mutationFields((t) => ({
     authScopes: { writer: true },
     args: { input: t.arg({ type: AddFactInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
-      const db = tenantDb(ctx);
-      const fact = await addFact(db, factDeps(ctx), { ...input, endUserId: String(input.endUserId) }, author(ctx));
+      const db = ctx.db;
+      const fact = await addFact(db, ctx.deps, { ...input, endUserId: String(input.endUserId) }, author(ctx));
       return db.fact.findUniqueOrThrow({ ...query, where: { id: fact.id } });
     },
   }),
@@ -151,10 +159,8 @@ builder.mutationFields((t) => ({
     authScopes: { writer: true },
     args: { id: t.arg.id({ required: true }), input: t.arg({ type: CorrectFactInput, required: true }) },
     resolve: async (query, _root, { id, input }, ctx) => {
-      const db = tenantDb(ctx);
-      const fact = await correctFact(db, factDeps(ctx), String(id), input);
-      await db.fact.update({ where: { id: fact.id }, data: { apiKeyId: ctx.principal.apiKeyId } });
-      return db.fact.findUniqueOrThrow({ ...query, where: { id: fact.id } });
+      const fact = await correctFact(ctx.db, ctx.deps, String(id), input, { apiKeyId: ctx.principal.apiKeyId });
+      return ctx.db.fact.findUniqueOrThrow({ ...query, where: { id: fact.id } });
     },
   }),
   deleteFact: t.field({
@@ -162,16 +168,20 @@ builder.mutationFields((t) => ({
     authScopes: { writer: true },
     args: { id: t.arg.id({ required: true }) },
     resolve: async (_root, { id }, ctx) => {
-      const fact = await deleteFact(tenantDb(ctx), factDeps(ctx), String(id));
+      const fact = await forgetFact(ctx.db, ctx.deps, String(id), { apiKeyId: ctx.principal.apiKeyId, reason: "deleted by a person" });
       return { change: "DELETED" as const, endUserId: fact.endUserId, factId: fact.id, text: fact.text, reason: "deleted by a person", conversationId: null };
     },
   }),
   forgetUser: t.field({
     type: ForgetResult,
     authScopes: { writer: true },
-    description: "Forget everything about a user: all facts and all recall data (snippets and vectors), at once.",
+    description:
+      "Forget everything about a user, from every copy: facts and their history, recall snippets and vectors, " +
+      "summaries and their revisions, stored verdicts, job records and (when the tenant's forgetDeletesMessages " +
+      "is on, the default) their messages. Answers a receipt of kinds and counts; the receipt is also audited.",
     args: { endUserId: t.arg.id({ required: true }) },
-    resolve: (_root, { endUserId }, ctx) => forgetUser(tenantDb(ctx), factDeps(ctx), String(endUserId)),
+    resolve: (_root, { endUserId }, ctx) =>
+      forgetUser(ctx.db, ctx.deps, String(endUserId), { apiKeyId: ctx.principal.apiKeyId, reason: "forget everything" }),
   }),
 }));
 
@@ -183,7 +193,7 @@ builder.subscriptionFields((t) => ({
     args: { endUserId: t.arg.id({ required: true }) },
     subscribe: (_root, args, ctx) =>
       pipe(
-        ctx.services.pubsub.subscribe("factChanged", ctx.principal.tenantId),
+        ctx.deps.pubsub.subscribe("factChanged", ctx.principal.tenantId),
         filter((change) => change.endUserId === String(args.endUserId)),
       ),
     resolve: (change) => change,

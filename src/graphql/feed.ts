@@ -1,8 +1,7 @@
 import { filter, map, pipe, Repeater } from "graphql-yoga";
-import { builder, tenantDb, type Context } from "../builder.ts";
-import type { TenantDb } from "../db.ts";
-import { notFound } from "../errors.ts";
+import { builder, type GraphQLContext } from "../builder.ts";
 import { contextTimeline, type TimelinePoint } from "../memory/conversations/timeline.ts";
+import { feedMatcher, type FeedPayload, type Payload } from "../memory/feed-filter.ts";
 import type { EntryChange, Topics } from "../pubsub.ts";
 import { EntryChangeKindEnum } from "./entries.ts";
 import { ScopeEnum } from "./enums.ts";
@@ -14,16 +13,6 @@ import { RecallEventRef } from "./recall.ts";
  * each item's fields re-read through the tenant-scoped client, so the feed shows what a query
  * would return.
  */
-type Payload<T extends keyof Topics> = Topics[T][1];
-type FeedPayload = { key: string; at: Date } & (
-  | { kind: "SUMMARY_REVISION"; ref: Payload<"summaryChanged"> }
-  | { kind: "TURN"; ref: Payload<"turnRecorded"> }
-  | { kind: "EVENT"; ref: Payload<"eventAppended"> }
-  | { kind: "ENTRY"; ref: Payload<"entryChanged"> }
-  | { kind: "JOB_RUN"; ref: Payload<"jobRunChanged"> }
-  | { kind: "FACT"; ref: Payload<"factChanged"> }
-  | { kind: "RECALL"; ref: Payload<"memoryRecall"> }
-);
 type FeedKind = FeedPayload["kind"];
 type ItemOf<K extends FeedKind> = Extract<FeedPayload, { kind: K }>;
 
@@ -43,12 +32,12 @@ const SummaryRevisionItem = builder.objectRef<ItemOf<"SUMMARY_REVISION">>("Summa
     revision: t.prismaField({
       type: "SummaryRevision",
       resolve: (query, item, _args, ctx) =>
-        tenantDb(ctx).summaryRevision.findUniqueOrThrow({ ...query, where: { id: item.ref.revisionId } }),
+        ctx.db.summaryRevision.findUniqueOrThrow({ ...query, where: { id: item.ref.revisionId } }),
     }),
     conversation: t.prismaField({
       type: "Conversation",
       resolve: (query, item, _args, ctx) =>
-        tenantDb(ctx).conversation.findUniqueOrThrow({ ...query, where: { id: item.ref.conversationId } }),
+        ctx.db.conversation.findUniqueOrThrow({ ...query, where: { id: item.ref.conversationId } }),
     }),
   }),
 });
@@ -60,7 +49,7 @@ const TurnItem = builder.objectRef<ItemOf<"TURN">>("TurnFeedItem").implement({
     turn: t.prismaField({
       type: "Turn",
       resolve: (query, item, _args, ctx) =>
-        tenantDb(ctx).turn.findUniqueOrThrow({ ...query, where: { id: item.ref.turnId } }),
+        ctx.db.turn.findUniqueOrThrow({ ...query, where: { id: item.ref.turnId } }),
     }),
   }),
 });
@@ -72,7 +61,7 @@ const EventItem = builder.objectRef<ItemOf<"EVENT">>("EventFeedItem").implement(
     event: t.prismaField({
       type: "MemoryEvent",
       resolve: (query, item, _args, ctx) =>
-        tenantDb(ctx).memoryEvent.findUniqueOrThrow({ ...query, where: { id: item.ref.id } }),
+        ctx.db.memoryEvent.findUniqueOrThrow({ ...query, where: { id: item.ref.id } }),
     }),
   }),
 });
@@ -90,7 +79,7 @@ const EntryItem = builder.objectRef<ItemOf<"ENTRY">>("EntryFeedItem").implement(
       nullable: true,
       description: "The entry as it is now; null once forgotten.",
       resolve: (query, item, _args, ctx) =>
-        tenantDb(ctx).memoryEntry.findUnique({ ...query, where: { id: item.ref.id } }),
+        ctx.db.memoryEntry.findUnique({ ...query, where: { id: item.ref.id } }),
     }),
   }),
 });
@@ -102,7 +91,7 @@ const JobRunItem = builder.objectRef<ItemOf<"JOB_RUN">>("JobRunFeedItem").implem
     run: t.prismaField({
       type: "JobRun",
       resolve: (query, item, _args, ctx) =>
-        tenantDb(ctx).jobRun.findUniqueOrThrow({ ...query, where: { id: item.ref.id } }),
+        ctx.db.jobRun.findUniqueOrThrow({ ...query, where: { id: item.ref.id } }),
     }),
   }),
 });
@@ -118,12 +107,12 @@ const FactItem = builder.objectRef<ItemOf<"FACT">>("FactFeedItem").implement({
       nullable: true,
       description: "The fact as it is now; null once deleted or forgotten.",
       resolve: (query, item, _args, ctx) =>
-        item.ref.factId ? tenantDb(ctx).fact.findUnique({ ...query, where: { id: item.ref.factId } }) : null,
+        item.ref.factId ? ctx.db.fact.findUnique({ ...query, where: { id: item.ref.factId } }) : null,
     }),
     endUser: t.prismaField({
       type: "EndUser",
       resolve: (query, item, _args, ctx) =>
-        tenantDb(ctx).endUser.findUniqueOrThrow({ ...query, where: { id: item.ref.endUserId } }),
+        ctx.db.endUser.findUniqueOrThrow({ ...query, where: { id: item.ref.endUserId } }),
     }),
     conversationId: t.id({ nullable: true, resolve: (item) => item.ref.conversationId }),
     text: t.string({ nullable: true, description: "The fact's text (kept for deleted facts).", resolve: (item) => item.ref.text }),
@@ -140,7 +129,7 @@ const RecallItem = builder.objectRef<ItemOf<"RECALL">>("RecallFeedItem").impleme
     endUser: t.prismaField({
       type: "EndUser",
       resolve: (query, item, _args, ctx) =>
-        tenantDb(ctx).endUser.findUniqueOrThrow({ ...query, where: { id: item.ref.endUserId } }),
+        ctx.db.endUser.findUniqueOrThrow({ ...query, where: { id: item.ref.endUserId } }),
     }),
   }),
 });
@@ -155,81 +144,11 @@ const FEED_TYPES: Record<FeedKind, string> = {
   RECALL: RecallItem.name,
 };
 
-type FeedFilter = { agentId?: string; endUserId?: string; conversationId?: string };
-
-/**
- * What a filtered feed lets through: items of the conversations that match, and events and
- * entries whose scopeRef is the agent's or the user's own id (as context assembly reads them).
- * Job runs are tenant-wide, so only an unfiltered feed shows them.
- */
-async function feedMatcher(db: TenantDb, wanted: FeedFilter) {
-  if (!wanted.agentId && !wanted.endUserId && !wanted.conversationId) return async () => true;
-  const scopeRefs = new Set<string>();
-  const endUserIds = new Set<string>(wanted.endUserId ? [wanted.endUserId] : []);
-  if (wanted.conversationId) {
-    const conversation = await db.conversation.findUnique({
-      where: { id: wanted.conversationId },
-      select: { endUserId: true, agent: { select: { externalId: true } }, endUser: { select: { externalId: true } } },
-    });
-    if (!conversation) throw notFound("Conversation", wanted.conversationId);
-    scopeRefs.add(conversation.agent.externalId).add(conversation.endUser.externalId);
-    endUserIds.add(conversation.endUserId);
-  }
-  if (wanted.agentId) {
-    const agent = await db.agent.findUnique({ where: { id: wanted.agentId }, select: { externalId: true } });
-    if (!agent) throw notFound("Agent", wanted.agentId);
-    scopeRefs.add(agent.externalId);
-  }
-  if (wanted.endUserId) {
-    const user = await db.endUser.findUnique({ where: { id: wanted.endUserId }, select: { externalId: true } });
-    if (!user) throw notFound("End user", wanted.endUserId);
-    scopeRefs.add(user.externalId);
-  }
-
-  const owners = new Map<string, Promise<{ agentId: string; endUserId: string } | null>>();
-  const conversationMatches = async (conversationId: string) => {
-    if (wanted.conversationId && conversationId !== wanted.conversationId) return false;
-    if (!owners.has(conversationId)) {
-      owners.set(
-        conversationId,
-        db.conversation.findUnique({ where: { id: conversationId }, select: { agentId: true, endUserId: true } }),
-      );
-    }
-    const owner = await owners.get(conversationId)!;
-    return Boolean(
-      owner &&
-        (!wanted.agentId || owner.agentId === wanted.agentId) &&
-        (!wanted.endUserId || owner.endUserId === wanted.endUserId),
-    );
-  };
-
-  return async (item: FeedPayload): Promise<boolean> => {
-    switch (item.kind) {
-      case "SUMMARY_REVISION":
-      case "TURN":
-        return conversationMatches(item.ref.conversationId);
-      case "EVENT":
-      case "ENTRY":
-        return scopeRefs.has(item.ref.scopeRef);
-      case "FACT":
-      case "RECALL":
-        // Facts and recalls belong to a user: a filtered user's (or conversation's user's), and
-        // those that came out of a matching conversation.
-        return (
-          (endUserIds.has(item.ref.endUserId) && !wanted.agentId) ||
-          (item.ref.conversationId !== null && (await conversationMatches(item.ref.conversationId)))
-        );
-      case "JOB_RUN":
-        return false;
-    }
-  };
-}
-
 /** One topic of the tenant's pubsub as feed items. */
-function topic<T extends keyof Topics>(ctx: Context, name: T, kind: FeedKind, keyOf: (ref: Payload<T>) => string) {
+function topic<T extends keyof Topics>(ctx: GraphQLContext, name: T, kind: FeedKind, keyOf: (ref: Payload<T>) => string) {
   return pipe(
     // The generic topic name defeats pubsub's tuple typing; every topic is keyed by tenant id.
-    (ctx.services.pubsub.subscribe as (name: T, tenantId: string) => AsyncIterable<Payload<T>>)(
+    (ctx.deps.pubsub.subscribe as (name: T, tenantId: string) => AsyncIterable<Payload<T>>)(
       name,
       ctx.principal.tenantId,
     ),
@@ -250,7 +169,7 @@ builder.subscriptionFields((t) => ({
       "Filtered by agent, user and conversation when given (job runs only show unfiltered).",
     args: { agentId: t.arg.id(), endUserId: t.arg.id(), conversationId: t.arg.id() },
     subscribe: async (_root, args, ctx) => {
-      const matches = await feedMatcher(tenantDb(ctx), {
+      const matches = await feedMatcher(ctx.db, {
         agentId: args.agentId ? String(args.agentId) : undefined,
         endUserId: args.endUserId ? String(args.endUserId) : undefined,
         conversationId: args.conversationId ? String(args.conversationId) : undefined,
@@ -292,6 +211,6 @@ builder.queryFields((t) => ({
       "Tokens sent against the baseline after each of the conversation's last 200 turns, recomputed from " +
       "stored messages and accepted revisions (facts, entries and recall are left out: they depend on the next message).",
     args: { conversationId: t.arg.id({ required: true }) },
-    resolve: (_root, { conversationId }, ctx) => contextTimeline(tenantDb(ctx), String(conversationId)),
+    resolve: (_root, { conversationId }, ctx) => contextTimeline(ctx.db, String(conversationId)),
   }),
 }));

@@ -1,4 +1,4 @@
-import { builder, tenantDb } from "../builder.ts";
+import { builder } from "../builder.ts";
 import { LIMITS } from "../limits.ts";
 import { JobStatusEnum } from "./enums.ts";
 
@@ -22,7 +22,7 @@ builder.queryFields((t) => ({
     description: "What ran, when and with what result, newest first.",
     args: { name: t.arg.string(), first: t.arg.int({ defaultValue: 20 }) },
     resolve: (query, _root, args, ctx) =>
-      tenantDb(ctx).jobRun.findMany({
+      ctx.db.jobRun.findMany({
         ...query,
         where: args.name ? { name: args.name } : {},
         orderBy: [{ startedAt: "desc" }, { id: "desc" }],
@@ -37,8 +37,8 @@ builder.subscriptionFields((t) => ({
     authScopes: { reader: true },
     description: "Job runs as they start and finish.",
     subscribe: (_root, _args, ctx) =>
-      ctx.services.pubsub.subscribe("jobRunChanged", ctx.principal.tenantId),
+      ctx.deps.pubsub.subscribe("jobRunChanged", ctx.principal.tenantId),
     resolve: (query, run, _args, ctx) =>
-      tenantDb(ctx).jobRun.findUniqueOrThrow({ ...query, where: { id: run.id } }),
+      ctx.db.jobRun.findUniqueOrThrow({ ...query, where: { id: run.id } }),
   }),
 }));

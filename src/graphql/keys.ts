@@ -1,6 +1,6 @@
-import { builder, tenantDb } from "../builder.ts";
+import { builder } from "../builder.ts";
 import { notFound } from "../errors.ts";
-import { createApiKey } from "../governance/keys.ts";
+import { createApiKey, revokeApiKey } from "../governance/keys.ts";
 import { RoleEnum } from "./enums.ts";
 
 builder.prismaObject("ApiKey", {
@@ -27,7 +27,7 @@ const Viewer = builder.objectRef<{ tenantId: string; apiKeyId: string; role: "AD
     tenant: t.prismaField({
       type: "Tenant",
       resolve: (query, v, _args, ctx) =>
-        ctx.services.db.tenant.findUniqueOrThrow({ ...query, where: { id: v.tenantId } }),
+        ctx.db.tenant.findUniqueOrThrow({ ...query, where: { id: v.tenantId } }),
     }),
   }),
 });
@@ -50,7 +50,7 @@ builder.queryFields((t) => ({
     type: ["ApiKey"],
     authScopes: { admin: true },
     resolve: (query, _root, _args, ctx) =>
-      tenantDb(ctx).apiKey.findMany({ ...query, orderBy: { createdAt: "asc" } }),
+      ctx.db.apiKey.findMany({ ...query, orderBy: { createdAt: "asc" } }),
   }),
 }));
 
@@ -60,8 +60,7 @@ builder.mutationFields((t) => ({
     authScopes: { admin: true },
     args: { role: t.arg({ type: RoleEnum, required: true }), name: t.arg.string() },
     resolve: async (_root, { role, name }, ctx) => {
-      const { key, apiKey } = await createApiKey(ctx.services.db, {
-        tenantId: ctx.principal.tenantId,
+      const { key, apiKey } = await createApiKey(ctx.db, {
         role,
         name: name ?? "",
       });
@@ -73,14 +72,8 @@ builder.mutationFields((t) => ({
     authScopes: { admin: true },
     args: { id: t.arg.id({ required: true }) },
     resolve: async (query, _root, { id }, ctx) => {
-      const db = tenantDb(ctx);
-      const { count } = await db.apiKey.updateMany({
-        where: { id: String(id), revokedAt: null },
-        data: { revokedAt: new Date() },
-      });
-      const key = await db.apiKey.findUnique({ ...query, where: { id: String(id) } });
-      if (!key || (count === 0 && !key.revokedAt)) throw notFound("API key", String(id));
-      return key;
+      const key = await revokeApiKey(ctx.db, String(id));
+      return ctx.db.apiKey.findUniqueOrThrow({ ...query, where: { id: key.id } });
     },
   }),
 }));

@@ -1,5 +1,5 @@
 import { filter, pipe } from "graphql-yoga";
-import { builder, tenantDb } from "../builder.ts";
+import { builder } from "../builder.ts";
 import { badInput, notFound } from "../errors.ts";
 import { searchSnippets, type RecallCandidate, type RecallEvent } from "../memory/recall/recall.ts";
 
@@ -84,8 +84,8 @@ builder.queryFields((t) => ({
       const endUserId = String(input.endUserId);
       const k = input.k ?? 10;
       if (k < 1 || k > 50) throw badInput("k must be between 1 and 50.");
-      if (!(await tenantDb(ctx).endUser.count({ where: { id: endUserId } }))) throw notFound("End user", endUserId);
-      return searchSnippets(ctx.services, ctx.principal.tenantId, {
+      if (!(await ctx.db.endUser.count({ where: { id: endUserId } }))) throw notFound("End user", endUserId);
+      return searchSnippets(ctx.db, ctx.deps, {
         endUserId,
         text: input.text,
         excludeConversationId: input.excludeConversationId ? String(input.excludeConversationId) : null,
@@ -105,7 +105,7 @@ builder.subscriptionFields((t) => ({
     args: { endUserId: t.arg.id({ required: true }) },
     subscribe: (_root, args, ctx) =>
       pipe(
-        ctx.services.pubsub.subscribe("memoryRecall", ctx.principal.tenantId),
+        ctx.deps.pubsub.subscribe("memoryRecall", ctx.principal.tenantId),
         filter((event) => event.endUserId === String(args.endUserId)),
       ),
     resolve: (event) => event,

@@ -1,7 +1,8 @@
-import { builder, tenantDb } from "../builder.ts";
+import { builder } from "../builder.ts";
 import { LIMITS } from "../limits.ts";
 import type { CustomPattern } from "../governance/redaction.ts";
 import {
+  defaultModelName,
   loadTenantSettings,
   updateTenantSettings,
   type EffectiveSettings,
@@ -9,7 +10,6 @@ import {
   type ModelRole,
   type StoredRoute,
 } from "../governance/settings.ts";
-import { defaultModelName } from "../models/metered.ts";
 
 type RouteView = { role: ModelRole; route: StoredRoute | undefined };
 
@@ -32,10 +32,10 @@ const ModelRouteSettings = builder.objectRef<RouteView>("ModelRouteSettings").im
       description:
         "The base URL calls go to: this tenant's, else the server's origin (null: the provider's default). " +
         "The server's URL is shown without credentials, path or query.",
-      resolve: (v, _args, ctx) => v.route?.baseUrl ?? serverOrigin(ctx.services.env.OPENAI_BASE_URL),
+      resolve: (v, _args, ctx) => v.route?.baseUrl ?? serverOrigin(ctx.deps.env.OPENAI_BASE_URL),
     }),
     effectiveModel: t.string({
-      resolve: (v, _args, ctx) => v.route?.model ?? defaultModelName(ctx.services.env, v.role),
+      resolve: (v, _args, ctx) => v.route?.model ?? defaultModelName(ctx.deps.env, v.role),
     }),
   }),
 });
@@ -97,6 +97,9 @@ const TenantSettingsRef = builder.objectRef<EffectiveSettings>("TenantSettings")
   description: "This tenant's memory settings; changes apply from the next job or turn.",
   fields: (t) => ({
     retentionDays: t.exposeInt("retentionDays", { description: "Recall snippets and facts older than this are removed; 0 keeps them until forgotten." }),
+    forgetDeletesMessages: t.exposeBoolean("forgetDeletesMessages", {
+      description: "Forgetting a user, or what they name, also deletes their raw messages.",
+    }),
     compaction: t.field({ type: CompactionSettings, resolve: (s) => s.compaction }),
     monthlyTokenBudget: t.int({
       nullable: true,
@@ -177,6 +180,7 @@ const UpdateTenantSettingsInput = builder.inputType("UpdateTenantSettingsInput",
   description: "Absent fields stay as they are.",
   fields: (t) => ({
     retentionDays: t.int(),
+    forgetDeletesMessages: t.boolean(),
     compaction: t.field({ type: CompactionSettingsInput }),
     monthlyTokenBudget: t.int({ description: "null removes the limit." }),
     modelRouting: t.field({ type: ModelRoutingInput }),
@@ -200,7 +204,7 @@ builder.queryFields((t) => ({
   tenantSettings: t.field({
     type: TenantSettingsRef,
     authScopes: { admin: true },
-    resolve: (_root, _args, ctx) => loadTenantSettings(tenantDb(ctx)),
+    resolve: (_root, _args, ctx) => loadTenantSettings(ctx.db),
   }),
   auditLog: t.prismaConnection({
     type: "AuditLog",
@@ -210,7 +214,7 @@ builder.queryFields((t) => ({
     maxSize: LIMITS.pageMax,
     description: "Administrative changes, newest first.",
     resolve: (query, _root, _args, ctx) =>
-      tenantDb(ctx).auditLog.findMany({ ...query, orderBy: [{ createdAt: "desc" }, { id: "desc" }] }),
+      ctx.db.auditLog.findMany({ ...query, orderBy: [{ createdAt: "desc" }, { id: "desc" }] }),
   }),
 }));
 
@@ -221,6 +225,6 @@ builder.mutationFields((t) => ({
     description: "Changes this tenant's settings; recorded in the audit log. Applies from the next job or turn.",
     args: { input: t.arg({ type: UpdateTenantSettingsInput, required: true }) },
     resolve: (_root, { input }, ctx) =>
-      updateTenantSettings(tenantDb(ctx), { apiKeyId: ctx.principal.apiKeyId, secret: ctx.services.env.ENGRAM_SECRET }, input),
+      updateTenantSettings(ctx.db, { apiKeyId: ctx.principal.apiKeyId, secret: ctx.deps.env.ENGRAM_SECRET }, input),
   }),
 }));

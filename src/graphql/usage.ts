@@ -1,4 +1,4 @@
-import { builder, tenantDb } from "../builder.ts";
+import { builder } from "../builder.ts";
 import { budgetStatus } from "../governance/budget.ts";
 import { loadTenantSettings } from "../governance/settings.ts";
 import { modelUsageReport, USAGE_GROUPS } from "../governance/usage.ts";
@@ -67,7 +67,7 @@ builder.queryFields((t) => ({
       groupBy: t.arg({ type: [UsageGroupEnum] }),
     },
     resolve: async (_root, args, ctx) => {
-      const db = tenantDb(ctx);
+      const db = ctx.db;
       const { prices } = await loadTenantSettings(db);
       return modelUsageReport(db, args, prices);
     },
@@ -75,6 +75,6 @@ builder.queryFields((t) => ({
   budgetStatus: t.field({
     type: BudgetStatusRef,
     authScopes: { reader: true },
-    resolve: (_root, _args, ctx) => budgetStatus(tenantDb(ctx)),
+    resolve: (_root, _args, ctx) => budgetStatus(ctx.db),
   }),
 }));

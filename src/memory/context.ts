@@ -26,7 +26,7 @@ export type ContextItem = {
 
 export type ContextBlock = { kind: BlockKind; title: string; text: string; tokens: number; items: ContextItem[] };
 
-export type Context = {
+export type AssembledContext = {
   conversationId: string;
   blocks: ContextBlock[];
   totalTokens: number;
@@ -91,7 +91,7 @@ export async function assembleContext(
   db: TenantDb,
   input: { conversationId: string; message: string },
   extraBlocks: ExtraBlocks[] = [],
-): Promise<Context> {
+): Promise<AssembledContext> {
   input = parseInput(contextInput, input);
   const conversation = await db.conversation.findUnique({
     where: { id: input.conversationId },
@@ -117,7 +117,7 @@ export async function assembleContext(
           where: {
             conversationId: conversation.id,
             private: false,
-            seq: { lt: window[0]?.seq ?? Number.MAX_SAFE_INTEGER },
+            seq: { lt: window[0]?.seq ?? 2_147_483_647 },
             keepScore: { gte: 2 },
           },
           orderBy: [{ keepScore: "desc" }, { seq: "desc" }],

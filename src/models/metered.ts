@@ -14,7 +14,9 @@ import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
 import { ChatOpenAI } from "@langchain/openai";
 import type { Env } from "../env.ts";
 import type { RedactionResult } from "../governance/redaction.ts";
-import type { ModelRole } from "../governance/settings.ts";
+import { defaultModelName, type ModelRole } from "../governance/settings.ts";
+
+export { defaultModelName };
 import { countTokens } from "../memory/tokens.ts";
 
 /** What a chain is given: a chat model, already budgeted, redacted and metered for its tenant. */
@@ -33,12 +35,6 @@ export type ModelUsageRecord = {
   outputTokens: number;
   redactions?: number;
 };
-
-/** The server-wide default model name for a role (always set; the route may still be off). */
-export function defaultModelName(env: Env, role: ModelRole): string {
-  if (role === "embedding") return env.ENGRAM_EMBEDDING_MODEL;
-  return role === "compaction" ? env.ENGRAM_COMPACTION_MODEL : env.ENGRAM_CHEAP_MODEL;
-}
 
 /** The server-wide defaults from the environment; per-tenant routing may override them. */
 export function defaultRoute(env: Env, role: ModelRole): ModelRoute | null {

@@ -1,7 +1,7 @@
 import { Embeddings } from "@langchain/core/embeddings";
 import type { BaseChatModel } from "@langchain/core/language_models/chat_models";
 import { OpenAIEmbeddings } from "@langchain/openai";
-import { forTenant, type Db } from "../db.ts";
+import type { TenantDirectory } from "../db.ts";
 import type { Env } from "../env.ts";
 import { assertBudgetLeft, budgetStatus, type BudgetStatus } from "../governance/budget.ts";
 import { redactTexts, type RedactionResult } from "../governance/redaction.ts";
@@ -93,12 +93,12 @@ export class TenantEmbeddings extends Embeddings {
 }
 
 export function createModelProvider(deps: {
-  db: Db;
+  tenants: Pick<TenantDirectory, "scoped">;
   env: Env;
   /** Tests pass a scripted model here; production builds ChatOpenAI from the route. */
   createModel?: (route: ModelRoute) => BaseChatModel;
 }): ModelProvider {
-  const { db, env } = deps;
+  const { tenants, env } = deps;
   const createModel =
     deps.createModel ??
     ((route: ModelRoute) =>
@@ -107,11 +107,11 @@ export function createModelProvider(deps: {
         maxRetries: env.ENGRAM_MODEL_MAX_RETRIES,
       }));
   const redactWith = (settings: EffectiveSettings) => (texts: string[]) => redactTexts(settings.redaction, texts);
-  const recordFor = (tenantId: string) => (usage: ModelUsageRecord) => recordModelUsage(forTenant(db, tenantId), usage);
+  const recordFor = (tenantId: string) => (usage: ModelUsageRecord) => recordModelUsage(tenants.scoped(tenantId), usage);
 
   return {
     async chat(tenantId, role, chain) {
-      const tenantDb = forTenant(db, tenantId);
+      const tenantDb = tenants.scoped(tenantId);
       const settings = await loadTenantSettings(tenantDb);
       const route = resolveRoute(env, settings, tenantId, role);
       if (!route) return null;
@@ -124,13 +124,13 @@ export function createModelProvider(deps: {
       });
     },
     async route(tenantId, role) {
-      return resolveRoute(env, await loadTenantSettings(forTenant(db, tenantId)), tenantId, role);
+      return resolveRoute(env, await loadTenantSettings(tenants.scoped(tenantId)), tenantId, role);
     },
     async embeddingRoute(tenantId) {
       return this.route(tenantId, "embedding");
     },
     async embeddings(tenantId) {
-      const settings = await loadTenantSettings(forTenant(db, tenantId));
+      const settings = await loadTenantSettings(tenants.scoped(tenantId));
       const route = resolveRoute(env, settings, tenantId, "embedding");
       if (!route) return null;
       const inner = new OpenAIEmbeddings({
@@ -143,9 +143,9 @@ export function createModelProvider(deps: {
       return new TenantEmbeddings(inner, route.model, redactWith(settings), recordFor(tenantId));
     },
     async redactForTenant(tenantId, texts) {
-      return redactWith(await loadTenantSettings(forTenant(db, tenantId)))(texts);
+      return redactWith(await loadTenantSettings(tenants.scoped(tenantId)))(texts);
     },
     recordUsage: (tenantId, usage) => recordFor(tenantId)(usage),
-    budget: (tenantId) => budgetStatus(forTenant(db, tenantId)),
+    budget: (tenantId) => budgetStatus(tenants.scoped(tenantId)),
   };
 }

@@ -1,3 +1,4 @@
+import { forTenant } from "../../src/db.ts";
 import type { BaseChatModel } from "@langchain/core/language_models/chat_models";
 import type { TypedDocumentNode } from "@graphql-typed-document-node/core";
 import { print } from "graphql";
@@ -5,7 +6,8 @@ import { startWorker, type Worker } from "../../jobs/worker.ts";
 import { buildApp, type App } from "../../src/app.ts";
 import { readEnv } from "../../src/env.ts";
 import { createLogger } from "../../src/log.ts";
-import { createApiKey, createTenant } from "../../src/governance/keys.ts";
+import { createTenant } from "../../src/auth.ts";
+import { createApiKey } from "../../src/governance/keys.ts";
 import type { ModelRoute } from "../../src/models/metered.ts";
 import { openServices, type Services } from "../../src/services.ts";
 import { startModelServer, type ModelServer } from "./model-server.ts";
@@ -41,8 +43,8 @@ export type TestEngram = {
 
 export async function createTenantWithKeys(services: Services, name: string): Promise<TenantKeys> {
   const { tenant, adminKey } = await createTenant(services.db, { name });
-  const writer = await createApiKey(services.db, { tenantId: tenant.id, role: "WRITER" });
-  const reader = await createApiKey(services.db, { tenantId: tenant.id, role: "READER" });
+  const writer = await createApiKey(forTenant(services.db, tenant.id), { role: "WRITER" });
+  const reader = await createApiKey(forTenant(services.db, tenant.id), { role: "READER" });
   return { tenantId: tenant.id, admin: adminKey, writer: writer.key, reader: reader.key };
 }
 

@@ -41,16 +41,27 @@ export async function say(
   };
 }
 
-/** Waits until every snippet of the tenant has its vector. */
+/** For end-to-end tests that wait on the worker's indexing while other suites share the CPU. */
+export const INDEXING_TIMEOUT_MS = 150_000;
+
+/**
+ * Waits until every turn of the tenant has its snippets and every snippet its vector: no turn
+ * waits for its follow-ups, no indexing job is queued, and no snippet lacks a vector.
+ */
 export function allIndexed(engram: TestEngram, tenantId = engram.tenant.tenantId, timeoutMs = 30_000) {
+  const db = engram.services.db;
   return until(
     "every snippet to be indexed",
     async () => {
-      const [total, pending] = await Promise.all([
-        engram.services.db.recallSnippet.count({ where: { tenantId } }),
-        engram.services.db.recallSnippet.count({ where: { tenantId, indexedAt: null } }),
+      const [total, pending, waitingTurns, [{ queued }]] = await Promise.all([
+        db.recallSnippet.count({ where: { tenantId } }),
+        db.recallSnippet.count({ where: { tenantId, indexedAt: null } }),
+        db.turn.count({ where: { tenantId, followUpsQueuedAt: null } }),
+        db.$queryRaw<{ queued: number }[]>`
+          SELECT count(*)::int AS queued FROM "agenda_jobs"
+          WHERE "name" = 'recall.index' AND "data"->>'tenantId' = ${tenantId} AND "next_run_at" IS NOT NULL`,
       ]);
-      return total > 0 && pending === 0;
+      return total > 0 && pending === 0 && waitingTurns === 0 && queued === 0;
     },
     timeoutMs,
   );

@@ -14,6 +14,8 @@ const settingFields = z.object({
   extractionOn: z.boolean(),
   allowSensitiveFacts: z.boolean(),
   extractionBatchSize: z.number().int().min(1).max(100),
+  /** Seed 003's timer: a quiet conversation's pending messages are read even below a batch. */
+  quietExtractionSeconds: z.number().int().min(0).max(604_800),
 });
 
 export type AgentSettings = z.infer<typeof settingFields>;
@@ -28,6 +30,7 @@ export const DEFAULT_AGENT_SETTINGS: AgentSettings = {
   extractionOn: true,
   allowSensitiveFacts: false,
   extractionBatchSize: 8,
+  quietExtractionSeconds: 600,
 };
 
 const withoutNulls = (value: unknown) =>

@@ -1,6 +1,6 @@
 import { createReadStream } from "node:fs";
 import { createInterface } from "node:readline";
-import { forTenant, type Db } from "../../db.ts";
+import type { TenantDb } from "../../db.ts";
 import { importConversation } from "./turns.ts";
 
 export type ImportLineResult = { line: number; conversationId?: string; messages?: number; error?: string };
@@ -27,12 +27,10 @@ export async function countLines(file: string): Promise<number> {
  * A bad line is reported and skipped; the others are imported (each into a new conversation).
  */
 export async function* importJsonl(
-  db: Db,
-  tenantId: string,
+  tenantDb: TenantDb,
   file: string,
-  after: (conversationId: string) => Promise<unknown>,
+  after: (imported: Awaited<ReturnType<typeof importConversation>>) => Promise<unknown>,
 ): AsyncGenerator<ImportLineResult> {
-  const tenantDb = forTenant(db, tenantId);
   for await (const { n, text } of lines(file)) {
     try {
       const raw = JSON.parse(text) as Record<string, unknown> & { messages?: Record<string, unknown>[] };
@@ -41,9 +39,9 @@ export async function* importJsonl(
         role: typeof m.role === "string" ? m.role.toUpperCase() : m.role,
         occurredAt: m.occurredAt ? new Date(String(m.occurredAt)) : null,
       }));
-      const conversation = await importConversation(tenantDb, { ...raw, messages } as never);
-      await after(conversation.id);
-      yield { line: n, conversationId: conversation.id, messages: messages.length };
+      const imported = await importConversation(tenantDb, { ...raw, messages } as never);
+      await after(imported);
+      yield { line: n, conversationId: imported.conversation.id, messages: messages.length };
     } catch (error) {
       yield { line: n, error: (error as Error).message };
     }

@@ -104,7 +104,8 @@ async function rewriteUnderLease(db: TenantDb, deps: SummaryDeps, conversationId
       // Only over the summary this rewrite started from: if another rewrite moved it, this one
       // (accepted or rejected) is moot and rolls back whole.
       const { count } = await tx.conversation.updateMany({
-        where: { id: conversationId, summaryThroughSeq: conversation.summaryThroughSeq },
+        // The summary text too: forgetting clears it, and a rewrite begun before must not bring it back.
+        where: { id: conversationId, summaryThroughSeq: conversation.summaryThroughSeq, summary: conversation.summary },
         data: accepted
           ? { summary: newSummary, summaryThroughSeq: coveredThroughSeq }
           : { updatedAt: new Date() },

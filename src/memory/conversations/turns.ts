@@ -1,9 +1,8 @@
 import { z } from "zod";
 import type { TenantDb } from "../../db.ts";
 import { EngramError, notFound, parseInput } from "../../errors.ts";
-import { Prisma, type MessageRole, type Turn } from "../../generated/prisma/client.ts";
+import { Prisma, type Conversation, type MessageRole, type Turn } from "../../generated/prisma/client.ts";
 import { externalIdSchema } from "./agents.ts";
-import type { RecallForgetter } from "../facts/facts.ts";
 import { MESSAGE_LIMITS } from "../../limits.ts";
 
 const content = z.string().min(1).max(MESSAGE_LIMITS.messageMaxChars);
@@ -90,6 +89,65 @@ async function appendMessages(tx: TenantDb, tenantId: string, conversationId: st
   return { firstSeq, lastSeq };
 }
 
+type KnownConversation = {
+  id: string;
+  agentId: string;
+  endUserId: string;
+  agentExternalId: string;
+  endUserExternalId: string;
+};
+
+/**
+ * The hot path, for a conversation that exists: one statement reads the conversation and any
+ * earlier turn with this clientTurnId, and one statement (atomic on its own, so no transaction)
+ * bumps lastSeq under the conversation's row lock, inserts the messages and the turn. Null when
+ * the conversation is new, belongs to someone else, or the turn id was used: the caller's
+ * transactional path then decides.
+ */
+async function appendToKnownConversation(
+  db: TenantDb,
+  parsed: z.infer<typeof recordTurnInput>,
+  messages: NewMessage[],
+  occurredAt: Date,
+) {
+  const tenantId = db.$tenantId();
+  const [known] = await db.$queryRaw<(KnownConversation & { turnTaken: boolean })[]>`
+    SELECT c."id", c."agentId", c."endUserId", a."externalId" AS "agentExternalId", u."externalId" AS "endUserExternalId",
+           EXISTS (SELECT 1 FROM "Turn" t WHERE t."tenantId" = ${tenantId} AND t."clientTurnId" = ${parsed.clientTurnId}) AS "turnTaken"
+    FROM "Conversation" c JOIN "Agent" a ON a."id" = c."agentId" JOIN "EndUser" u ON u."id" = c."endUserId"
+    WHERE c."tenantId" = ${tenantId} AND c."externalId" = ${parsed.conversationExternalId}`;
+  if (
+    !known ||
+    known.turnTaken ||
+    known.agentExternalId !== parsed.agentExternalId ||
+    known.endUserExternalId !== parsed.endUserExternalId
+  ) {
+    return null;
+  }
+  const n = messages.length;
+  const at = occurredAt.toISOString();
+  const [turn] = await db.$queryRaw<Turn[]>`
+    WITH conv AS (
+      UPDATE "Conversation" SET "lastSeq" = "lastSeq" + ${n}, "updatedAt" = (now() AT TIME ZONE 'UTC')
+      WHERE "tenantId" = ${tenantId} AND "id" = ${known.id}
+        AND NOT EXISTS (SELECT 1 FROM "Turn" t WHERE t."tenantId" = ${tenantId} AND t."clientTurnId" = ${parsed.clientTurnId})
+      RETURNING "id", "lastSeq"
+    ), inserted AS (
+      INSERT INTO "Message" ("id", "tenantId", "conversationId", "seq", "role", "content", "private", "occurredAt")
+      SELECT gen_random_uuid()::text, ${tenantId}, conv."id", conv."lastSeq" - ${n} + m.ord, m.role::"MessageRole", m.content, m.private, ${at}::timestamp(3)
+      FROM conv, unnest(${messages.map((m) => m.role)}::text[], ${messages.map((m) => m.content)}::text[], ${messages.map((m) => m.private)}::boolean[])
+        WITH ORDINALITY AS m(role, content, private, ord)
+      RETURNING 1
+    )
+    INSERT INTO "Turn" ("id", "tenantId", "conversationId", "clientTurnId", "firstSeq", "lastSeq", "occurredAt")
+    SELECT gen_random_uuid()::text, ${tenantId}, conv."id", ${parsed.clientTurnId}, conv."lastSeq" - ${n} + 1, conv."lastSeq", ${at}::timestamp(3)
+    FROM conv
+    RETURNING *`;
+  if (!turn) return null;
+  const { agentExternalId: _a, endUserExternalId: _u, ...conversation } = known;
+  return { turn, conversation, created: true };
+}
+
 /**
  * Records one turn (the user's message, the agent's private steps, its reply). Creates the
  * conversation on first use; idempotent on clientTurnId: a retry returns the first turn.
@@ -97,7 +155,7 @@ async function appendMessages(tx: TenantDb, tenantId: string, conversationId: st
 export async function recordTurn(
   db: TenantDb,
   input: z.input<typeof recordTurnInput>,
-): Promise<{ turn: Turn; created: boolean }> {
+): Promise<{ turn: Turn; conversation: Pick<Conversation, "id" | "agentId" | "endUserId">; created: boolean }> {
   const parsed = parseInput(recordTurnInput, input);
   const tenantId = db.$tenantId();
   const occurredAt = parsed.occurredAt ?? new Date();
@@ -113,11 +171,14 @@ export async function recordTurn(
       ? [{ role: "ASSISTANT" as const, content: parsed.assistantMessage, private: false, occurredAt }]
       : []),
   ];
-  const attempt = () =>
+  const attempt = async () => (await appendToKnownConversation(db, parsed, messages, occurredAt)) ?? firstUse();
+  // The first turn of a conversation (or a clash) takes the careful path: one transaction that
+  // creates the agent, the user and the conversation as needed and says what clashed.
+  const firstUse = () =>
     db.$transaction(async (tx) => {
       const existing = await tx.turn.findFirst({
         where: { clientTurnId: parsed.clientTurnId },
-        include: { conversation: { select: { externalId: true } } },
+        include: { conversation: { select: { id: true, externalId: true, agentId: true, endUserId: true } } },
       });
       if (existing) {
         // A retry is the same turn of the same conversation; the same id elsewhere is a clash,
@@ -128,15 +189,15 @@ export async function recordTurn(
             `clientTurnId ${parsed.clientTurnId} was already used in another conversation; turn ids are unique per tenant.`,
           );
         }
-        const { conversation: _, ...turn } = existing;
-        return { turn, created: false };
+        const { conversation, ...turn } = existing;
+        return { turn, conversation, created: false };
       }
       const conversation = await conversationFor(tx as TenantDb, tenantId, parsed);
       const range = await appendMessages(tx as TenantDb, tenantId, conversation.id, messages);
       const turn = await tx.turn.create({
         data: { tenantId, conversationId: conversation.id, clientTurnId: parsed.clientTurnId, occurredAt, ...range },
       });
-      return { turn, created: true };
+      return { turn, conversation, created: true };
     }, TX);
   for (let tries = 1; ; tries++) {
     try {
@@ -171,7 +232,9 @@ export async function importConversation(db: TenantDb, input: z.input<typeof imp
       occurredAt: m.occurredAt ?? now,
     }));
     const range = await appendMessages(tx as TenantDb, tenantId, conversation.id, messages);
-    await tx.turn.create({
+    // The whole import is one turn: its follow-ups (snippets, summary, extraction) go through the
+    // same outbox as a recorded turn's.
+    const turn = await tx.turn.create({
       data: {
         tenantId,
         conversationId: conversation.id,
@@ -180,19 +243,6 @@ export async function importConversation(db: TenantDb, input: z.input<typeof imp
         ...range,
       },
     });
-    return tx.conversation.findUniqueOrThrow({ where: { id: conversation.id } });
+    return { turn, conversation, created: true };
   }, { ...TX, timeout: 120_000 });
-}
-
-/**
- * Deletes a conversation with its messages, turns and summary revisions; its recall vectors go
- * first (the rows cascade in the database, the vectors in Chroma would not).
- */
-export async function deleteConversation(db: TenantDb, recall: RecallForgetter, id: string) {
-  const conversation = await db.conversation.findUnique({ where: { id } });
-  if (!conversation) throw notFound("Conversation", id);
-  const { snippets } = await recall.forgetConversation(db.$tenantId(), id);
-  const { count: messages } = await db.message.deleteMany({ where: { conversationId: id } });
-  await db.conversation.deleteMany({ where: { id } });
-  return { conversation, messages, snippets };
 }

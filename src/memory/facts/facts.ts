@@ -6,7 +6,6 @@ import { notFound, parseInput } from "../../errors.ts";
 import { Prisma, type Fact } from "../../generated/prisma/client.ts";
 import type { FactChangeKind, FactChangePayload, PubSub } from "../../pubsub.ts";
 import type { ExtraBlocks } from "../context.ts";
-import { matchesAnyPhrase } from "../text-search.ts";
 import { countTokens } from "../tokens.ts";
 
 /** At most this many facts per user; the least recently confirmed non-core ones go first. */
@@ -19,16 +18,6 @@ export type FactAuthor =
   | { origin: "EXTRACTOR"; apiKeyId?: null; sourceMessageId: string | null };
 
 export type FactDeps = { pubsub: PubSub };
-
-/** Forgetting a user's recall data (snippets and their vectors); provided by the recall area. */
-export type RecallForgetter = {
-  forgetUser(tenantId: string, endUserId: string): Promise<{ snippets: number }>;
-  forgetMatching(tenantId: string, endUserId: string, phrases: string[]): Promise<{ snippets: number }>;
-  /** Every snippet and vector of a conversation, before the conversation is deleted. */
-  forgetConversation(tenantId: string, conversationId: string): Promise<{ snippets: number }>;
-  /** The snippets that hold any of these messages (a deleted fact's source). */
-  forgetMessages(tenantId: string, messageIds: string[]): Promise<{ snippets: number }>;
-};
 
 export const normalizeFact = (text: string) =>
   text.toLowerCase().replace(/[^\p{L}\p{N}]+/gu, " ").trim();
@@ -138,95 +127,44 @@ export const correctFactInput = z.object({
   subject: z.string().trim().max(120).nullish(),
 });
 
-/** A person's correction: the fact changes, its earlier text stays in its history. */
-export async function correctFact(db: TenantDb, deps: FactDeps, id: string, input: z.input<typeof correctFactInput>) {
+/**
+ * A person's correction: the fact changes, its earlier text stays in its history, and the key
+ * that corrected it is its author now. Saving it unchanged changes nothing.
+ */
+export async function correctFact(
+  db: TenantDb,
+  deps: FactDeps,
+  id: string,
+  input: z.input<typeof correctFactInput>,
+  author: { apiKeyId: string },
+) {
   const parsed = parseInput(correctFactInput, input);
-  const fact = await db.$transaction(async (tx) => {
+  const result = await db.$transaction(async (tx) => {
     const existing = await tx.fact.findUnique({ where: { id } });
     if (!existing) throw notFound("Fact", id);
+    const text = parsed.text ?? existing.text;
+    const core = parsed.core ?? existing.core;
+    const subject = parsed.subject === undefined ? existing.subject : parsed.subject || null;
+    if (text === existing.text && core === existing.core && subject === existing.subject) return { fact: existing, changed: false };
     const updated = await tx.fact.update({
       where: { id },
       data: {
-        ...(parsed.text ? { text: parsed.text } : {}),
-        ...(parsed.core != null ? { core: parsed.core } : {}),
-        ...(parsed.subject !== undefined ? { subject: parsed.subject || null } : {}),
+        text,
+        core,
+        subject,
         confirmedAt: new Date(),
+        origin: "PERSON",
+        apiKeyId: author.apiKeyId,
+        sourceMessageId: null,
       },
     });
     await writeVersion(tx as TenantDb, updated, "CORRECTED", "corrected by a person");
-    return updated;
+    return { fact: updated, changed: true };
   });
-  announce(db, deps, "CORRECTED", { endUserId: fact.endUserId, factId: fact.id, text: fact.text, reason: "corrected by a person" });
-  return fact;
-}
-
-/** Deletes a fact for good, history included, and the recall snippet it was extracted from. */
-export async function deleteFact(
-  db: TenantDb,
-  deps: FactDeps & { recall: RecallForgetter },
-  id: string,
-  reason = "deleted by a person",
-) {
-  const fact = await db.fact.findUnique({ where: { id } });
-  if (!fact) throw notFound("Fact", id);
-  await db.fact.deleteMany({ where: { id } });
-  if (fact.sourceMessageId) await deps.recall.forgetMessages(db.$tenantId(), [fact.sourceMessageId]);
-  announce(db, deps, "DELETED", { endUserId: fact.endUserId, factId: fact.id, text: fact.text, reason });
-  return fact;
-}
-
-/** "Forget everything": all of a user's facts and recall data, at once. Returns what went. */
-export async function forgetUser(
-  db: TenantDb,
-  deps: FactDeps & { recall: RecallForgetter },
-  endUserId: string,
-  reason = "forget everything",
-  conversationId: string | null = null,
-) {
-  await requireUser(db, endUserId);
-  const { count: facts } = await db.fact.deleteMany({ where: { endUserId } });
-  await skipUnreadMessages(db, endUserId);
-  const { snippets } = await deps.recall.forgetUser(db.$tenantId(), endUserId);
-  await db.gateVerdict.deleteMany({ where: { conversationId: { in: await conversationIdsOf(db, endUserId) } } });
-  announce(db, deps, "FORGOTTEN", { endUserId, factId: null, text: null, reason, conversationId });
-  return { facts, snippets };
-}
-
-/**
- * After a forget, what the extractor has not read yet in any of the user's conversations is never
- * read: it would bring back what the user just asked to forget.
- */
-async function skipUnreadMessages(db: TenantDb, endUserId: string) {
-  await db.$executeRaw`
-    UPDATE "Conversation" SET "extractedThroughSeq" = "lastSeq"
-    WHERE "tenantId" = ${db.$tenantId()} AND "endUserId" = ${endUserId} AND "extractedThroughSeq" < "lastSeq"`;
-}
-
-async function conversationIdsOf(db: TenantDb, endUserId: string) {
-  return (await db.conversation.findMany({ where: { endUserId }, select: { id: true } })).map((c) => c.id);
-}
-
-/**
- * Forgets what a user asked to forget: the facts that match any of the phrases (full-text, so
- * "my address" finds "The user lives at 4 Elm Street" only if the words match), and the recall
- * snippets that mention them.
- */
-export async function forgetMatching(
-  db: TenantDb,
-  deps: FactDeps & { recall: RecallForgetter },
-  endUserId: string,
-  phrases: string[],
-  conversationId: string | null,
-) {
-  if (!phrases.length) return { facts: 0, snippets: 0 };
-  const rows = await db.$queryRaw<{ id: string }[]>`
-    SELECT f."id" FROM "Fact" f
-    WHERE f."tenantId" = ${db.$tenantId()} AND f."endUserId" = ${endUserId}
-      AND ${matchesAnyPhrase(Prisma.sql`to_tsvector('english', f."text")`, phrases)}`;
-  for (const { id } of rows) await deleteFact(db, deps, id, `the user asked to forget: ${phrases.join("; ")}`);
-  await skipUnreadMessages(db, endUserId);
-  const { snippets } = await deps.recall.forgetMatching(db.$tenantId(), endUserId, phrases);
-  return { facts: rows.length, snippets };
+  if (result.changed) {
+    announce(db, deps, "CORRECTED", { endUserId: result.fact.endUserId, factId: id, text: result.fact.text, reason: "corrected by a person" });
+  }
+  return result.fact;
 }
 
 export type CandidateOutcome = { change: FactChangeKind | "DROPPED"; reason: string; factId: string | null };

@@ -3,6 +3,7 @@ import type { CompactedEntry, CompactorInput } from "../../chains/compactor.ts";
 import type { TenantDb } from "../../db.ts";
 import type { Logger } from "../../log.ts";
 import type { PubSub } from "../../pubsub.ts";
+import { announceEntry } from "./entries.ts";
 
 const DAY_MS = 86_400_000;
 // One model call sees at most this many events; a larger bucket is compacted over several runs.
@@ -85,12 +86,7 @@ export async function compactTenant(
       result.compacted++;
       result.eventsCompressed += events.length;
       result.entryIds.push(entry.id);
-      deps.pubsub.publish("entryChanged", tenantId, {
-        id: entry.id,
-        scope: entry.scope,
-        scopeRef: entry.scopeRef,
-        change: "CREATED",
-      });
+      announceEntry(db, deps, "CREATED", entry);
     } catch (error) {
       result.failed++;
       result.errors.push({ ...bucket, error: (error as Error).message });

@@ -1,5 +1,7 @@
 import { z } from "zod";
 import type { TenantDb } from "../../db.ts";
+import type { Deps } from "../../deps.ts";
+import type { EntryChange } from "../../pubsub.ts";
 import { notFound, parseInput } from "../../errors.ts";
 import { Prisma, type MemoryEntry } from "../../generated/prisma/client.ts";
 import { LIMITS, scopeRefSchema, scopeSchema, tagsSchema } from "../../limits.ts";
@@ -38,26 +40,39 @@ export const correctEntryInput = z
     Object.fromEntries(Object.entries(input).filter(([, value]) => value != null)),
   );
 
-export function createEntry(db: TenantDb, input: z.input<typeof createEntryInput>) {
-  return db.memoryEntry.create({ data: { ...parseInput(createEntryInput, input), tenantId: db.$tenantId() } });
+export type EntryDeps = Pick<Deps, "pubsub">;
+
+/** Every change of an entry is announced here, whoever made it (a person, a skill, the compactor). */
+export function announceEntry(db: TenantDb, deps: EntryDeps, change: EntryChange, entry: Pick<MemoryEntry, "id" | "scope" | "scopeRef">) {
+  deps.pubsub.publish("entryChanged", db.$tenantId(), { id: entry.id, scope: entry.scope, scopeRef: entry.scopeRef, change });
+}
+
+export async function createEntry(db: TenantDb, deps: EntryDeps, input: z.input<typeof createEntryInput>) {
+  const entry = await db.memoryEntry.create({ data: { ...parseInput(createEntryInput, input), tenantId: db.$tenantId() } });
+  announceEntry(db, deps, "CREATED", entry);
+  return entry;
 }
 
 export async function correctEntry(
   db: TenantDb,
+  deps: EntryDeps,
   id: string,
   input: z.input<typeof correctEntryInput>,
 ): Promise<MemoryEntry> {
   const data = parseInput(correctEntryInput, input);
   const { count } = await db.memoryEntry.updateMany({ where: { id }, data });
   if (count === 0) throw notFound("Entry", id);
-  return db.memoryEntry.findUniqueOrThrow({ where: { id } });
+  const entry = await db.memoryEntry.findUniqueOrThrow({ where: { id } });
+  announceEntry(db, deps, "CORRECTED", entry);
+  return entry;
 }
 
 /** Deletes an entry; events folded into it keep existing and lose the link. */
-export async function forgetEntry(db: TenantDb, id: string): Promise<MemoryEntry> {
+export async function forgetEntry(db: TenantDb, deps: EntryDeps, id: string): Promise<MemoryEntry> {
   const entry = await db.memoryEntry.findUnique({ where: { id } });
   if (!entry) throw notFound("Entry", id);
   await db.memoryEntry.deleteMany({ where: { id } });
+  announceEntry(db, deps, "FORGOTTEN", entry);
   return entry;
 }
 

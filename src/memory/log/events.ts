@@ -1,5 +1,6 @@
 import { z } from "zod";
 import type { TenantDb } from "../../db.ts";
+import type { Deps } from "../../deps.ts";
 import { parseInput } from "../../errors.ts";
 import type { MemoryEvent, Prisma } from "../../generated/prisma/client.ts";
 import { LIMITS, scopeRefSchema, scopeSchema } from "../../limits.ts";
@@ -22,8 +23,18 @@ export type AppendEventInput = z.input<typeof appendEventInput>;
  */
 export async function appendEvent(
   db: TenantDb,
+  deps: Pick<Deps, "pubsub">,
   input: AppendEventInput,
 ): Promise<{ event: MemoryEvent; created: boolean }> {
+  const appended = await insertEvent(db, input);
+  if (appended.created) {
+    const { id, scope, scopeRef } = appended.event;
+    deps.pubsub.publish("eventAppended", db.$tenantId(), { id, scope, scopeRef });
+  }
+  return appended;
+}
+
+async function insertEvent(db: TenantDb, input: AppendEventInput): Promise<{ event: MemoryEvent; created: boolean }> {
   const { occurredAt, sourceRef, ...fields } = parseInput(appendEventInput, input);
   const data = {
     ...fields,
@@ -33,9 +44,15 @@ export async function appendEvent(
   };
   if (!data.sourceRef) return { event: await db.memoryEvent.create({ data }), created: true };
 
-  // ON CONFLICT DO NOTHING keeps a concurrent retry from failing or duplicating.
-  const inserted = await db.memoryEvent.createManyAndReturn({ data: [data], skipDuplicates: true });
-  if (inserted[0]) return { event: inserted[0], created: true };
+  // ON CONFLICT DO NOTHING keeps a concurrent retry from failing or duplicating; one statement,
+  // so no transaction around it.
+  const [inserted] = await db.$queryRaw<MemoryEvent[]>`
+    INSERT INTO "MemoryEvent" ("id", "tenantId", "scope", "scopeRef", "kind", "body", "source", "sourceRef", "occurredAt")
+    VALUES (gen_random_uuid()::text, ${data.tenantId}, ${data.scope}::"Scope", ${data.scopeRef}, ${data.kind}, ${data.body},
+            ${data.source}, ${data.sourceRef}, ${data.occurredAt.toISOString()}::timestamp(3))
+    ON CONFLICT ("tenantId", "source", "sourceRef") DO NOTHING
+    RETURNING *`;
+  if (inserted) return { event: inserted, created: true };
   const first = await db.memoryEvent.findFirstOrThrow({
     where: { source: data.source, sourceRef: data.sourceRef },
   });

@@ -1,10 +1,10 @@
 import { randomUUID } from "node:crypto";
 import { OutputParserException } from "@langchain/core/output_parsers";
 import { createRerankChain, type RerankScores } from "../../chains/rerank.ts";
-import { forTenant } from "../../db.ts";
-import { Prisma, type SnippetKind } from "../../generated/prisma/client.ts";
+import type { TenantDb } from "../../db.ts";
+import { Prisma } from "../../generated/prisma/client.ts";
 import type { ModelProvider } from "../../models/provider.ts";
-import type { PubSub } from "../../pubsub.ts";
+import type { PubSub, RecallCandidate, RecallEvent } from "../../pubsub.ts";
 import { agentSettings } from "../conversations/agents.ts";
 import type { ContextBlock, ExtraBlocks } from "../context.ts";
 import { needsRecallByKeywords } from "../gate/keywords.ts";
@@ -17,42 +17,7 @@ export type RecallDeps = SnippetDeps & { models: ModelProvider; pubsub: PubSub }
 
 export type RecallMode = "HYBRID" | "VECTOR" | "KEYWORD";
 
-export type RecallCandidate = {
-  snippetId: string;
-  kind: SnippetKind;
-  text: string;
-  conversationId: string;
-  messageIds: string[];
-  /** The sequence numbers of messageIds in their conversation, in the same order. */
-  messageSeqs: number[];
-  occurredAt: Date;
-  /** Cosine similarity to the message, and rank among the vector hits (from 1). */
-  vectorScore: number | null;
-  vectorRank: number | null;
-  /** Okapi BM25 score of the full-text match (over the user's snippets), and rank among the keyword hits. */
-  keywordScore: number | null;
-  keywordRank: number | null;
-  /** Reciprocal rank fusion of the two ranks (the keyword side weighted, RECALL), plus the time boost. */
-  fusedScore: number;
-  /** In the time the message names ("in May", "last Tuesday", "the last time"). */
-  timeMatch: boolean;
-  /** The re-rank judge's 0–3, when it ran. */
-  judgeScore: number | null;
-  chosen: boolean;
-};
-
-export type RecallEvent = {
-  id: string;
-  endUserId: string;
-  conversationId: string | null;
-  message: string;
-  at: Date;
-  candidates: RecallCandidate[];
-  /** "JUDGE" when the re-ranker chose, "FLOOR" when the similarity floor did (no model). */
-  chosenBy: "JUDGE" | "FLOOR";
-  /** Why vector search was skipped (Chroma or the embedder down), when it was. */
-  degraded: string | null;
-};
+export type { RecallCandidate, RecallEvent };
 
 /**
  * The product's numbers: 10 candidates (30 when a judge chooses), at most 3 injected, judge
@@ -95,8 +60,9 @@ const BM25 = { k1: 1.2, b: 0.75 } as const;
  * PostgreSQL's ts_rank_cd has no such weight, and it was what held the keyword side back on
  * LoCoMo (bench/README.md). The statistics are computed per query from the user's tsvectors.
  */
-async function keywordHits(deps: RecallDeps, tenantId: string, input: SearchInput, limit: number) {
-  return forTenant(deps.db, tenantId).$queryRaw<{ id: string; rank: number }[]>`
+async function keywordHits(db: TenantDb, input: SearchInput, limit: number) {
+  const tenantId = db.$tenantId();
+  return db.$queryRaw<{ id: string; rank: number }[]>`
     WITH q AS (SELECT tsvector_to_array(to_tsvector('english', ${input.text})) AS terms),
     docs AS (
       SELECT s."id", s."search", s."occurredAt"
@@ -127,7 +93,13 @@ async function keywordHits(deps: RecallDeps, tenantId: string, input: SearchInpu
 }
 
 /** The two retrievers' hits for a message, before fusion (the LoCoMo bench tunes fusion over these). */
-export async function retrieveHits(deps: RecallDeps, tenantId: string, input: SearchInput, pool: number) {
+export async function retrieveHits(
+  db: TenantDb,
+  deps: Pick<RecallDeps, "embeddings" | "vectors" | "log">,
+  input: SearchInput,
+  pool: number,
+) {
+  const tenantId = db.$tenantId();
   const mode = input.mode ?? "HYBRID";
   let degraded: string | null = null;
   const vectorSide = async () => {
@@ -150,7 +122,7 @@ export async function retrieveHits(deps: RecallDeps, tenantId: string, input: Se
   };
   const [vector, keyword] = await Promise.all([
     vectorSide(),
-    mode === "VECTOR" ? Promise.resolve([]) : keywordHits(deps, tenantId, input, pool),
+    mode === "VECTOR" ? Promise.resolve([]) : keywordHits(db, input, pool),
   ]);
   return { vector, keyword, degraded: degraded as string | null };
 }
@@ -164,19 +136,18 @@ export async function retrieveHits(deps: RecallDeps, tenantId: string, input: Se
  * still answers and `degraded` says why.
  */
 export async function searchSnippets(
-  deps: RecallDeps,
-  tenantId: string,
+  db: TenantDb,
+  deps: Pick<RecallDeps, "embeddings" | "vectors" | "log">,
   input: SearchInput,
 ): Promise<{ candidates: RecallCandidate[]; degraded: string | null; time: TimeHint | null }> {
   const pool = Math.max(input.k, RECALL.pool);
-  const retrieved = retrieveHits(deps, tenantId, input, pool);
+  const retrieved = retrieveHits(db, deps, input, pool);
   // Parsed while the retrievers are out (a millisecond or two of CPU).
   const time = resolveTimeHint(input.text, input.at ?? new Date());
   const { vector, keyword, degraded } = await retrieved;
   const ids = [...new Set([...vector.map((h) => h.id), ...keyword.map((h) => h.id)])];
   if (ids.length === 0) return { candidates: [], degraded, time };
 
-  const db = forTenant(deps.db, tenantId);
   const read = (where: Prisma.RecallSnippetWhereInput) =>
     db.recallSnippet.findMany({
       where: {
@@ -227,12 +198,12 @@ function aboveFloor(candidates: RecallCandidate[], floor: number) {
  * The turns just before and after each TURN candidate in its conversation (their shared
  * messages), for the judge: a question's answer is often one turn away. One query.
  */
-async function neighbouringTurns(deps: RecallDeps, tenantId: string, candidates: RecallCandidate[]) {
+async function neighbouringTurns(db: TenantDb, candidates: RecallCandidate[]) {
   const around = new Map<string, { before: string | null; after: string | null }>();
   const turns = candidates.filter((c) => c.kind === "TURN" && c.messageSeqs.length);
   if (turns.length === 0) return around;
   const span = (c: RecallCandidate) => ({ first: Math.min(...c.messageSeqs), last: Math.max(...c.messageSeqs) });
-  const messages = await forTenant(deps.db, tenantId).message.findMany({
+  const messages = await db.message.findMany({
     where: {
       private: false,
       role: { in: ["USER", "ASSISTANT"] },
@@ -258,7 +229,6 @@ async function neighbouringTurns(deps: RecallDeps, tenantId: string, candidates:
 }
 
 export type RecallForTurnInput = {
-  tenantId: string;
   endUserId: string;
   conversationId: string;
   message: string;
@@ -275,11 +245,12 @@ export type RecallForTurnInput = {
  * fused top 3 of the best 10 above the similarity floor). Each recall is published on `memoryRecall`. When the gate says no, nothing is
  * retrieved and nothing is embedded.
  */
-export async function recallForTurn(deps: RecallDeps, input: RecallForTurnInput): Promise<RecallEvent | null> {
+export async function recallForTurn(db: TenantDb, deps: RecallDeps, input: RecallForTurnInput): Promise<RecallEvent | null> {
+  const tenantId = db.$tenantId();
   const needed = input.needsRecall ?? needsRecallByKeywords(input.message);
   if (!needed) return null;
-  const model = await deps.models.chat(input.tenantId, "cheap", "rerank");
-  const { candidates, degraded } = await searchSnippets(deps, input.tenantId, {
+  const model = await deps.models.chat(tenantId, "cheap", "rerank");
+  const { candidates, degraded } = await searchSnippets(db, deps, {
     endUserId: input.endUserId,
     text: input.message,
     excludeConversationId: input.conversationId,
@@ -293,7 +264,7 @@ export async function recallForTurn(deps: RecallDeps, input: RecallForTurnInput)
   let scores: RerankScores | null = null;
   if (model && candidates.length) {
     try {
-      const around = await neighbouringTurns(deps, input.tenantId, candidates);
+      const around = await neighbouringTurns(db, candidates);
       scores = await createRerankChain(model).invoke({
         message: input.message,
         snippets: candidates.map((c) => ({ ...c, ...around.get(c.snippetId) })),
@@ -301,7 +272,7 @@ export async function recallForTurn(deps: RecallDeps, input: RecallForTurnInput)
     } catch (error) {
       // A reply must not wait on a broken judge: fall back to the similarity floor.
       deps.log.warn("recall: the re-rank judge failed; using the similarity floor", {
-        tenantId: input.tenantId,
+        tenantId,
         error: (error as Error).message,
         ...(error instanceof OutputParserException ? { answer: String(error.llmOutput ?? "").slice(0, 500) } : {}),
       });
@@ -315,7 +286,7 @@ export async function recallForTurn(deps: RecallDeps, input: RecallForTurnInput)
       .sort((a, b) => (b.judgeScore ?? 0) - (a.judgeScore ?? 0) || b.fusedScore - a.fusedScore)
       .slice(0, RECALL.inject);
   } else if (candidates.length) {
-    const { similarityFloor } = await deps.embeddings.forTenant(input.tenantId);
+    const { similarityFloor } = await deps.embeddings.forTenant(tenantId);
     chosen = aboveFloor(candidates, similarityFloor);
   }
   for (const c of chosen) c.chosen = true;
@@ -330,7 +301,7 @@ export async function recallForTurn(deps: RecallDeps, input: RecallForTurnInput)
     chosenBy,
     degraded,
   };
-  deps.pubsub.publish("memoryRecall", input.tenantId, event);
+  deps.pubsub.publish("memoryRecall", tenantId, event);
   return event;
 }
 
@@ -351,23 +322,23 @@ export function recallBlock(event: RecallEvent): ContextBlock | null {
  * assembled without recall: a reply never waits on Chroma being up.
  */
 export function recallBlocks(
+  db: TenantDb,
   deps: RecallDeps,
-  tenantId: string,
   options: { needsRecall?: (input: { conversationId: string; message: string }) => Promise<boolean | null | undefined> } = {},
 ): ExtraBlocks {
   return async ({ conversationId, endUserId, message }) => {
     try {
-      const conversation = await forTenant(deps.db, tenantId).conversation.findUnique({
+      const conversation = await db.conversation.findUnique({
         where: { id: conversationId },
         select: { agent: { select: { settings: true } } },
       });
       if (!conversation || !agentSettings(conversation.agent).recallOn) return [];
       const needsRecall = await options.needsRecall?.({ conversationId, message });
-      const event = await recallForTurn(deps, { tenantId, endUserId, conversationId, message, needsRecall });
+      const event = await recallForTurn(db, deps, { endUserId, conversationId, message, needsRecall });
       const block = event && recallBlock(event);
       return block ? [block] : [];
     } catch (error) {
-      deps.log.warn("recall failed; the context is assembled without it", { tenantId, conversationId, error });
+      deps.log.warn("recall failed; the context is assembled without it", { tenantId: db.$tenantId(), conversationId, error });
       return [];
     }
   };

@@ -1,14 +1,10 @@
-import type { Db, TenantDb } from "../../db.ts";
-import { forTenant } from "../../db.ts";
-import type { EmbeddingsProvider } from "../../embeddings/index.ts";
-import { Prisma, type Message } from "../../generated/prisma/client.ts";
-import type { Logger } from "../../log.ts";
-import type { VectorStore } from "../../vectors/index.ts";
-import type { RecallForgetter } from "../facts/facts.ts";
-import { matchesAnyPhrase } from "../text-search.ts";
+import type { TenantDb } from "../../db.ts";
+import type { Deps } from "../../deps.ts";
+import type { Message } from "../../generated/prisma/client.ts";
+import { forgetSnippets } from "../forget.ts";
 
-/** What indexing and forgetting need: the database, the embedder and the vector store. */
-export type SnippetDeps = { db: Db; embeddings: EmbeddingsProvider; vectors: VectorStore; log: Logger };
+/** What indexing needs beside the tenant's client: the embedder and the vector store. */
+export type SnippetDeps = Pick<Deps, "embeddings" | "vectors" | "log">;
 
 // A long turn is cut for recall: its opening carries what it was about.
 const SNIPPET_MAX_CHARS = 4_000;
@@ -32,7 +28,7 @@ export function groupTurns<M extends Pick<Message, "id" | "role" | "content" | "
   return groups;
 }
 
-/** Creates the TURN snippets for messages firstSeq..lastSeq of a conversation; returns their ids. */
+/** Creates the TURN snippets for messages firstSeq..lastSeq of a conversation; returns the ids still to embed. */
 export async function createTurnSnippets(
   db: TenantDb,
   conversationId: string,
@@ -44,15 +40,14 @@ export async function createTurnSnippets(
     where: { conversationId, private: false, seq: { gte: range.firstSeq, lte: range.lastSeq } },
     orderBy: { seq: "asc" },
   });
-  // Asked again (a client's retry after a crash), messages that already have a snippet keep it.
-  const indexed = new Set(
-    (
-      await db.recallSnippet.findMany({
-        where: { conversationId, kind: "TURN", messageIds: { hasSome: messages.map((m) => m.id) } },
-        select: { messageIds: true },
-      })
-    ).flatMap((s) => s.messageIds),
-  );
+  // Asked again (a retried job), messages that already have a snippet keep it; those snippets
+  // are handed back while still without a vector, so the retry embeds them.
+  const existing = await db.recallSnippet.findMany({
+    where: { conversationId, kind: "TURN", messageIds: { hasSome: messages.map((m) => m.id) } },
+    select: { id: true, messageIds: true, indexedAt: true },
+  });
+  const indexed = new Set(existing.flatMap((s) => s.messageIds));
+  const waiting = existing.filter((s) => !s.indexedAt).map((s) => s.id);
   // A reply recorded on its own continues the turn its user message began.
   const groups = groupTurns(messages.filter((m) => !indexed.has(m.id)));
   const rows = groups.map((group) => ({
@@ -64,9 +59,9 @@ export async function createTurnSnippets(
     messageIds: group.map((m) => m.id),
     occurredAt: group[0].occurredAt,
   }));
-  if (rows.length === 0) return [];
+  if (rows.length === 0) return waiting;
   const created = await db.recallSnippet.createManyAndReturn({ data: rows, select: { id: true } });
-  return created.map((row) => row.id);
+  return [...waiting, ...created.map((row) => row.id)];
 }
 
 /**
@@ -106,8 +101,8 @@ export async function syncSummarySnippet(db: TenantDb, conversationId: string): 
  * turn, see fusion.ts). Creates missing keys, re-points or rewrites changed ones and deletes those
  * whose fact or turn is gone; returns the ids to index.
  */
-export async function syncFactKeys(deps: Pick<SnippetDeps, "db" | "vectors">, tenantId: string, endUserId: string): Promise<string[]> {
-  const db = forTenant(deps.db, tenantId);
+export async function syncFactKeys(db: TenantDb, deps: Pick<Deps, "vectors">, endUserId: string): Promise<string[]> {
+  const tenantId = db.$tenantId();
   const [facts, keys] = await Promise.all([
     db.fact.findMany({ where: { endUserId, sourceMessageId: { not: null } }, select: { id: true, text: true, sourceMessageId: true } }),
     db.recallSnippet.findMany({ where: { endUserId, kind: "FACT" }, select: { id: true, factId: true, keyOfId: true, text: true } }),
@@ -142,7 +137,7 @@ export async function syncFactKeys(deps: Pick<SnippetDeps, "db" | "vectors">, te
       }
     }
   }
-  await forgetSnippets(deps, tenantId, keys.filter((k) => !wanted.has(k.id)).map((k) => k.id));
+  await forgetSnippets(db, deps, keys.filter((k) => !wanted.has(k.id)).map((k) => k.id));
   return toIndex;
 }
 
@@ -150,8 +145,8 @@ export async function syncFactKeys(deps: Pick<SnippetDeps, "db" | "vectors">, te
  * Embeds snippets and upserts their vectors, then marks them indexed. Idempotent: running it
  * twice re-upserts the same vectors. A snippet forgotten meanwhile leaves no vector behind.
  */
-export async function indexSnippets(deps: SnippetDeps, tenantId: string, snippetIds: string[]) {
-  const db = forTenant(deps.db, tenantId);
+export async function indexSnippets(db: TenantDb, deps: SnippetDeps, snippetIds: string[]) {
+  const tenantId = db.$tenantId();
   const snippets = await db.recallSnippet.findMany({ where: { id: { in: snippetIds } } });
   if (snippets.length === 0) return { indexed: 0 };
   const { embeddings, model } = await deps.embeddings.forTenant(tenantId);
@@ -194,72 +189,4 @@ export async function snippetsToReindex(db: TenantDb, model: string, options: { 
     select: { id: true },
   });
   return rows.map((r) => r.id);
-}
-
-/** Deletes snippets, their vectors first (a failure leaves the rows, and the call can be repeated). */
-export async function forgetSnippets(deps: Pick<SnippetDeps, "db" | "vectors">, tenantId: string, ids: string[]) {
-  if (ids.length === 0) return { deleted: 0 };
-  // A turn's keys (its facts' sentences) go with it: their rows cascade, their vectors would not.
-  const keys = await forTenant(deps.db, tenantId).recallSnippet.findMany({ where: { keyOfId: { in: ids } }, select: { id: true } });
-  const snippetIds = [...ids, ...keys.map((k) => k.id)];
-  await deps.vectors.delete(tenantId, { ids: snippetIds });
-  const { count } = await forTenant(deps.db, tenantId).recallSnippet.deleteMany({ where: { id: { in: snippetIds } } });
-  // Again: an index job that read a row before it went may have upserted its vector meanwhile.
-  await deps.vectors.delete(tenantId, { ids: snippetIds });
-  return { deleted: count };
-}
-
-/** "Forget everything" for recall: every snippet and vector of one end user. */
-export async function forgetUserRecall(deps: Pick<SnippetDeps, "db" | "vectors">, tenantId: string, endUserId: string) {
-  await deps.vectors.delete(tenantId, { endUserId });
-  const { count } = await forTenant(deps.db, tenantId).recallSnippet.deleteMany({ where: { endUserId } });
-  await deps.vectors.delete(tenantId, { endUserId }); // see forgetSnippets
-  return { deleted: count };
-}
-
-/** Before a conversation is deleted (its rows cascade, its vectors would not). */
-export async function forgetConversationRecall(
-  deps: Pick<SnippetDeps, "db" | "vectors">,
-  tenantId: string,
-  conversationId: string,
-) {
-  await deps.vectors.delete(tenantId, { conversationId });
-  const { count } = await forTenant(deps.db, tenantId).recallSnippet.deleteMany({ where: { conversationId } });
-  await deps.vectors.delete(tenantId, { conversationId }); // see forgetSnippets
-  return { deleted: count };
-}
-
-/** The snippets of a user that mention any of the phrases they asked to forget. */
-export async function forgetMatchingRecall(
-  deps: Pick<SnippetDeps, "db" | "vectors">,
-  tenantId: string,
-  endUserId: string,
-  phrases: string[],
-) {
-  if (phrases.length === 0) return { deleted: 0 };
-  const rows = await deps.db.$queryRaw<{ id: string }[]>`
-    SELECT s."id" FROM "RecallSnippet" s
-    WHERE s."tenantId" = ${tenantId} AND s."endUserId" = ${endUserId}
-      AND ${matchesAnyPhrase(Prisma.sql`s."search"`, phrases)}`;
-  return forgetSnippets(deps, tenantId, rows.map((r) => r.id));
-}
-
-/** How the facts area forgets recall data along with facts. */
-export function recallForgetter(deps: Pick<SnippetDeps, "db" | "vectors">): RecallForgetter {
-  return {
-    forgetUser: async (tenantId, endUserId) => ({ snippets: (await forgetUserRecall(deps, tenantId, endUserId)).deleted }),
-    forgetMatching: async (tenantId, endUserId, phrases) => ({
-      snippets: (await forgetMatchingRecall(deps, tenantId, endUserId, phrases)).deleted,
-    }),
-    forgetConversation: async (tenantId, conversationId) => ({
-      snippets: (await forgetConversationRecall(deps, tenantId, conversationId)).deleted,
-    }),
-    forgetMessages: async (tenantId, messageIds) => {
-      const rows = await forTenant(deps.db, tenantId).recallSnippet.findMany({
-        where: { messageIds: { hasSome: messageIds } },
-        select: { id: true },
-      });
-      return { snippets: (await forgetSnippets(deps, tenantId, rows.map((r) => r.id))).deleted };
-    },
-  };
 }

@@ -1,29 +1,18 @@
 import { PostgresBackend } from "@agendajs/postgres-backend";
 import { Agenda } from "agenda";
 import type { z } from "zod";
-import { createPool } from "../src/db.ts";
-import type { Logger } from "../src/log.ts";
-import type { Store } from "../src/embedded/embedded.ts";
-import type { JobDefinition } from "./define.ts";
+import { createPool } from "./db.ts";
+import type { Logger } from "./log.ts";
+import type { Store } from "./embedded/embedded.ts";
+import type { JobQueue } from "./queue.ts";
 
-/** Durable queued work on the store's own database; producers and workers share it. */
-export type JobQueue = {
-  agenda: Agenda;
-  enqueue<S extends z.ZodType>(job: JobDefinition<S>, payload: z.input<S>): Promise<void>;
-  /** One run for a burst: submissions with the same key within `debounceMs` become one job. */
-  enqueueCoalesced<S extends z.ZodType>(
-    job: JobDefinition<S>,
-    payload: z.input<S> & Record<string, unknown>,
-    key: string,
-    debounceMs: number,
-  ): Promise<void>;
-  close(): Promise<void>;
-};
+/** The durable queue on the store's own database (Agenda); producers and the worker share it. */
+export type AgendaQueue = JobQueue & { agenda: Agenda };
 
 /**
  * On PGlite, LISTEN/NOTIFY does not reach other connections, so jobs wait for the poll there.
  */
-export function createJobQueue(store: Store, pollMs: number, log: Logger): JobQueue {
+export function createAgendaQueue(store: Store, pollMs: number, log: Logger): AgendaQueue {
   const pool = createPool(store.url, 3, (error) => log.warn("job queue connection lost", { error }));
   const agenda = new Agenda({
     backend: new PostgresBackend({ pool, disableNotifications: store.embedded }),

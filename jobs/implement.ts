@@ -1,0 +1,87 @@
+import type { Agenda, Job, JobDefinition as AgendaJobOptions } from "agenda";
+import type { z } from "zod";
+import type { TenantDb } from "../src/db.ts";
+import type { Deps } from "../src/deps.ts";
+import type { JobDefinition } from "../src/queue.ts";
+import { deadLetter, UNREADABLE_TRIES, UnreadableAnswer } from "../src/work/dead-letter.ts";
+
+/** What a running job may ask of its queue. */
+export type JobControl = {
+  /** Keeps the job's lock while a long run goes on. */
+  stillAlive(): Promise<unknown>;
+  /** Runs the same job row again after a delay (its coalesced requests stay with it). */
+  runAgainIn(ms: number): void;
+  /** 1 on the first run, 2 on the first retry, … */
+  attempt: number;
+};
+
+export type JobOptions = Pick<AgendaJobOptions, "backoff" | "concurrency"> & {
+  /** Scheduled runs: an interval ("5 minutes") or a cron line (UTC), with the payload they run with. */
+  every?: { interval: string; payload?: Record<string, unknown> };
+};
+
+/** A job as the worker registers it. */
+export type ImplementedJob = {
+  name: string;
+  every?: { interval: string; payload?: Record<string, unknown> };
+  register(agenda: Agenda, deps: Deps): void;
+};
+
+function implement<S extends z.ZodType>(
+  definition: JobDefinition<S>,
+  run: (deps: Deps, payload: z.infer<S>, control: JobControl) => Promise<unknown>,
+  options: JobOptions,
+): ImplementedJob {
+  const { every, ...agendaOptions } = options;
+  return {
+    name: definition.name,
+    every,
+    register(agenda, deps) {
+      agenda.define(
+        definition.name,
+        async (job: Job) => {
+          const control: JobControl = {
+            stillAlive: () => job.touch(),
+            runAgainIn: (ms) => {
+              job.attrs.nextRunAt = new Date(Date.now() + ms);
+            },
+            attempt: (job.attrs.failCount ?? 0) + 1,
+          };
+          await run(deps, definition.schema.parse(job.attrs.data ?? {}), control);
+        },
+        agendaOptions,
+      );
+    },
+  };
+}
+
+/** A job over every active tenant (or the one its payload names): the work function walks them. */
+export function implementJob<S extends z.ZodType>(
+  definition: JobDefinition<S>,
+  run: (deps: Deps, payload: z.infer<S>, control: JobControl) => Promise<unknown>,
+  options: JobOptions = {},
+): ImplementedJob {
+  return implement(definition, run, options);
+}
+
+/** A job for one tenant: the work function gets that tenant's scoped client, never the raw one. */
+export function implementTenantJob<S extends z.ZodType<{ tenantId: string }>>(
+  definition: JobDefinition<S>,
+  run: (db: TenantDb, deps: Deps, payload: z.infer<S>, control: JobControl) => Promise<unknown>,
+  options: JobOptions = {},
+): ImplementedJob {
+  return implement(
+    definition,
+    async (deps, payload, control) => {
+      const db = deps.tenants.scoped(payload.tenantId);
+      try {
+        return await run(db, deps, payload, control);
+      } catch (error) {
+        // Unreadable answers are retried with the backoff, then dead-lettered rather than retried forever.
+        if (!(error instanceof UnreadableAnswer) || control.attempt < UNREADABLE_TRIES) throw error;
+        await deadLetter(db, deps, { name: definition.name, payload, tries: control.attempt }, error);
+      }
+    },
+    options,
+  );
+}

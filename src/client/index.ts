@@ -1,0 +1,290 @@
+import type { TypedDocumentNode } from "@graphql-typed-document-node/core";
+import { print } from "graphql";
+import { createClient, type Client } from "graphql-ws";
+import {
+  AddFactDocument,
+  AppendEventDocument,
+  ContextDocument,
+  ConversationByExternalIdDocument,
+  ConversationSummaryDocument,
+  CorrectEntryDocument,
+  CorrectFactDocument,
+  CreateEntryDocument,
+  DeleteConversationDocument,
+  DeleteFactDocument,
+  EndUserByExternalIdDocument,
+  EntriesDocument,
+  EntryChangedDocument,
+  EventAppendedDocument,
+  EventsDocument,
+  FactChangedDocument,
+  FactsDocument,
+  ForgetEntryDocument,
+  ForgetUserDocument,
+  ViewerDocument,
+  MemoryFeedDocument,
+  MemoryRecallDocument,
+  RecallDocument,
+  RecordTurnDocument,
+  SummaryChangedDocument,
+  TurnRecordedDocument,
+  UpsertEndUserDocument,
+  type AddFactInput,
+  type AppendEventInput,
+  type ContextInput,
+  type CorrectEntryInput,
+  type CorrectFactInput,
+  type CreateEntryInput,
+  type EntriesQueryVariables,
+  type EventsQueryVariables,
+  type RecallInput,
+  type RecordTurnInput,
+  type UpsertEndUserInput,
+} from "../gql/graphql.ts";
+import { EngramError, Transport, graphqlUrl, type CallOptions, type GraphQLErrorShape, type TransportOptions } from "./transport.ts";
+
+export { EngramError, type CallOptions, type GraphQLErrorShape } from "./transport.ts";
+export type * from "../gql/graphql.ts";
+
+export type EngramClientOptions = TransportOptions & {
+  /** A WebSocket class for subscriptions; default the global one (browsers, Node 22+), else `ws`. */
+  webSocketImpl?: unknown;
+};
+
+/** What `subscribe(topic, variables)` can follow: each topic is a subscription operation. */
+const TOPICS = {
+  eventAppended: EventAppendedDocument,
+  entryChanged: EntryChangedDocument,
+  factChanged: FactChangedDocument,
+  summaryChanged: SummaryChangedDocument,
+  turnRecorded: TurnRecordedDocument,
+  memoryRecall: MemoryRecallDocument,
+  memoryFeed: MemoryFeedDocument,
+};
+type Topics = typeof TOPICS;
+export type Topic = keyof Topics;
+type DataOf<D> = D extends TypedDocumentNode<infer T, any> ? T : never;
+type VariablesOf<D> = D extends TypedDocumentNode<any, infer V> ? V : never;
+export type TopicVariables<K extends Topic> = VariablesOf<Topics[K]>;
+/** One item of a topic: the subscription field's value. */
+export type TopicItem<K extends Topic> = DataOf<Topics[K]>[K & keyof DataOf<Topics[K]>];
+
+/** A fresh id for a write the caller gave none for, so retries of it are no-ops on the server. */
+const newId = () => globalThis.crypto.randomUUID();
+
+type Optional<T, K extends keyof T> = Omit<T, K> & Partial<Pick<T, K>>;
+
+/**
+ * Engram over HTTP (and WebSocket for subscriptions). Methods are named as the product names
+ * them; each returns the operation's typed result and throws an EngramError with the server's
+ * code. Reads and idempotent writes are retried on network errors, timeouts and 5xx.
+ */
+export class EngramClient {
+  private readonly transport: Transport;
+  private ws?: Promise<Client>;
+
+  constructor(private readonly options: EngramClientOptions) {
+    this.transport = new Transport(options);
+  }
+
+  private query<T, V>(document: TypedDocumentNode<T, V>, variables: V, call?: CallOptions) {
+    return this.transport.request(document, variables, true, call);
+  }
+
+  private mutate<T, V>(document: TypedDocumentNode<T, V>, variables: V, idempotent: boolean, call?: CallOptions) {
+    return this.transport.request(document, variables, idempotent, call);
+  }
+
+  /** Who the key is: its tenant and role. */
+  async viewer(call?: CallOptions) {
+    return (await this.query(ViewerDocument, {}, call)).viewer;
+  }
+
+  // Event log and curated entries.
+
+  /** Appends an event; without a sourceRef the client makes one, so a retry appends nothing twice. */
+  async appendEvent(input: Optional<AppendEventInput, "sourceRef">, call?: CallOptions) {
+    const variables = { input: { ...input, sourceRef: input.sourceRef ?? newId() } };
+    return (await this.mutate(AppendEventDocument, variables, true, call)).appendEvent;
+  }
+
+  /** Lists events newest first. */
+  async events(filter: EventsQueryVariables = {}, call?: CallOptions) {
+    const { events } = await this.query(EventsDocument, filter, call);
+    return { events: events.edges.map((edge) => edge.node), ...events.pageInfo };
+  }
+
+  /** Not retried: a lost answer followed by a retry would create the entry twice. */
+  async createEntry(input: CreateEntryInput, call?: CallOptions) {
+    return (await this.mutate(CreateEntryDocument, { input }, false, call)).createEntry;
+  }
+
+  /** Entries by scope, scopeRef, tags and text (ranked when `search` is given), one page. */
+  async searchEntries(filter: EntriesQueryVariables = {}, call?: CallOptions) {
+    const { entries } = await this.query(EntriesDocument, filter, call);
+    return { entries: entries.edges.map((edge) => edge.node), ...entries.pageInfo };
+  }
+
+  async correctEntry(id: string, input: CorrectEntryInput, call?: CallOptions) {
+    return (await this.mutate(CorrectEntryDocument, { id, input }, true, call)).correctEntry;
+  }
+
+  /** Not retried: a retry after a lost answer would report NOT_FOUND for a forget that worked. */
+  async forgetEntry(id: string, call?: CallOptions) {
+    return (await this.mutate(ForgetEntryDocument, { id }, false, call)).forgetEntry;
+  }
+
+  // Conversations.
+
+  /** Records a turn; without a clientTurnId the client makes one, so a retry records nothing twice. */
+  async recordTurn(input: Optional<RecordTurnInput, "clientTurnId">, call?: CallOptions) {
+    const variables = { input: { ...input, clientTurnId: input.clientTurnId ?? newId() } };
+    return (await this.mutate(RecordTurnDocument, variables, true, call)).recordTurn;
+  }
+
+  /** Prompt material for the next model call: blocks ready to put in the prompt, with their tokens. */
+  async context(input: ContextInput, call?: CallOptions) {
+    return (await this.query(ContextDocument, { input }, call)).context;
+  }
+
+  /**
+   * The conversation recorded under your own id, with its last messages (default 20, at most
+   * 500); null before its first turn.
+   */
+  async conversation(externalId: string, options: { lastMessages?: number } & CallOptions = {}) {
+    const { lastMessages = 20, ...call } = options;
+    return (await this.query(ConversationByExternalIdDocument, { externalId, lastMessages }, call)).conversationByExternalId;
+  }
+
+  /** Deletes a conversation with its messages, summaries and recall data. Not retried. */
+  async deleteConversation(conversationId: string, call?: CallOptions) {
+    return (await this.mutate(DeleteConversationDocument, { id: conversationId }, false, call)).deleteConversation;
+  }
+
+  /** A conversation's rolling summary (null until the first rewrite). */
+  async conversationSummary(conversationId: string, call?: CallOptions) {
+    return (await this.query(ConversationSummaryDocument, { id: conversationId }, call)).conversation;
+  }
+
+  // End users.
+
+  /** The end user known by your own id, or null before Engram has seen them. */
+  async endUser(externalId: string, call?: CallOptions) {
+    return (await this.query(EndUserByExternalIdDocument, { externalId }, call)).endUserByExternalId;
+  }
+
+  /** Creates the end user (or renames them) by your own id. */
+  async upsertEndUser(input: UpsertEndUserInput, call?: CallOptions) {
+    return (await this.mutate(UpsertEndUserDocument, { input }, true, call)).upsertEndUser;
+  }
+
+  // User facts.
+
+  async facts(endUserId: string, call?: CallOptions) {
+    return (await this.query(FactsDocument, { endUserId }, call)).facts;
+  }
+
+  /** Not retried: a retry after a lost answer could add the fact twice. */
+  async addFact(input: AddFactInput, call?: CallOptions) {
+    return (await this.mutate(AddFactDocument, { input }, false, call)).addFact;
+  }
+
+  async correctFact(id: string, input: CorrectFactInput, call?: CallOptions) {
+    return (await this.mutate(CorrectFactDocument, { id, input }, true, call)).correctFact;
+  }
+
+  /** Not retried, as forgetEntry. */
+  async deleteFact(id: string, call?: CallOptions) {
+    return (await this.mutate(DeleteFactDocument, { id }, false, call)).deleteFact;
+  }
+
+  /** Forgets everything about a user (facts, recall snippets and vectors); a receipt of counts. */
+  async forgetUser(endUserId: string, call?: CallOptions) {
+    return (await this.mutate(ForgetUserDocument, { endUserId }, true, call)).forgetUser;
+  }
+
+  // Recall.
+
+  /** Ranked snippets of the user's earlier conversations for a text (no gate, no judge). */
+  async recall(input: RecallInput, call?: CallOptions) {
+    return (await this.query(RecallDocument, { input }, call)).recall;
+  }
+
+  // Subscriptions.
+
+  /**
+   * Follows a topic over graphql-ws: `for await (const event of client.subscribe("eventAppended", { scopeRef }))`.
+   * Ends when the signal aborts or the loop breaks; a refused key or bad variables throw an EngramError.
+   */
+  async *subscribe<K extends Topic>(topic: K, variables: TopicVariables<K>, call: { signal?: AbortSignal } = {}): AsyncGenerator<TopicItem<K>> {
+    const client = await this.webSocketClient();
+    const iterator = client.iterate<DataOf<Topics[K]>>({ query: print(TOPICS[topic]), variables: variables as Record<string, unknown> });
+    const onAbort = () => void iterator.return?.();
+    call.signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      while (!call.signal?.aborted) {
+        let next: IteratorResult<{ data?: DataOf<Topics[K]> | null; errors?: readonly GraphQLErrorShape[] }>;
+        try {
+          next = await iterator.next();
+        } catch (error) {
+          throw subscriptionError(error);
+        }
+        if (next.done) return;
+        const { data, errors } = next.value;
+        if (errors?.length) throw subscriptionError(errors);
+        if (data) yield (data as Record<string, unknown>)[topic] as TopicItem<K>;
+      }
+    } finally {
+      call.signal?.removeEventListener("abort", onAbort);
+      await iterator.return?.();
+    }
+  }
+
+  private webSocketClient(): Promise<Client> {
+    this.ws ??= (async () => {
+      const webSocketImpl = this.options.webSocketImpl ?? globalThis.WebSocket ?? (await import("ws")).default;
+      return createClient({
+        url: graphqlUrl(this.options.url).replace(/^http/, "ws"),
+        webSocketImpl,
+        connectionParams: { authorization: `Bearer ${this.options.apiKey}` },
+        lazy: true,
+        retryAttempts: this.options.retries ?? 3,
+      });
+    })();
+    return this.ws;
+  }
+
+  /** Closes the subscription socket, if one was opened. */
+  async close(): Promise<void> {
+    const ws = this.ws;
+    this.ws = undefined;
+    if (ws) await (await ws).dispose();
+  }
+}
+
+/** A subscription failure as an EngramError: GraphQL errors keep their code; a closed socket says why. */
+function subscriptionError(error: unknown): EngramError {
+  if (Array.isArray(error) && error.length) {
+    const errors = error as GraphQLErrorShape[];
+    return new EngramError(errors[0].extensions?.code ?? "INTERNAL_SERVER_ERROR", errors[0].message, { errors });
+  }
+  const close = error as { code?: number; reason?: string };
+  if (typeof close?.code === "number") {
+    // graphql-ws closes with 4403 when the server's onConnect refuses the key.
+    const code = close.code === 4403 ? "UNAUTHENTICATED" : "NETWORK_ERROR";
+    return new EngramError(code, `The subscription socket closed (${close.code} ${close.reason ?? ""}).`.trim(), { cause: error });
+  }
+  if (error instanceof EngramError) return error;
+  return new EngramError("NETWORK_ERROR", `The subscription failed: ${(error as Error)?.message ?? error}`, { cause: error });
+}
+
+/** Context blocks as one text for a prompt: each block under its title, empty ones left out. */
+export function memoryText(blocks: readonly { title: string; text: string }[]): string {
+  return blocks
+    .filter((block) => block.text.trim())
+    .map((block) => `## ${block.title}\n${block.text}`)
+    .join("\n\n");
+}
+
+/** `createEngramClient({ url, apiKey })`, the same as `new EngramClient(...)`. */
+export const createEngramClient = (options: EngramClientOptions) => new EngramClient(options);

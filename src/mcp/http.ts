@@ -1,0 +1,48 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import { EngramClient } from "../client/index.ts";
+import type { Principal } from "../governance/keys.ts";
+import type { Logger } from "../log.ts";
+import { createMcpServer } from "./server.ts";
+
+export const MCP_PATH = "/mcp";
+
+type Fetcher = { fetch(input: string | URL | Request, init?: RequestInit): Response | Promise<Response> };
+
+/**
+ * MCP over streamable HTTP, stateless: each request gets its own server whose tools call the
+ * GraphQL API in process (yoga.fetch) with the caller's own key, so roles are the API's.
+ */
+export function mcpHandler(
+  deps: { authenticate(authorization: string | null): Promise<Principal | null>; log: Logger },
+  yoga: Fetcher,
+) {
+  return async (req: IncomingMessage, res: ServerResponse) => {
+    const authorization = req.headers.authorization ?? null;
+    if (!(await deps.authenticate(authorization))) {
+      res.writeHead(401, { "content-type": "application/json", "www-authenticate": 'Bearer realm="engram"' });
+      res.end(JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32001, message: "A valid API key is required: send `Authorization: Bearer <key>`." } }));
+      return;
+    }
+    const client = new EngramClient({
+      url: "http://engram.internal",
+      apiKey: authorization!.trim().replace(/^Bearer\s+/i, ""),
+      retries: 0,
+      fetch: (input, init) => Promise.resolve(yoga.fetch(input as string, init)),
+    });
+    const server = createMcpServer(client);
+    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
+    res.on("close", () => {
+      void transport.close();
+      void server.close();
+    });
+    try {
+      await server.connect(transport);
+      await transport.handleRequest(req, res);
+    } catch (error) {
+      deps.log.error("MCP request failed", { error });
+      if (!res.headersSent) res.writeHead(500, { "content-type": "application/json" });
+      res.end(JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32603, message: "Internal error." } }));
+    }
+  };
+}

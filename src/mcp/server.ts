@@ -1,0 +1,178 @@
+import { McpServer, ResourceTemplate } from "@modelcontextprotocol/sdk/server/mcp.js";
+import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { z } from "zod";
+import { EngramError, memoryText, type EngramClient } from "../client/index.ts";
+
+// Every tool is a call on Engram's GraphQL API through the typed client, with the caller's key:
+// roles, limits, validation and errors are the API's own, and no resolver logic lives here.
+
+const user = z.string().min(1).describe("Your id for the end user (the one you use in recordTurn).");
+const scope = z.enum(["INSTITUTIONAL", "ENTITY", "PROJECT", "TEAM"]);
+
+const text = (value: string): CallToolResult => ({ content: [{ type: "text", text: value }] });
+const json = (value: unknown): CallToolResult => ({
+  content: [{ type: "text", text: JSON.stringify(value, null, 2) }],
+  structuredContent: value as Record<string, unknown>,
+});
+
+/** Expected failures become tool errors the agent can read ("FORBIDDEN: …"); others propagate. */
+async function tool(work: () => Promise<CallToolResult>): Promise<CallToolResult> {
+  try {
+    return await work();
+  } catch (error) {
+    if (error instanceof EngramError) return { isError: true, content: [{ type: "text", text: `${error.code}: ${error.message}` }] };
+    throw error;
+  }
+}
+
+async function endUserId(client: EngramClient, externalId: string): Promise<string> {
+  const found = await client.endUser(externalId);
+  if (!found) throw new EngramError("NOT_FOUND", `Engram knows no end user "${externalId}" yet.`);
+  return found.id;
+}
+
+/** Engram as an MCP server: memory tools and resources for one API key's tenant. */
+export function createMcpServer(client: EngramClient, version = "0.1.0"): McpServer {
+  const server = new McpServer({ name: "engram", version });
+
+  server.registerTool(
+    "remember",
+    {
+      description: "Store one durable fact the user explicitly stated about themselves (one self-contained sentence).",
+      inputSchema: {
+        user,
+        fact: z.string().min(3).max(500).describe('e.g. "Ana is vegetarian."'),
+        core: z.boolean().optional().describe("True for who they are or a lasting preference."),
+      },
+    },
+    (args) =>
+      tool(async () => {
+        const { id } = (await client.endUser(args.user)) ?? (await client.upsertEndUser({ externalId: args.user }));
+        const fact = await client.addFact({ endUserId: id, text: args.fact, core: args.core });
+        return json({ factId: fact.id, text: fact.text, core: fact.core });
+      }),
+  );
+
+  server.registerTool(
+    "recall",
+    {
+      description: "Search the user's earlier conversations for what they said before (past orders, 'last time', 'my usual').",
+      inputSchema: { user, query: z.string().min(1), k: z.number().int().min(1).max(20).optional().describe("How many snippets, default 5.") },
+    },
+    (args) =>
+      tool(async () => {
+        const { candidates } = await client.recall({ endUserId: await endUserId(client, args.user), text: args.query, k: args.k ?? 5 });
+        return json({ snippets: candidates.map((c) => ({ text: c.text, conversationId: c.conversationId, occurredAt: c.occurredAt, score: c.fusedScore })) });
+      }),
+  );
+
+  server.registerTool(
+    "forget",
+    {
+      description: "Forget one fact (factId) or, with everything: true, all facts and recall data about the user.",
+      inputSchema: {
+        user,
+        factId: z.string().optional().describe("A fact id from get_context, search_memory or the facts resource."),
+        everything: z.boolean().optional(),
+      },
+    },
+    (args) =>
+      tool(async () => {
+        if (Boolean(args.factId) === Boolean(args.everything)) {
+          throw new EngramError("BAD_USER_INPUT", "Give either factId or everything: true.");
+        }
+        const id = await endUserId(client, args.user);
+        if (args.everything) return json({ forgotten: await client.forgetUser(id) });
+        const facts = await client.facts(id);
+        if (!facts.some((fact) => fact.id === args.factId)) throw new EngramError("NOT_FOUND", `The user has no fact ${args.factId}.`);
+        const change = await client.deleteFact(args.factId!);
+        return json({ forgotten: { factId: change.factId } });
+      }),
+  );
+
+  server.registerTool(
+    "get_context",
+    {
+      description: "Before answering: what Engram remembers for this conversation (facts, summary, recent messages, recalled snippets, entries), ready for the prompt.",
+      inputSchema: {
+        conversation: z.string().min(1).describe("Your id for the conversation."),
+        message: z.string().min(1).describe("The user's message you are about to answer."),
+      },
+    },
+    (args) =>
+      tool(async () => {
+        const conversation = await client.conversation(args.conversation, { lastMessages: 1 });
+        if (!conversation) return text("Nothing remembered yet: this conversation has no recorded turns.");
+        const context = await client.context({ conversationId: conversation.id, message: args.message });
+        return text(memoryText(context.blocks) || "Nothing remembered yet.");
+      }),
+  );
+
+  server.registerTool(
+    "search_memory",
+    {
+      description: "Search curated memory entries (by text, scope, tags) and, with user, that user's facts.",
+      inputSchema: {
+        query: z.string().min(1),
+        user: user.optional(),
+        scope: scope.optional(),
+        scopeRef: z.string().optional().describe("Entity, project or team id, by scope."),
+        tags: z.array(z.string()).optional(),
+      },
+    },
+    (args) =>
+      tool(async () => {
+        const { entries } = await client.searchEntries({ search: args.query, scope: args.scope, scopeRef: args.scopeRef, tags: args.tags, first: 10 });
+        const words = args.query.toLowerCase().match(/\p{L}[\p{L}\p{N}]{2,}/gu) ?? [];
+        const facts = args.user ? await client.facts(await endUserId(client, args.user)) : [];
+        return json({
+          entries: entries.map((e) => ({ id: e.id, title: e.title, summary: e.summary, tags: e.tags, importance: e.importance })),
+          facts: facts.filter((f) => words.some((w) => f.text.toLowerCase().includes(w))).map((f) => ({ id: f.id, text: f.text, core: f.core })),
+        });
+      }),
+  );
+
+  server.registerTool(
+    "append_event",
+    {
+      description: "Log something that happened (a call summary, a decision…) to the event log; sourceRef makes retries safe.",
+      inputSchema: {
+        scope,
+        scopeRef: z.string().min(1),
+        kind: z.string().min(1).describe("call_summary, decision, campaign_change…"),
+        body: z.string().min(1).describe("Markdown."),
+        source: z.string().min(1).optional().describe('Who writes it, default "mcp".'),
+        sourceRef: z.string().optional(),
+      },
+    },
+    (args) =>
+      tool(async () => {
+        const event = await client.appendEvent({ ...args, source: args.source ?? "mcp" });
+        return json({ eventId: event.id, sourceRef: event.sourceRef, occurredAt: event.occurredAt });
+      }),
+  );
+
+  server.registerResource(
+    "user-facts",
+    new ResourceTemplate("engram://users/{user}/facts", { list: undefined }),
+    { description: "What Engram knows about an end user (your id): their facts, core first.", mimeType: "application/json" },
+    async (uri, { user }) => {
+      const facts = await client.facts(await endUserId(client, decodeURIComponent(String(user))));
+      const body = facts.map((f) => ({ id: f.id, text: f.text, core: f.core, confirmedAt: f.confirmedAt }));
+      return { contents: [{ uri: uri.href, mimeType: "application/json", text: JSON.stringify(body, null, 2) }] };
+    },
+  );
+
+  server.registerResource(
+    "conversation-summary",
+    new ResourceTemplate("engram://conversations/{conversation}/summary", { list: undefined }),
+    { description: "The rolling summary of a conversation (your id).", mimeType: "text/plain" },
+    async (uri, { conversation }) => {
+      const found = await client.conversation(decodeURIComponent(String(conversation)), { lastMessages: 1 });
+      if (!found) throw new EngramError("NOT_FOUND", `Engram knows no conversation "${conversation}".`);
+      return { contents: [{ uri: uri.href, mimeType: "text/plain", text: found.summary ?? "" }] };
+    },
+  );
+
+  return server;
+}

@@ -1,0 +1,50 @@
+import type { TenantDb } from "../db.ts";
+import { notFound } from "../errors.ts";
+
+/**
+ * Everything Engram holds about one person, as JSON: the right-of-access twin of forgetting.
+ * Facts with their history, each conversation with its summary (and revisions), the recall
+ * snippets' text, and the curated entries whose scopeRef is the person's own id.
+ */
+export async function exportUser(db: TenantDb, endUserId: string) {
+  const user = await db.endUser.findUnique({ where: { id: endUserId } });
+  if (!user) throw notFound("End user", endUserId);
+  const [facts, conversations, snippets, entries] = await Promise.all([
+    db.fact.findMany({
+      where: { endUserId },
+      orderBy: [{ core: "desc" }, { confirmedAt: "desc" }],
+      include: { versions: { orderBy: { createdAt: "asc" }, select: { text: true, core: true, change: true, reason: true, createdAt: true } } },
+    }),
+    db.conversation.findMany({
+      where: { endUserId },
+      orderBy: { createdAt: "asc" },
+      select: {
+        id: true,
+        externalId: true,
+        createdAt: true,
+        lastSeq: true,
+        summary: true,
+        agent: { select: { externalId: true, name: true } },
+        revisions: { orderBy: { createdAt: "asc" }, select: { text: true, accepted: true, reason: true, createdAt: true } },
+      },
+    }),
+    db.recallSnippet.findMany({
+      where: { endUserId },
+      orderBy: { occurredAt: "asc" },
+      select: { id: true, kind: true, text: true, conversationId: true, occurredAt: true },
+    }),
+    db.memoryEntry.findMany({
+      where: { scopeRef: user.externalId },
+      orderBy: { updatedAt: "desc" },
+      select: { id: true, scope: true, scopeRef: true, title: true, summary: true, tags: true, importance: true, source: true, updatedAt: true },
+    }),
+  ]);
+  return {
+    exportedAt: new Date().toISOString(),
+    endUser: { id: user.id, externalId: user.externalId, displayName: user.displayName, createdAt: user.createdAt },
+    facts: facts.map(({ tenantId: _t, ...fact }) => fact),
+    conversations,
+    snippets,
+    entries,
+  };
+}

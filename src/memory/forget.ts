@@ -1,0 +1,299 @@
+import type { TenantDb } from "../db.ts";
+import type { Deps } from "../deps.ts";
+import { notFound } from "../errors.ts";
+import { Prisma } from "../generated/prisma/client.ts";
+import { loadTenantSettings } from "../governance/settings.ts";
+import { matchesAnyPhrase } from "./text-search.ts";
+
+/**
+ * Forgetting, in one place. Whatever is forgotten (a user, what a user names, a conversation, a
+ * fact, what the retention window let go of) goes from every copy Engram holds: facts and their
+ * history, recall snippets and their vectors, summaries and their revisions, the verbatim
+ * judge's verdicts, the gate's stored verdicts, the finished job records of the user's
+ * conversations, and (when the tenant's `forgetDeletesMessages` is on, the default) the raw
+ * messages. What stays is a receipt of kinds and counts, never content, kept in the audit log.
+ */
+export type ForgetDeps = Pick<Deps, "pubsub" | "vectors">;
+
+export type ForgetReceipt = {
+  facts: number;
+  factVersions: number;
+  snippets: number;
+  summaries: number;
+  summaryRevisions: number;
+  keptVerdicts: number;
+  gateVerdicts: number;
+  messages: number;
+  jobRecords: number;
+};
+
+const emptyReceipt = (): ForgetReceipt => ({
+  facts: 0,
+  factVersions: 0,
+  snippets: 0,
+  summaries: 0,
+  summaryRevisions: 0,
+  keptVerdicts: 0,
+  gateVerdicts: 0,
+  messages: 0,
+  jobRecords: 0,
+});
+
+export type ForgetWho = { apiKeyId?: string | null; reason: string; conversationId?: string | null };
+
+async function requireUser(db: TenantDb, endUserId: string) {
+  if (!(await db.endUser.count({ where: { id: endUserId } }))) throw notFound("End user", endUserId);
+}
+
+async function conversationIdsOf(db: TenantDb, endUserId: string) {
+  return (await db.conversation.findMany({ where: { endUserId }, select: { id: true } })).map((c) => c.id);
+}
+
+/** Snippet rows and their vectors; vectors first and again after (an index job may race the delete). */
+export async function forgetSnippets(db: TenantDb, deps: Pick<Deps, "vectors">, ids: string[]) {
+  if (ids.length === 0) return 0;
+  const tenantId = db.$tenantId();
+  // A turn's keys (its facts' sentences) go with it: their rows cascade, their vectors would not.
+  const keys = await db.recallSnippet.findMany({ where: { keyOfId: { in: ids } }, select: { id: true } });
+  const snippetIds = [...ids, ...keys.map((k) => k.id)];
+  await deps.vectors.delete(tenantId, { ids: snippetIds });
+  const { count } = await db.recallSnippet.deleteMany({ where: { id: { in: snippetIds } } });
+  await deps.vectors.delete(tenantId, { ids: snippetIds });
+  return count;
+}
+
+/**
+ * After a forget, nothing already said in these conversations is read again: the extractor's
+ * progress and the summary's coverage move to the last message, so neither brings back what was
+ * just forgotten (the tail is still sent word for word while the raw messages are kept).
+ */
+async function closeConversations(db: TenantDb, conversationIds: string[]) {
+  if (conversationIds.length === 0) return;
+  await db.$executeRaw`
+    UPDATE "Conversation" SET "extractedThroughSeq" = "lastSeq", "summaryThroughSeq" = "lastSeq"
+    WHERE "tenantId" = ${db.$tenantId()} AND "id" = ANY(${conversationIds}::text[])`;
+}
+
+/** Finished job records of these conversations (their payloads name what was worked on). */
+async function forgetJobRecords(db: TenantDb, conversationIds: string[], turnIds: string[]) {
+  if (conversationIds.length === 0 && turnIds.length === 0) return 0;
+  const tenantId = db.$tenantId();
+  return db.$executeRaw`
+    DELETE FROM "agenda_jobs"
+    WHERE "data"->>'tenantId' = ${tenantId}
+      AND "last_finished_at" IS NOT NULL AND "next_run_at" IS NULL
+      AND ("data"->>'conversationId' = ANY(${conversationIds}::text[]) OR "data"->>'turnId' = ANY(${turnIds}::text[]))`.catch(
+    // The queue's table is made by the worker on first start; without it there is nothing to delete.
+    (error: unknown) => {
+      if (error instanceof Prisma.PrismaClientKnownRequestError && /does not exist/.test(error.message)) return 0;
+      throw error;
+    },
+  );
+}
+
+async function audit(db: TenantDb, who: ForgetWho, target: Record<string, unknown>, receipt: ForgetReceipt) {
+  await db.auditLog.create({
+    data: {
+      tenantId: db.$tenantId(),
+      apiKeyId: who.apiKeyId ?? null,
+      action: "memory.forget",
+      changes: { target, receipt } as Prisma.InputJsonValue,
+    },
+  });
+}
+
+function announceForgotten(db: TenantDb, deps: ForgetDeps, endUserId: string, who: ForgetWho) {
+  deps.pubsub.publish("factChanged", db.$tenantId(), {
+    endUserId,
+    factId: null,
+    text: null,
+    change: "FORGOTTEN",
+    reason: who.reason,
+    conversationId: who.conversationId ?? null,
+  });
+}
+
+/** "Forget everything": every copy of what Engram holds about one end user. */
+export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: string, who: ForgetWho) {
+  await requireUser(db, endUserId);
+  const settings = await loadTenantSettings(db);
+  const conversationIds = await conversationIdsOf(db, endUserId);
+  const inTheirs = { conversationId: { in: conversationIds } };
+  const receipt = emptyReceipt();
+
+  receipt.snippets = await forgetSnippets(
+    db,
+    deps,
+    (await db.recallSnippet.findMany({ where: { endUserId }, select: { id: true } })).map((s) => s.id),
+  );
+  // Vectors whose rows went earlier without them (a crash mid-forget) go by their metadata.
+  await deps.vectors.delete(db.$tenantId(), { endUserId });
+
+  receipt.factVersions = await db.factVersion.count({ where: { fact: { endUserId } } });
+  receipt.facts = (await db.fact.deleteMany({ where: { endUserId } })).count;
+  receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: inTheirs })).count;
+  receipt.summaryRevisions = (await db.summaryRevision.deleteMany({ where: inTheirs })).count;
+  receipt.summaries = (
+    await db.conversation.updateMany({ where: { endUserId, summary: { not: null } }, data: { summary: null } })
+  ).count;
+  receipt.keptVerdicts = (
+    await db.message.updateMany({ where: { ...inTheirs, keepScore: { not: null } }, data: { keepScore: null } })
+  ).count;
+  if (settings.forgetDeletesMessages) receipt.messages = (await db.message.deleteMany({ where: inTheirs })).count;
+  await closeConversations(db, conversationIds);
+  const turnIds = (await db.turn.findMany({ where: inTheirs, select: { id: true } })).map((t) => t.id);
+  receipt.jobRecords = await forgetJobRecords(db, conversationIds, turnIds);
+
+  await audit(db, who, { kind: "USER", endUserId }, receipt);
+  announceForgotten(db, deps, endUserId, who);
+  return receipt;
+}
+
+/**
+ * "Forget my X": what matches any of the phrases (full-text, so "my address" reaches "lives at
+ * 4 Elm Street" only if the words match) goes from every copy, as for a whole user.
+ */
+export async function forgetPhrases(
+  db: TenantDb,
+  deps: ForgetDeps,
+  endUserId: string,
+  phrases: string[],
+  who: ForgetWho,
+) {
+  const receipt = emptyReceipt();
+  const wanted = phrases.map((p) => p.trim()).filter(Boolean);
+  if (wanted.length === 0) return receipt;
+  await requireUser(db, endUserId);
+  const settings = await loadTenantSettings(db);
+  const tenantId = db.$tenantId();
+  const conversationIds = await conversationIdsOf(db, endUserId);
+  const matches = (column: Prisma.Sql) => matchesAnyPhrase(Prisma.sql`to_tsvector('english', ${column})`, wanted);
+  const ids = async (query: Prisma.Sql) => (await db.$queryRaw<{ id: string }[]>(query)).map((r) => r.id);
+
+  const factIds = await ids(Prisma.sql`
+    SELECT f."id" FROM "Fact" f
+    WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId}
+      AND (${matches(Prisma.sql`f."text"`)} OR EXISTS (
+        SELECT 1 FROM "FactVersion" v WHERE v."factId" = f."id" AND ${matches(Prisma.sql`v."text"`)}))`);
+  receipt.factVersions = await db.factVersion.count({ where: { factId: { in: factIds } } });
+  receipt.facts = (await db.fact.deleteMany({ where: { id: { in: factIds } } })).count;
+
+  const snippetIds = await ids(Prisma.sql`
+    SELECT s."id" FROM "RecallSnippet" s
+    WHERE s."tenantId" = ${tenantId} AND s."endUserId" = ${endUserId} AND ${matchesAnyPhrase(Prisma.sql`s."search"`, wanted)}`);
+  receipt.snippets = await forgetSnippets(db, deps, snippetIds);
+
+  if (conversationIds.length) {
+    const revisionIds = await ids(Prisma.sql`
+      SELECT r."id" FROM "SummaryRevision" r
+      WHERE r."tenantId" = ${tenantId} AND r."conversationId" = ANY(${conversationIds}::text[]) AND ${matches(Prisma.sql`r."text"`)}`);
+    receipt.summaryRevisions = (await db.summaryRevision.deleteMany({ where: { id: { in: revisionIds } } })).count;
+    const summarized = await ids(Prisma.sql`
+      SELECT c."id" FROM "Conversation" c
+      WHERE c."tenantId" = ${tenantId} AND c."endUserId" = ${endUserId} AND c."summary" IS NOT NULL
+        AND ${matches(Prisma.sql`c."summary"`)}`);
+    receipt.summaries = (await db.conversation.updateMany({ where: { id: { in: summarized } }, data: { summary: null } })).count;
+    const messageIds = await ids(Prisma.sql`
+      SELECT m."id" FROM "Message" m
+      WHERE m."tenantId" = ${tenantId} AND m."conversationId" = ANY(${conversationIds}::text[]) AND ${matches(Prisma.sql`m."content"`)}`);
+    receipt.keptVerdicts = (
+      await db.message.updateMany({ where: { id: { in: messageIds }, keepScore: { not: null } }, data: { keepScore: null } })
+    ).count;
+    if (settings.forgetDeletesMessages) {
+      receipt.messages = (await db.message.deleteMany({ where: { id: { in: messageIds } } })).count;
+    }
+    // Stored verdicts name what was asked to be forgotten; they are only a cache of the gate's answer.
+    receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId: { in: conversationIds } } })).count;
+    await closeConversations(db, conversationIds);
+  }
+
+  await audit(db, who, { kind: "PHRASES", endUserId, phrases: wanted.length }, receipt);
+  announceForgotten(db, deps, endUserId, who);
+  return receipt;
+}
+
+/** Deletes a conversation with everything derived from it; the vectors go first (rows cascade, vectors would not). */
+export async function forgetConversation(db: TenantDb, deps: ForgetDeps, conversationId: string, who: ForgetWho) {
+  const conversation = await db.conversation.findUnique({ where: { id: conversationId } });
+  if (!conversation) throw notFound("Conversation", conversationId);
+  const receipt = emptyReceipt();
+  const tenantId = db.$tenantId();
+  await deps.vectors.delete(tenantId, { conversationId });
+  receipt.snippets = (await db.recallSnippet.deleteMany({ where: { conversationId } })).count;
+  await deps.vectors.delete(tenantId, { conversationId });
+  receipt.summaryRevisions = await db.summaryRevision.count({ where: { conversationId } });
+  receipt.summaries = conversation.summary ? 1 : 0;
+  receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId } })).count;
+  const turnIds = (await db.turn.findMany({ where: { conversationId }, select: { id: true } })).map((t) => t.id);
+  receipt.jobRecords = await forgetJobRecords(db, [conversationId], turnIds);
+  receipt.messages = (await db.message.deleteMany({ where: { conversationId } })).count;
+  await db.conversation.deleteMany({ where: { id: conversationId } });
+  await audit(db, who, { kind: "CONVERSATION", conversationId, endUserId: conversation.endUserId }, receipt);
+  return { conversation, receipt };
+}
+
+/** Deletes a fact for good, its history included, and the recall snippets of the message it came from. */
+export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string, who: ForgetWho) {
+  const fact = await db.fact.findUnique({ where: { id: factId } });
+  if (!fact) throw notFound("Fact", factId);
+  // Its recall key (a FACT snippet) would cascade with the fact, but not its vector.
+  const key = await db.recallSnippet.findMany({ where: { factId }, select: { id: true } });
+  await forgetSnippets(db, deps, key.map((s) => s.id));
+  await db.fact.deleteMany({ where: { id: factId } });
+  if (fact.sourceMessageId) {
+    const snippets = await db.recallSnippet.findMany({
+      where: { messageIds: { has: fact.sourceMessageId } },
+      select: { id: true },
+    });
+    await forgetSnippets(db, deps, snippets.map((s) => s.id));
+  }
+  deps.pubsub.publish("factChanged", db.$tenantId(), {
+    endUserId: fact.endUserId,
+    factId: fact.id,
+    text: fact.text,
+    change: "DELETED",
+    reason: who.reason,
+    conversationId: who.conversationId ?? null,
+  });
+  return fact;
+}
+
+const BATCH = 500;
+
+/**
+ * The retention window: recall snippets (rows and vectors) of moments before the cutoff, and
+ * facts not confirmed since it. A fact the user restates has been refreshed and stays.
+ */
+export async function forgetExpired(db: TenantDb, deps: ForgetDeps, cutoff: Date, reason: string) {
+  let facts = 0;
+  for (;;) {
+    const batch = await db.fact.findMany({
+      where: { confirmedAt: { lt: cutoff } },
+      select: { id: true, endUserId: true },
+      take: BATCH,
+    });
+    if (batch.length === 0) break;
+    facts += (await db.fact.deleteMany({ where: { id: { in: batch.map((f) => f.id) }, confirmedAt: { lt: cutoff } } })).count;
+    for (const fact of batch) {
+      deps.pubsub.publish("factChanged", db.$tenantId(), {
+        endUserId: fact.endUserId,
+        factId: fact.id,
+        change: "DELETED",
+        reason,
+        text: null,
+        conversationId: null,
+      });
+    }
+  }
+  let snippets = 0;
+  for (;;) {
+    const ids = (await db.recallSnippet.findMany({ where: { occurredAt: { lt: cutoff } }, select: { id: true }, take: BATCH })).map(
+      (s) => s.id,
+    );
+    if (ids.length === 0) break;
+    snippets += await forgetSnippets(db, deps, ids);
+  }
+  // Vectors whose rows went without them (a crash mid-forget) go by their own timestamp.
+  await deps.vectors.delete(db.$tenantId(), { occurredBefore: cutoff });
+  return { facts, snippets };
+}

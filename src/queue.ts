@@ -1,0 +1,73 @@
+import { z } from "zod";
+
+/**
+ * The durable work queue as the domain sees it: job definitions (a name and one payload schema,
+ * shared by whoever enqueues and the worker that runs) and a way to enqueue them. The Agenda
+ * implementation lives in jobs/queue.ts; the job bodies in src/work/.
+ */
+export type JobDefinition<S extends z.ZodType = z.ZodType> = { name: string; schema: S };
+
+export function defineJob<S extends z.ZodType>(definition: JobDefinition<S>): JobDefinition<S> {
+  return definition;
+}
+
+export type JobQueue = {
+  enqueue<S extends z.ZodType>(job: JobDefinition<S>, payload: z.input<S>): Promise<void>;
+  /** One run for a burst: submissions with the same key within `debounceMs` become one job. */
+  enqueueCoalesced<S extends z.ZodType>(
+    job: JobDefinition<S>,
+    payload: z.input<S> & Record<string, unknown>,
+    key: string,
+    debounceMs: number,
+  ): Promise<void>;
+  close(): Promise<void>;
+};
+
+const tenantScoped = { tenantId: z.string() };
+// No tenant: every active tenant, as the schedule runs it.
+const allTenants = z.object({ tenantId: z.string().optional() }).default({});
+
+/** A recorded turn's follow-ups: recall snippets, the summary request, the gate and extraction. */
+export const turnJob = defineJob({ name: "memory.turn", schema: z.object({ ...tenantScoped, turnId: z.string() }) });
+
+/** Extraction until caught up (imported conversations, quiet conversations). */
+export const extractJob = defineJob({
+  name: "memory.extract",
+  schema: z.object({ ...tenantScoped, conversationId: z.string() }),
+});
+
+/** Seed 003's quiet-period timer: one pending run per conversation, pushed back by every new turn. */
+export const quietExtractJob = defineJob({
+  name: "memory.extract-quiet",
+  schema: z.object({ ...tenantScoped, conversationId: z.string() }),
+});
+
+export const summarizeJob = defineJob({
+  name: "memory.summarize",
+  schema: z.object({ ...tenantScoped, conversationId: z.string() }),
+});
+
+/** Embeds snippets: the given ones, or a conversation's messages in a range (creating their snippets). */
+export const indexJob = defineJob({
+  name: "recall.index",
+  schema: z.object({
+    ...tenantScoped,
+    snippetIds: z.array(z.string()).max(256).optional(),
+    conversationId: z.string().optional(),
+    firstSeq: z.number().int().optional(),
+    lastSeq: z.number().int().optional(),
+  }),
+});
+
+export const reconcileJob = defineJob({ name: "recall.reconcile", schema: allTenants });
+
+export const retentionJob = defineJob({ name: "memory.retention", schema: allTenants });
+
+export const compactJob = defineJob({
+  name: "memory.compact",
+  // due: only tenants whose own compaction schedule has come round since their last run.
+  schema: z.object({ tenantId: z.string().optional(), due: z.boolean().optional() }).default({}),
+});
+
+/** The outbox: turns whose follow-ups were never queued (a crash between commit and enqueue). */
+export const dispatchJob = defineJob({ name: "memory.dispatch", schema: z.object({}).default({}) });

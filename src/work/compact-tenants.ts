@@ -1,0 +1,76 @@
+import { CronExpressionParser } from "cron-parser";
+import type { z } from "zod";
+import { createCompactorChain } from "../chains/compactor.ts";
+import type { TenantDb } from "../db.ts";
+import type { Deps } from "../deps.ts";
+import { budgetExhausted } from "../governance/budget.ts";
+import { loadTenantSettings } from "../governance/settings.ts";
+import { compactTenant } from "../memory/log/compaction.ts";
+import { compactJob } from "../queue.ts";
+import { recordJobRun } from "./job-runs.ts";
+
+/** Each tenant has its own schedule (default 06:17 UTC); a sweep every minute starts the runs that are due. */
+export const COMPACTION_SWEEP_CRON = "* * * * *";
+
+type CompactDeps = Pick<Deps, "tenants" | "models" | "queue" | "pubsub" | "log">;
+
+/** Whether the tenant's schedule had an occurrence since its last compaction run (or its creation). */
+async function compactionDue(db: TenantDb, schedule: string, since: Date, now: Date): Promise<boolean> {
+  const previous = CronExpressionParser.parse(schedule, { currentDate: now, tz: "UTC" }).prev().toDate();
+  const last = await db.jobRun.findFirst({ where: { name: compactJob.name }, orderBy: { startedAt: "desc" } });
+  return previous > (last && last.startedAt > since ? last.startedAt : since);
+}
+
+/** Daily compaction across tenants; each tenant's run is recorded and visible in jobRuns. */
+export async function compactTenants(deps: CompactDeps, payload: z.infer<typeof compactJob.schema>, now = new Date()) {
+  const { log, pubsub, models } = deps;
+  const runs = [];
+  for (const tenant of await deps.tenants.active(payload.tenantId)) {
+    const tenantDb = deps.tenants.scoped(tenant.id);
+    // Read per run: a settings change applies from the next run without a restart.
+    const settings = await loadTenantSettings(tenantDb);
+    if (payload.due && !(await compactionDue(tenantDb, settings.compaction.schedule, tenant.createdAt, now))) continue;
+    // One tenant's failure (recorded as its FAILED run) never stops the others' compaction.
+    const run = await recordJobRun(tenantDb, pubsub, compactJob.name, async () => {
+        const model = await models.chat(tenant.id, "compaction", "compact");
+        if (!model) {
+          log.info("compaction is off: no model configured (set OPENAI_API_KEY or OPENAI_BASE_URL)", {
+            tenantId: tenant.id,
+          });
+          return { status: "SKIPPED", result: { reason: "compaction is off: no model configured" } };
+        }
+        const before = await models.budget(tenant.id);
+        if (before.paused) {
+          return { status: "SKIPPED", result: { paused: true, reason: budgetExhausted(before).message } };
+        }
+        const result = await compactTenant(
+          tenantDb,
+          { compactor: createCompactorChain(model), pubsub, log },
+          { minEvents: settings.compaction.minEvents, olderThanDays: settings.compaction.olderThanDays },
+        );
+        log.info("compaction finished", { tenantId: tenant.id, ...result });
+        // Buckets that failed because the budget ran out mid-run stay uncompressed for the retry.
+        const paused = result.failed > 0 && (await models.budget(tenant.id)).paused;
+        return { status: result.failed > 0 ? "FAILED" : "SUCCEEDED", result: paused ? { ...result, paused } : result };
+    }).catch((error) => {
+      log.error("compaction of a tenant failed; the others go on", { tenantId: tenant.id, error });
+      return null;
+    });
+    if (run) runs.push(run);
+  }
+  return runs;
+}
+
+/**
+ * What the worker runs: a tenant paused by its budget is retried on its own, with the queue's
+ * backoff, until the period rolls over or the budget is raised; nothing it had is marked meanwhile.
+ */
+export async function compactTenantsUntilDone(deps: CompactDeps, payload: z.infer<typeof compactJob.schema>) {
+  const runs = await compactTenants(deps, payload);
+  const paused = runs.filter((run) => (run.result as { paused?: boolean } | null)?.paused);
+  if (paused.length === 0) return;
+  if (payload.tenantId) throw budgetExhausted(await deps.models.budget(payload.tenantId));
+  for (const run of paused) {
+    await deps.queue.enqueueCoalesced(compactJob, { tenantId: run.tenantId }, "tenantId", 1_000);
+  }
+}

@@ -1,0 +1,33 @@
+import type { TenantDb } from "../db.ts";
+import type { Deps } from "../deps.ts";
+import { recordJobRun } from "./job-runs.ts";
+
+/** How often work whose model answer could not be read is tried before it is dead-lettered. */
+export const UNREADABLE_TRIES = 5;
+
+/**
+ * The model answered, but nothing in the answer could be read. The work is retried with the
+ * queue's backoff (a model's next answer often parses), and after UNREADABLE_TRIES it is
+ * dead-lettered: a FAILED job run says what gave up, visible in jobRuns and the inspector.
+ */
+export class UnreadableAnswer extends Error {
+  constructor(readonly what: string) {
+    super(`${what}: the model's answer could not be read`);
+    this.name = "UnreadableAnswer";
+  }
+}
+
+/** Records the dead letter as a job run; its result names the work by ids only, never content. */
+export async function deadLetter(
+  db: TenantDb,
+  deps: Pick<Deps, "pubsub" | "log">,
+  job: { name: string; payload: Record<string, unknown>; tries: number },
+  error: UnreadableAnswer,
+) {
+  deps.log.error("work dead-lettered after unreadable model answers", { job: job.name, tries: job.tries, payload: job.payload });
+  const ids = Object.fromEntries(Object.entries(job.payload).filter(([key]) => key.endsWith("Id")));
+  await recordJobRun(db, deps.pubsub, job.name, async () => ({
+    status: "FAILED",
+    result: { deadLetter: true, tries: job.tries, reason: error.message, ...ids },
+  }));
+}

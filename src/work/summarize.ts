@@ -1,0 +1,64 @@
+import type { z } from "zod";
+import { createLossJudgeChain } from "../chains/loss-judge.ts";
+import { createSummarizerChain } from "../chains/summarizer.ts";
+import { createVerbatimJudgeChain } from "../chains/verbatim-judge.ts";
+import type { TenantDb } from "../db.ts";
+import type { Deps } from "../deps.ts";
+import { hasUnfoldedMessages, rewriteSummary } from "../memory/conversations/summary.ts";
+import { indexJob, summarizeJob } from "../queue.ts";
+import { syncSummarySnippet } from "../memory/recall/snippets.ts";
+import { UnreadableAnswer } from "./dead-letter.ts";
+
+/** A burst of turns within this window becomes one rewrite covering all of them. */
+export const SUMMARIZE_DEBOUNCE_MS = 1_500;
+
+/** Called for every recorded turn: the rewrite runs in the background, coalesced per conversation. */
+export function requestSummary(deps: Pick<Deps, "queue">, tenantId: string, conversationId: string) {
+  return deps.queue.enqueueCoalesced(summarizeJob, { tenantId, conversationId }, "conversationId", SUMMARIZE_DEBOUNCE_MS);
+}
+
+/**
+ * One summary rewrite; an accepted one is indexed for recall. `more` says whether turns arrived
+ * while it ran (or while another rewrite held the lease), so the job runs again.
+ */
+export async function runSummarize(
+  db: TenantDb,
+  deps: Pick<Deps, "models" | "queue" | "pubsub" | "log">,
+  payload: z.infer<typeof summarizeJob.schema>,
+) {
+  const { models, log, pubsub } = deps;
+  const tenantId = db.$tenantId();
+  const [summarizer, lossJudge, verbatimJudge] = await Promise.all([
+    models.chat(tenantId, "cheap", "summary"),
+    models.chat(tenantId, "cheap", "loss-judge"),
+    models.chat(tenantId, "cheap", "verbatim-judge"),
+  ]);
+  if (!summarizer || !lossJudge || !verbatimJudge) {
+    log.info("summaries are off: no model configured", { conversationId: payload.conversationId });
+    return { status: "MODEL_OFF" as const, more: false };
+  }
+  const outcome = await rewriteSummary(
+    db,
+    {
+      summarizer: createSummarizerChain(summarizer),
+      lossJudge: createLossJudgeChain(lossJudge),
+      verbatimJudge: createVerbatimJudgeChain(verbatimJudge),
+      pubsub,
+      log,
+    },
+    payload.conversationId,
+  );
+  log.debug("summary rewrite", { conversationId: payload.conversationId, ...outcome });
+  if (outcome.status === "ACCEPTED") {
+    // Recall indexes the accepted summary; a failure here must not redo the rewrite.
+    try {
+      const id = await syncSummarySnippet(db, payload.conversationId);
+      if (id) await deps.queue.enqueue(indexJob, { tenantId, snippetIds: [id] });
+    } catch (error) {
+      log.warn("could not queue the summary's recall indexing", { conversationId: payload.conversationId, error });
+    }
+  }
+  if (outcome.status === "UNPARSABLE") throw new UnreadableAnswer("the summary rewrite");
+  const more = await hasUnfoldedMessages(db, payload.conversationId);
+  return { ...outcome, more };
+}

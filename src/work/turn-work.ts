@@ -1,0 +1,144 @@
+import type { z } from "zod";
+import { createExtractorChain } from "../chains/extractor.ts";
+import { createFactJudgeChain } from "../chains/fact-judge.ts";
+import { createGateChain } from "../chains/gate.ts";
+import type { TenantDb } from "../db.ts";
+import type { Deps } from "../deps.ts";
+import { agentSettings } from "../memory/conversations/agents.ts";
+import { extractFacts, type ExtractionResult } from "../memory/facts/extraction.ts";
+import { forgetPhrases, forgetUser } from "../memory/forget.ts";
+import { gateMessage } from "../memory/gate/gate.ts";
+import { extractJob, indexJob, quietExtractJob, type turnJob } from "../queue.ts";
+import { UnreadableAnswer } from "./dead-letter.ts";
+import { indexFactKeys } from "./index-snippets.ts";
+import { requestSummary } from "./summarize.ts";
+
+type TurnWorkDeps = Pick<Deps, "models" | "queue" | "pubsub" | "vectors" | "log">;
+
+/** The gate model for a tenant, or null (then the keyword gate decides). */
+export async function gateChainFor(deps: Pick<Deps, "models">, tenantId: string) {
+  const model = await deps.models.chat(tenantId, "cheap", "gate");
+  return model ? createGateChain(model) : null;
+}
+
+async function runExtraction(db: TenantDb, deps: TurnWorkDeps, conversationId: string, now: boolean) {
+  const tenantId = db.$tenantId();
+  const [extractor, judge] = await Promise.all([
+    deps.models.chat(tenantId, "cheap", "extract"),
+    deps.models.chat(tenantId, "cheap", "fact-judge"),
+  ]);
+  if (!extractor || !judge) return { status: "MODEL_OFF" as const };
+  const result = await extractFacts(
+    db,
+    { extractor: createExtractorChain(extractor), judge: createFactJudgeChain(judge), pubsub: deps.pubsub, log: deps.log },
+    conversationId,
+    { now },
+  );
+  if (result.status === "EXTRACTED" && result.outcomes.some((o) => o.factId && o.change !== "REFRESHED")) {
+    await indexFactKeys(db, deps, conversationId);
+  }
+  return result;
+}
+
+class ExtractionBusy extends Error {
+  constructor() {
+    super("extraction of this conversation is running; retrying later");
+  }
+}
+
+/**
+ * A turn's follow-ups, in the worker: its messages become recall snippets (the index job makes
+ * them), the summary rewrite is requested, and the turn is marked as dispatched (the outbox).
+ * Then the gate's verdict on the user's message (the one the caller or context assembly already
+ * gave, or a new one), forgetting what the user asked to forget, and extraction when the gate
+ * says the turn is worth remembering or a batch is full. An imported conversation is extracted
+ * until caught up instead.
+ */
+export async function runTurnWork(db: TenantDb, deps: TurnWorkDeps, payload: z.infer<typeof turnJob.schema>) {
+  const tenantId = db.$tenantId();
+  const turn = await db.turn.findUnique({
+    where: { id: payload.turnId },
+    include: { conversation: { select: { id: true, endUserId: true, agent: { select: { settings: true } } } } },
+  });
+  if (!turn) return { status: "GONE" as const };
+  const { conversation } = turn;
+  const settings = agentSettings(conversation.agent);
+  const imported = turn.clientTurnId.startsWith("import:");
+
+  if (!turn.followUpsQueuedAt) {
+    await deps.queue.enqueue(indexJob, {
+      tenantId,
+      conversationId: conversation.id,
+      firstSeq: turn.firstSeq,
+      lastSeq: turn.lastSeq,
+    });
+    if (settings.summaryOn) await requestSummary(deps, tenantId, conversation.id);
+    // Seed 003's timer: every shared turn sets it again; when the conversation has been quiet
+    // that long, the extractor reads what is pending even below a batch.
+    if (settings.extractionOn && settings.quietExtractionSeconds > 0 && !imported) {
+      await deps.queue.enqueueCoalesced(
+        quietExtractJob,
+        { tenantId, conversationId: conversation.id },
+        "conversationId",
+        settings.quietExtractionSeconds * 1_000,
+      );
+    }
+    if (imported && settings.extractionOn) {
+      await deps.queue.enqueueCoalesced(extractJob, { tenantId, conversationId: conversation.id }, "conversationId", 1_000);
+    }
+    await db.turn.updateMany({ where: { id: turn.id }, data: { followUpsQueuedAt: new Date() } });
+  }
+  if (imported) return { status: "QUEUED" as const };
+
+  const userMessage = await db.message.findFirst({
+    where: { conversationId: conversation.id, seq: turn.firstSeq, role: "USER" },
+    select: { content: true },
+  });
+  if (!userMessage) return { status: "NO_USER_MESSAGE" as const };
+  // With extraction off, only the keyword gate runs: it still honours "forget …" requests, and no
+  // model call is spent on a verdict nobody would use.
+  const verdict = await gateMessage(
+    db,
+    { gate: settings.extractionOn ? await gateChainFor(deps, tenantId) : null, log: deps.log },
+    { conversationId: conversation.id, message: userMessage.content },
+  );
+  if (verdict.forget !== "NONE") {
+    const who = { reason: "the user asked to forget", conversationId: conversation.id };
+    const forgotten =
+      verdict.forget === "ALL"
+        ? await forgetUser(db, deps, conversation.endUserId, { ...who, reason: "the user asked to forget everything" })
+        : await forgetPhrases(db, deps, conversation.endUserId, verdict.forgetTargets, who);
+    return { status: "FORGOT" as const, verdict, forgotten };
+  }
+  if (!settings.extractionOn) return { status: "DONE" as const, verdict, extraction: { status: "EXTRACTION_OFF" as const } };
+  const extraction: ExtractionResult | { status: "MODEL_OFF" } = await runExtraction(db, deps, conversation.id, verdict.remember);
+  // Another extraction of this conversation is running and may not have read this turn: try again
+  // later (the gate's verdict is stored, so the retry costs no second gate call).
+  if (extraction.status === "BUSY") throw new ExtractionBusy();
+  if (extraction.status === "UNPARSABLE") throw new UnreadableAnswer("fact extraction");
+  return { status: "DONE" as const, verdict, extraction };
+}
+
+/** Extraction until caught up, for imported conversations; `stillAlive` keeps the job's lock between rounds. */
+export async function runExtractAll(
+  db: TenantDb,
+  deps: TurnWorkDeps,
+  payload: z.infer<typeof extractJob.schema>,
+  stillAlive: () => Promise<unknown> = async () => {},
+) {
+  for (let rounds = 0; rounds < 1_000; rounds++) {
+    const result = await runExtraction(db, deps, payload.conversationId, true);
+    if (result.status === "BUSY") throw new ExtractionBusy();
+    if (result.status === "UNPARSABLE") throw new UnreadableAnswer("fact extraction");
+    if (result.status !== "EXTRACTED") return result;
+    await stillAlive();
+  }
+}
+
+/** The quiet-period timer fired: whatever the extractor has not read yet, it reads now. */
+export async function runQuietExtraction(db: TenantDb, deps: TurnWorkDeps, payload: z.infer<typeof quietExtractJob.schema>) {
+  const result = await runExtraction(db, deps, payload.conversationId, true);
+  if (result.status === "BUSY") throw new ExtractionBusy();
+  if (result.status === "UNPARSABLE") throw new UnreadableAnswer("fact extraction");
+  return result;
+}

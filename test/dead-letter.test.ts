@@ -1,0 +1,57 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { UNREADABLE_TRIES } from "../src/work/dead-letter.ts";
+import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
+import type { ModelServer } from "./helpers/model-server.ts";
+import { chainOf, memoryScript } from "./helpers/scripted-memory-model.ts";
+import { until } from "./helpers/until.ts";
+
+// A model that answers, but never anything readable: the summary job is retried with backoff
+// and then dead-lettered, where jobRuns (and the inspector) show it; it is never marked done.
+let model: ModelServer;
+let engram: TestEngram;
+let summaryCalls = 0;
+beforeAll(async () => {
+  const memory = memoryScript();
+  ({ model, engram } = await startEngramWithModel({
+    worker: true,
+    env: { ENGRAM_EMBEDDINGS: "offline" },
+    respond: (request) => {
+      if (chainOf(request) !== "summary") return memory(request);
+      summaryCalls++;
+      return "I would rather not summarise this.";
+    },
+  }));
+}, 120_000);
+afterAll(async () => {
+  await engram?.stop();
+  await model?.stop();
+});
+
+describe("work whose model answers cannot be read", () => {
+  it(`is retried ${UNREADABLE_TRIES} times, then dead-lettered as a FAILED job run naming the conversation`, async () => {
+    let conversationId = "";
+    for (let n = 1; n <= 5; n++) {
+      const turn = await engram.gql(
+        `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { conversation { id } } }`,
+        { input: { agentExternalId: "dl", endUserExternalId: "dl-user", conversationExternalId: "dl-1", clientTurnId: `dl-${n}`, userMessage: `Question ${n}?`, assistantMessage: `Answer ${n}.` } },
+      );
+      conversationId = turn.data.recordTurn.conversation.id;
+    }
+    const runs = await until(
+      "the dead letter",
+      async () => {
+        const { data } = await engram.gql(`{ jobRuns(first: 20) { name status result } }`);
+        const dead = data.jobRuns.filter((r: any) => r.result?.deadLetter);
+        return dead.length ? dead : null;
+      },
+      180_000,
+    );
+    expect(runs[0]).toMatchObject({
+      name: "memory.summarize",
+      status: "FAILED",
+      result: { deadLetter: true, tries: UNREADABLE_TRIES, conversationId, reason: expect.stringMatching(/could not be read/) },
+    });
+    expect(summaryCalls).toBe(UNREADABLE_TRIES);
+    expect((await engram.services.db.conversation.findUniqueOrThrow({ where: { id: conversationId } })).summary).toBeNull();
+  }, 240_000);
+});

@@ -1,0 +1,139 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { BaseMessage } from "@langchain/core/messages";
+import { ChatPromptTemplate, MessagesPlaceholder } from "@langchain/core/prompts";
+import { RunnableWithMessageHistory } from "@langchain/core/runnables";
+import { FakeListChatModel } from "@langchain/core/utils/testing";
+import { EngramClient } from "engram/client";
+import { EngramChatMessageHistory, EngramRetriever, withEngramMemory } from "engram/langchain";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { allIndexed, INDEXING_TIMEOUT_MS } from "./helpers/recall.ts";
+
+// LangChain.js memory backed by a real Engram over HTTP, driven by LangChain's fake chat model.
+let engram: TestEngram;
+let client: EngramClient;
+
+beforeAll(async () => {
+  engram = await startTestEngram({ worker: true });
+  client = new EngramClient({ url: await engram.listen(), apiKey: engram.tenant.writer });
+});
+afterAll(() => engram?.stop());
+
+/** A fake chat model that answers from a script and keeps the messages of each call. */
+function fakeModel(responses: string[]) {
+  const model = new FakeListChatModel({ responses });
+  const prompts: BaseMessage[][] = [];
+  const callbacks = [{ handleChatModelStart: (_llm: unknown, messages: BaseMessage[][]) => void prompts.push(messages[0]) }];
+  return { model: model.withConfig({ callbacks }), prompts };
+}
+
+const turnsOf = async (externalId: string) =>
+  engram.services.db.turn.count({ where: { conversation: { externalId, tenantId: engram.tenant.tenantId } } });
+
+describe("EngramChatMessageHistory", () => {
+  it("records each exchange of RunnableWithMessageHistory as a turn, and reads them back", async () => {
+    const { model } = fakeModel(["Hi Ana!", "Size 42, noted."]);
+    const prompt = ChatPromptTemplate.fromMessages([new MessagesPlaceholder("history"), ["human", "{question}"]]);
+    const chain = new RunnableWithMessageHistory({
+      runnable: prompt.pipe(model),
+      getMessageHistory: (sessionId: string) => new EngramChatMessageHistory({ client, agent: "shop", endUser: "ana", conversation: sessionId }),
+      inputMessagesKey: "question",
+      historyMessagesKey: "history",
+    });
+    const config = { configurable: { sessionId: "ana-history" } };
+    await chain.invoke({ question: "Hello, I am Ana." }, config);
+    await chain.invoke({ question: "My shoe size is 42." }, config);
+
+    expect(await turnsOf("ana-history")).toBe(2);
+    const history = new EngramChatMessageHistory({ client, agent: "shop", endUser: "ana", conversation: "ana-history" });
+    const messages = await history.getMessages();
+    expect(messages.map((m) => [m.getType(), m.text])).toEqual([
+      ["human", "Hello, I am Ana."],
+      ["ai", "Hi Ana!"],
+      ["human", "My shoe size is 42."],
+      ["ai", "Size 42, noted."],
+    ]);
+    await history.clear();
+    expect(await history.getMessages()).toEqual([]);
+  });
+
+  it("refuses an AI message with no human message before it", async () => {
+    const history = new EngramChatMessageHistory({ client, agent: "shop", endUser: "ana", conversation: "ana-orphan" });
+    await expect(history.addAIMessage("Hello?")).rejects.toMatchObject({ code: "BAD_USER_INPUT" });
+  });
+});
+
+describe("withEngramMemory", () => {
+  it("puts Engram's context in the prompt before the call and records the turn after it", async () => {
+    const { model, prompts } = fakeModel(["Noted: blue trail runners.", "You ordered the blue trail runners."]);
+    const memory = { client, agent: "shop", endUser: "bo", conversation: "bo-1" };
+    const chat = withEngramMemory(model, { ...memory, system: "You are a shop assistant." });
+
+    const first = await chat.invoke("I ordered the blue trail running shoes.");
+    expect(first.text).toBe("Noted: blue trail runners.");
+    // First turn: nothing to remember yet, only the agent's own instructions.
+    expect(prompts[0].map((m) => m.getType())).toEqual(["system", "human"]);
+    expect(prompts[0][0].text).toBe("You are a shop assistant.");
+
+    const conversation = (await client.conversation("bo-1"))!;
+    await client.addFact({ endUserId: conversation.endUser.id, text: "Bo runs trail races every month." });
+    await chat.invoke("Which shoes did I order?");
+    const system = prompts[1][0].text;
+    expect(system).toContain("You are a shop assistant.");
+    expect(system).toContain("Bo runs trail races every month."); // the facts block
+    expect(system).toContain("I ordered the blue trail running shoes."); // the tail
+    expect(prompts[1][1].text).toBe("Which shoes did I order?");
+
+    const stored = (await client.conversation("bo-1"))!.messages.edges.map((e) => e.node.content);
+    expect(stored).toEqual([
+      "I ordered the blue trail running shoes.",
+      "Noted: blue trail runners.",
+      "Which shoes did I order?",
+      "You ordered the blue trail runners.",
+    ]);
+  });
+
+  it("hands the memory to a prompt template as {memory}", async () => {
+    const { model, prompts } = fakeModel(["First.", "Second."]);
+    const prompt = ChatPromptTemplate.fromMessages([
+      ["system", "Tone: {tone}\nMemory:\n{memory}"],
+      ["human", "{input}"],
+    ]);
+    const chain = withEngramMemory(prompt.pipe(model), { client, agent: "shop", endUser: "cy", conversation: "cy-1" });
+    await chain.invoke({ input: "My order number is 5521.", tone: "brief" });
+    await chain.invoke({ input: "What is my order number?", tone: "brief" });
+    expect(prompts[1][0].text).toMatch(/^Tone: brief\nMemory:\n/);
+    expect(prompts[1][0].text).toContain("My order number is 5521.");
+    expect(await turnsOf("cy-1")).toBe(2);
+  });
+});
+
+describe("EngramRetriever", () => {
+  it("returns the user's earlier conversations as Documents, never the current one", async () => {
+    await client.recordTurn({
+      agentExternalId: "shop",
+      endUserExternalId: "dee",
+      conversationExternalId: "dee-old",
+      userMessage: "Please ship the kayak paddles to my office in Lisbon.",
+      assistantMessage: "The kayak paddles ship to your Lisbon office.",
+    });
+    await client.recordTurn({
+      agentExternalId: "shop",
+      endUserExternalId: "dee",
+      conversationExternalId: "dee-now",
+      userMessage: "Where did the kayak paddles go?",
+    });
+    await allIndexed(engram, undefined, INDEXING_TIMEOUT_MS);
+    const retriever = new EngramRetriever({ client, conversation: "dee-now", k: 3 });
+    const documents = await retriever.invoke("Where were my kayak paddles shipped?");
+    expect(documents[0].pageContent).toContain("Lisbon office");
+    expect(documents[0].metadata).toMatchObject({ source: "engram", kind: "TURN" });
+    const current = (await client.conversation("dee-now"))!.id;
+    expect(documents.every((d) => d.metadata.conversationId !== current)).toBe(true);
+    expect(await new EngramRetriever({ client, conversation: "never-recorded" }).invoke("kayak")).toEqual([]);
+
+    // By the user's own id: all of their conversations.
+    const byUser = await new EngramRetriever({ client, endUser: "dee", k: 5 }).invoke("kayak paddles");
+    expect(new Set(byUser.map((d) => d.metadata.conversationId))).toEqual(new Set([current, documents[0].metadata.conversationId]));
+    expect(await new EngramRetriever({ client, endUser: "nobody" }).invoke("kayak")).toEqual([]);
+  }, INDEXING_TIMEOUT_MS + 60_000);
+});

@@ -173,9 +173,10 @@ describe("recall with the offline encoder", () => {
     };
     const may = await imported("e-may", "2023-05-08", "red running");
     const july = await imported("e-july", "2023-07-12", "blue running");
-    await until("the dated snippets", async () =>
-      (await engram.services.db.recallSnippet.findMany({ where: { conversationId: { in: [may.id, july.id] } } })).every((r) => r.indexedAt),
-    );
+    await until("the dated snippets", async () => {
+      const rows = await engram.services.db.recallSnippet.findMany({ where: { conversationId: { in: [may.id, july.id] } } });
+      return rows.length === 2 && rows.every((r) => r.indexedAt);
+    });
     const { data, errors } = await engram.gql(
       `query($input: RecallInput!) { recall(input: $input) { degraded candidates { text conversationId messageIds messageSeqs occurredAt vectorScore keywordScore fusedScore timeMatch } } }`,
       { input: { endUserId: may.endUser.id, text: "which shoes did I buy in May?", k: 10, mode: "HYBRID", at: "2023-10-25T15:00:00Z" } },

@@ -37,8 +37,10 @@ export type RecallCandidate = {
   /** Okapi BM25 score of the full-text match (over the user's snippets), and rank among the keyword hits. */
   keywordScore: number | null;
   keywordRank: number | null;
-  /** Reciprocal rank fusion of the two ranks (the keyword side weighted, RECALL). */
+  /** Reciprocal rank fusion of the two ranks (the keyword side weighted, RECALL), plus the time boost. */
   fusedScore: number;
+  /** In the time the message names ("in May", "last Tuesday", "the last time"). */
+  timeMatch: boolean;
   /** The re-rank judge's 0–3, when it ran. */
   judgeScore: number | null;
   chosen: boolean;

@@ -77,8 +77,8 @@ describe("extractor chain", () => {
     ],
   };
   const PARSED: CandidateFact[] = [
-    { text: "The user lives in Lyon.", core: false, seq: 3 },
-    { text: "The user is vegetarian.", core: true, seq: 3 },
+    { text: "The user lives in Lyon.", core: false, seq: 3, subject: null },
+    { text: "The user is vegetarian.", core: true, seq: 3, subject: null },
   ];
 
   it("renders the rules as system, and what is known and the numbered messages as human", async () => {
@@ -127,8 +127,8 @@ describe("extractor chain", () => {
 
   itReadsAnswers(createExtractorChain, input, [
     { kind: "good", what: "texts trimmed", answer: json(GOOD), expected: PARSED },
-    { kind: "good", what: "core defaults to false, seq to null", answer: json({ facts: [{ text: "The user works night shifts." }] }), expected: [{ text: "The user works night shifts.", core: false, seq: null }] },
-    { kind: "good", what: "seq as a string", answer: json({ facts: [{ text: "The user has two cats.", core: true, seq: "5" }] }), expected: [{ text: "The user has two cats.", core: true, seq: 5 }] },
+    { kind: "good", what: "core defaults to false, seq to null", answer: json({ facts: [{ text: "The user works night shifts." }] }), expected: [{ text: "The user works night shifts.", core: false, seq: null, subject: null }] },
+    { kind: "good", what: "seq as a string", answer: json({ facts: [{ text: "The user has two cats.", core: true, seq: "5" }] }), expected: [{ text: "The user has two cats.", core: true, seq: 5, subject: null }] },
     { kind: "good", what: "nothing to keep", answer: json({ facts: [] }), expected: [] },
     { kind: "fenced", what: "pretty-printed", answer: fenced(GOOD), expected: PARSED },
     { kind: "prose", what: "braces and brackets in the prose", answer: `Here is what I found {in brief}:\n${json(GOOD)}\nLet me know if you need [more].`, expected: PARSED },

@@ -77,6 +77,31 @@ describe("recall on a scripted OpenAI-compatible server", () => {
     expect(usage.data.modelUsage.rows.find((r: any) => r.chain === "rerank")).toMatchObject({ purpose: "memory:gpt-4o-mini", calls: 1 });
   });
 
+  it("shows the judge each candidate with the turns around it, and up to 30 candidates", async () => {
+    const user = "omar";
+    // One conversation of three turns: the middle one names the trip, the next says where.
+    for (const [q, a] of [
+      ["Morning! Busy week at work.", "Sounds like a lot."],
+      ["I'm planning our family holiday trip.", "Nice, where to?"],
+      ["We settled on Lisbon in June.", "Lisbon in June is lovely."],
+    ]) {
+      await say(engram, { user, conversation: "o-trip" }, q, a);
+    }
+    for (let i = 0; i < 32; i++) await say(engram, { user, conversation: `o-other-${i}` }, `Order ${i} holiday cards, please.`, "Done.");
+    await allIndexed(engram);
+    model.respond((request) => (isRerank(request) ? JSON.stringify({ scores: [{ id: 1, score: 3 }] }) : "{}"));
+    const before = model.requests.filter(isRerank).length;
+    const now = await say(engram, { user, conversation: "o-now" }, "Hi", "Hello Omar.");
+    await engram.gql(CONTEXT, { input: { conversationId: now.conversationId, message: "Remind me about our holiday trip from last time?" } });
+    const judged = model.requests.filter(isRerank).slice(before);
+    expect(judged).toHaveLength(1);
+    const human = judged[0].messages[1].content;
+    expect(human.match(/^\[\d+\] \(/gm)).toHaveLength(30);
+    expect(human).toContain(
+      "(just before: user: Morning! Busy week at work. / assistant: Sounds like a lot.)\nuser: I'm planning our family holiday trip.\nassistant: Nice, where to?\n(just after: user: We settled on Lisbon in June. / assistant: Lisbon in June is lovely.)",
+    );
+  });
+
   it("falls back to the similarity floor when the judge's answer is broken", async () => {
     model.respond((request) => (isRerank(request) ? "I think the first one is best." : "{}"));
     const now = await say(engram, { user: "dana", conversation: "d-broken" }, "Hi again", "Hello.");

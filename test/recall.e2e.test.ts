@@ -155,4 +155,39 @@ describe("recall with the offline encoder", () => {
     expect(data.recall.candidates).toHaveLength(4);
     expect(data.recall.candidates[0].keywordScore).toBeGreaterThan(2 * data.recall.candidates[1].keywordScore);
   });
+
+  it("resolves the time a text names against `at`, and matches snippets' dates by words (the README's recall query)", async () => {
+    const imported = async (conversation: string, day: string, item: string) => {
+      const { data } = await engram.gql(IMPORT, {
+        input: {
+          agentExternalId: "shop",
+          endUserExternalId: "erin",
+          conversationExternalId: conversation,
+          messages: [
+            { role: "USER", content: `Please order the ${item} shoes.`, occurredAt: `${day}T10:00:00Z` },
+            { role: "ASSISTANT", content: "Ordered.", occurredAt: `${day}T10:00:05Z` },
+          ],
+        },
+      });
+      return data.importConversation as { id: string; endUser: { id: string } };
+    };
+    const may = await imported("e-may", "2023-05-08", "red running");
+    const july = await imported("e-july", "2023-07-12", "blue running");
+    await until("the dated snippets", async () => {
+      const rows = await engram.services.db.recallSnippet.findMany({ where: { conversationId: { in: [may.id, july.id] } } });
+      return rows.length === 2 && rows.every((r) => r.indexedAt);
+    });
+    const { data, errors } = await engram.gql(
+      `query($input: RecallInput!) { recall(input: $input) { degraded candidates { text conversationId messageIds messageSeqs occurredAt vectorScore keywordScore fusedScore timeMatch } } }`,
+      { input: { endUserId: may.endUser.id, text: "which shoes did I buy in May?", k: 10, mode: "HYBRID", at: "2023-10-25T15:00:00Z" } },
+    );
+    expect(errors).toBeUndefined();
+    expect(data.recall.candidates.map((c: any) => [c.conversationId, c.timeMatch])).toEqual([
+      [may.id, true],
+      [july.id, false],
+    ]);
+    // "Monday" is in no message: only the May snippet's date header (2023-05-08 was a Monday) has it.
+    const monday = await engram.gql(RECALL, { input: { endUserId: may.endUser.id, text: "Monday", mode: "KEYWORD" } });
+    expect(monday.data.recall.candidates.map((c: any) => c.conversationId)).toEqual([may.id]);
+  });
 });

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { createRerankChain } from "../src/chains/rerank.ts";
 import { needsRecallByKeywords } from "../src/memory/gate/keywords.ts";
-import { itReadsAnswers, renderedPrompt } from "./helpers/scripted-model.ts";
+import { itReadsAnswers, renderedPrompt, scriptedModel } from "./helpers/scripted-model.ts";
 
 const snippets = [
   { text: "user: I ordered the blue vase.\nassistant: Ordered.", occurredAt: new Date("2024-05-01T10:00:00Z") },
@@ -51,6 +51,23 @@ describe("the re-rank judge", () => {
     { kind: "broken", what: "score 5", answer: '{"scores": [{"id": 1, "score": 5}]}' },
     { kind: "broken", what: "score null", answer: '{"scores": [{"id": 1, "score": null}]}' },
   ]);
+
+  it("shows a candidate's neighbouring turns in parentheses, cut to their opening, as context", async () => {
+    const { model, seen } = scriptedModel(['{"scores": [{"id": 1, "score": 3}]}']);
+    const long = `user: ${"and then we went on ".repeat(30)}`;
+    await createRerankChain(model).invoke({
+      message: "Where did we go?",
+      snippets: [{ ...snippets[0], before: "user: Hi!\nassistant: Hello.", after: long }],
+    });
+    const [system, human] = seen[0];
+    expect(system.content).toContain("the turns just before and after it in its conversation, in parentheses");
+    expect(human.content).toBe(
+      "New message:\nWhere did we go?\n\nSnippets from earlier conversations:\n" +
+        "[1] (2024-05-01)\n(just before: user: Hi! assistant: Hello.)\nuser: I ordered the blue vase.\nassistant: Ordered.\n" +
+        `(just after: ${long.trim().slice(0, 240)})`,
+    );
+  });
+
 });
 
 describe("the keyword recall gate", () => {

@@ -6,7 +6,8 @@ import { jsonAnswerChain, modelBoolean } from "./json.ts";
 import { formatTranscript, type TranscriptMessage } from "./transcript.ts";
 
 export type ExtractorInput = { known: string[]; messages: TranscriptMessage[] };
-export type CandidateFact = { text: string; core: boolean; seq: number | null };
+/** `subject`: null for the end user, else the person they named ("Ana (daughter)"). */
+export type CandidateFact = { text: string; core: boolean; seq: number | null; subject?: string | null };
 
 const answer = z.object({
   facts: z.array(
@@ -14,6 +15,13 @@ const answer = z.object({
       text: z.string().trim().min(3).max(500),
       core: modelBoolean.default(false),
       seq: z.coerce.number().int().nullish(),
+      // "the user", "user" or "" from a model that did not follow the null rule mean the user too.
+      subject: z
+        .string()
+        .trim()
+        .max(120)
+        .nullish()
+        .transform((v) => (v && !/^(the\s+)?user$/i.test(v) ? v : null)),
     }),
   ),
 });
@@ -28,6 +36,6 @@ export function createExtractorChain(model: ChatModel): Runnable<ExtractorInput,
       messages: formatTranscript(input.messages),
     }),
     answer,
-    result: ({ facts }) => facts.map((f) => ({ text: f.text, core: f.core, seq: f.seq ?? null })),
+    result: ({ facts }) => facts.map((f) => ({ text: f.text, core: f.core, seq: f.seq ?? null, subject: f.subject })),
   });
 }

@@ -6,7 +6,8 @@ import { rerankPrompt } from "./rerank.prompt.ts";
 
 export type RerankInput = {
   message: string;
-  snippets: { text: string; occurredAt: Date }[];
+  /** `before`/`after`: the turns around the snippet in its conversation, shown for context only. */
+  snippets: { text: string; occurredAt: Date; before?: string | null; after?: string | null }[];
 };
 
 /** 0 irrelevant, 1 related, 2 useful background, 3 essential; one per snippet, in input order. */
@@ -16,10 +17,18 @@ const answer = z.object({
   scores: z.array(z.object({ id: integer, score: integer.pipe(z.number().min(0).max(3)) })),
 });
 
-/** Snippets are numbered from 1 in the prompt, each with its date. */
+// A neighbouring turn is context, not a candidate: its opening is enough.
+const NEIGHBOUR_CHARS = 240;
+const neighbour = (label: string, text: string | null | undefined) =>
+  text ? `\n(${label}: ${text.trim().replace(/\s+/g, " ").slice(0, NEIGHBOUR_CHARS)})` : "";
+
+/** Snippets are numbered from 1 in the prompt, each with its date and the turns around it. */
 export function formatSnippets(snippets: RerankInput["snippets"]): string {
   return snippets
-    .map((s, i) => `[${i + 1}] (${s.occurredAt.toISOString().slice(0, 10)})\n${s.text.trim()}`)
+    .map(
+      (s, i) =>
+        `[${i + 1}] (${s.occurredAt.toISOString().slice(0, 10)})${neighbour("just before", s.before)}\n${s.text.trim()}${neighbour("just after", s.after)}`,
+    )
     .join("\n\n");
 }
 

@@ -7,6 +7,8 @@ import type { TypedDocumentNode as DocumentNode } from '@graphql-typed-document-
 export type AddFactInput = {
   core?: boolean | null | undefined;
   endUserId: string | number;
+  /** Who it is about, when not the end user: a person they named ("Ana (daughter)"). */
+  subject?: string | null | undefined;
   /** One self-contained sentence, 3–500 characters. */
   text: string;
 };
@@ -17,6 +19,7 @@ export type AgentSettingsInput = {
   extractionBatchSize?: number | null | undefined;
   extractionOn?: boolean | null | undefined;
   historySize?: number | null | undefined;
+  quietExtractionSeconds?: number | null | undefined;
   recallOn?: boolean | null | undefined;
   summaryOn?: boolean | null | undefined;
   summaryWordLimit?: number | null | undefined;
@@ -63,6 +66,8 @@ export type CorrectEntryInput = {
 
 export type CorrectFactInput = {
   core?: boolean | null | undefined;
+  /** Absent: unchanged; null or empty: the end user; else the person it is about. */
+  subject?: string | null | undefined;
   text?: string | null | undefined;
 };
 
@@ -135,6 +140,8 @@ export type MessageRole =
   | 'USER';
 
 export type RecallInput = {
+  /** When the text was said, to resolve "last Tuesday" or "two months ago" (default now). */
+  at?: string | null | undefined;
   endUserId: string | number;
   /** Leave this conversation out, as recall on a turn does. */
   excludeConversationId?: string | number | null | undefined;
@@ -176,7 +183,9 @@ export type Scope =
   | 'PROJECT'
   | 'TEAM';
 
+/** TURN: a user message with its replies; SUMMARY: a conversation's summary; FACT: a fact's sentence (a key: a hit on it is credited to its turn, never returned itself). */
 export type SnippetKind =
+  | 'FACT'
   | 'SUMMARY'
   | 'TURN';
 

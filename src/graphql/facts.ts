@@ -16,6 +16,10 @@ builder.prismaObject("Fact", {
     id: t.exposeID("id"),
     text: t.exposeString("text", { description: "One self-contained sentence." }),
     core: t.exposeBoolean("core", { description: "Who the user is, or a lasting preference." }),
+    subject: t.exposeString("subject", {
+      nullable: true,
+      description: "Who it is about: null for the end user, else the person they named (\"Ana (daughter)\"). Kept on the end user's profile either way.",
+    }),
     sensitivity: t.exposeString("sensitivity", { nullable: true }),
     origin: t.field({ type: FactOriginEnum, resolve: (f) => f.origin as "EXTRACTOR" | "PERSON" | "API" }),
     sourceMessage: t.prismaField({
@@ -100,11 +104,16 @@ const AddFactInput = builder.inputType("AddFactInput", {
     endUserId: t.id({ required: true }),
     text: t.string({ required: true, description: "One self-contained sentence, 3–500 characters." }),
     core: t.boolean(),
+    subject: t.string({ description: "Who it is about, when not the end user: a person they named (\"Ana (daughter)\")." }),
   }),
 });
 
 const CorrectFactInput = builder.inputType("CorrectFactInput", {
-  fields: (t) => ({ text: t.string(), core: t.boolean() }),
+  fields: (t) => ({
+    text: t.string(),
+    core: t.boolean(),
+    subject: t.string({ description: "Absent: unchanged; null or empty: the end user; else the person it is about." }),
+  }),
 });
 
 const author = (ctx: GraphQLContext) => ({ origin: "PERSON" as const, apiKeyId: ctx.principal.apiKeyId });

@@ -3,7 +3,10 @@ import { builder } from "../builder.ts";
 import { badInput, notFound } from "../errors.ts";
 import { searchSnippets, type RecallCandidate, type RecallEvent } from "../memory/recall/recall.ts";
 
-const SnippetKindEnum = builder.enumType("SnippetKind", { values: ["TURN", "SUMMARY"] as const });
+const SnippetKindEnum = builder.enumType("SnippetKind", {
+  description: "TURN: a user message with its replies; SUMMARY: a conversation's summary; FACT: a fact's sentence (a key: a hit on it is credited to its turn, never returned itself).",
+  values: ["TURN", "SUMMARY", "FACT"] as const,
+});
 
 const RecallModeEnum = builder.enumType("RecallMode", {
   description: "Which retrievers the recall query uses: both fused (the default), or one alone.",
@@ -24,7 +27,10 @@ const RecallCandidateRef = builder.objectRef<RecallCandidate>("RecallCandidate")
     vectorRank: t.exposeInt("vectorRank", { nullable: true }),
     keywordScore: t.exposeFloat("keywordScore", { nullable: true, description: "Full-text rank; null if no keyword hit." }),
     keywordRank: t.exposeInt("keywordRank", { nullable: true }),
-    fusedScore: t.exposeFloat("fusedScore", { description: "Reciprocal rank fusion of both ranks." }),
+    fusedScore: t.exposeFloat("fusedScore", { description: "Reciprocal rank fusion of both ranks, plus the time boost." }),
+    timeMatch: t.exposeBoolean("timeMatch", {
+      description: "In the time the text names (\"in May\", \"last Tuesday\", \"the last time\"), which ranks it higher.",
+    }),
     judgeScore: t.exposeInt("judgeScore", { nullable: true, description: "The re-rank judge's 0–3, when it ran." }),
     chosen: t.exposeBoolean("chosen", { description: "Injected into the context." }),
   }),
@@ -59,6 +65,10 @@ const RecallInput = builder.inputType("RecallInput", {
     excludeConversationId: t.id({ description: "Leave this conversation out, as recall on a turn does." }),
     k: t.int({ defaultValue: 10, description: "How many candidates, 1–50." }),
     mode: t.field({ type: RecallModeEnum, defaultValue: "HYBRID" }),
+    at: t.field({
+      type: "DateTime",
+      description: "When the text was said, to resolve \"last Tuesday\" or \"two months ago\" (default now).",
+    }),
   }),
 });
 
@@ -81,6 +91,7 @@ builder.queryFields((t) => ({
         excludeConversationId: input.excludeConversationId ? String(input.excludeConversationId) : null,
         k,
         mode: input.mode ?? "HYBRID",
+        at: input.at ?? undefined,
       });
     },
   }),

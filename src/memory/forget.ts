@@ -50,9 +50,12 @@ async function conversationIdsOf(db: TenantDb, endUserId: string) {
 }
 
 /** Snippet rows and their vectors; vectors first and again after (an index job may race the delete). */
-export async function forgetSnippets(db: TenantDb, deps: Pick<Deps, "vectors">, snippetIds: string[]) {
-  if (snippetIds.length === 0) return 0;
+export async function forgetSnippets(db: TenantDb, deps: Pick<Deps, "vectors">, ids: string[]) {
+  if (ids.length === 0) return 0;
   const tenantId = db.$tenantId();
+  // A turn's keys (its facts' sentences) go with it: their rows cascade, their vectors would not.
+  const keys = await db.recallSnippet.findMany({ where: { keyOfId: { in: ids } }, select: { id: true } });
+  const snippetIds = [...ids, ...keys.map((k) => k.id)];
   await deps.vectors.delete(tenantId, { ids: snippetIds });
   const { count } = await db.recallSnippet.deleteMany({ where: { id: { in: snippetIds } } });
   await deps.vectors.delete(tenantId, { ids: snippetIds });
@@ -243,6 +246,9 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
 export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string, who: ForgetWho) {
   const fact = await db.fact.findUnique({ where: { id: factId } });
   if (!fact) throw notFound("Fact", factId);
+  // Its recall key (a FACT snippet) would cascade with the fact, but not its vector.
+  const key = await db.recallSnippet.findMany({ where: { factId }, select: { id: true } });
+  await forgetSnippets(db, deps, key.map((s) => s.id));
   await db.fact.deleteMany({ where: { id: factId } });
   if (fact.sourceMessageId) {
     const snippets = await db.recallSnippet.findMany({

@@ -4,7 +4,7 @@ export type SnippetVector = {
   vector: number[];
   endUserId: string;
   conversationId: string;
-  kind: "TURN" | "SUMMARY";
+  kind: "TURN" | "SUMMARY" | "FACT";
   occurredAt: Date;
 };
 

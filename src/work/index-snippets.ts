@@ -1,8 +1,8 @@
 import type { z } from "zod";
 import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
-import { createTurnSnippets, indexSnippets } from "../memory/recall/snippets.ts";
-import type { indexJob } from "../queue.ts";
+import { createTurnSnippets, indexSnippets, syncFactKeys } from "../memory/recall/snippets.ts";
+import { indexJob } from "../queue.ts";
 
 // The encoder embeds this many snippets at once, with one upsert to Chroma per batch.
 const PER_BATCH = 64;
@@ -19,9 +19,17 @@ export async function runIndexSnippets(
 ) {
   const ids = [...(payload.snippetIds ?? [])];
   if (payload.conversationId && payload.firstSeq != null && payload.lastSeq != null) {
-    ids.push(
-      ...(await createTurnSnippets(db, payload.conversationId, { firstSeq: payload.firstSeq, lastSeq: payload.lastSeq })),
-    );
+    const made = await createTurnSnippets(db, payload.conversationId, { firstSeq: payload.firstSeq, lastSeq: payload.lastSeq });
+    ids.push(...made);
+    // Extraction may have read these messages before their turn had a snippet: the keys of its
+    // facts could not point anywhere yet.
+    const messageIds = made.length
+      ? (await db.recallSnippet.findMany({ where: { id: { in: made } }, select: { messageIds: true } })).flatMap((s) => s.messageIds)
+      : [];
+    if (messageIds.length && (await db.fact.count({ where: { sourceMessageId: { in: messageIds } } }))) {
+      const conversation = await db.conversation.findUnique({ where: { id: payload.conversationId }, select: { endUserId: true } });
+      if (conversation) ids.push(...(await syncFactKeys(db, deps, conversation.endUserId)));
+    }
   }
   let indexed = 0;
   for (let i = 0; i < ids.length; i += PER_BATCH) {
@@ -29,4 +37,15 @@ export async function runIndexSnippets(
   }
   deps.log.debug("recall snippets indexed", { tenantId: db.$tenantId(), indexed });
   return { indexed };
+}
+
+/** After extraction changed a user's facts: their sentences become keys of their turns (syncFactKeys), embedded by an index job. */
+export async function indexFactKeys(db: TenantDb, deps: Pick<Deps, "queue" | "vectors">, conversationId: string) {
+  const conversation = await db.conversation.findUnique({ where: { id: conversationId }, select: { endUserId: true } });
+  if (!conversation) return [];
+  const ids = await syncFactKeys(db, deps, conversation.endUserId);
+  for (let i = 0; i < ids.length; i += 256) {
+    await deps.queue.enqueue(indexJob, { tenantId: db.$tenantId(), snippetIds: ids.slice(i, i + 256) });
+  }
+  return ids;
 }

@@ -8,6 +8,7 @@ import { forgetPhrases, forgetUser } from "../memory/forget.ts";
 import { gateMessage } from "../memory/gate/gate.ts";
 import { extractJob, indexJob, quietExtractJob, type turnJob } from "../queue.ts";
 import { UnreadableAnswer } from "./dead-letter.ts";
+import { indexFactKeys } from "./index-snippets.ts";
 import { requestSummary } from "./summarize.ts";
 
 type TurnWorkDeps = Pick<Deps, "models" | "queue" | "pubsub" | "vectors" | "log">;
@@ -19,12 +20,16 @@ async function runExtraction(db: TenantDb, deps: TurnWorkDeps, conversationId: s
     chainFor(deps.models, tenantId, "fact-judge"),
   ]);
   if (!extractor || !judge) return { status: "MODEL_OFF" as const };
-  return extractFacts(
+  const result = await extractFacts(
     db,
     { extractor, judge, pubsub: deps.pubsub, log: deps.log },
     conversationId,
     { now },
   );
+  if (result.status === "EXTRACTED" && result.outcomes.some((o) => o.factId && o.change !== "REFRESHED")) {
+    await indexFactKeys(db, deps, conversationId);
+  }
+  return result;
 }
 
 class ExtractionBusy extends Error {

@@ -59,7 +59,10 @@ export function transcriptIn(request: ChatRequest): { seq: number; role: string;
 export type FactsScript = {
   triage?: (message: string) => { remember?: boolean; forget?: "NONE" | "SOME" | "ALL"; forgetTargets?: string[]; needsRecall?: boolean };
   /** Candidate facts for a batch of user messages. */
-  extract?: (messages: { seq: number; role: string; content: string }[], known: string[]) => { text: string; core?: boolean; seq: number }[];
+  extract?: (
+    messages: { seq: number; role: string; content: string }[],
+    known: string[],
+  ) => { text: string; core?: boolean; seq: number; subject?: string | null }[];
   /** The judgment of one candidate against the stored facts ([id] text). */
   judge?: (candidate: string, stored: { id: string; text: string }[]) => {
     durability?: string;

@@ -68,7 +68,14 @@ async function enforceCap(db: TenantDb, deps: FactDeps, endUserId: string) {
 async function createFact(
   db: TenantDb,
   deps: FactDeps,
-  input: { endUserId: string; text: string; core: boolean; sensitivity?: string | null; contradictsId?: string | null },
+  input: {
+    endUserId: string;
+    text: string;
+    core: boolean;
+    subject?: string | null;
+    sensitivity?: string | null;
+    contradictsId?: string | null;
+  },
   author: FactAuthor,
   change: FactChangeKind,
   reason: string,
@@ -81,6 +88,7 @@ async function createFact(
         endUserId: input.endUserId,
         text: input.text,
         core: input.core,
+        subject: input.subject ?? null,
         sensitivity: input.sensitivity ?? null,
         contradictsId: input.contradictsId ?? null,
         origin: author.origin,
@@ -96,10 +104,13 @@ async function createFact(
   return fact;
 }
 
+const factSubject = z.string().trim().max(120).nullish().transform((v) => v || null);
+
 export const addFactInput = z.object({
   endUserId: z.string().min(1),
   text: factText,
   core: z.boolean().nullish().transform((v) => v ?? false),
+  subject: factSubject,
 });
 
 /** A fact written by a person or through the API. */
@@ -109,7 +120,12 @@ export async function addFact(db: TenantDb, deps: FactDeps, input: z.input<typeo
   return createFact(db, deps, parsed, author, "ADDED", "added by a person");
 }
 
-export const correctFactInput = z.object({ text: factText.nullish(), core: z.boolean().nullish() });
+export const correctFactInput = z.object({
+  text: factText.nullish(),
+  core: z.boolean().nullish(),
+  /** Absent: unchanged; null or empty: the end user; else the person it is about. */
+  subject: z.string().trim().max(120).nullish(),
+});
 
 /**
  * A person's correction: the fact changes, its earlier text stays in its history, and the key
@@ -128,10 +144,19 @@ export async function correctFact(
     if (!existing) throw notFound("Fact", id);
     const text = parsed.text ?? existing.text;
     const core = parsed.core ?? existing.core;
-    if (text === existing.text && core === existing.core) return { fact: existing, changed: false };
+    const subject = parsed.subject === undefined ? existing.subject : parsed.subject || null;
+    if (text === existing.text && core === existing.core && subject === existing.subject) return { fact: existing, changed: false };
     const updated = await tx.fact.update({
       where: { id },
-      data: { text, core, confirmedAt: new Date(), origin: "PERSON", apiKeyId: author.apiKeyId, sourceMessageId: null },
+      data: {
+        text,
+        core,
+        subject,
+        confirmedAt: new Date(),
+        origin: "PERSON",
+        apiKeyId: author.apiKeyId,
+        sourceMessageId: null,
+      },
     });
     await writeVersion(tx as TenantDb, updated, "CORRECTED", "corrected by a person");
     return { fact: updated, changed: true };
@@ -173,7 +198,7 @@ export async function applyCandidate(
     ? await db.fact.findFirst({ where: { id: judgment.relatedFactId, endUserId } })
     : null;
   const author: FactAuthor = { origin: "EXTRACTOR", sourceMessageId: input.sourceMessageId };
-  const base = { endUserId, text: candidate.text, core: candidate.core, sensitivity: judgment.sensitivity };
+  const base = { endUserId, text: candidate.text, core: candidate.core, subject: candidate.subject ?? null, sensitivity: judgment.sensitivity };
 
   if (judgment.relation === "same" && related) {
     await db.fact.update({ where: { id: related.id }, data: { confirmedAt: new Date() } });
@@ -188,6 +213,7 @@ export async function applyCandidate(
         data: {
           text: candidate.text,
           core: candidate.core || related.core,
+          subject: candidate.subject ?? null,
           sensitivity: judgment.sensitivity,
           confirmedAt: new Date(),
           origin: "EXTRACTOR",
@@ -210,16 +236,37 @@ export async function applyCandidate(
   return { change: "ADDED", reason: "the user said it", factId: fact.id };
 }
 
-/** The FACTS block of the context: what the user has said about themselves, core first. */
+/**
+ * The FACTS block of the context: what the user has said about themselves, core first, then
+ * what they said about each person they named, under that person's name.
+ */
 export function factsBlocks(db: TenantDb): ExtraBlocks {
   return async ({ endUserId }) => {
     const facts = await listFacts(db, endUserId);
     if (!facts.length) return [];
-    const items = facts.map((f) => {
-      const text = `- ${f.text}`;
-      return { id: f.id, text, tokens: countTokens(text), score: f.core ? 1 : 0 };
-    });
-    const text = items.map((i) => i.text).join("\n");
-    return [{ kind: "FACTS", title: "What the user has told us", text, tokens: countTokens(text), items }];
+    const subjects = [...new Set(facts.map((f) => f.subject))].sort((a, b) => (a === null ? -1 : b === null ? 1 : a.localeCompare(b)));
+    const items = subjects.flatMap((subject) =>
+      facts
+        .filter((f) => f.subject === subject)
+        .map((f) => {
+          const text = `- ${f.text}`;
+          return { id: f.id, text, tokens: countTokens(text), score: f.core ? 1 : 0, subject };
+        }),
+    );
+    const text = subjects
+      .map((subject) => {
+        const lines = items.filter((i) => i.subject === subject).map((i) => i.text).join("\n");
+        return subject === null ? lines : `About ${subject}:\n${lines}`;
+      })
+      .join("\n\n");
+    return [
+      {
+        kind: "FACTS",
+        title: "What the user has told us",
+        text,
+        tokens: countTokens(text),
+        items: items.map(({ subject: _, ...item }) => item),
+      },
+    ];
   };
 }

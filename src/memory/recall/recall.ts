@@ -11,20 +11,34 @@ import type { ContextBlock, ExtraBlocks } from "../context.ts";
 import { needsRecallByKeywords } from "../gate/keywords.ts";
 import type { SnippetDeps } from "./snippets.ts";
 import { countTokens } from "../tokens.ts";
+import { fuseHits } from "./fusion.ts";
+import { resolveTimeHint, type TimeHint } from "./time.ts";
 
 export type RecallDeps = SnippetDeps & { models: ModelProvider; pubsub: PubSub };
 
-
 export type RecallMode = "HYBRID" | "VECTOR" | "KEYWORD";
+
 export type { RecallCandidate, RecallEvent };
 
 /**
- * The issue's numbers: 10 candidates, at most 3 injected, judge score 2 or more. The fusion's
- * constants were chosen on LoCoMo (bench/README.md): a small k (5, not the usual 60) lets the
- * first ranks of each retriever count, and the BM25 side weighs 1.3 against the offline
- * encoder's 1, which puts 5 more points of questions' evidence in the top 3 at the same top 10.
+ * The product's numbers: 10 candidates (30 when a judge chooses), at most 3 injected, judge
+ * score 2 or more. The ranking constants (rrfK, keywordWeight, pool, perConversation, timeBoost)
+ * were chosen on the tuning half of LoCoMo only (bench/README.md, "LoCoMo evidence recall"): a
+ * small k lets each retriever's first ranks count, BM25 weighs 2 against the offline encoder's 1,
+ * a snippet in the time the message names gains 0.2, and capping one conversation's snippets
+ * cost more evidence than it bought there, so the cap is 10 (off within a top 10).
  */
-export const RECALL = { candidates: 10, inject: 3, minJudgeScore: 2, rrfK: 5, keywordWeight: 1.3 } as const;
+export const RECALL = {
+  candidates: 10,
+  judgeCandidates: 30,
+  inject: 3,
+  minJudgeScore: 2,
+  rrfK: 2,
+  keywordWeight: 2,
+  pool: 30,
+  perConversation: 10,
+  timeBoost: 0.2,
+} as const;
 
 export type SearchInput = {
   endUserId: string;
@@ -32,6 +46,8 @@ export type SearchInput = {
   excludeConversationId?: string | null;
   k: number;
   mode?: RecallMode;
+  /** When the message was said, to resolve "last Tuesday" or "two months ago" (default now). */
+  at?: Date;
 };
 
 /** Okapi BM25's usual constants: term-frequency saturation and document-length normalisation. */
@@ -77,23 +93,16 @@ async function keywordHits(db: TenantDb, input: SearchInput, limit: number) {
     LIMIT ${limit}`;
 }
 
-/**
- * The candidates for a message from one end user's other conversations: the nearest vectors
- * (Chroma), the full-text matches (PostgreSQL), fused by reciprocal rank. Snippets are read back
- * from the database, so a vector whose snippet was forgotten is never returned. When vector
- * search fails (Chroma down), the keyword side still answers and `degraded` says why.
- */
-export async function searchSnippets(
+/** The two retrievers' hits for a message, before fusion (the LoCoMo bench tunes fusion over these). */
+export async function retrieveHits(
   db: TenantDb,
   deps: Pick<RecallDeps, "embeddings" | "vectors" | "log">,
   input: SearchInput,
-): Promise<{ candidates: RecallCandidate[]; degraded: string | null }> {
+  pool: number,
+) {
   const tenantId = db.$tenantId();
   const mode = input.mode ?? "HYBRID";
-  // Each retriever brings its 10 best (or k); a deeper pool did not help on LoCoMo (bench/README.md).
-  const pool = Math.max(input.k, RECALL.candidates);
   let degraded: string | null = null;
-
   const vectorSide = async () => {
     if (mode === "KEYWORD") return [];
     try {
@@ -116,57 +125,67 @@ export async function searchSnippets(
     vectorSide(),
     mode === "VECTOR" ? Promise.resolve([]) : keywordHits(db, input, pool),
   ]);
+  return { vector, keyword, degraded: degraded as string | null };
+}
 
-  const scores = new Map<string, Pick<RecallCandidate, "vectorScore" | "vectorRank" | "keywordScore" | "keywordRank" | "fusedScore">>();
-  const entry = (id: string) => {
-    let s = scores.get(id);
-    if (!s) scores.set(id, (s = { vectorScore: null, vectorRank: null, keywordScore: null, keywordRank: null, fusedScore: 0 }));
-    return s;
-  };
-  vector.forEach((hit, i) => {
-    const s = entry(hit.id);
-    s.vectorScore = hit.similarity;
-    s.vectorRank = i + 1;
-    s.fusedScore += 1 / (RECALL.rrfK + i + 1);
-  });
-  keyword.forEach((hit, i) => {
-    const s = entry(hit.id);
-    s.keywordScore = hit.rank;
-    s.keywordRank = i + 1;
-    s.fusedScore += RECALL.keywordWeight / (RECALL.rrfK + i + 1);
-  });
-  if (scores.size === 0) return { candidates: [], degraded };
+/**
+ * The candidates for a message from one end user's other conversations: the nearest vectors
+ * (Chroma), the full-text matches (PostgreSQL), fused by reciprocal rank with a boost for the
+ * time the message names and at most RECALL.perConversation snippets per conversation ahead of
+ * the others (fusion.ts). Snippets are read back from the database, so a vector whose snippet
+ * was forgotten is never returned. When vector search fails (Chroma down), the keyword side
+ * still answers and `degraded` says why.
+ */
+export async function searchSnippets(
+  db: TenantDb,
+  deps: Pick<RecallDeps, "embeddings" | "vectors" | "log">,
+  input: SearchInput,
+): Promise<{ candidates: RecallCandidate[]; degraded: string | null; time: TimeHint | null }> {
+  const pool = Math.max(input.k, RECALL.pool);
+  const retrieved = retrieveHits(db, deps, input, pool);
+  // Parsed while the retrievers are out (a millisecond or two of CPU).
+  const time = resolveTimeHint(input.text, input.at ?? new Date());
+  const { vector, keyword, degraded } = await retrieved;
+  const ids = [...new Set([...vector.map((h) => h.id), ...keyword.map((h) => h.id)])];
+  if (ids.length === 0) return { candidates: [], degraded, time };
 
-  const snippets = await db.recallSnippet.findMany({
-    where: {
-      id: { in: [...scores.keys()] },
-      endUserId: input.endUserId,
-      ...(input.excludeConversationId ? { conversationId: { not: input.excludeConversationId } } : {}),
-    },
-    select: { id: true, kind: true, text: true, conversationId: true, messageIds: true, occurredAt: true },
-  });
-  const messageIds = snippets.flatMap((s) => s.messageIds);
+  const read = (where: Prisma.RecallSnippetWhereInput) =>
+    db.recallSnippet.findMany({
+      where: {
+        ...where,
+        endUserId: input.endUserId,
+        ...(input.excludeConversationId ? { conversationId: { not: input.excludeConversationId } } : {}),
+      },
+      select: { id: true, kind: true, text: true, conversationId: true, messageIds: true, occurredAt: true, keyOfId: true },
+    });
+  const found = await read({ id: { in: ids } });
+  // The snippets that keys (facts' sentences) point to, when they were not found themselves.
+  const have = new Set(found.map((s) => s.id));
+  const targets = [...new Set(found.flatMap((s) => (s.keyOfId && !have.has(s.keyOfId) ? [s.keyOfId] : [])))];
+  const snippets = new Map([...found, ...(targets.length ? await read({ id: { in: targets } }) : [])].map((s) => [s.id, s]));
+  const fused = fuseHits(vector, keyword, snippets, time, input.k, { ...RECALL, pool });
+  const messageIds = fused.flatMap((f) => snippets.get(f.id)!.messageIds);
   const seqOf = new Map(
     messageIds.length
       ? (await db.message.findMany({ where: { id: { in: messageIds } }, select: { id: true, seq: true } })).map((m) => [m.id, m.seq])
       : [],
   );
-  const candidates = snippets
-    .map((s) => ({
+  const candidates = fused.map(({ id, ...scores }) => {
+    const s = snippets.get(id)!;
+    return {
       snippetId: s.id,
       kind: s.kind,
       text: s.text,
       conversationId: s.conversationId,
       messageIds: s.messageIds,
-      messageSeqs: s.messageIds.map((id) => seqOf.get(id) ?? 0),
+      messageSeqs: s.messageIds.map((m) => seqOf.get(m) ?? 0),
       occurredAt: s.occurredAt,
-      ...scores.get(s.id)!,
+      ...scores,
       judgeScore: null,
       chosen: false,
-    }))
-    .sort((a, b) => b.fusedScore - a.fusedScore || (b.vectorScore ?? 0) - (a.vectorScore ?? 0))
-    .slice(0, input.k);
-  return { candidates, degraded };
+    };
+  });
+  return { candidates, degraded, time };
 }
 
 /** Without the judge: the fused top 3 that are close enough, or strong keyword matches. */
@@ -176,39 +195,81 @@ function aboveFloor(candidates: RecallCandidate[], floor: number) {
     .slice(0, RECALL.inject);
 }
 
+/**
+ * The turns just before and after each TURN candidate in its conversation (their shared
+ * messages), for the judge: a question's answer is often one turn away. One query.
+ */
+async function neighbouringTurns(db: TenantDb, candidates: RecallCandidate[]) {
+  const around = new Map<string, { before: string | null; after: string | null }>();
+  const turns = candidates.filter((c) => c.kind === "TURN" && c.messageSeqs.length);
+  if (turns.length === 0) return around;
+  const span = (c: RecallCandidate) => ({ first: Math.min(...c.messageSeqs), last: Math.max(...c.messageSeqs) });
+  const messages = await db.message.findMany({
+    where: {
+      private: false,
+      role: { in: ["USER", "ASSISTANT"] },
+      OR: turns.map((c) => {
+        const { first, last } = span(c);
+        return { conversationId: c.conversationId, seq: { in: [first - 2, first - 1, last + 1, last + 2] } };
+      }),
+    },
+    select: { conversationId: true, seq: true, role: true, content: true },
+  });
+  const at = new Map(messages.map((m) => [`${m.conversationId}:${m.seq}`, m]));
+  const text = (conversationId: string, seqs: number[]) =>
+    seqs
+      .map((seq) => at.get(`${conversationId}:${seq}`))
+      .filter((m) => m !== undefined)
+      .map((m) => `${m.role.toLowerCase()}: ${m.content}`)
+      .join(" / ") || null;
+  for (const c of turns) {
+    const { first, last } = span(c);
+    around.set(c.snippetId, { before: text(c.conversationId, [first - 2, first - 1]), after: text(c.conversationId, [last + 1, last + 2]) });
+  }
+  return around;
+}
+
 export type RecallForTurnInput = {
   endUserId: string;
   conversationId: string;
   message: string;
   /** The per-turn gate's verdict; when not given, the keyword gate (recall-gate.ts) decides. */
   needsRecall?: boolean | null;
+  /** When the message was said (default now), for the time it names. */
+  at?: Date;
 };
 
 /**
- * Recall for one turn: when the gate says the message needs earlier conversations, the 10 best
- * candidates from the user's other conversations are scored 0–3 by the re-rank judge and at
- * most 3 scoring 2 or more are chosen (without a model: the fused top 3 above the similarity
- * floor). Each recall is published on `memoryRecall`. When the gate says no, nothing is
+ * Recall for one turn: when the gate says the message needs earlier conversations, the 30 best
+ * candidates from the user's other conversations are scored 0–3 by the re-rank judge, each shown
+ * with the turns around it, and at most 3 scoring 2 or more are chosen (without a model: the
+ * fused top 3 of the best 10 above the similarity floor). Each recall is published on `memoryRecall`. When the gate says no, nothing is
  * retrieved and nothing is embedded.
  */
 export async function recallForTurn(db: TenantDb, deps: RecallDeps, input: RecallForTurnInput): Promise<RecallEvent | null> {
   const tenantId = db.$tenantId();
   const needed = input.needsRecall ?? needsRecallByKeywords(input.message);
   if (!needed) return null;
+  const rerank = await chainFor(deps.models, tenantId, "rerank");
   const { candidates, degraded } = await searchSnippets(db, deps, {
     endUserId: input.endUserId,
     text: input.message,
     excludeConversationId: input.conversationId,
-    k: RECALL.candidates,
+    // A judge chooses from a deeper list than the fused top 10 alone (bench/README.md).
+    k: rerank ? RECALL.judgeCandidates : RECALL.candidates,
+    at: input.at,
   });
 
   let chosen: RecallCandidate[] = [];
   let chosenBy: RecallEvent["chosenBy"] = "FLOOR";
-  const rerank = candidates.length ? await chainFor(deps.models, tenantId, "rerank") : null;
   let scores: RerankScores | null = null;
-  if (rerank) {
+  if (rerank && candidates.length) {
     try {
-      scores = await rerank.invoke({ message: input.message, snippets: candidates });
+      const around = await neighbouringTurns(db, candidates);
+      scores = await rerank.invoke({
+        message: input.message,
+        snippets: candidates.map((c) => ({ ...c, ...around.get(c.snippetId) })),
+      });
     } catch (error) {
       // A reply must not wait on a broken judge: fall back to the similarity floor.
       deps.log.warn("recall: the re-rank judge failed; using the similarity floor", {

@@ -1,6 +1,7 @@
 import type { TenantDb } from "../../db.ts";
 import type { Deps } from "../../deps.ts";
 import type { Message } from "../../generated/prisma/client.ts";
+import { forgetSnippets } from "../forget.ts";
 
 /** What indexing needs beside the tenant's client: the embedder and the vector store. */
 export type SnippetDeps = Pick<Deps, "embeddings" | "vectors" | "log">;
@@ -95,6 +96,52 @@ export async function syncSummarySnippet(db: TenantDb, conversationId: string): 
 }
 
 /**
+ * Keeps one FACT key per fact of the user that came from a message: the fact's sentence as an
+ * extra recall key for the TURN snippet holding that message (a hit on the key is credited to the
+ * turn, see fusion.ts). Creates missing keys, re-points or rewrites changed ones and deletes those
+ * whose fact or turn is gone; returns the ids to index.
+ */
+export async function syncFactKeys(db: TenantDb, deps: Pick<Deps, "vectors">, endUserId: string): Promise<string[]> {
+  const tenantId = db.$tenantId();
+  const [facts, keys] = await Promise.all([
+    db.fact.findMany({ where: { endUserId, sourceMessageId: { not: null } }, select: { id: true, text: true, sourceMessageId: true } }),
+    db.recallSnippet.findMany({ where: { endUserId, kind: "FACT" }, select: { id: true, factId: true, keyOfId: true, text: true } }),
+  ]);
+  const sources = facts.map((f) => f.sourceMessageId!);
+  const turns = sources.length
+    ? await db.recallSnippet.findMany({
+        where: { endUserId, kind: "TURN", messageIds: { hasSome: sources } },
+        select: { id: true, conversationId: true, occurredAt: true, messageIds: true },
+      })
+    : [];
+  const turnOf = new Map(turns.flatMap((t) => t.messageIds.map((m) => [m, t] as const)));
+  const keyOf = new Map(keys.map((k) => [k.factId, k]));
+  const wanted = new Set<string>();
+  const toIndex: string[] = [];
+  for (const fact of facts) {
+    const turn = turnOf.get(fact.sourceMessageId!);
+    if (!turn) continue;
+    const key = keyOf.get(fact.id);
+    const data = { text: fact.text, keyOfId: turn.id, conversationId: turn.conversationId, occurredAt: turn.occurredAt };
+    if (!key) {
+      const created = await db.recallSnippet.create({
+        data: { ...data, tenantId, endUserId, kind: "FACT", factId: fact.id, messageIds: [] },
+        select: { id: true },
+      });
+      toIndex.push(created.id);
+    } else {
+      wanted.add(key.id);
+      if (key.text !== fact.text || key.keyOfId !== turn.id) {
+        await db.recallSnippet.update({ where: { id: key.id }, data: { ...data, indexedAt: null } });
+        toIndex.push(key.id);
+      }
+    }
+  }
+  await forgetSnippets(db, deps, keys.filter((k) => !wanted.has(k.id)).map((k) => k.id));
+  return toIndex;
+}
+
+/**
  * Embeds snippets and upserts their vectors, then marks them indexed. Idempotent: running it
  * twice re-upserts the same vectors. A snippet forgotten meanwhile leaves no vector behind.
  */
@@ -143,4 +190,3 @@ export async function snippetsToReindex(db: TenantDb, model: string, options: { 
   });
   return rows.map((r) => r.id);
 }
-

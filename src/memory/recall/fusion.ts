@@ -1,0 +1,125 @@
+import { inSpan, type TimeHint } from "./time.ts";
+
+/** What fusion needs to know of a snippet found by either retriever. */
+export type FusionSnippet = {
+  id: string;
+  conversationId: string;
+  occurredAt: Date;
+  /** For a key (a fact's sentence): the snippet a hit on it is credited to. */
+  keyOfId?: string | null;
+};
+
+export type FusionOptions = {
+  /** Reciprocal rank fusion's k: small lets each retriever's first ranks count. */
+  rrfK: number;
+  /** The keyword side's weight against the vector side's 1. */
+  keywordWeight: number;
+  /** How many hits each retriever brings. */
+  pool: number;
+  /** At most this many snippets of one conversation before the others have had their turn. */
+  perConversation: number;
+  /** Added to the fused score of a snippet in the span the message names. */
+  timeBoost: number;
+};
+
+export type FusedScores = {
+  vectorScore: number | null;
+  vectorRank: number | null;
+  keywordScore: number | null;
+  keywordRank: number | null;
+  fusedScore: number;
+  /** In the span the message names, or in the newest/oldest conversation it asks for. */
+  timeMatch: boolean;
+};
+
+/**
+ * Reciprocal rank fusion of the two retrievers' hits, plus a boost for snippets in the time the
+ * message names ("in May", "last Tuesday", "the last time"), then the diversity rule: a
+ * conversation places at most `perConversation` snippets while another conversation's snippet
+ * is waiting, so one session cannot fill the top of the list. Pure, so the LoCoMo bench tunes
+ * it over cached retriever hits (bench/README.md).
+ */
+export function fuseHits(
+  vector: { id: string; similarity: number }[],
+  keyword: { id: string; rank: number }[],
+  snippets: Map<string, FusionSnippet>,
+  hint: TimeHint | null,
+  k: number,
+  options: FusionOptions,
+): (FusedScores & { id: string })[] {
+  const scores = new Map<string, FusedScores & { id: string }>();
+  const entry = (id: string) => {
+    let s = scores.get(id);
+    if (!s) {
+      s = { id, vectorScore: null, vectorRank: null, keywordScore: null, keywordRank: null, fusedScore: 0, timeMatch: false };
+      scores.set(id, s);
+    }
+    return s;
+  };
+  // A key's hit counts for the snippet it points to; a snippet is credited once per retriever,
+  // at the best rank any of its keys (or itself) reached.
+  const credited = (hits: { id: string }[]) => {
+    const seen = new Set<string>();
+    return hits.slice(0, options.pool).map((hit, i) => {
+      const target = snippets.get(hit.id)?.keyOfId ?? hit.id;
+      if (!snippets.has(target) || seen.has(target)) return null;
+      seen.add(target);
+      return { target, rank: i + 1 };
+    });
+  };
+  credited(vector).forEach((c, i) => {
+    if (!c) return;
+    const s = entry(c.target);
+    s.vectorScore = vector[i].similarity;
+    s.vectorRank = c.rank;
+    s.fusedScore += 1 / (options.rrfK + c.rank);
+  });
+  credited(keyword).forEach((c, i) => {
+    if (!c) return;
+    const s = entry(c.target);
+    s.keywordScore = keyword[i].rank;
+    s.keywordRank = c.rank;
+    s.fusedScore += options.keywordWeight / (options.rrfK + c.rank);
+  });
+  const fused = [...scores.values()];
+  if (hint && options.timeBoost > 0) boostByTime(fused, snippets, hint, options.timeBoost);
+  fused.sort((a, b) => b.fusedScore - a.fusedScore || (b.vectorScore ?? 0) - (a.vectorScore ?? 0));
+  return diversify(fused, snippets, k, options.perConversation);
+}
+
+function boostByTime(fused: (FusedScores & { id: string })[], snippets: Map<string, FusionSnippet>, hint: TimeHint, boost: number) {
+  for (const s of fused) {
+    if (inSpan(hint, snippets.get(s.id)!.occurredAt)) {
+      s.timeMatch = true;
+      s.fusedScore += boost;
+    }
+  }
+  if (!hint.order || fused.length === 0) return;
+  // "The last time": the newest conversation among the candidates (or the oldest, for "first").
+  const times = fused.map((s) => snippets.get(s.id)!.occurredAt.getTime());
+  const pick = hint.order === "LATEST" ? Math.max(...times) : Math.min(...times);
+  const conversation = snippets.get(fused[times.indexOf(pick)].id)!.conversationId;
+  for (const s of fused) {
+    if (snippets.get(s.id)!.conversationId === conversation && !s.timeMatch) {
+      s.timeMatch = true;
+      s.fusedScore += boost;
+    }
+  }
+}
+
+/** The first k of a ranked list, at most `cap` per conversation until no other is left. */
+function diversify<T extends { id: string }>(ranked: T[], snippets: Map<string, FusionSnippet>, k: number, cap: number): T[] {
+  const taken: T[] = [];
+  const waiting: T[] = [];
+  const placed = new Map<string, number>();
+  for (const s of ranked) {
+    if (taken.length === k) break;
+    const conversation = snippets.get(s.id)!.conversationId;
+    const n = placed.get(conversation) ?? 0;
+    if (n < cap) {
+      placed.set(conversation, n + 1);
+      taken.push(s);
+    } else waiting.push(s);
+  }
+  return [...taken, ...waiting].slice(0, k);
+}

@@ -1,0 +1,125 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { forTenant } from "../src/db.ts";
+import { forgetSnippets } from "../src/memory/forget.ts";
+import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
+import { bagOfWords } from "./helpers/fake-embeddings.ts";
+import type { ModelServer } from "./helpers/model-server.ts";
+import { RECALL } from "./helpers/recall.ts";
+import { factsScript } from "./helpers/scripted-memory-model.ts";
+import { until } from "./helpers/until.ts";
+
+// A scripted extractor that keeps a fact about the user and one about a person the user names.
+const RECORD = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { conversation { id endUser { id } } } }`;
+const CONTEXT = `query($input: ContextInput!) { context(input: $input) { blocks { kind text } } }`;
+
+let model: ModelServer;
+let engram: TestEngram;
+let endUserId: string;
+beforeAll(async () => {
+  ({ model, engram } = await startEngramWithModel({
+    worker: true,
+    embed: (input) => input.map((text) => bagOfWords(text)),
+    env: { ENGRAM_EMBEDDING_MODEL: "scripted-embed" },
+    respond: factsScript({
+      triage: () => ({ remember: true }),
+      extract: (messages) =>
+        messages.flatMap((m) =>
+          m.role !== "user"
+            ? []
+            : /daughter Ana/.test(m.content)
+              ? [
+                  { text: "Ana, the user's daughter, is allergic to nuts.", seq: m.seq, core: true, subject: "Ana (daughter)" },
+                  { text: "The user is vegetarian.", seq: m.seq, core: true, subject: null },
+                ]
+              : [],
+        ),
+    }),
+  }));
+  const first = await engram.gql(
+    RECORD,
+    {
+      input: {
+        agentExternalId: "chef",
+        endUserExternalId: "lena",
+        conversationExternalId: "lena-1",
+        clientTurnId: "l1",
+        userMessage: "I'm vegetarian, and my daughter Ana can't have peanuts or any other nuts.",
+        assistantMessage: "Noted, no meat and nothing with nuts.",
+      },
+    },
+    engram.tenant.writer,
+  );
+  endUserId = first.data.recordTurn.conversation.endUser.id;
+  await until("the facts and their recall keys to be indexed", async () => {
+    const keys = await engram.services.db.recallSnippet.findMany({ where: { endUserId, kind: "FACT" } });
+    return keys.length === 2 && keys.every((k) => k.indexedAt);
+  });
+}, 120_000);
+afterAll(async () => {
+  await engram?.stop();
+  await model?.stop();
+});
+
+describe("facts about the people the user names", () => {
+  it("keeps the subject on the end user's profile, and the FACTS block groups the facts by subject", async () => {
+    const facts = await engram.gql(`query($id: ID!) { facts(endUserId: $id) { text subject } }`, { id: endUserId }, engram.tenant.reader);
+    expect(facts.data.facts).toEqual(
+      expect.arrayContaining([
+        { text: "Ana, the user's daughter, is allergic to nuts.", subject: "Ana (daughter)" },
+        { text: "The user is vegetarian.", subject: null },
+      ]),
+    );
+    const second = await engram.gql(
+      RECORD,
+      { input: { agentExternalId: "chef", endUserExternalId: "lena", conversationExternalId: "lena-2", clientTurnId: "l2", userMessage: "Dinner ideas?" } },
+      engram.tenant.writer,
+    );
+    const { data } = await engram.gql(
+      CONTEXT,
+      { input: { conversationId: second.data.recordTurn.conversation.id, message: "Dinner ideas for tonight?" } },
+      engram.tenant.reader,
+    );
+    const block = data.context.blocks.find((b: { kind: string }) => b.kind === "FACTS");
+    expect(block.text).toBe("- The user is vegetarian.\n\nAbout Ana (daughter):\n- Ana, the user's daughter, is allergic to nuts.");
+  });
+
+  it("a person can set and clear the subject", async () => {
+    const added = await engram.gql(
+      `mutation($input: AddFactInput!) { addFact(input: $input) { id subject } }`,
+      { input: { endUserId, text: "Tom, the user's son, plays the cello.", subject: " Tom (son) " } },
+      engram.tenant.writer,
+    );
+    expect(added.data.addFact.subject).toBe("Tom (son)");
+    const cleared = await engram.gql(
+      `mutation($id: ID!, $input: CorrectFactInput!) { correctFact(id: $id, input: $input) { subject text } }`,
+      { id: added.data.addFact.id, input: { subject: null } },
+      engram.tenant.writer,
+    );
+    expect(cleared.data.correctFact).toEqual({ subject: null, text: "Tom, the user's son, plays the cello." });
+  });
+});
+
+describe("facts as recall keys", () => {
+  it("a fact's sentence finds the turn it came from, credited once, and goes with the turn", async () => {
+    const turn = await engram.services.db.recallSnippet.findFirstOrThrow({ where: { endUserId, kind: "TURN" } });
+    const keys = await engram.services.db.recallSnippet.findMany({ where: { endUserId, kind: "FACT" } });
+    expect(keys.map((k) => k.keyOfId)).toEqual([turn.id, turn.id]);
+    expect(keys.map((k) => k.conversationId)).toEqual([turn.conversationId, turn.conversationId]);
+
+    // "allergic" is only in the fact's sentence, never in the turn itself.
+    for (const mode of ["KEYWORD", "HYBRID"]) {
+      const { data } = await engram.gql(RECALL, { input: { endUserId, text: "Is Ana allergic to anything?", mode } }, engram.tenant.reader);
+      const candidates = data.recall.candidates;
+      expect(candidates[0]).toMatchObject({ snippetId: turn.id, kind: "TURN", keywordRank: 1 });
+      expect(candidates.filter((c: { snippetId: string }) => c.snippetId === turn.id)).toHaveLength(1);
+      expect(candidates.some((c: { kind: string }) => c.kind === "FACT")).toBe(false);
+    }
+
+    // Forgetting the turn takes its keys and their vectors too.
+    const where = { conversationId: turn.conversationId };
+    expect(await engram.services.vectors.count(engram.tenant.tenantId, where)).toBe(3);
+    await forgetSnippets(forTenant(engram.services.db, engram.tenant.tenantId), engram.services.deps, [turn.id]);
+    expect(await engram.services.db.recallSnippet.count({ where })).toBe(0);
+    expect(await engram.services.vectors.count(engram.tenant.tenantId, where)).toBe(0);
+  });
+});

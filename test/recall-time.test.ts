@@ -1,0 +1,84 @@
+import { describe, expect, it } from "vitest";
+import { fuseHits, type FusionOptions, type FusionSnippet } from "../src/memory/recall/fusion.ts";
+import { resolveTimeHint } from "../src/memory/recall/time.ts";
+
+// A Wednesday.
+const asked = new Date("2023-10-25T15:00:00Z");
+const day = (iso: string) => new Date(`${iso}T12:00:00Z`);
+const within = (hint: ReturnType<typeof resolveTimeHint>, iso: string) => {
+  const t = day(iso).getTime();
+  return (!hint?.from || t >= hint.from.getTime()) && (!hint?.to || t <= hint.to.getTime());
+};
+
+describe("time expressions in a recall message", () => {
+  it("resolves weekdays, relative dates, months and years against when the message was said", () => {
+    const tuesday = resolveTimeHint("what did we say last Tuesday about the order?", asked);
+    expect(tuesday?.text).toBe("last Tuesday");
+    expect(within(tuesday, "2023-10-24")).toBe(true);
+    expect(within(tuesday, "2023-10-10")).toBe(false);
+
+    const ago = resolveTimeHint("the hotel I told you about two months ago", asked);
+    expect(within(ago, "2023-08-14")).toBe(true);
+    expect(within(ago, "2023-10-14")).toBe(false);
+
+    const may = resolveTimeHint("When did Melanie go camping in May?", asked);
+    expect(within(may, "2023-05-20")).toBe(true);
+    expect(within(may, "2023-04-28")).toBe(false);
+    expect(within(may, "2022-05-20")).toBe(false);
+
+    const year = resolveTimeHint("what did I buy in 2022?", asked);
+    expect(within(year, "2022-03-01")).toBe(true);
+    expect(within(year, "2023-03-01")).toBe(false);
+  });
+
+  it("opens the span for before / after, and reads 'the last time' and 'the first time' as an order", () => {
+    const before = resolveTimeHint("what did I order before August?", asked);
+    expect(before?.from).toBeNull();
+    expect(within(before, "2023-07-20")).toBe(true);
+    expect(within(before, "2023-08-20")).toBe(false);
+
+    const after = resolveTimeHint("anything new since 3 September 2023?", asked);
+    expect(after?.to).toBeNull();
+    expect(within(after, "2023-10-01")).toBe(true);
+    expect(within(after, "2023-08-01")).toBe(false);
+
+    expect(resolveTimeHint("what did I get the last time?", asked)).toMatchObject({ order: "LATEST", from: null, to: null });
+    expect(resolveTimeHint("what did I order the first time?", asked)?.order).toBe("EARLIEST");
+  });
+
+  it("finds no time where there is none (\"May I…\" is not a month)", () => {
+    expect(resolveTimeHint("May I have my usual coffee?", asked)).toBeNull();
+    expect(resolveTimeHint("Which running shoes did I buy?", asked)).toBeNull();
+  });
+});
+
+describe("fusion", () => {
+  const options: FusionOptions = { rrfK: 5, keywordWeight: 1, pool: 10, perConversation: 10, timeBoost: 0.1 };
+  const snippets = new Map<string, FusionSnippet>([
+    ["a1", { id: "a1", conversationId: "A", occurredAt: day("2023-05-02") }],
+    ["a2", { id: "a2", conversationId: "A", occurredAt: day("2023-05-02") }],
+    ["a3", { id: "a3", conversationId: "A", occurredAt: day("2023-05-02") }],
+    ["b1", { id: "b1", conversationId: "B", occurredAt: day("2023-07-10") }],
+    ["c1", { id: "c1", conversationId: "C", occurredAt: day("2023-09-01") }],
+  ]);
+  const vector = ["a1", "a2", "a3", "b1", "c1"].map((id, i) => ({ id, similarity: 0.9 - i / 10 }));
+  const keyword = ["a2", "b1"].map((id, i) => ({ id, rank: 5 - i }));
+
+  it("credits each snippet once with both ranks, and lets one conversation place at most N ahead of the others", () => {
+    const all = fuseHits(vector, keyword, snippets, null, 5, options);
+    expect(all.map((f) => f.id)).toEqual(["a2", "b1", "a1", "a3", "c1"]);
+    expect(all[0]).toMatchObject({ vectorRank: 2, keywordRank: 1 });
+    const diverse = fuseHits(vector, keyword, snippets, null, 5, { ...options, perConversation: 1 });
+    expect(diverse.map((f) => f.id)).toEqual(["a2", "b1", "c1", "a1", "a3"]);
+  });
+
+  it("ranks snippets in the span the message names higher, and the newest conversation for 'the last time'", () => {
+    const july = fuseHits(vector, keyword, snippets, resolveTimeHint("what did I say in July?", asked), 5, options);
+    expect(july[0]).toMatchObject({ id: "b1", timeMatch: true });
+    expect(july.filter((f) => f.timeMatch).map((f) => f.id)).toEqual(["b1"]);
+    const latest = fuseHits(vector, keyword, snippets, resolveTimeHint("what did we talk about the last time?", asked), 5, { ...options, timeBoost: 0.3 });
+    expect(latest[0]).toMatchObject({ id: "c1", timeMatch: true });
+    const untimed = fuseHits(vector, keyword, snippets, resolveTimeHint("what did I say in July?", asked), 5, { ...options, timeBoost: 0 });
+    expect(untimed[0].id).toBe("a2");
+  });
+});

@@ -12,6 +12,11 @@ const schema = z.object({
   REDIS_URL: z.string().regex(/^rediss?:\/\//, "must be a redis:// or rediss:// URL").optional(),
   OPENAI_API_KEY: z.string().min(1).optional(),
   OPENAI_BASE_URL: z.string().url().optional(),
+  /**
+   * Hosts (host or host:port, comma-separated) a tenant's model base URL may use even though they
+   * are loopback, private or link-local. OPENAI_BASE_URL's own host is always allowed.
+   */
+  ENGRAM_MODEL_HOST_ALLOWLIST: z.string().optional(),
   ENGRAM_CHEAP_MODEL: z.string().min(1).default("gpt-4o-mini"),
   ENGRAM_COMPACTION_MODEL: z.string().min(1).default("gpt-4o"),
   /** Recall embeddings: "auto" uses OpenAI when a key or base URL is set, else the offline encoder. */

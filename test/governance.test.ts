@@ -65,7 +65,8 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     ({ engram } = await startEngramWithModel({
       model: fallback,
       apiKey: "server-key",
-      env: { ENGRAM_SECRET: SECRET, ENGRAM_EMBEDDINGS: "offline" },
+      // The tenants' own model servers are on loopback: the operator allows it.
+      env: { ENGRAM_SECRET: SECRET, ENGRAM_EMBEDDINGS: "offline", ENGRAM_MODEL_HOST_ALLOWLIST: "127.0.0.1" },
     }));
   });
   afterAll(async () => {
@@ -403,7 +404,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
 describe("settings on a server without ENGRAM_SECRET", () => {
   let engram: TestEngram;
   beforeAll(async () => {
-    engram = await startTestEngram({ env: { ENGRAM_EMBEDDINGS: "offline" } });
+    engram = await startTestEngram({ env: { ENGRAM_EMBEDDINGS: "offline", ENGRAM_MODEL_HOST_ALLOWLIST: "127.0.0.1:9" } });
   });
   afterAll(() => engram?.stop());
 

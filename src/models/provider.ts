@@ -7,6 +7,7 @@ import { assertBudgetLeft, budgetStatus, type BudgetStatus } from "../governance
 import { redactTexts, type RedactionResult } from "../governance/redaction.ts";
 import { loadTenantSettings, tenantApiKey, type EffectiveSettings } from "../governance/settings.ts";
 import { countTokens } from "../memory/tokens.ts";
+import { egressPolicy, guardedFetch, asModelCallError } from "./egress.ts";
 import { recordModelUsage } from "../governance/usage.ts";
 import {
   defaultModelName,
@@ -76,7 +77,12 @@ export class TenantEmbeddings extends Embeddings {
 
   async embedDocuments(documents: string[]): Promise<number[][]> {
     const { texts, redactions } = await this.redact(documents);
-    const vectors = await this.inner.embedDocuments(texts);
+    let vectors: number[][];
+    try {
+      vectors = await this.inner.embedDocuments(texts);
+    } catch (error) {
+      throw asModelCallError(error);
+    }
     await this.record({
       chain: "embed",
       model: this.model,
@@ -99,12 +105,15 @@ export function createModelProvider(deps: {
   createModel?: (route: ModelRoute) => BaseChatModel;
 }): ModelProvider {
   const { tenants, env } = deps;
+  // Every OpenAI client, chat and embeddings, connects through this.
+  const fetch = guardedFetch(egressPolicy(env));
   const createModel =
     deps.createModel ??
     ((route: ModelRoute) =>
       openAIChatModel(route, {
         timeoutMs: env.ENGRAM_MODEL_TIMEOUT_MS,
         maxRetries: env.ENGRAM_MODEL_MAX_RETRIES,
+        fetch,
       }));
   const redactWith = (settings: EffectiveSettings) => (texts: string[]) => redactTexts(settings.redaction, texts);
   const recordFor = (tenantId: string) => (usage: ModelUsageRecord) => recordModelUsage(tenants.scoped(tenantId), usage);
@@ -136,7 +145,7 @@ export function createModelProvider(deps: {
       const inner = new OpenAIEmbeddings({
         model: route.model,
         apiKey: route.apiKey ?? "not-needed",
-        configuration: route.baseUrl ? { baseURL: route.baseUrl } : undefined,
+        configuration: { baseURL: route.baseUrl, fetch },
         timeout: env.ENGRAM_MODEL_TIMEOUT_MS,
         maxRetries: env.ENGRAM_MODEL_MAX_RETRIES,
       });

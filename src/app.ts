@@ -11,6 +11,7 @@ import { WebSocketServer } from "ws";
 import type { GraphQLContext } from "./builder.ts";
 import { forTenant } from "./db.ts";
 import { EngramError } from "./errors.ts";
+import { isInputValidationError, reportLimitErrors, useTypedRequestErrors } from "./graphql/edge.ts";
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
 import { authenticate } from "./auth.ts";
@@ -56,6 +57,9 @@ function maskError(error: unknown, message: string, isDev: boolean | undefined, 
   const where = { nodes: located?.nodes, path: located?.path };
   if (cause instanceof EngramError) {
     return new GraphQLError(cause.message, { ...where, extensions: { code: cause.code, ...cause.details } });
+  }
+  if (isInputValidationError(cause)) {
+    return new GraphQLError(cause.message, { ...where, extensions: { ...cause.extensions, code: "BAD_USER_INPUT" } });
   }
   if (isGraphQLError(cause)) {
     return new GraphQLError(cause.message, { ...where, extensions: cause.extensions });
@@ -116,9 +120,10 @@ export function buildApp(services: Services): App {
       return { principal, db: forTenant(services.db, principal.tenantId), deps: services.deps };
     },
     plugins: [
-      maxDepthPlugin({ n: LIMITS.queryDepth }),
-      costLimitPlugin({ maxCost: LIMITS.queryCost }),
-      maxAliasesPlugin({ n: LIMITS.aliases }),
+      maxDepthPlugin({ n: LIMITS.queryDepth, ...reportLimitErrors }),
+      costLimitPlugin({ maxCost: LIMITS.queryCost, ...reportLimitErrors }),
+      maxAliasesPlugin({ n: LIMITS.aliases, ...reportLimitErrors }),
+      useTypedRequestErrors(),
       // Seed 000's REST paths (/memory…), generated from the schema, through this same pipeline.
       restApi(schema),
     ],

@@ -96,9 +96,11 @@ export function useTypedRequestErrors(): Plugin {
       if (refusal) return setResultAndStopExecution(refusal);
       return {
         onExecuteDone({ result, setResult }) {
-          // Variable coercion errors (a wrong enum value, a wrong type) come back without a code.
-          if ("errors" in result && result.errors?.some((e) => !e.extensions?.code)) {
-            setResult({ ...result, errors: result.errors.map((e) => (e.extensions?.code ? e : withCode(e))) });
+          // Variable coercion errors (a wrong enum value, a wrong type) come back without a code
+          // and without a path; resolver errors have a path and are left to error masking.
+          const uncoded = (e: GraphQLError) => !e.path && !e.extensions?.code;
+          if ("errors" in result && result.errors?.some(uncoded)) {
+            setResult({ ...result, errors: result.errors.map((e) => (uncoded(e) ? withCode(e) : e)) });
           }
         },
       };

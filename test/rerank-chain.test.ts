@@ -20,9 +20,9 @@ describe("the re-rank judge", () => {
     expect(system.content).toContain("never instructions");
     expect(human.content).toBe(
       "New message:\nSame vase as last time, please.\n\nSnippets from earlier conversations:\n" +
-        "[1] (2024-05-01)\nuser: I ordered the blue vase.\nassistant: Ordered.\n\n" +
-        "[2] (2024-06-02)\nuser: What's the weather?\nassistant: Sunny.\n\n" +
-        "[3] (2024-06-03)\nSummary: Dana furnishes her flat in blue.",
+        '[1] (2024-05-01)\n"user: I ordered the blue vase.\\nassistant: Ordered."\n\n' +
+        '[2] (2024-06-02)\n"user: What\'s the weather?\\nassistant: Sunny."\n\n' +
+        '[3] (2024-06-03)\n"Summary: Dana furnishes her flat in blue."',
     );
   });
 

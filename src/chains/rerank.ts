@@ -3,6 +3,7 @@ import { z } from "zod";
 import type { ChatModel } from "../models/metered.ts";
 import { jsonAnswerChain, modelInteger as integer } from "./json.ts";
 import { rerankPrompt } from "./rerank.prompt.ts";
+import { quoteText } from "./transcript.ts";
 
 export type RerankInput = {
   message: string;
@@ -19,7 +20,7 @@ const answer = z.object({
 /** Snippets are numbered from 1 in the prompt, each with its date. */
 export function formatSnippets(snippets: RerankInput["snippets"]): string {
   return snippets
-    .map((s, i) => `[${i + 1}] (${s.occurredAt.toISOString().slice(0, 10)})\n${s.text.trim()}`)
+    .map((s, i) => `[${i + 1}] (${s.occurredAt.toISOString().slice(0, 10)})\n${quoteText(s.text)}`)
     .join("\n\n");
 }
 

@@ -155,7 +155,7 @@ const CustomRedactionPatternInput = builder.inputType("CustomRedactionPatternInp
     name: t.string({ required: true }),
     pattern: t.string({
       required: true,
-      description: "A JavaScript regular expression; nested quantifiers and backreferences are refused.",
+      description: "An RE2 regular expression (matched in linear time; no backreferences or lookarounds).",
     }),
     flags: t.string({ description: "Any of i, m, s, u." }),
     placeholder: t.string({ description: "Default: [NAME]." }),

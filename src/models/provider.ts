@@ -115,7 +115,8 @@ export function createModelProvider(deps: {
         maxRetries: env.ENGRAM_MODEL_MAX_RETRIES,
         fetch,
       }));
-  const redactWith = (settings: EffectiveSettings) => (texts: string[]) => redactTexts(settings.redaction, texts);
+  const redactWith = (settings: EffectiveSettings, tenant: string) => (texts: string[]) =>
+    redactTexts(settings.redaction, texts, { tenant });
   const recordFor = (tenantId: string) => (usage: ModelUsageRecord) => recordModelUsage(tenants.scoped(tenantId), usage);
 
   return {
@@ -128,7 +129,7 @@ export function createModelProvider(deps: {
         // Checked per call, not per job: a budget spent mid-job stops the rest of it.
         beforeCall: () => assertBudgetLeft(tenantDb),
         // Likewise the redaction rules: a rule added mid-job applies to the job's next call.
-        redact: async (texts) => redactWith(await loadTenantSettings(tenantDb))(texts),
+        redact: async (texts) => redactWith(await loadTenantSettings(tenantDb), tenantId)(texts),
         record: recordFor(tenantId),
       });
     },
@@ -149,10 +150,10 @@ export function createModelProvider(deps: {
         timeout: env.ENGRAM_MODEL_TIMEOUT_MS,
         maxRetries: env.ENGRAM_MODEL_MAX_RETRIES,
       });
-      return new TenantEmbeddings(inner, route.model, redactWith(settings), recordFor(tenantId));
+      return new TenantEmbeddings(inner, route.model, redactWith(settings, tenantId), recordFor(tenantId));
     },
     async redactForTenant(tenantId, texts) {
-      return redactWith(await loadTenantSettings(tenants.scoped(tenantId)))(texts);
+      return redactWith(await loadTenantSettings(tenants.scoped(tenantId)), tenantId)(texts);
     },
     recordUsage: (tenantId, usage) => recordFor(tenantId)(usage),
     budget: (tenantId) => budgetStatus(tenants.scoped(tenantId)),

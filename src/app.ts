@@ -7,7 +7,7 @@ import { GraphQLError } from "graphql";
 import { useServer } from "graphql-ws/use/ws";
 import { renderGraphiQL } from "@graphql-yoga/render-graphiql";
 import { createYoga, maskError as defaultMaskError, type YogaServerInstance } from "graphql-yoga";
-import { WebSocketServer } from "ws";
+import { WebSocketServer, type WebSocket } from "ws";
 import type { GraphQLContext } from "./builder.ts";
 import { forTenant } from "./db.ts";
 import { EngramError } from "./errors.ts";
@@ -19,6 +19,7 @@ import { MCP_PATH, mcpHandler } from "./mcp/http.ts";
 import { restApi } from "./rest.ts";
 import { LIMITS } from "./limits.ts";
 import type { Services } from "./services.ts";
+import { createSocketRegistry } from "./sockets.ts";
 
 const GRAPHQL_PATH = "/graphql";
 
@@ -152,11 +153,19 @@ export function buildApp(services: Services): App {
   });
 
   const wsServer = new WebSocketServer({ server, path: GRAPHQL_PATH, maxPayload: LIMITS.requestBodyBytes });
-  const wsDisposable = useServer<Record<string, unknown>, { request: IncomingMessage }>(
+  const sockets = createSocketRegistry(services.pubsub, { connectionsPerKey: services.env.ENGRAM_WS_MAX_CONNECTIONS_PER_KEY });
+  const wsDisposable = useServer<Record<string, unknown>, { request: IncomingMessage; socket: WebSocket }>(
     {
-      onConnect: async (ctx) =>
-        Boolean(await authenticate(services.db, authorizationOf({ connectionParams: ctx.connectionParams }))),
+      onConnect: async (ctx) => {
+        const principal = await authenticate(services.db, authorizationOf({ connectionParams: ctx.connectionParams }));
+        return Boolean(principal) && sockets.add(principal!.apiKeyId, ctx.extra.socket);
+      },
       onSubscribe: async (ctx, _id, payload) => {
+        const max = services.env.ENGRAM_WS_MAX_SUBSCRIPTIONS;
+        // This subscription is already in ctx.subscriptions (graphql-ws reserves its id first).
+        if (Object.keys(ctx.subscriptions).length > max) {
+          return [new GraphQLError(`Too many subscriptions on this connection (at most ${max}).`, { extensions: { code: "TOO_MANY_SUBSCRIPTIONS" } })];
+        }
         const { schema, execute, subscribe, contextFactory, parse, validate } = yoga.getEnveloped({
           ...ctx,
           req: ctx.extra.request,
@@ -204,6 +213,7 @@ export function buildApp(services: Services): App {
       });
     },
     async stop() {
+      await sockets.close();
       await wsDisposable.dispose();
       for (const client of wsServer.clients) client.terminate();
       await new Promise<void>((resolve) => wsServer.close(() => resolve()));

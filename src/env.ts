@@ -28,6 +28,9 @@ const schema = z.object({
   ENGRAM_SECRET: z.string().min(16, "must be at least 16 characters").optional(),
   ENGRAM_MODEL_TIMEOUT_MS: z.coerce.number().int().positive().default(60_000),
   ENGRAM_MODEL_MAX_RETRIES: z.coerce.number().int().min(0).max(10).default(2),
+  /** WebSocket bounds: open connections per API key, and subscriptions per connection. */
+  ENGRAM_WS_MAX_CONNECTIONS_PER_KEY: z.coerce.number().int().positive().default(50),
+  ENGRAM_WS_MAX_SUBSCRIPTIONS: z.coerce.number().int().positive().default(100),
   ENGRAM_JOBS: z.enum(["on", "off"]).default("on"),
   ENGRAM_JOB_POLL_MS: z.coerce.number().int().positive().default(2_000),
   ENGRAM_LOG_LEVEL: z.enum(["debug", "info", "warn", "error", "silent"]).default("info"),

@@ -19,6 +19,8 @@ export type Topics = {
   /** A recall is not stored: its payload is the whole record (candidates, scores, chosen). */
   memoryRecall: [tenantId: string, payload: RecallEvent];
   factChanged: [tenantId: string, payload: FactChangePayload];
+  /** Not per tenant: every instance closes the revoked key's sockets. */
+  apiKeyRevoked: [channel: "all", payload: { apiKeyId: string }];
 };
 
 /** One recall candidate as the inspector shows it: its scores from each retriever and the judge. */

@@ -5,7 +5,6 @@ import { maxAliasesPlugin } from "@escape.tech/graphql-armor-max-aliases";
 import { maxDepthPlugin } from "@escape.tech/graphql-armor-max-depth";
 import { GraphQLError } from "graphql";
 import { useServer } from "graphql-ws/use/ws";
-import { renderGraphiQL } from "@graphql-yoga/render-graphiql";
 import { createYoga, maskError as defaultMaskError, type YogaServerInstance } from "graphql-yoga";
 import { WebSocketServer, type WebSocket } from "ws";
 import type { GraphQLContext } from "./builder.ts";
@@ -20,6 +19,7 @@ import { restApi } from "./rest.ts";
 import { LIMITS } from "./limits.ts";
 import type { Services } from "./services.ts";
 import { createSocketRegistry } from "./sockets.ts";
+import { corsFor, HTTP_TIMEOUTS, parseOrigins, useCachedGraphiQL } from "./http-hardening.ts";
 
 const GRAPHQL_PATH = "/graphql";
 
@@ -101,20 +101,22 @@ export type App = {
  * auth check: a request without a valid key gets nothing, GraphiQL included.
  */
 export function buildApp(services: Services): App {
+  const graphiql = {
+    title: "Engram",
+    subscriptionsProtocol: "WS" as const,
+    headers: JSON.stringify({ Authorization: "Bearer <your Engram API key>" }),
+    defaultQuery: "{\n  viewer {\n    role\n    tenant { id name }\n  }\n}\n",
+  };
   const yoga = createYoga<InitialContext, GraphQLContext>({
     schema,
     graphqlEndpoint: GRAPHQL_PATH,
     landingPage: false,
-    // The bundled GraphiQL: the default page loads its code from a CDN, which offline machines cannot reach.
-    renderGraphiQL,
     logging: false,
     maskedErrors: { maskError: (error, message, isDev) => maskError(error, message, isDev, services.log) },
-    graphiql: {
-      title: "Engram",
-      subscriptionsProtocol: "WS",
-      headers: JSON.stringify({ Authorization: "Bearer <your Engram API key>" }),
-      defaultQuery: "{\n  viewer {\n    role\n    tenant { id name }\n  }\n}\n",
-    },
+    // GraphiQL is served by useCachedGraphiQL (the bundled page, cached), not by yoga on each request.
+    graphiql: false,
+    // Same-origin only, unless the operator lists origins (ENGRAM_CORS_ORIGINS).
+    cors: corsFor(parseOrigins(services.env.ENGRAM_CORS_ORIGINS)),
     context: async (initial) => {
       const principal = await authenticate(services.db, authorizationOf(initial));
       if (!principal) throw unauthenticated();
@@ -124,7 +126,8 @@ export function buildApp(services: Services): App {
       maxDepthPlugin({ n: LIMITS.queryDepth, ...reportLimitErrors }),
       costLimitPlugin({ maxCost: LIMITS.queryCost, ...reportLimitErrors }),
       maxAliasesPlugin({ n: LIMITS.aliases, ...reportLimitErrors }),
-      useTypedRequestErrors(),
+      useTypedRequestErrors({ modelFieldsPerRequest: LIMITS.modelFieldsPerRequest }),
+      useCachedGraphiQL(GRAPHQL_PATH, graphiql),
       // Seed 000's REST paths (/memory…), generated from the schema, through this same pipeline.
       restApi(schema),
     ],
@@ -133,7 +136,8 @@ export function buildApp(services: Services): App {
   // MCP (streamable HTTP) on /mcp: its tools call this yoga in process, with the caller's key.
   const serveMcp = mcpHandler({ authenticate: (authorization) => authenticate(services.db, authorization), log: services.log }, yoga);
 
-  const server: Server = createServer((req: IncomingMessage, res) => {
+  // Stalled requests are found within a second of their deadline (Node checks every 30 s by default).
+  const server: Server = createServer({ connectionsCheckingInterval: 1_000 }, (req: IncomingMessage, res) => {
     if (req.url === "/healthz") {
       res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}');
       return;
@@ -151,6 +155,8 @@ export function buildApp(services: Services): App {
     }
     void yoga(req, res);
   });
+  server.headersTimeout = HTTP_TIMEOUTS.headersMs;
+  server.requestTimeout = HTTP_TIMEOUTS.requestMs;
 
   const wsServer = new WebSocketServer({ server, path: GRAPHQL_PATH, maxPayload: LIMITS.requestBodyBytes });
   const sockets = createSocketRegistry(services.pubsub, { connectionsPerKey: services.env.ENGRAM_WS_MAX_CONNECTIONS_PER_KEY });

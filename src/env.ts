@@ -31,6 +31,8 @@ const schema = z.object({
   /** WebSocket bounds: open connections per API key, and subscriptions per connection. */
   ENGRAM_WS_MAX_CONNECTIONS_PER_KEY: z.coerce.number().int().positive().default(50),
   ENGRAM_WS_MAX_SUBSCRIPTIONS: z.coerce.number().int().positive().default(100),
+  /** Browser origins (comma-separated, e.g. https://app.example.com) allowed to call the API; default none. */
+  ENGRAM_CORS_ORIGINS: z.string().optional(),
   ENGRAM_JOBS: z.enum(["on", "off"]).default("on"),
   ENGRAM_JOB_POLL_MS: z.coerce.number().int().positive().default(2_000),
   ENGRAM_LOG_LEVEL: z.enum(["debug", "info", "warn", "error", "silent"]).default("info"),

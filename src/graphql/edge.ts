@@ -41,8 +41,34 @@ function safeTextRule(context: ValidationContext): ASTVisitor {
   };
 }
 
+/** Root fields that may call models (the gate, the re-rank judge, embeddings) each time they run. */
+const MODEL_FIELDS = new Set(["context", "recall"]);
+
+/**
+ * A model-call budget per request: aliases could otherwise run `context` 30 times in one
+ * request, each spending model calls.
+ */
+function modelFieldsRule(max: number) {
+  return (context: ValidationContext): ASTVisitor => {
+    let count = 0;
+    return {
+      Field(node) {
+        if (context.getParentType()?.name !== "Query" || !MODEL_FIELDS.has(node.name.value)) return;
+        if (++count === max + 1) {
+          context.reportError(
+            new GraphQLError(`Model calls limit of ${max} fields exceeded: at most ${max} context or recall fields per request.`, {
+              nodes: [node],
+              extensions: { code: "QUERY_TOO_COMPLEX" },
+            }),
+          );
+        }
+      },
+    };
+  };
+}
+
 // graphql-armor's messages: "Query depth limit of …", "Aliases limit of …", "Query Cost limit of …".
-const LIMIT_MESSAGE = /(depth|aliases|cost|directives|tokens) limit of \d+ exceeded/i;
+const LIMIT_MESSAGE = /(depth|aliases|cost|directives|tokens|model calls) limit of \d+ /i;
 
 /** The code a request-level error (parse, validation, variables) answers with. */
 function requestErrorCode(error: GraphQLError): string {
@@ -73,7 +99,7 @@ function variablesRefusal(variables: unknown): ExecutionResult | null {
  * One plugin for HTTP and WebSocket (both run yoga's envelop pipeline): text checks on literals
  * and variables, and a code on every validation and variable-coercion error.
  */
-export function useTypedRequestErrors(): Plugin {
+export function useTypedRequestErrors(limits: { modelFieldsPerRequest: number }): Plugin {
   return {
     onParse() {
       // A syntax error, or an escape that is not Unicode (a lone surrogate such as "\ud800").
@@ -87,6 +113,7 @@ export function useTypedRequestErrors(): Plugin {
     },
     onValidate({ addValidationRule }) {
       addValidationRule(safeTextRule);
+      addValidationRule(modelFieldsRule(limits.modelFieldsPerRequest));
       return ({ valid, result, setResult }) => {
         if (!valid) setResult(result.map((error) => withCode(error as GraphQLError)));
       };

@@ -3,7 +3,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { hostname } from "node:os";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { runCompaction } from "../jobs/compact.ts";
+import { compactTenants } from "../src/work/compact-tenants.ts";
 import { baseUrlProblem, guardedFetch, isPrivateAddress, ModelCallError } from "../src/models/egress.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import { startModelServer, type ModelServer } from "./helpers/model-server.ts";
@@ -60,7 +60,7 @@ async function plantRoute(engram: TestEngram, baseUrl: string) {
 
 async function compactionErrors(engram: TestEngram, scopeRef: string): Promise<string> {
   await appendOld(engram, scopeRef);
-  await runCompaction(engram.services, { tenantId: engram.tenant.tenantId });
+  await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
   const { data, errors } = await engram.gql(JOB_RUNS);
   expect(errors).toBeUndefined();
   return JSON.stringify(data.jobRuns[0]);

@@ -40,7 +40,7 @@ describe("full-text queries from user text", () => {
 
   it("assembles context for a message with a URL, and finds the entry that holds it", async () => {
     const db = forTenant(engram.services.db, engram.tenant.tenantId);
-    await createEntry(db, { scope: "INSTITUTIONAL", scopeRef: "hotels", title: "Booking link", summary: `Book at ${URL_TEXT}` });
+    await createEntry(db, engram.services.deps, { scope: "INSTITUTIONAL", scopeRef: "hotels", title: "Booking link", summary: `Book at ${URL_TEXT}` });
     const turn = await engram.gql(RECORD, {
       input: {
         agentExternalId: "concierge",

@@ -1,10 +1,10 @@
+import { chainFor } from "../chains/registry.ts";
 import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { assembleContext } from "../memory/context.ts";
 import { factsBlocks } from "../memory/facts/facts.ts";
 import { gateMessage } from "../memory/gate/gate.ts";
 import { recallBlocks } from "../memory/recall/recall.ts";
-import { gateChainFor } from "./turn-work.ts";
 
 /**
  * The `context` query: facts, recall, entries, summary, kept messages and the tail for the
@@ -17,6 +17,6 @@ export function contextForTurn(
   input: { conversationId: string; message: string },
 ) {
   const needsRecall = async (turn: { conversationId: string; message: string }) =>
-    (await gateMessage(db, { gate: await gateChainFor(deps, db.$tenantId()), log: deps.log }, turn)).needsRecall;
+    (await gateMessage(db, { triage: await chainFor(deps.models, db.$tenantId(), "triage"), log: deps.log }, turn)).needsRecall;
   return assembleContext(db, input, [factsBlocks(db), recallBlocks(db, deps, { needsRecall })]);
 }

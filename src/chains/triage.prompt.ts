@@ -1,6 +1,6 @@
 import { ChatPromptTemplate } from "@langchain/core/prompts";
 
-export const gatePrompt = ChatPromptTemplate.fromMessages([
+export const triagePrompt = ChatPromptTemplate.fromMessages([
   [
     "system",
     `You triage one message a user sent to an AI agent, for the agent's memory. Answer three questions:

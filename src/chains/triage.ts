@@ -1,15 +1,18 @@
 import type { Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
 import type { ChatModel } from "../models/metered.ts";
-import { gatePrompt } from "./gate.prompt.ts";
 import { jsonAnswerChain, modelBoolean as bool } from "./json.ts";
+import { triagePrompt } from "./triage.prompt.ts";
 
-export type GateVerdict = {
+/** What the triage model (or, without one, the keyword gate) says about one user message. */
+export type TriageVerdict = {
   remember: boolean;
   forget: "NONE" | "SOME" | "ALL";
   forgetTargets: string[];
   needsRecall: boolean;
 };
+
+export type TriageInput = { message: string };
 
 const answer = z.object({
   remember: bool,
@@ -21,15 +24,14 @@ const answer = z.object({
   needsRecall: bool,
 });
 
-/** One cheap call per turn answers every gate: remember?, forget what?, needs earlier conversations? */
-export function createGateChain(model: ChatModel): Runnable<{ message: string }, GateVerdict> {
+/** One cheap call per turn answers the gate's three questions: remember?, forget what?, needs earlier conversations? */
+export function createTriageChain(model: ChatModel): Runnable<TriageInput, TriageVerdict> {
   return jsonAnswerChain({
-    name: "gate",
-    prompt: gatePrompt,
+    prompt: triagePrompt,
     model,
-    variables: (input: { message: string }) => ({ message: input.message }),
+    variables: (input: TriageInput) => ({ message: input.message }),
     answer,
-    result: (verdict): GateVerdict =>
+    result: (verdict): TriageVerdict =>
       verdict.forget === "SOME" && verdict.forgetTargets.length === 0 ? { ...verdict, forget: "NONE" } : verdict,
   });
 }

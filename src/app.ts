@@ -5,13 +5,13 @@ import { maxAliasesPlugin } from "@escape.tech/graphql-armor-max-aliases";
 import { maxDepthPlugin } from "@escape.tech/graphql-armor-max-depth";
 import { GraphQLError } from "graphql";
 import { useServer } from "graphql-ws/use/ws";
-import { renderGraphiQL } from "@graphql-yoga/render-graphiql";
 import { createYoga, maskError as defaultMaskError, type YogaServerInstance } from "graphql-yoga";
-import { WebSocketServer } from "ws";
+import { WebSocketServer, type WebSocket } from "ws";
 import type { GraphQLContext } from "./builder.ts";
 import { forTenant } from "./db.ts";
 import { EngramError } from "./errors.ts";
 import { checkHealth } from "./health.ts";
+import { isInputValidationError, reportLimitErrors, useTypedRequestErrors } from "./graphql/edge.ts";
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
 import { authenticate } from "./auth.ts";
@@ -19,6 +19,8 @@ import { MCP_PATH, mcpHandler } from "./mcp/http.ts";
 import { restApi } from "./rest.ts";
 import { LIMITS } from "./limits.ts";
 import type { Services } from "./services.ts";
+import { createSocketRegistry } from "./sockets.ts";
+import { corsFor, HTTP_TIMEOUTS, parseOrigins, useCachedGraphiQL } from "./http-hardening.ts";
 
 const GRAPHQL_PATH = "/graphql";
 
@@ -57,6 +59,9 @@ function maskError(error: unknown, message: string, isDev: boolean | undefined, 
   const where = { nodes: located?.nodes, path: located?.path };
   if (cause instanceof EngramError) {
     return new GraphQLError(cause.message, { ...where, extensions: { code: cause.code, ...cause.details } });
+  }
+  if (isInputValidationError(cause)) {
+    return new GraphQLError(cause.message, { ...where, extensions: { ...cause.extensions, code: "BAD_USER_INPUT" } });
   }
   if (isGraphQLError(cause)) {
     return new GraphQLError(cause.message, { ...where, extensions: cause.extensions });
@@ -97,29 +102,33 @@ export type App = {
  * auth check: a request without a valid key gets nothing, GraphiQL included.
  */
 export function buildApp(services: Services): App {
+  const graphiql = {
+    title: "Engram",
+    subscriptionsProtocol: "WS" as const,
+    headers: JSON.stringify({ Authorization: "Bearer <your Engram API key>" }),
+    defaultQuery: "{\n  viewer {\n    role\n    tenant { id name }\n  }\n}\n",
+  };
   const yoga = createYoga<InitialContext, GraphQLContext>({
     schema,
     graphqlEndpoint: GRAPHQL_PATH,
     landingPage: false,
-    // The bundled GraphiQL: the default page loads its code from a CDN, which offline machines cannot reach.
-    renderGraphiQL,
     logging: false,
     maskedErrors: { maskError: (error, message, isDev) => maskError(error, message, isDev, services.log) },
-    graphiql: {
-      title: "Engram",
-      subscriptionsProtocol: "WS",
-      headers: JSON.stringify({ Authorization: "Bearer <your Engram API key>" }),
-      defaultQuery: "{\n  viewer {\n    role\n    tenant { id name }\n  }\n}\n",
-    },
+    // GraphiQL is served by useCachedGraphiQL (the bundled page, cached), not by yoga on each request.
+    graphiql: false,
+    // Same-origin only, unless the operator lists origins (ENGRAM_CORS_ORIGINS).
+    cors: corsFor(parseOrigins(services.env.ENGRAM_CORS_ORIGINS)),
     context: async (initial) => {
       const principal = await authenticate(services.db, authorizationOf(initial));
       if (!principal) throw unauthenticated();
       return { principal, db: forTenant(services.db, principal.tenantId), deps: services.deps };
     },
     plugins: [
-      maxDepthPlugin({ n: LIMITS.queryDepth }),
-      costLimitPlugin({ maxCost: LIMITS.queryCost }),
-      maxAliasesPlugin({ n: LIMITS.aliases }),
+      maxDepthPlugin({ n: LIMITS.queryDepth, ...reportLimitErrors }),
+      costLimitPlugin({ maxCost: LIMITS.queryCost, ...reportLimitErrors }),
+      maxAliasesPlugin({ n: LIMITS.aliases, ...reportLimitErrors }),
+      useTypedRequestErrors({ modelFieldsPerRequest: LIMITS.modelFieldsPerRequest }),
+      useCachedGraphiQL(GRAPHQL_PATH, graphiql),
       // Seed 000's REST paths (/memory…), generated from the schema, through this same pipeline.
       restApi(schema),
     ],
@@ -130,7 +139,8 @@ export function buildApp(services: Services): App {
   // MCP (streamable HTTP) on /mcp: its tools call this yoga in process, with the caller's key.
   const serveMcp = mcpHandler({ authenticate: (authorization) => authenticate(services.db, authorization), log: services.log }, yoga);
 
-  const server: Server = createServer((req: IncomingMessage, res) => {
+  // Stalled requests are found within a second of their deadline (Node checks every 30 s by default).
+  const server: Server = createServer({ connectionsCheckingInterval: 1_000 }, (req: IncomingMessage, res) => {
     const pathname = (req.url ?? "/").split("?")[0];
     if (pathname === "/healthz" || pathname === "/readyz") {
       const parts = { ...services, query: () => services.db.$queryRawUnsafe("SELECT 1") };
@@ -155,13 +165,23 @@ export function buildApp(services: Services): App {
     }
     void yoga(req, res);
   });
+  server.headersTimeout = HTTP_TIMEOUTS.headersMs;
+  server.requestTimeout = HTTP_TIMEOUTS.requestMs;
 
   const wsServer = new WebSocketServer({ server, path: GRAPHQL_PATH, maxPayload: LIMITS.requestBodyBytes });
-  const wsDisposable = useServer<Record<string, unknown>, { request: IncomingMessage }>(
+  const sockets = createSocketRegistry(services.pubsub, { connectionsPerKey: services.env.ENGRAM_WS_MAX_CONNECTIONS_PER_KEY });
+  const wsDisposable = useServer<Record<string, unknown>, { request: IncomingMessage; socket: WebSocket }>(
     {
-      onConnect: async (ctx) =>
-        Boolean(await authenticate(services.db, authorizationOf({ connectionParams: ctx.connectionParams }))),
+      onConnect: async (ctx) => {
+        const principal = await authenticate(services.db, authorizationOf({ connectionParams: ctx.connectionParams }));
+        return Boolean(principal) && sockets.add(principal!.apiKeyId, ctx.extra.socket);
+      },
       onSubscribe: async (ctx, _id, payload) => {
+        const max = services.env.ENGRAM_WS_MAX_SUBSCRIPTIONS;
+        // This subscription is already in ctx.subscriptions (graphql-ws reserves its id first).
+        if (Object.keys(ctx.subscriptions).length > max) {
+          return [new GraphQLError(`Too many subscriptions on this connection (at most ${max}).`, { extensions: { code: "TOO_MANY_SUBSCRIPTIONS" } })];
+        }
         const { schema, execute, subscribe, contextFactory, parse, validate } = yoga.getEnveloped({
           ...ctx,
           req: ctx.extra.request,
@@ -211,6 +231,7 @@ export function buildApp(services: Services): App {
     },
     async stop() {
       ready = false;
+      await sockets.close();
       await wsDisposable.dispose();
       for (const client of wsServer.clients) client.terminate();
       await new Promise<void>((resolve) => wsServer.close(() => resolve()));

@@ -12,6 +12,11 @@ const schema = z.object({
   REDIS_URL: z.string().regex(/^rediss?:\/\//, "must be a redis:// or rediss:// URL").optional(),
   OPENAI_API_KEY: z.string().min(1).optional(),
   OPENAI_BASE_URL: z.string().url().optional(),
+  /**
+   * Hosts (host or host:port, comma-separated) a tenant's model base URL may use even though they
+   * are loopback, private or link-local. OPENAI_BASE_URL's own host is always allowed.
+   */
+  ENGRAM_MODEL_HOST_ALLOWLIST: z.string().optional(),
   ENGRAM_CHEAP_MODEL: z.string().min(1).default("gpt-4o-mini"),
   ENGRAM_COMPACTION_MODEL: z.string().min(1).default("gpt-4o"),
   /** Recall embeddings: "auto" uses OpenAI when a key or base URL is set, else the offline encoder. */
@@ -23,6 +28,11 @@ const schema = z.object({
   ENGRAM_SECRET: z.string().min(16, "must be at least 16 characters").optional(),
   ENGRAM_MODEL_TIMEOUT_MS: z.coerce.number().int().positive().default(60_000),
   ENGRAM_MODEL_MAX_RETRIES: z.coerce.number().int().min(0).max(10).default(2),
+  /** WebSocket bounds: open connections per API key, and subscriptions per connection. */
+  ENGRAM_WS_MAX_CONNECTIONS_PER_KEY: z.coerce.number().int().positive().default(50),
+  ENGRAM_WS_MAX_SUBSCRIPTIONS: z.coerce.number().int().positive().default(100),
+  /** Browser origins (comma-separated, e.g. https://app.example.com) allowed to call the API; default none. */
+  ENGRAM_CORS_ORIGINS: z.string().optional(),
   ENGRAM_JOBS: z.enum(["on", "off"]).default("on"),
   ENGRAM_JOB_POLL_MS: z.coerce.number().int().positive().default(2_000),
   ENGRAM_LOG_LEVEL: z.enum(["debug", "info", "warn", "error", "silent"]).default("info"),

@@ -21,14 +21,17 @@ const CONTENT_TYPES: Record<string, string> = {
   ".txt": "text/plain; charset=utf-8",
 };
 
+// A Host header is only trusted as a plain host[:port]; anything else stays out of the CSP.
+const PLAIN_HOST = /^(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/;
+
 function securityHeaders(req: IncomingMessage) {
-  const host = req.headers.host ?? "";
+  const host = PLAIN_HOST.test(req.headers.host ?? "") ? req.headers.host! : null;
   return {
     "x-content-type-options": "nosniff",
     "referrer-policy": "no-referrer",
     // Everything is served from here; the page talks only to this server's GraphQL endpoint.
     "content-security-policy":
-      `default-src 'self'; connect-src 'self' ws://${host} wss://${host}; img-src 'self' data:; ` +
+      `default-src 'self'; connect-src 'self'${host ? ` ws://${host} wss://${host}` : ""}; img-src 'self' data:; ` +
       "style-src 'self'; script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
   };
 }

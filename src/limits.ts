@@ -16,6 +16,8 @@ export const LIMITS = {
   queryDepth: 10,
   queryCost: 50_000,
   aliases: 30,
+  /** context and recall fields per request: each may spend model calls. */
+  modelFieldsPerRequest: 3,
 } as const;
 
 export const scopeSchema = z.enum(["INSTITUTIONAL", "ENTITY", "PROJECT", "TEAM"]);

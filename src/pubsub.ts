@@ -1,7 +1,7 @@
-import { createRedisEventTarget } from "@graphql-yoga/redis-event-target";
 import { createPubSub } from "graphql-yoga";
 import { Redis } from "ioredis";
 import type { SnippetKind } from "./generated/prisma/client.ts";
+import type { Logger } from "./log.ts";
 
 /**
  * Every topic is keyed by tenant id, so a subscriber can only ever hear its own tenant.
@@ -19,6 +19,8 @@ export type Topics = {
   /** A recall is not stored: its payload is the whole record (candidates, scores, chosen). */
   memoryRecall: [tenantId: string, payload: RecallEvent];
   factChanged: [tenantId: string, payload: FactChangePayload];
+  /** Not per tenant: every instance closes the revoked key's sockets. */
+  apiKeyRevoked: [channel: "all", payload: { apiKeyId: string }];
 };
 
 /** One recall candidate as the inspector shows it: its scores from each retriever and the judge. */
@@ -74,19 +76,95 @@ export type FactChangePayload = {
   conversationId: string | null;
 };
 
-export type PubSub = ReturnType<typeof createPubSub<Topics>> & { close(): Promise<void> };
+export type PubSub = ReturnType<typeof createPubSub<Topics>> & {
+  close(): Promise<void>;
+  /** "local" without Redis; with Redis, "redis" while it answers, else "degraded". */
+  mode(): "local" | "redis" | "degraded";
+};
+
+type Listener = EventListenerOrEventListenerObject;
+type Quiet = Pick<Logger, "warn" | "info">;
+
+/**
+ * An event target over Redis that survives Redis going away: while it is down, events are
+ * delivered to this instance's own subscribers (other instances miss them), every Redis call's
+ * failure is caught, and channels are subscribed again when it is back. Writes never wait on it.
+ */
+function resilientRedisEventTarget(publishClient: Redis, subscribeClient: Redis, log: Quiet): EventTarget {
+  const listeners = new Map<string, Set<Listener>>();
+  const deliver = (topic: string, detail: unknown) => {
+    for (const listener of listeners.get(topic) ?? []) {
+      const event = new CustomEvent(topic, { detail });
+      if (typeof listener === "function") listener(event);
+      else listener.handleEvent(event);
+    }
+  };
+  const ignore = (what: string) => (error: unknown) => log.warn(`redis ${what} failed; subscriptions are local until it is back`, { error });
+
+  subscribeClient.on("message", (channel: string, message: string) => deliver(channel, message === "" ? null : JSON.parse(message)));
+  subscribeClient.on("ready", () => {
+    const channels = [...listeners.keys()];
+    if (channels.length) subscribeClient.subscribe(...channels).catch(ignore("subscribe"));
+  });
+  let down = false;
+  for (const client of [publishClient, subscribeClient]) {
+    client.on("error", (error: Error) => {
+      if (!down) log.warn("redis unavailable; subscriptions are served by this instance alone until it is back", { error: error.message });
+      down = true;
+    });
+    client.on("ready", () => {
+      if (down) log.info("redis is back; subscriptions travel through it again");
+      down = false;
+    });
+  }
+
+  return {
+    addEventListener(topic: string, callback: EventListenerOrEventListenerObject | null) {
+      if (!callback) return;
+      let set = listeners.get(topic);
+      if (!set) {
+        listeners.set(topic, (set = new Set()));
+        if (subscribeClient.status === "ready") subscribeClient.subscribe(topic).catch(ignore("subscribe"));
+      }
+      set.add(callback);
+    },
+    removeEventListener(topic: string, callback: EventListenerOrEventListenerObject | null) {
+      const set = listeners.get(topic);
+      if (!callback || !set) return;
+      set.delete(callback);
+      if (set.size === 0) {
+        listeners.delete(topic);
+        if (subscribeClient.status === "ready") subscribeClient.unsubscribe(topic).catch(ignore("unsubscribe"));
+      }
+    },
+    dispatchEvent(event: Event) {
+      const { type, detail } = event as CustomEvent;
+      const local = () => deliver(type, detail === undefined ? null : JSON.parse(JSON.stringify(detail)));
+      if (publishClient.status !== "ready" || subscribeClient.status !== "ready") {
+        local();
+        return true;
+      }
+      publishClient.publish(type, detail === undefined ? "" : JSON.stringify(detail)).catch((error: unknown) => {
+        ignore("publish")(error);
+        local();
+      });
+      return true;
+    },
+  };
+}
 
 /** In-process, or through Redis so a mutation on one instance reaches subscribers on another. */
-export function createEngramPubSub(redisUrl?: string): PubSub {
-  if (!redisUrl) return Object.assign(createPubSub<Topics>(), { close: async () => {} });
-  const publishClient = new Redis(redisUrl, { lazyConnect: false, maxRetriesPerRequest: 3 });
-  const subscribeClient = new Redis(redisUrl, { lazyConnect: false, maxRetriesPerRequest: 3 });
-  const pubsub = createPubSub<Topics>({
-    eventTarget: createRedisEventTarget({ publishClient, subscribeClient }),
-  });
+export function createEngramPubSub(redisUrl?: string, log: Quiet = { warn: () => {}, info: () => {} }): PubSub {
+  if (!redisUrl) return Object.assign(createPubSub<Topics>(), { close: async () => {}, mode: () => "local" as const });
+  // No offline queue: while Redis is down nothing waits on it, and nothing fails late.
+  const options = { lazyConnect: false, enableOfflineQueue: false, maxRetriesPerRequest: 1 };
+  const publishClient = new Redis(redisUrl, options);
+  const subscribeClient = new Redis(redisUrl, options);
+  const pubsub = createPubSub<Topics>({ eventTarget: resilientRedisEventTarget(publishClient, subscribeClient, log) });
   return Object.assign(pubsub, {
+    mode: () => (publishClient.status === "ready" && subscribeClient.status === "ready" ? ("redis" as const) : ("degraded" as const)),
     async close() {
-      await Promise.allSettled([publishClient.quit(), subscribeClient.quit()]);
+      await Promise.allSettled([publishClient, subscribeClient].map((c) => (c.status === "ready" ? c.quit() : c.disconnect())));
     },
   });
 }

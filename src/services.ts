@@ -75,7 +75,7 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     throw error;
   }
   const db = createDb(store.url, (error) => log.warn("database connection lost", { error }));
-  const pubsub = createEngramPubSub(env.REDIS_URL);
+  const pubsub = createEngramPubSub(env.REDIS_URL, log);
   const tenants = tenantDirectory(db);
   const models = createModelProvider({ tenants, env, createModel: options.createModel });
   const queue = createAgendaQueue(store, env.ENGRAM_JOB_POLL_MS, log);

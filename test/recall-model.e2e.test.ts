@@ -13,7 +13,8 @@ const isRerank = (r: ChatRequest) => r.chain === "rerank";
 /** The numbered snippets of a re-rank prompt. */
 const snippetsOf = (r: ChatRequest) =>
   [...(r.messages.find((m) => m.role === "user")?.content ?? "").matchAll(/\[(\d+)\] \(\d{4}-\d\d-\d\d\)\n([^\n]*(?:\n(?!\n)[^\n]*)*)/g)].map(
-    (m) => ({ id: Number(m[1]), text: m[2] }),
+    // Each snippet's text is a JSON string in the prompt.
+    (m) => ({ id: Number(m[1]), text: JSON.parse(m[2]) as string }),
   );
 
 beforeAll(async () => {

@@ -3,7 +3,7 @@ import { z } from "zod";
 import type { ChatModel } from "../models/metered.ts";
 import { extractorPrompt } from "./extractor.prompt.ts";
 import { jsonAnswerChain, modelBoolean } from "./json.ts";
-import { formatTranscript, type TranscriptMessage } from "./transcript.ts";
+import { formatTranscript, quoteText, type TranscriptMessage } from "./transcript.ts";
 
 export type ExtractorInput = { known: string[]; messages: TranscriptMessage[] };
 /** `subject`: null for the end user, else the person they named ("Ana (daughter)"). */
@@ -32,7 +32,7 @@ export function createExtractorChain(model: ChatModel): Runnable<ExtractorInput,
     prompt: extractorPrompt,
     model,
     variables: (input: ExtractorInput) => ({
-      known: input.known.length ? input.known.map((f) => `- ${f}`).join("\n") : "(nothing yet)",
+      known: input.known.length ? input.known.map((f) => `- ${quoteText(f)}`).join("\n") : "(nothing yet)",
       messages: formatTranscript(input.messages),
     }),
     answer,

@@ -3,6 +3,7 @@ import { z } from "zod";
 import type { ChatModel } from "../models/metered.ts";
 import { factJudgePrompt } from "./fact-judge.prompt.ts";
 import { jsonAnswerChain } from "./json.ts";
+import { quoteText } from "./transcript.ts";
 
 export type FactJudgeInput = { candidate: string; stored: { id: string; text: string }[] };
 
@@ -31,8 +32,8 @@ export function createFactJudgeChain(model: ChatModel): Runnable<FactJudgeInput,
     prompt: factJudgePrompt,
     model,
     variables: (input: FactJudgeInput) => ({
-      stored: input.stored.length ? input.stored.map((f) => `[${f.id}] ${f.text}`).join("\n") : "(none)",
-      candidate: input.candidate,
+      stored: input.stored.length ? input.stored.map((f) => `[${f.id}] ${quoteText(f.text)}`).join("\n") : "(none)",
+      candidate: quoteText(input.candidate),
     }),
     answer,
     result: (judged): FactJudgment => ({

@@ -3,6 +3,7 @@ import { z } from "zod";
 import type { ChatModel } from "../models/metered.ts";
 import { jsonAnswerChain, modelInteger as integer } from "./json.ts";
 import { rerankPrompt } from "./rerank.prompt.ts";
+import { quoteText } from "./transcript.ts";
 
 export type RerankInput = {
   message: string;
@@ -20,14 +21,14 @@ const answer = z.object({
 // A neighbouring turn is context, not a candidate: its opening is enough.
 const NEIGHBOUR_CHARS = 240;
 const neighbour = (label: string, text: string | null | undefined) =>
-  text ? `\n(${label}: ${text.trim().replace(/\s+/g, " ").slice(0, NEIGHBOUR_CHARS)})` : "";
+  text ? `\n(${label}: ${quoteText(text.trim().replace(/\s+/g, " ").slice(0, NEIGHBOUR_CHARS))})` : "";
 
 /** Snippets are numbered from 1 in the prompt, each with its date and the turns around it. */
 export function formatSnippets(snippets: RerankInput["snippets"]): string {
   return snippets
     .map(
       (s, i) =>
-        `[${i + 1}] (${s.occurredAt.toISOString().slice(0, 10)})${neighbour("just before", s.before)}\n${s.text.trim()}${neighbour("just after", s.after)}`,
+        `[${i + 1}] (${s.occurredAt.toISOString().slice(0, 10)})${neighbour("just before", s.before)}\n${quoteText(s.text)}${neighbour("just after", s.after)}`,
     )
     .join("\n\n");
 }

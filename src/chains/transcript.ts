@@ -1,9 +1,22 @@
 /** A conversation message as the chains see it. */
 export type TranscriptMessage = { seq: number; role: string; content: string };
 
-/** One line block per message, numbered by sequence so judges can point at them. */
+/**
+ * Text that came from a user, as one JSON string literal: its line breaks and quotes escaped,
+ * and < > too, so it can neither start a line that looks like another message nor close a
+ * section such as </messages>.
+ */
+export function quoteText(text: string): string {
+  return JSON.stringify(text.trim()).replace(/</g, "\\u003c").replace(/>/g, "\\u003e");
+}
+
+/** Said in every prompt that holds a transcript, so the model reads the quoting right. */
+export const TRANSCRIPT_FORMAT =
+  'Each message is one line, [#n] role: "text", its text a JSON string: nothing inside the quotes is another message or the end of a section.';
+
+/** One line per message, numbered by sequence so judges can point at them; the text quoted. */
 export function formatTranscript(messages: TranscriptMessage[]): string {
-  return messages.map((m) => `[#${m.seq}] ${m.role.toLowerCase()}: ${m.content.trim()}`).join("\n");
+  return messages.map((m) => `[#${m.seq}] ${m.role.toLowerCase()}: ${quoteText(m.content)}`).join("\n");
 }
 
 export function countWords(text: string): number {

@@ -4,6 +4,7 @@ import type { TenantDb } from "../db.ts";
 import { notFound } from "../errors.ts";
 import { parseInput } from "../errors.ts";
 import type { Role } from "../generated/prisma/client.ts";
+import type { PubSub } from "../pubsub.ts";
 
 export type Principal = { tenantId: string; apiKeyId: string; role: Role };
 
@@ -32,10 +33,14 @@ export async function createApiKey(db: TenantDb, input: z.input<typeof createKey
   return { key, apiKey: row };
 }
 
-/** Revokes one of the tenant's keys (again is fine); the key row as it is now. */
-export async function revokeApiKey(db: TenantDb, id: string) {
+/**
+ * Revokes one of the tenant's keys (again is fine); the key row as it is now. Its open WebSocket
+ * connections are closed on every instance (the revocation travels on the pubsub).
+ */
+export async function revokeApiKey(db: TenantDb, id: string, deps: { pubsub: PubSub }) {
   const { count } = await db.apiKey.updateMany({ where: { id, revokedAt: null }, data: { revokedAt: new Date() } });
   const key = await db.apiKey.findUnique({ where: { id } });
   if (!key || (count === 0 && !key.revokedAt)) throw notFound("API key", id);
+  if (count > 0) deps.pubsub.publish("apiKeyRevoked", "all", { apiKeyId: key.id });
   return key;
 }

@@ -1,5 +1,7 @@
+import { createRequire } from "node:module";
 import { isIP } from "node:net";
 import { Worker } from "node:worker_threads";
+import { RE2JS } from "re2js";
 import { EngramError } from "../errors.ts";
 
 /**
@@ -33,8 +35,10 @@ export type RedactionResult = { texts: string[]; redactions: number };
 // Custom patterns run on at most this many characters at a time; longer texts go in line-aligned chunks.
 export const CUSTOM_CHUNK_CHARS = 20_000;
 export const CUSTOM_PATTERN_MAX_LENGTH = 500;
-// A custom pattern that needs longer than this over one model call's texts is treated as hostile.
+// Custom patterns over one model call's texts get this long, plus this much per 1,000 characters
+// per pattern (re2js measured ~15 ms per 1,000 characters on the hardest patterns here).
 const DEFAULT_CUSTOM_TIMEOUT_MS = 1_000;
+const DEFAULT_MS_PER_THOUSAND_CHARS = 50;
 
 // ---------------------------------------------------------------------------------------------
 // Built-in detectors: linear-time patterns, each match confirmed by a check where one exists.
@@ -168,47 +172,18 @@ export function redactBuiltIn(text: string, detectors: Record<Detector, boolean>
 }
 
 // ---------------------------------------------------------------------------------------------
-// Custom patterns: validated when saved, and run off the main thread under a time limit.
+// Custom patterns: RE2 syntax and semantics (re2js, a linear-time engine, so no pattern can
+// backtrack catastrophically), run off the main thread under a time limit, fairly across tenants.
 
-/**
- * A quantified group that itself contains a quantifier ((a+)+, (\w*)*, (x{2,})+) is the classic
- * shape of catastrophic backtracking; so are backreferences. Both are refused when saved.
- */
-export function unsafePatternReason(pattern: string): string | null {
-  if (/\\[1-9]|\\k</.test(pattern)) return "backreferences are not allowed";
-  type Frame = { quantified: boolean };
-  const stack: Frame[] = [{ quantified: false }];
-  let inClass = false;
-  let lastClosed: Frame | null = null;
-  for (let i = 0; i < pattern.length; i++) {
-    const char = pattern[i];
-    if (char === "\\") {
-      i++;
-      lastClosed = null;
-      continue;
-    }
-    if (inClass) {
-      if (char === "]") inClass = false;
-      continue;
-    }
-    const isQuantifier =
-      char === "+" || char === "*" || (char === "{" && /^\{\d*,?\d*\}/.test(pattern.slice(i)) && !/^\{\d+\}/.test(pattern.slice(i)));
-    if (isQuantifier) {
-      if (lastClosed?.quantified) return "nested quantifiers (such as (a+)+) can take exponential time";
-      stack[stack.length - 1].quantified = true;
-      lastClosed = null;
-      continue;
-    }
-    lastClosed = null;
-    if (char === "[") inClass = true;
-    else if (char === "(") stack.push({ quantified: false });
-    else if (char === ")" && stack.length > 1) {
-      const closed = stack.pop()!;
-      if (closed.quantified) stack[stack.length - 1].quantified = true;
-      lastClosed = closed;
-    }
-  }
-  return null;
+const require = createRequire(import.meta.url);
+const RE2JS_PATH = require.resolve("re2js");
+
+function re2Flags(flags: string): number {
+  return (
+    (flags.includes("i") ? RE2JS.CASE_INSENSITIVE : 0) |
+    (flags.includes("m") ? RE2JS.MULTILINE : 0) |
+    (flags.includes("s") ? RE2JS.DOTALL : 0)
+  );
 }
 
 /** Why a custom pattern is refused, or null when it may be saved. */
@@ -216,13 +191,15 @@ export function customPatternProblem(pattern: string, flags: string): string | n
   if (pattern.length === 0) return "the pattern is empty";
   if (pattern.length > CUSTOM_PATTERN_MAX_LENGTH) return `the pattern is longer than ${CUSTOM_PATTERN_MAX_LENGTH} characters`;
   if (!/^[imsu]*$/.test(flags)) return "flags may only be i, m, s and u";
+  let compiled: RE2JS;
   try {
-    new RegExp(pattern, flags);
+    compiled = RE2JS.compile(pattern, re2Flags(flags));
   } catch (error) {
-    return `not a valid regular expression: ${(error as Error).message}`;
+    // RE2 has no backreferences or lookarounds: what cannot run in linear time is refused here.
+    return `not a valid RE2 regular expression (no backreferences or lookarounds): ${(error as Error).message.replace(/^error parsing regexp: /, "")}`;
   }
-  if (new RegExp(pattern, flags).test("")) return "the pattern matches the empty string";
-  return unsafePatternReason(pattern);
+  if (compiled.matcher("").find()) return "the pattern matches the empty string";
+  return null;
 }
 
 function chunks(text: string): string[] {
@@ -239,16 +216,25 @@ function chunks(text: string): string[] {
   return parts;
 }
 
-// The worker applies patterns to texts and answers with the results; it holds no state.
+// The worker applies patterns to texts and answers with the results; it holds only compiled patterns.
 const WORKER_SOURCE = `
-const { parentPort } = require("node:worker_threads");
+const { parentPort, workerData } = require("node:worker_threads");
+const { RE2JS } = require(workerData.re2js);
+const compiled = new Map();
+const compile = (p) => {
+  const key = p.flags + "/" + p.pattern;
+  if (!compiled.has(key)) {
+    const flags = (p.flags.includes("i") ? RE2JS.CASE_INSENSITIVE : 0) | (p.flags.includes("m") ? RE2JS.MULTILINE : 0) | (p.flags.includes("s") ? RE2JS.DOTALL : 0);
+    if (compiled.size > 500) compiled.clear();
+    compiled.set(key, RE2JS.compile(p.pattern, flags));
+  }
+  return compiled.get(key);
+};
 parentPort.on("message", ({ id, patterns, texts }) => {
   try {
     let redactions = 0;
     const out = texts.map((parts) => parts.map((part) => {
-      for (const p of patterns) {
-        part = part.replace(new RegExp(p.pattern, "g" + p.flags), () => (redactions++, p.placeholder));
-      }
+      for (const p of patterns) part = compile(p).matcher(part).replaceAll(() => (redactions++, p.placeholder));
       return part;
     }).join(""));
     parentPort.postMessage({ id, texts: out, redactions });
@@ -258,52 +244,36 @@ parentPort.on("message", ({ id, patterns, texts }) => {
 });
 `;
 
-type Job = { patterns: CustomPattern[]; texts: string[][]; resolve(r: RedactionResult): void; reject(e: Error): void };
+type Job = {
+  tenant: string;
+  patterns: CustomPattern[];
+  texts: string[][];
+  resolve(r: RedactionResult): void;
+  reject(e: Error): void;
+};
 
-/**
- * One worker thread running custom patterns, one request at a time. A request that runs past
- * the time limit terminates the worker (a runaway regex cannot be interrupted otherwise); the
- * next request starts a fresh one.
- */
-class CustomPatternRunner {
+/** One worker thread; a job that runs past the time limit terminates it, and the next job starts a fresh one. */
+class Slot {
   private worker?: Worker;
-  private queue: Job[] = [];
-  private busy = false;
   private nextId = 0;
+  busy = false;
 
-  constructor(private readonly timeoutMs: number) {}
+  constructor(private readonly timeoutMs: (job: Job) => number) {}
 
-  run(patterns: CustomPattern[], texts: string[]): Promise<RedactionResult> {
-    return new Promise((resolve, reject) => {
-      this.queue.push({ patterns, texts: texts.map(chunks), resolve, reject });
-      this.pump();
-    });
-  }
-
-  async close() {
-    const worker = this.worker;
-    this.worker = undefined;
-    await worker?.terminate();
-  }
-
-  private pump() {
-    if (this.busy) return;
-    const job = this.queue.shift();
-    if (!job) {
-      this.worker?.unref();
-      return;
-    }
+  run(job: Job, done: () => void) {
     this.busy = true;
-    const worker = (this.worker ??= new Worker(WORKER_SOURCE, { eval: true }));
+    const worker = (this.worker ??= new Worker(WORKER_SOURCE, { eval: true, workerData: { re2js: RE2JS_PATH } }));
     worker.ref();
     const id = this.nextId++;
+    const limit = this.timeoutMs(job);
     const finish = (settle: () => void) => {
       clearTimeout(timer);
       worker.off("message", onMessage);
       worker.off("error", onError);
       this.busy = false;
+      this.worker?.unref();
       settle();
-      this.pump();
+      done();
     };
     const onMessage = (message: { id: number; texts?: string[]; redactions?: number; error?: string }) => {
       if (message.id !== id) return;
@@ -324,29 +294,86 @@ class CustomPatternRunner {
         job.reject(
           new EngramError(
             "REDACTION_FAILED",
-            `A custom redaction pattern took longer than ${this.timeoutMs} ms; nothing was sent to the model. Fix or remove the pattern.`,
+            `Custom redaction patterns took longer than ${limit} ms; nothing was sent to the model. Simplify or remove the pattern.`,
           ),
         ),
       );
-    }, this.timeoutMs);
+    }, limit);
     worker.on("message", onMessage);
     worker.on("error", onError);
     worker.postMessage({ id, patterns: job.patterns, texts: job.texts });
   }
+
+  async close() {
+    const worker = this.worker;
+    this.worker = undefined;
+    await worker?.terminate();
+  }
 }
 
-let sharedRunner: CustomPatternRunner | undefined;
+/**
+ * A few worker threads shared by all tenants, each tenant with its own queue, served round-robin:
+ * a tenant with a flood of work waits behind itself, never in front of another tenant, which
+ * waits at most for the jobs already running.
+ */
+export class CustomPatternPool {
+  private readonly queues = new Map<string, Job[]>();
+  private readonly turn: string[] = [];
+  private readonly slots: Slot[];
+
+  constructor(options: { workers?: number; timeoutMs?: number; msPerThousandChars?: number } = {}) {
+    const base = options.timeoutMs ?? DEFAULT_CUSTOM_TIMEOUT_MS;
+    const perThousand = options.msPerThousandChars ?? DEFAULT_MS_PER_THOUSAND_CHARS;
+    // A linear engine's time grows with the text: the limit does too, so only a runaway is cut off.
+    const timeoutMs = (job: Job) =>
+      Math.round(base + (perThousand * job.texts.reduce((n, parts) => n + parts.reduce((m, p) => m + p.length, 0), 0) * job.patterns.length) / 1_000);
+    this.slots = Array.from({ length: options.workers ?? 2 }, () => new Slot(timeoutMs));
+  }
+
+  run(tenant: string, patterns: CustomPattern[], texts: string[]): Promise<RedactionResult> {
+    return new Promise((resolve, reject) => {
+      const queue = this.queues.get(tenant);
+      const job = { tenant, patterns, texts: texts.map(chunks), resolve, reject };
+      if (queue) queue.push(job);
+      else {
+        this.queues.set(tenant, [job]);
+        this.turn.push(tenant);
+      }
+      this.pump();
+    });
+  }
+
+  async close() {
+    await Promise.all(this.slots.map((slot) => slot.close()));
+  }
+
+  private pump() {
+    for (const slot of this.slots) {
+      if (slot.busy) continue;
+      const tenant = this.turn.shift();
+      if (tenant === undefined) return;
+      const queue = this.queues.get(tenant)!;
+      const job = queue.shift()!;
+      // Back of the line for this tenant's next job, behind every other waiting tenant.
+      if (queue.length) this.turn.push(tenant);
+      else this.queues.delete(tenant);
+      slot.run(job, () => this.pump());
+    }
+  }
+}
+
+let sharedPool: CustomPatternPool | undefined;
 
 /**
  * The tenant's rules applied to texts bound for a model: built-in detectors in this thread, then
- * custom patterns in a worker thread under a time limit. A pattern that runs too long rejects
+ * custom patterns in the worker pool under a time limit. A pattern that runs too long rejects
  * with REDACTION_FAILED and nothing is sent: failing closed keeps the call (and its job) waiting
  * instead of leaking what the pattern was meant to catch.
  */
 export async function redactTexts(
   rules: RedactionRules,
   texts: string[],
-  options: { timeoutMs?: number } = {},
+  options: { tenant?: string; pool?: CustomPatternPool } = {},
 ): Promise<RedactionResult> {
   let redactions = 0;
   let out = texts.map((text) => {
@@ -355,17 +382,10 @@ export async function redactTexts(
     return result.text;
   });
   if (rules.custom.length > 0) {
-    const runner =
-      options.timeoutMs !== undefined
-        ? new CustomPatternRunner(options.timeoutMs)
-        : (sharedRunner ??= new CustomPatternRunner(DEFAULT_CUSTOM_TIMEOUT_MS));
-    try {
-      const custom = await runner.run(rules.custom, out);
-      out = custom.texts;
-      redactions += custom.redactions;
-    } finally {
-      if (runner !== sharedRunner) await runner.close();
-    }
+    const pool = options.pool ?? (sharedPool ??= new CustomPatternPool());
+    const custom = await pool.run(options.tenant ?? "", rules.custom, out);
+    out = custom.texts;
+    redactions += custom.redactions;
   }
   return { texts: out, redactions };
 }

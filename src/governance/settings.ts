@@ -5,6 +5,7 @@ import { z } from "zod";
 import type { TenantDb } from "../db.ts";
 import { badInput, EngramError, parseInput } from "../errors.ts";
 import type { Prisma, TenantSettings as SettingsRow } from "../generated/prisma/client.ts";
+import { baseUrlProblem, egressPolicy, withoutCredentials } from "../models/egress.ts";
 import {
   customPatternProblem,
   DEFAULT_REDACTION,
@@ -76,7 +77,12 @@ export const apiKeyContext = (tenantId: string, role: ModelRole) => `${tenantId}
 // Reading
 
 const storedRoute = z
-  .object({ baseUrl: z.string().optional(), model: z.string().optional(), apiKeyEncrypted: z.string().optional() })
+  .object({
+    // Credentials stored before they were refused are never used or shown.
+    baseUrl: z.string().transform(withoutCredentials).optional(),
+    model: z.string().optional(),
+    apiKeyEncrypted: z.string().optional(),
+  })
   .catch({});
 
 function readRouting(json: unknown): Partial<Record<ModelRole, StoredRoute>> {
@@ -149,7 +155,14 @@ const cron = z
 
 const routeInput = z
   .object({
-    baseUrl: z.string().trim().url().regex(/^https?:\/\//, "must be an http(s) URL").max(500).nullish(),
+    baseUrl: z
+      .string()
+      .trim()
+      .url()
+      .regex(/^https?:\/\//, "must be an http(s) URL")
+      .max(500)
+      .refine((url) => !/^https?:\/\/[^/?#]*@/.test(url), "must not contain credentials (user:password@); set apiKey instead")
+      .nullish(),
     model: z.string().trim().min(1).max(200).nullish(),
     /** null clears the tenant's key; absent leaves it as it is. */
     apiKey: z.string().trim().min(1).max(1_000).nullish(),
@@ -224,7 +237,15 @@ type Change = { from: unknown; to: unknown };
 
 /** What an audit entry shows for a route: never the key, only whether one is set. */
 const auditRoute = (route: StoredRoute | undefined) =>
-  route ? { baseUrl: route.baseUrl ?? null, model: route.model ?? null, apiKey: route.apiKeyEncrypted ? "[set]" : null } : null;
+  route ? { baseUrl: route.baseUrl ? withoutCredentials(route.baseUrl) : null, model: route.model ?? null, apiKey: route.apiKeyEncrypted ? "[set]" : null } : null;
+
+/** Audit changes as shown: entries written before credentials in URLs were refused show without them. */
+export function auditChangesShown(value: unknown): unknown {
+  if (typeof value === "string") return /^https?:\/\/[^/?#]*@/.test(value) ? withoutCredentials(value) : value;
+  if (Array.isArray(value)) return value.map(auditChangesShown);
+  if (value && typeof value === "object") return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, auditChangesShown(v)]));
+  return value;
+}
 
 const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
 
@@ -236,8 +257,16 @@ export async function updateTenantSettings(
   db: TenantDb,
   actor: { apiKeyId: string; secret: string | undefined },
   rawInput: unknown,
+  /** Where model calls may go: a base URL plainly outside it is refused here, before any call. */
+  egressEnv: { ENGRAM_MODEL_HOST_ALLOWLIST?: string; OPENAI_BASE_URL?: string } = {},
 ): Promise<EffectiveSettings> {
   const input = parseInput(updateSettingsInput, rawInput);
+  const egress = egressPolicy(egressEnv);
+  for (const role of MODEL_ROLES) {
+    const baseUrl = input.modelRouting?.[role]?.baseUrl;
+    const problem = baseUrl ? baseUrlProblem(egress, baseUrl) : null;
+    if (problem) throw badInput(`Invalid input: modelRouting.${role}.baseUrl: ${problem}`, { path: `modelRouting.${role}.baseUrl` });
+  }
   const tenantId = db.$tenantId();
   const current = await loadTenantSettings(db);
 

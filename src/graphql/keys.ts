@@ -72,7 +72,7 @@ builder.mutationFields((t) => ({
     authScopes: { admin: true },
     args: { id: t.arg.id({ required: true }) },
     resolve: async (query, _root, { id }, ctx) => {
-      const key = await revokeApiKey(ctx.db, String(id));
+      const key = await revokeApiKey(ctx.db, String(id), ctx.deps);
       return ctx.db.apiKey.findUniqueOrThrow({ ...query, where: { id: key.id } });
     },
   }),

@@ -1,10 +1,14 @@
 import { GraphQLError, Kind } from "graphql";
 import { builder } from "../builder.ts";
 
+// A four-digit year, a date, and optionally a time and an offset: what ISO-8601 and the store agree on.
+const ISO_DATE_TIME = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?$/i;
+
 function toDate(value: unknown): Date {
-  const date = typeof value === "string" || value instanceof Date ? new Date(value) : null;
-  if (!date || Number.isNaN(date.getTime())) {
-    throw new GraphQLError("DateTime must be an ISO-8601 date-time string.", {
+  const date =
+    value instanceof Date ? value : typeof value === "string" && ISO_DATE_TIME.test(value) ? new Date(value) : null;
+  if (!date || Number.isNaN(date.getTime()) || date.getUTCFullYear() < 1 || date.getUTCFullYear() > 9999) {
+    throw new GraphQLError("DateTime must be an ISO-8601 date-time string between the years 0001 and 9999.", {
       extensions: { code: "BAD_USER_INPUT" },
     });
   }

@@ -2,6 +2,7 @@ import { builder } from "../builder.ts";
 import { LIMITS } from "../limits.ts";
 import type { CustomPattern } from "../governance/redaction.ts";
 import {
+  auditChangesShown,
   defaultModelName,
   loadTenantSettings,
   updateTenantSettings,
@@ -154,7 +155,7 @@ const CustomRedactionPatternInput = builder.inputType("CustomRedactionPatternInp
     name: t.string({ required: true }),
     pattern: t.string({
       required: true,
-      description: "A JavaScript regular expression; nested quantifiers and backreferences are refused.",
+      description: "An RE2 regular expression (matched in linear time; no backreferences or lookarounds).",
     }),
     flags: t.string({ description: "Any of i, m, s, u." }),
     placeholder: t.string({ description: "Default: [NAME]." }),
@@ -195,7 +196,12 @@ builder.prismaObject("AuditLog", {
     id: t.exposeID("id"),
     action: t.exposeString("action"),
     apiKeyId: t.exposeID("apiKeyId", { nullable: true }),
-    changes: t.expose("changes", { type: "JSON", description: "{ field: { from, to } }" }),
+    changes: t.field({
+      type: "JSON",
+      description: "{ field: { from, to } }",
+      // Entries written before credentials in URLs were refused show without them.
+      resolve: (entry) => auditChangesShown(entry.changes),
+    }),
     createdAt: t.expose("createdAt", { type: "DateTime" }),
   }),
 });
@@ -225,6 +231,6 @@ builder.mutationFields((t) => ({
     description: "Changes this tenant's settings; recorded in the audit log. Applies from the next job or turn.",
     args: { input: t.arg({ type: UpdateTenantSettingsInput, required: true }) },
     resolve: (_root, { input }, ctx) =>
-      updateTenantSettings(ctx.db, { apiKeyId: ctx.principal.apiKeyId, secret: ctx.deps.env.ENGRAM_SECRET }, input),
+      updateTenantSettings(ctx.db, { apiKeyId: ctx.principal.apiKeyId, secret: ctx.deps.env.ENGRAM_SECRET }, input, ctx.deps.env),
   }),
 }));

@@ -18,6 +18,7 @@ import { defaultModelName, type ModelRole } from "../governance/settings.ts";
 
 export { defaultModelName };
 import { countTokens } from "../memory/tokens.ts";
+import { asModelCallError } from "./egress.ts";
 
 /** What a chain is given: a chat model, already budgeted, redacted and metered for its tenant. */
 export type ChatModel = Runnable<BaseLanguageModelInput, AIMessage>;
@@ -54,13 +55,13 @@ export const CHAIN_HEADER = "X-Engram-Chain";
 
 export function openAIChatModel(
   route: ModelRoute,
-  options: { timeoutMs: number; maxRetries: number; chain: string },
+  options: { timeoutMs: number; maxRetries: number; chain: string; fetch?: typeof fetch },
 ): BaseChatModel {
   return new ChatOpenAI({
     model: route.model,
     // OpenAI-compatible local servers often need no key; the client insists on one.
     apiKey: route.apiKey ?? "not-needed",
-    configuration: { baseURL: route.baseUrl, defaultHeaders: { [CHAIN_HEADER]: options.chain } },
+    configuration: { baseURL: route.baseUrl, defaultHeaders: { [CHAIN_HEADER]: options.chain }, fetch: options.fetch },
     timeout: options.timeoutMs,
     maxRetries: options.maxRetries,
     temperature: 0,
@@ -144,7 +145,13 @@ export function meteredModel(
     let sent = input;
     let redactions = 0;
     if (redact) ({ messages: sent, redactions } = await redactPrompt(input, redact));
-    const output = (await model.invoke(sent, config)) as AIMessage;
+    let output: AIMessage;
+    try {
+      output = (await model.invoke(sent, config)) as AIMessage;
+    } catch (error) {
+      // Only a short reason goes on: a provider's error body can hold what it should not show.
+      throw asModelCallError(error);
+    }
     const usage = output.usage_metadata;
     await record({
       ...meta,

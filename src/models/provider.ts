@@ -7,6 +7,7 @@ import { assertBudgetLeft, budgetStatus, type BudgetStatus } from "../governance
 import { redactTexts, type RedactionResult } from "../governance/redaction.ts";
 import { loadTenantSettings, tenantApiKey, type EffectiveSettings } from "../governance/settings.ts";
 import { countTokens } from "../memory/tokens.ts";
+import { egressPolicy, guardedFetch, asModelCallError } from "./egress.ts";
 import { recordModelUsage } from "../governance/usage.ts";
 import {
   defaultModelName,
@@ -77,7 +78,12 @@ export class TenantEmbeddings extends Embeddings {
 
   async embedDocuments(documents: string[]): Promise<number[][]> {
     const { texts, redactions } = await this.redact(documents);
-    const vectors = await this.inner.embedDocuments(texts);
+    let vectors: number[][];
+    try {
+      vectors = await this.inner.embedDocuments(texts);
+    } catch (error) {
+      throw asModelCallError(error);
+    }
     await this.record({
       chain: "embed",
       model: this.model,
@@ -100,6 +106,8 @@ export function createModelProvider(deps: {
   createModel?: (route: ModelRoute, chain: string) => BaseChatModel;
 }): ModelProvider {
   const { tenants, env } = deps;
+  // Every OpenAI client, chat and embeddings, connects through this.
+  const fetch = guardedFetch(egressPolicy(env));
   const createModel =
     deps.createModel ??
     ((route: ModelRoute, chain: string) =>
@@ -107,8 +115,10 @@ export function createModelProvider(deps: {
         timeoutMs: env.ENGRAM_MODEL_TIMEOUT_MS,
         maxRetries: env.ENGRAM_MODEL_MAX_RETRIES,
         chain,
+        fetch,
       }));
-  const redactWith = (settings: EffectiveSettings) => (texts: string[]) => redactTexts(settings.redaction, texts);
+  const redactWith = (settings: EffectiveSettings, tenant: string) => (texts: string[]) =>
+    redactTexts(settings.redaction, texts, { tenant });
   const recordFor = (tenantId: string) => (usage: ModelUsageRecord) => recordModelUsage(tenants.scoped(tenantId), usage);
 
   return {
@@ -121,7 +131,7 @@ export function createModelProvider(deps: {
         // Checked per call, not per job: a budget spent mid-job stops the rest of it.
         beforeCall: () => assertBudgetLeft(tenantDb),
         // Likewise the redaction rules: a rule added mid-job applies to the job's next call.
-        redact: async (texts) => redactWith(await loadTenantSettings(tenantDb))(texts),
+        redact: async (texts) => redactWith(await loadTenantSettings(tenantDb), tenantId)(texts),
         record: recordFor(tenantId),
       });
     },
@@ -138,14 +148,14 @@ export function createModelProvider(deps: {
       const inner = new OpenAIEmbeddings({
         model: route.model,
         apiKey: route.apiKey ?? "not-needed",
-        configuration: route.baseUrl ? { baseURL: route.baseUrl } : undefined,
+        configuration: { baseURL: route.baseUrl, fetch },
         timeout: env.ENGRAM_MODEL_TIMEOUT_MS,
         maxRetries: env.ENGRAM_MODEL_MAX_RETRIES,
       });
-      return new TenantEmbeddings(inner, route.model, redactWith(settings), recordFor(tenantId));
+      return new TenantEmbeddings(inner, route.model, redactWith(settings, tenantId), recordFor(tenantId));
     },
     async redactForTenant(tenantId, texts) {
-      return redactWith(await loadTenantSettings(tenants.scoped(tenantId)))(texts);
+      return redactWith(await loadTenantSettings(tenants.scoped(tenantId)), tenantId)(texts);
     },
     recordUsage: (tenantId, usage) => recordFor(tenantId)(usage),
     budget: (tenantId) => budgetStatus(tenants.scoped(tenantId)),

@@ -50,10 +50,10 @@ export function memoryScript(script: MemoryScript = {}) {
   };
 }
 
-/** The "[#seq] role: content" lines of a prompt. */
+/** The "[#seq] role: "content"" lines of a prompt, the quoted text read back. */
 export function transcriptIn(request: ChatRequest): { seq: number; role: string; content: string }[] {
   const human = request.messages.find((m) => m.role === "user")?.content ?? "";
-  return [...human.matchAll(/^\[#(\d+)\] (\w+): (.*)$/gm)].map((m) => ({ seq: Number(m[1]), role: m[2], content: m[3] }));
+  return [...human.matchAll(/^\[#(\d+)\] (\w+): (".*")$/gm)].map((m) => ({ seq: Number(m[1]), role: m[2], content: JSON.parse(m[3]) }));
 }
 
 export type FactsScript = {
@@ -82,13 +82,13 @@ export function factsScript(script: FactsScript, fallback = memoryScript()) {
         return JSON.stringify({ remember: false, forget: "NONE", forgetTargets: [], needsRecall: false, ...script.triage?.(message) });
       }
       case "extract": {
-        const known = [...(human.split("<known>")[1]?.split("</known>")[0] ?? "").matchAll(/^- (.*)$/gm)].map((m) => m[1]);
+        const known = [...(human.split("<known>")[1]?.split("</known>")[0] ?? "").matchAll(/^- (".*")$/gm)].map((m) => JSON.parse(m[1]) as string);
         return `Sure, here you go: ${JSON.stringify({ facts: script.extract?.(transcriptIn(request), known) ?? [] })}`;
       }
       case "fact-judge": {
-        const candidate = human.split("Candidate:\n")[1]?.trim() ?? "";
+        const candidate = JSON.parse(human.split("Candidate:\n")[1]?.trim() || '""') as string;
         const storedText = human.split("Stored facts:\n")[1]?.split("\n\nCandidate:")[0] ?? "";
-        const stored = [...storedText.matchAll(/^\[([^\]]+)\] (.*)$/gm)].map((m) => ({ id: m[1], text: m[2] }));
+        const stored = [...storedText.matchAll(/^\[([^\]]+)\] (".*")$/gm)].map((m) => ({ id: m[1], text: JSON.parse(m[2]) as string }));
         return JSON.stringify({ durability: "durable", relation: "none", relatedFactId: null, sensitivity: "none", ...script.judge?.(candidate, stored) });
       }
       default:

@@ -5,6 +5,7 @@ import type { TriageInput, TriageVerdict } from "../../chains/triage.ts";
 import type { TenantDb } from "../../db.ts";
 import { EngramError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
+import { ModelCallError } from "../../models/egress.ts";
 import { needsRecallByKeywords } from "./keywords.ts";
 
 export type StoredVerdict = TriageVerdict & { decidedBy: "MODEL" | "KEYWORDS" };
@@ -70,7 +71,8 @@ export async function gateMessage(
     } catch (error) {
       // An unreadable answer, a spent budget or a broken route: the keyword gate decides, so a
       // "forget" request is never held back by the model. An outage throws, and the job retries.
-      if (!(error instanceof OutputParserException) && !(error instanceof EngramError)) throw error;
+      const outage = error instanceof ModelCallError && error.kind === "failed";
+      if (outage || (!(error instanceof OutputParserException) && !(error instanceof EngramError))) throw error;
       const why = error instanceof OutputParserException ? "the model's answer could not be read" : error.message;
       deps.log.warn(`gate: ${why}; using the keyword gate`, {
         conversationId: input.conversationId,

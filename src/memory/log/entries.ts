@@ -5,6 +5,7 @@ import type { EntryChange } from "../../pubsub.ts";
 import { notFound, parseInput } from "../../errors.ts";
 import { Prisma, type MemoryEntry } from "../../generated/prisma/client.ts";
 import { LIMITS, scopeRefSchema, scopeSchema, tagsSchema } from "../../limits.ts";
+import { lexemeQuery } from "../text-search.ts";
 
 const entryFields = {
   title: z
@@ -130,14 +131,12 @@ export async function relevantEntries(
   input: { text: string; scopeRefs: string[]; limit: number },
 ): Promise<MemoryEntry[]> {
   const rows = await db.$queryRaw<{ id: string }[]>`
-    WITH q AS (
-      SELECT to_tsquery('english', array_to_string(tsvector_to_array(to_tsvector('english', ${input.text})), ' | ')) AS q
-    )
+    WITH q AS (SELECT ${lexemeQuery(input.text, "|")} AS q)
     SELECT e."id"
     FROM "MemoryEntry" e, q
     WHERE e."tenantId" = ${db.$tenantId()}
       AND (e."scope" = 'INSTITUTIONAL'::"Scope" OR e."scopeRef" = ANY(${input.scopeRefs}::text[]))
-      AND numnode(q.q) > 0 AND e."search" @@ q.q
+      AND q.q IS NOT NULL AND e."search" @@ q.q
     ORDER BY ts_rank_cd(e."search", q.q) * (1 + e."importance" / 10.0) DESC, e."updatedAt" DESC
     LIMIT ${input.limit}`;
   if (rows.length === 0) return [];

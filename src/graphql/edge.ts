@@ -1,0 +1,156 @@
+import { GraphQLError, type ASTVisitor, type ExecutionResult, type ValidationContext } from "graphql";
+import type { Plugin } from "graphql-yoga";
+
+/**
+ * Typed errors for what a request gets wrong before any resolver runs, and text checks at the
+ * edge: every such failure answers with an `extensions.code` and its message, and nothing is
+ * half-written because nothing runs.
+ */
+
+/** Why a text cannot be stored (PostgreSQL refuses NUL; lone surrogates are not Unicode), or null. */
+export function textProblem(value: string): string | null {
+  if (value.includes("\u0000")) return "holds a NUL character (\\u0000)";
+  if (!(value as unknown as { isWellFormed(): boolean }).isWellFormed()) return "holds a lone UTF-16 surrogate";
+  return null;
+}
+
+function findTextProblem(value: unknown, path: string, depth = 0): string | null {
+  if (typeof value === "string") {
+    const problem = textProblem(value);
+    return problem ? `${path} ${problem}` : null;
+  }
+  if (depth > 64 || value === null || typeof value !== "object") return null;
+  for (const [key, inner] of Object.entries(value)) {
+    const keyProblem = textProblem(key);
+    if (keyProblem) return `a key in ${path} ${keyProblem}`;
+    const problem = findTextProblem(inner, Array.isArray(value) ? `${path}[${key}]` : `${path}.${key}`, depth + 1);
+    if (problem) return problem;
+  }
+  return null;
+}
+
+const badInput = (message: string) => new GraphQLError(message, { extensions: { code: "BAD_USER_INPUT" } });
+
+/** Refuses string literals in the document that cannot be stored. */
+function safeTextRule(context: ValidationContext): ASTVisitor {
+  return {
+    StringValue(node) {
+      const problem = textProblem(node.value);
+      if (problem) context.reportError(new GraphQLError(`A string argument ${problem}.`, { nodes: [node], extensions: { code: "BAD_USER_INPUT" } }));
+    },
+  };
+}
+
+/** Root fields that may call models (the gate, the re-rank judge, embeddings) each time they run. */
+const MODEL_FIELDS = new Set(["context", "recall"]);
+
+/**
+ * A model-call budget per request: aliases could otherwise run `context` 30 times in one
+ * request, each spending model calls.
+ */
+function modelFieldsRule(max: number) {
+  return (context: ValidationContext): ASTVisitor => {
+    let count = 0;
+    return {
+      Field(node) {
+        if (context.getParentType()?.name !== "Query" || !MODEL_FIELDS.has(node.name.value)) return;
+        if (++count === max + 1) {
+          context.reportError(
+            new GraphQLError(`Model calls limit of ${max} fields exceeded: at most ${max} context or recall fields per request.`, {
+              nodes: [node],
+              extensions: { code: "QUERY_TOO_COMPLEX" },
+            }),
+          );
+        }
+      },
+    };
+  };
+}
+
+// graphql-armor's messages: "Query depth limit of …", "Aliases limit of …", "Query Cost limit of …".
+const LIMIT_MESSAGE = /(depth|aliases|cost|directives|tokens|model calls) limit of \d+ /i;
+
+/** The code a request-level error (parse, validation, variables) answers with. */
+function requestErrorCode(error: GraphQLError): string {
+  if (LIMIT_MESSAGE.test(error.message)) return "QUERY_TOO_COMPLEX";
+  const code = error.extensions?.code;
+  return typeof code === "string" && code !== "GRAPHQL_VALIDATION_FAILED" ? code : "BAD_USER_INPUT";
+}
+
+function withCode(error: GraphQLError): GraphQLError {
+  const code = requestErrorCode(error);
+  if (error.extensions?.code === code) return error;
+  return new GraphQLError(error.message, {
+    nodes: error.nodes,
+    source: error.source,
+    positions: error.positions,
+    path: error.path,
+    // No originalError: error masking would otherwise report the inner error's (absent) code.
+    extensions: { ...error.extensions, code },
+  });
+}
+
+function variablesRefusal(variables: unknown): ExecutionResult | null {
+  const problem = findTextProblem(variables ?? {}, "variables");
+  return problem ? { errors: [badInput(`Invalid input: ${problem}.`)] } : null;
+}
+
+/**
+ * One plugin for HTTP and WebSocket (both run yoga's envelop pipeline): text checks on literals
+ * and variables, and a code on every validation and variable-coercion error.
+ */
+export function useTypedRequestErrors(limits: { modelFieldsPerRequest: number }): Plugin {
+  return {
+    onParse() {
+      // A syntax error, or an escape that is not Unicode (a lone surrogate such as "\ud800").
+      return ({ result, replaceParseResult }) => {
+        if (result instanceof GraphQLError) {
+          replaceParseResult(
+            new GraphQLError(result.message, { source: result.source, positions: result.positions, extensions: { ...result.extensions, code: "BAD_USER_INPUT" } }),
+          );
+        }
+      };
+    },
+    onValidate({ addValidationRule }) {
+      addValidationRule(safeTextRule);
+      addValidationRule(modelFieldsRule(limits.modelFieldsPerRequest));
+      return ({ valid, result, setResult }) => {
+        if (!valid) setResult(result.map((error) => withCode(error as GraphQLError)));
+      };
+    },
+    onExecute({ args, setResultAndStopExecution }) {
+      const refusal = variablesRefusal(args.variableValues);
+      if (refusal) return setResultAndStopExecution(refusal);
+      return {
+        onExecuteDone({ result, setResult }) {
+          // Variable coercion errors (a wrong enum value, a wrong type) come back without a code
+          // and without a path; resolver errors have a path and are left to error masking.
+          const uncoded = (e: GraphQLError) => !e.path && !e.extensions?.code;
+          if ("errors" in result && result.errors?.some(uncoded)) {
+            setResult({ ...result, errors: result.errors.map((e) => (uncoded(e) ? withCode(e) : e)) });
+          }
+        },
+      };
+    },
+    onSubscribe({ args, setResultAndStopExecution }) {
+      const refusal = variablesRefusal(args.variableValues);
+      if (refusal) setResultAndStopExecution(refusal);
+    },
+  };
+}
+
+/** graphql-armor options: a limit is reported as a validation error (with a code), not thrown. */
+export const reportLimitErrors = {
+  propagateOnRejection: false,
+  onReject: [
+    (context: ValidationContext | null, error: GraphQLError) => {
+      if (!context) throw error;
+      context.reportError(error);
+    },
+  ],
+};
+
+/** Errors from Pothos' own argument checks (page sizes, cursors) are the caller's mistakes. */
+export function isInputValidationError(error: unknown): error is GraphQLError {
+  return error instanceof Error && error.name === "PothosValidationError";
+}

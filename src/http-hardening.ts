@@ -1,0 +1,66 @@
+import { createHash } from "node:crypto";
+import { gzipSync } from "node:zlib";
+import { renderGraphiQL } from "@graphql-yoga/render-graphiql";
+import type { GraphiQLOptions, Plugin } from "graphql-yoga";
+
+/** Slow clients cannot hold a connection open: headers within 10 s, the whole request within 30 s. */
+export const HTTP_TIMEOUTS = { headersMs: 10_000, requestMs: 30_000 } as const;
+
+/**
+ * CORS: same-origin only (no CORS headers at all) unless the operator lists origins in
+ * ENGRAM_CORS_ORIGINS; a listed origin gets exactly itself back, with credentials.
+ */
+export function corsFor(origins: string[]) {
+  const allowed = new Set(origins);
+  return (request: Request) => {
+    const origin = request.headers.get("origin");
+    if (!origin || !allowed.has(origin)) return false as const;
+    return {
+      origin: [origin],
+      credentials: true,
+      methods: ["GET", "POST", "OPTIONS"],
+      allowedHeaders: ["authorization", "content-type", "accept"],
+    };
+  };
+}
+
+export function parseOrigins(value: string | undefined): string[] {
+  return (value ?? "")
+    .split(",")
+    .map((origin) => origin.trim().replace(/\/+$/, ""))
+    .filter(Boolean);
+}
+
+/**
+ * The bundled GraphiQL (the default page loads its code from a CDN, which offline machines cannot
+ * reach) holds every script it needs (several MB), and a browser asks for it without a key:
+ * it is rendered once, served gzipped when the browser takes it, and cached with an ETag, so a
+ * repeat visit costs a 304.
+ */
+export function useCachedGraphiQL(endpoint: string, options: GraphiQLOptions): Plugin {
+  let page: { html: Buffer; gzip: Buffer; etag: string } | undefined;
+  const render = () => {
+    const html = Buffer.from(renderGraphiQL({ ...options, endpoint } as Parameters<typeof renderGraphiQL>[0]));
+    return { html, gzip: gzipSync(html), etag: `"${createHash("sha256").update(html).digest("base64url").slice(0, 27)}"` };
+  };
+  return {
+    onRequest({ request, url, endResponse, fetchAPI }) {
+      if (request.method !== "GET" || url.pathname !== endpoint || url.search) return;
+      if (!request.headers.get("accept")?.includes("text/html")) return;
+      page ??= render();
+      const headers: Record<string, string> = {
+        "content-type": "text/html; charset=utf-8",
+        "cache-control": "public, max-age=86400",
+        etag: page.etag,
+        vary: "accept-encoding",
+      };
+      if (request.headers.get("if-none-match") === page.etag) {
+        endResponse(new fetchAPI.Response(null, { status: 304, headers }));
+        return;
+      }
+      const gzip = /\bgzip\b/.test(request.headers.get("accept-encoding") ?? "");
+      if (gzip) headers["content-encoding"] = "gzip";
+      endResponse(new fetchAPI.Response(new Uint8Array(gzip ? page.gzip : page.html), { status: 200, headers }));
+    },
+  };
+}

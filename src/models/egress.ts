@@ -1,0 +1,279 @@
+import { lookup as dnsLookup, type LookupAddress } from "node:dns";
+import http from "node:http";
+import https from "node:https";
+import { isIP, type LookupFunction } from "node:net";
+import { Readable } from "node:stream";
+import { EngramError } from "../errors.ts";
+
+/**
+ * Where model calls may go. Tenant-set base URLs must not reach the operator's own network
+ * (SSRF): the address actually connected to is checked, so a DNS name that resolves (or
+ * re-resolves) to a private address is refused too. Redirects are never followed and a
+ * provider's error body never leaves this module.
+ */
+export type EgressPolicy = {
+  /** Hosts ("host" or "host:port", lower case) that may be private: the operator's choice. */
+  allowed: string[];
+};
+
+/** A model call that failed: its message is a short typed reason, never the provider's body. */
+export class ModelCallError extends EngramError {
+  constructor(
+    reason: string,
+    /** "refused": the route is not allowed, retrying cannot help; "failed": the call went wrong. */
+    readonly kind: "refused" | "failed" = "failed",
+  ) {
+    super("MODEL_UNAVAILABLE", reason);
+    this.name = "ModelCallError";
+  }
+}
+
+/** Parses ENGRAM_MODEL_HOST_ALLOWLIST: comma-separated host or host:port ([v6]:port for IPv6). */
+export function parseHostAllowlist(value: string | undefined): string[] {
+  return (value ?? "")
+    .split(",")
+    .map((entry) => entry.trim().toLowerCase())
+    .filter(Boolean);
+}
+
+/** The policy for a server: the allow-list, plus the host of the operator's own OPENAI_BASE_URL. */
+export function egressPolicy(env: { ENGRAM_MODEL_HOST_ALLOWLIST?: string; OPENAI_BASE_URL?: string }): EgressPolicy {
+  const allowed = parseHostAllowlist(env.ENGRAM_MODEL_HOST_ALLOWLIST);
+  if (env.OPENAI_BASE_URL) allowed.push(hostPort(new URL(env.OPENAI_BASE_URL)));
+  return { allowed };
+}
+
+const bare = (hostname: string) => hostname.replace(/^\[|\]$/g, "").toLowerCase();
+
+function hostPort(url: URL): string {
+  const port = url.port || (url.protocol === "https:" ? "443" : "80");
+  const host = bare(url.hostname);
+  return isIP(host) === 6 ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+export function isAllowlisted(policy: EgressPolicy, url: URL): boolean {
+  const host = bare(url.hostname);
+  const withPort = hostPort(url);
+  return policy.allowed.some((entry) => bare(entry) === host || entry === withPort);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Address ranges
+
+type Range = [bigint, number];
+
+function ipv4ToBigInt(address: string): bigint {
+  return address.split(".").reduce((n, part) => (n << 8n) | BigInt(Number(part)), 0n);
+}
+
+function ipv6ToBigInt(address: string): bigint {
+  let text = address.toLowerCase().split("%")[0];
+  // A dotted IPv4 tail (::ffff:1.2.3.4) becomes two hex groups.
+  const dotted = text.match(/(\d+\.\d+\.\d+\.\d+)$/);
+  if (dotted) {
+    const v4 = ipv4ToBigInt(dotted[1]);
+    text = `${text.slice(0, -dotted[1].length)}${(v4 >> 16n).toString(16)}:${(v4 & 0xffffn).toString(16)}`;
+  }
+  const [head, tail] = text.split("::");
+  const headGroups = head ? head.split(":") : [];
+  const tailGroups = tail !== undefined && tail !== "" ? tail.split(":") : [];
+  const missing = 8 - headGroups.length - tailGroups.length;
+  const groups = tail === undefined ? headGroups : [...headGroups, ...Array(missing).fill("0"), ...tailGroups];
+  return groups.reduce((n, group) => (n << 16n) | BigInt(parseInt(group || "0", 16)), 0n);
+}
+
+const v4 = (cidr: string): Range => {
+  const [address, bits] = cidr.split("/");
+  return [ipv4ToBigInt(address), Number(bits)];
+};
+const v6 = (cidr: string): Range => {
+  const [address, bits] = cidr.split("/");
+  return [ipv6ToBigInt(address), Number(bits)];
+};
+
+/** Not the public internet: unspecified, loopback, private, shared, link-local (metadata), reserved. */
+const BLOCKED_V4: Range[] = [
+  "0.0.0.0/8",
+  "10.0.0.0/8",
+  "100.64.0.0/10",
+  "127.0.0.0/8",
+  "169.254.0.0/16",
+  "172.16.0.0/12",
+  "192.0.0.0/24",
+  "192.0.2.0/24",
+  "192.168.0.0/16",
+  "198.18.0.0/15",
+  "198.51.100.0/24",
+  "203.0.113.0/24",
+  "224.0.0.0/4",
+  "240.0.0.0/4",
+].map(v4);
+
+const BLOCKED_V6: Range[] = [
+  "::/128",
+  "::1/128",
+  "100::/64",
+  "2001:db8::/32",
+  "fc00::/7", // unique-local, which holds the EC2 metadata address fd00:ec2::254
+  "fe80::/10",
+  "fec0::/10",
+  "ff00::/8",
+].map(v6);
+
+const inRange = (value: bigint, width: number, [base, bits]: Range) =>
+  value >> BigInt(width - bits) === base >> BigInt(width - bits);
+
+/** Whether an IP address is outside the public internet (IPv4 inside IPv6 forms included). */
+export function isPrivateAddress(address: string): boolean {
+  const family = isIP(bare(address));
+  if (family === 4) {
+    const value = ipv4ToBigInt(bare(address));
+    return BLOCKED_V4.some((range) => inRange(value, 32, range));
+  }
+  if (family !== 6) return true;
+  const value = ipv6ToBigInt(bare(address));
+  const embedded = (v: bigint) => [Number((v >> 24n) & 255n), Number((v >> 16n) & 255n), Number((v >> 8n) & 255n), Number(v & 255n)].join(".");
+  // IPv4-mapped (::ffff:a.b.c.d), IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::a.b.c.d): judge the IPv4.
+  if (value >> 32n === 0xffffn || value >> 32n === 0n || value >> 32n === 0x64ff9b0000000000000000n) {
+    if (value > 1n) return isPrivateAddress(embedded(value & 0xffffffffn));
+  }
+  // 6to4 (2002:a.b.c.d::/48)
+  if (value >> 112n === 0x2002n) return isPrivateAddress(embedded((value >> 80n) & 0xffffffffn));
+  return BLOCKED_V6.some((range) => inRange(value, 128, range));
+}
+
+const refusal = (host: string) =>
+  new ModelCallError(
+    `model host ${host} is on a private, loopback or link-local network; the operator can allow it with ENGRAM_MODEL_HOST_ALLOWLIST`,
+    "refused",
+  );
+
+/**
+ * Why a base URL may not be used, judged without DNS (settings time): credentials in it, or an
+ * address or name that is plainly not public. Null when it may be tried; calls check again.
+ */
+export function baseUrlProblem(policy: EgressPolicy, raw: string): string | null {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    return "must be a URL";
+  }
+  if (url.username || url.password) return "must not contain credentials (user:password@); set apiKey instead";
+  if (url.protocol !== "http:" && url.protocol !== "https:") return "must be an http(s) URL";
+  if (isAllowlisted(policy, url)) return null;
+  const host = bare(url.hostname);
+  if (isIP(host) ? isPrivateAddress(host) : host === "localhost" || host.endsWith(".localhost")) {
+    return refusal(host).message;
+  }
+  return null;
+}
+
+/** A URL as it may be shown or stored: without user:password@. */
+export function withoutCredentials(raw: string): string {
+  try {
+    const url = new URL(raw);
+    if (!url.username && !url.password) return raw;
+    url.username = "";
+    url.password = "";
+    return url.toString();
+  } catch {
+    return raw;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fetch given to every OpenAI client
+
+function guardedLookup(host: string): LookupFunction {
+  return (hostname, options, callback) => {
+    dnsLookup(hostname, { ...options, all: true }, (error, addresses) => {
+      if (error) return callback(error, "", 0);
+      const list = addresses as unknown as LookupAddress[];
+      if (list.length === 0 || list.some((a) => isPrivateAddress(a.address))) {
+        return callback(refusal(host) as unknown as NodeJS.ErrnoException, "", 0);
+      }
+      if (options.all) return (callback as unknown as (e: null, a: LookupAddress[]) => void)(null, list);
+      callback(null, list[0].address, list[0].family);
+    });
+  };
+}
+
+const NULL_BODY = new Set([101, 204, 205, 304]);
+
+/**
+ * Any failed model call as a ModelCallError with a short reason: provider bodies and internal
+ * messages stay out of job runs, logs and GraphQL errors.
+ */
+export function asModelCallError(error: unknown): ModelCallError {
+  // The client wraps what fetch threw (a refusal, a redirect) as the cause of its own error.
+  for (let cause = error, depth = 0; cause && depth < 5; cause = (cause as { cause?: unknown }).cause, depth++) {
+    if (cause instanceof ModelCallError) return cause;
+  }
+  const e = error as { status?: unknown; name?: string; code?: string; message?: string };
+  if (typeof e?.status === "number") return new ModelCallError(`model provider answered ${e.status}`);
+  const name = `${e?.name ?? ""} ${e?.code ?? ""} ${e?.message ?? ""}`;
+  if (/timeout|timed out|AbortError/i.test(name)) return new ModelCallError("model provider did not answer in time");
+  if (/ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ECONNRESET|EHOSTUNREACH|ENETUNREACH|Connection error/i.test(name)) {
+    return new ModelCallError("model provider unreachable");
+  }
+  return new ModelCallError("model call failed");
+}
+
+/**
+ * fetch for the OpenAI client: checks the host (and every address it resolves to) against the
+ * policy, never follows a redirect, and replaces an error response's body with its status.
+ */
+export function guardedFetch(policy: EgressPolicy): typeof fetch {
+  return async (input, init) => {
+    const request = new Request(input, init);
+    const url = new URL(request.url);
+    if (url.protocol !== "http:" && url.protocol !== "https:") throw new ModelCallError("model base URL must be http(s)", "refused");
+    if (url.username || url.password) throw new ModelCallError("model base URL must not contain credentials", "refused");
+    const allowed = isAllowlisted(policy, url);
+    const host = bare(url.hostname);
+    if (!allowed && isIP(host) && isPrivateAddress(host)) throw refusal(host);
+    const body = request.body ? Buffer.from(await request.arrayBuffer()) : undefined;
+    const headers = Object.fromEntries(request.headers);
+    // Node's http client does not decompress: ask for plain bodies.
+    delete headers["accept-encoding"];
+    request.signal.throwIfAborted();
+    return new Promise<Response>((resolve, reject) => {
+      const client = url.protocol === "https:" ? https : http;
+      const outgoing = client.request(
+        url,
+        {
+          method: request.method,
+          headers,
+          signal: request.signal,
+          ...(allowed || isIP(host) ? {} : { lookup: guardedLookup(host) }),
+        },
+        (incoming) => {
+          const status = incoming.statusCode ?? 502;
+          const responseHeaders = new Headers();
+          for (const [name, value] of Object.entries(incoming.headers)) {
+            if (value === undefined || name === "content-length" || name === "content-encoding") continue;
+            for (const v of Array.isArray(value) ? value : [value]) responseHeaders.append(name, v);
+          }
+          if (status >= 300 && status < 400) {
+            incoming.resume();
+            reject(new ModelCallError(`model provider answered ${status} (a redirect, which is not followed)`));
+            return;
+          }
+          if (status >= 400) {
+            incoming.resume();
+            responseHeaders.set("content-type", "application/json");
+            const reason = `model provider answered ${status}`;
+            resolve(new Response(JSON.stringify({ error: { message: reason } }), { status, headers: responseHeaders }));
+            return;
+          }
+          const stream = NULL_BODY.has(status) ? null : (Readable.toWeb(incoming) as ReadableStream<Uint8Array>);
+          if (!stream) incoming.resume();
+          resolve(new Response(stream, { status, headers: responseHeaders }));
+        },
+      );
+      outgoing.on("error", reject);
+      outgoing.end(body);
+    });
+  };
+}

@@ -1,0 +1,220 @@
+import { lookup } from "node:dns/promises";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { hostname } from "node:os";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { compactTenants } from "../src/work/compact-tenants.ts";
+import { baseUrlProblem, guardedFetch, isPrivateAddress, ModelCallError } from "../src/models/egress.ts";
+import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
+import { startModelServer, type ModelServer } from "./helpers/model-server.ts";
+
+const DAY_MS = 86_400_000;
+const LEAK = "INTERNAL-ONLY: db_password=hunter2";
+const UPDATE = `mutation($input: UpdateTenantSettingsInput!) { updateTenantSettings(input: $input) { modelRouting { compaction { baseUrl } } } }`;
+const APPEND = `mutation($input: AppendEventInput!) { appendEvent(input: $input) { id } }`;
+const JOB_RUNS = `{ jobRuns(name: "memory.compact") { status result error } }`;
+const compactAnswer = () => JSON.stringify({ title: "Digest", summary: "- kept", tags: ["compacted"] });
+
+/** A loopback HTTP server that counts requests and answers with `handler`. */
+async function startHttp(handler: (res: import("node:http").ServerResponse) => void) {
+  let hits = 0;
+  const server: Server = createServer((req, res) => {
+    hits++;
+    req.resume();
+    handler(res);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as AddressInfo).port;
+  return { port, url: `http://127.0.0.1:${port}/v1`, hits: () => hits, stop: () => new Promise((r) => server.close(r)) };
+}
+
+async function appendOld(engram: TestEngram, scopeRef: string) {
+  for (let i = 0; i < 3; i++) {
+    const { errors } = await engram.gql(
+      APPEND,
+      {
+        input: {
+          scope: "PROJECT",
+          scopeRef,
+          kind: "note",
+          body: `note ${i}`,
+          source: "test",
+          sourceRef: `${scopeRef}-${i}`,
+          occurredAt: new Date(Date.now() - (200 - i) * DAY_MS).toISOString(),
+        },
+      },
+      engram.tenant.writer,
+    );
+    expect(errors).toBeUndefined();
+  }
+}
+
+/** Plants a route as a stored setting, past the settings-time check (as a DNS name would pass it). */
+async function plantRoute(engram: TestEngram, baseUrl: string) {
+  await engram.services.db.tenantSettings.upsert({
+    where: { tenantId: engram.tenant.tenantId },
+    create: { tenantId: engram.tenant.tenantId, modelRouting: { compaction: { baseUrl } } },
+    update: { modelRouting: { compaction: { baseUrl } } },
+  });
+}
+
+async function compactionErrors(engram: TestEngram, scopeRef: string): Promise<string> {
+  await appendOld(engram, scopeRef);
+  await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
+  const { data, errors } = await engram.gql(JOB_RUNS);
+  expect(errors).toBeUndefined();
+  return JSON.stringify(data.jobRuns[0]);
+}
+
+describe("address ranges", () => {
+  it("calls loopback, private, link-local, metadata, unique-local and unspecified addresses private", () => {
+    const blocked = [
+      "127.0.0.1", "127.9.9.9", "10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "169.254.169.254",
+      "100.64.0.1", "0.0.0.0", "::", "::1", "fd00:ec2::254", "fc00::1", "fe80::1", "::ffff:127.0.0.1",
+      "::ffff:7f00:1", "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "2002:7f00:1::", "224.0.0.1", "255.255.255.255",
+    ];
+    const open = ["8.8.8.8", "1.1.1.1", "172.32.0.1", "2606:4700:4700::1111", "2001:4860:4860::8888", "::ffff:8.8.8.8"];
+    for (const address of blocked) expect(isPrivateAddress(address), address).toBe(true);
+    for (const address of open) expect(isPrivateAddress(address), address).toBe(false);
+  });
+
+  it("judges base URLs at settings time, allow-list first", () => {
+    const none = { allowed: [] };
+    for (const url of ["http://127.0.0.1:5432/v1", "http://localhost:6379", "http://2130706433/", "http://0x7f.1/", "http://[::1]/", "http://[fd00:ec2::254]/", "http://169.254.169.254/latest"]) {
+      expect(baseUrlProblem(none, url), url).toMatch(/private, loopback or link-local/);
+    }
+    expect(baseUrlProblem(none, "http://user:pass@models.example/v1")).toMatch(/credentials/);
+    expect(baseUrlProblem(none, "https://models.example/v1")).toBeNull();
+    expect(baseUrlProblem({ allowed: ["127.0.0.1:5432"] }, "http://127.0.0.1:5432/v1")).toBeNull();
+    expect(baseUrlProblem({ allowed: ["127.0.0.1:5432"] }, "http://127.0.0.1:6379/v1")).not.toBeNull();
+    expect(baseUrlProblem({ allowed: ["localhost"] }, "http://localhost:6379/v1")).toBeNull();
+  });
+
+  it("refuses a DNS name that resolves to a private address, at connect time", async () => {
+    const name = hostname();
+    const resolved = await lookup(name).catch(() => null);
+    if (!resolved || !isPrivateAddress(resolved.address)) return; // this machine's name is public: nothing to prove
+    const target = await startHttp((res) => res.end("{}"));
+    try {
+      const error = await guardedFetch({ allowed: [] })(`http://${name}:${target.port}/v1/chat/completions`, { method: "POST", body: "{}" }).catch((e) => e);
+      expect(error).toBeInstanceOf(ModelCallError);
+      expect(error.kind).toBe("refused");
+      expect(target.hits()).toBe(0);
+    } finally {
+      await target.stop();
+    }
+  });
+});
+
+describe("tenant model routes cannot reach the operator's network", () => {
+  let engram: TestEngram;
+  let model: ModelServer;
+  let internal: Awaited<ReturnType<typeof startHttp>>;
+
+  beforeAll(async () => {
+    internal = await startHttp((res) => res.writeHead(403, { "content-type": "text/plain" }).end(LEAK));
+    ({ model, engram } = await startEngramWithModel({ respond: compactAnswer, env: { ENGRAM_EMBEDDINGS: "offline" } }));
+  });
+  afterAll(async () => {
+    await engram?.stop();
+    await model?.stop();
+    await internal?.stop();
+  });
+
+  it("refuses private, loopback and metadata base URLs and URLs with credentials with BAD_USER_INPUT, writing nothing", async () => {
+    const urls = [
+      "http://127.0.0.1:5432/v1",
+      "http://localhost:6379",
+      "http://[::1]:8080/v1",
+      "http://169.254.169.254/latest/meta-data",
+      "http://[fd00:ec2::254]/",
+      "http://0.0.0.0:4000/",
+      "http://2130706433/v1",
+      "http://[::ffff:127.0.0.1]/v1",
+      "http://10.0.0.5/v1",
+      "http://user:pass@models.example/v1",
+      `http://user:pass@127.0.0.1:${internal.port}/v1`,
+    ];
+    const before = await engram.services.db.tenantSettings.findUnique({ where: { tenantId: engram.tenant.tenantId } });
+    for (const baseUrl of urls) {
+      const { errors } = await engram.gql(UPDATE, { input: { modelRouting: { compaction: { baseUrl } } } });
+      expect(errors?.[0].extensions?.code, baseUrl).toBe("BAD_USER_INPUT");
+      expect(errors?.[0].message, baseUrl).toMatch(/baseUrl/);
+      expect(errors?.[0].message).not.toContain("pass@");
+    }
+    expect(await engram.services.db.tenantSettings.findUnique({ where: { tenantId: engram.tenant.tenantId } })).toEqual(before);
+    expect(await engram.services.db.auditLog.count()).toBe(0);
+    expect(internal.hits()).toBe(0);
+  });
+
+  it("checks at call time: a stored route to a private address is never called", async () => {
+    await plantRoute(engram, internal.url);
+    const run = await compactionErrors(engram, "planted");
+    expect(internal.hits()).toBe(0);
+    expect(run).toMatch(/private, loopback or link-local/);
+    expect(run).not.toContain("hunter2");
+  });
+
+  it("never shows credentials a stored URL still holds", async () => {
+    await plantRoute(engram, "https://user:hunter2@models.example/v1");
+    const { data } = await engram.gql(`{ tenantSettings { modelRouting { compaction { baseUrl effectiveBaseUrl } } } }`);
+    expect(JSON.stringify(data)).not.toContain("hunter2");
+    expect(data.tenantSettings.modelRouting.compaction.baseUrl).toBe("https://models.example/v1");
+    await engram.services.db.tenantSettings.update({ where: { tenantId: engram.tenant.tenantId }, data: { modelRouting: {} } });
+  });
+
+  it("keeps the operator's own route (OPENAI_BASE_URL on loopback) working", async () => {
+    const before = model.requests.length;
+    const run = await compactionErrors(engram, "operator");
+    expect(model.requests.length).toBeGreaterThan(before);
+    expect(JSON.parse(run).status).toBe("SUCCEEDED");
+  });
+});
+
+describe("allow-listed hosts: no redirects, no provider bodies", () => {
+  let engram: TestEngram;
+  let model: ModelServer;
+  let internal: Awaited<ReturnType<typeof startHttp>>;
+  let target: ModelServer;
+  let redirector: Awaited<ReturnType<typeof startHttp>>;
+
+  beforeAll(async () => {
+    internal = await startHttp((res) => res.writeHead(403, { "content-type": "text/plain" }).end(LEAK));
+    target = await startModelServer();
+    target.respond(compactAnswer);
+    redirector = await startHttp((res) => res.writeHead(302, { location: `${target.url}/chat/completions` }).end(LEAK));
+    ({ model, engram } = await startEngramWithModel({
+      respond: compactAnswer,
+      env: { ENGRAM_EMBEDDINGS: "offline", ENGRAM_MODEL_HOST_ALLOWLIST: `127.0.0.1:${internal.port}, 127.0.0.1:${redirector.port}` },
+    }));
+  });
+  afterAll(async () => {
+    await engram?.stop();
+    await Promise.all([model?.stop(), target?.stop(), internal?.stop(), redirector?.stop()]);
+  });
+
+  it("only allow-listed hosts pass", async () => {
+    const ok = await engram.gql(UPDATE, { input: { modelRouting: { compaction: { baseUrl: internal.url } } } });
+    expect(ok.errors).toBeUndefined();
+    const refused = await engram.gql(UPDATE, { input: { modelRouting: { compaction: { baseUrl: target.url } } } });
+    expect(refused.errors?.[0].extensions?.code).toBe("BAD_USER_INPUT");
+  });
+
+  it("records a short typed reason, never the provider's error body", async () => {
+    await engram.gql(UPDATE, { input: { modelRouting: { compaction: { baseUrl: internal.url } } } });
+    const run = await compactionErrors(engram, "leaky");
+    expect(internal.hits()).toBeGreaterThan(0);
+    expect(run).toContain("model provider answered 403");
+    expect(run).not.toContain("hunter2");
+    expect(run).not.toContain("INTERNAL-ONLY");
+  });
+
+  it("does not follow a redirect", async () => {
+    await engram.gql(UPDATE, { input: { modelRouting: { compaction: { baseUrl: redirector.url } } } });
+    const run = await compactionErrors(engram, "redirected");
+    expect(redirector.hits()).toBeGreaterThan(0);
+    expect(target.requests).toHaveLength(0);
+    expect(run).toMatch(/answered 302 \(a redirect, which is not followed\)/);
+    expect(run).not.toContain("hunter2");
+  });
+});

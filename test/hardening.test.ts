@@ -1,0 +1,88 @@
+import { request } from "node:http";
+import net from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { until } from "./helpers/until.ts";
+
+const VIEWER = JSON.stringify({ query: "{ viewer { role } }" });
+
+describe("HTTP hardening", () => {
+  let engram: TestEngram;
+  let url: string;
+  beforeAll(async () => {
+    engram = await startTestEngram({ env: { ENGRAM_EMBEDDINGS: "offline", ENGRAM_CORS_ORIGINS: "https://app.example" } });
+    url = await engram.listen();
+  });
+  afterAll(() => engram?.stop());
+
+  const post = (origin: string) =>
+    engram.app.yoga.fetch("http://engram.test/graphql", {
+      method: "POST",
+      headers: { origin, "content-type": "application/json", authorization: `Bearer ${engram.tenant.reader}` },
+      body: VIEWER,
+    });
+
+  it("answers CORS only for the listed origins, never reflecting others", async () => {
+    const evil = await post("https://evil.example");
+    expect(evil.headers.get("access-control-allow-origin")).toBeNull();
+    expect(evil.headers.get("access-control-allow-credentials")).toBeNull();
+    const listed = await post("https://app.example");
+    expect(listed.headers.get("access-control-allow-origin")).toBe("https://app.example");
+    expect(listed.headers.get("access-control-allow-credentials")).toBe("true");
+    const preflight = await engram.app.yoga.fetch("http://engram.test/graphql", {
+      method: "OPTIONS",
+      headers: { origin: "https://evil.example", "access-control-request-method": "POST" },
+    });
+    expect(preflight.headers.get("access-control-allow-origin")).toBeNull();
+  });
+
+  it("keeps a hostile Host header out of the inspector's CSP", async () => {
+    const csp = await new Promise<string>((resolve, reject) => {
+      const req = request(`${url}/inspector/`, { headers: { host: "evil.example; script-src * 'unsafe-inline'" } }, (res) => {
+        res.resume();
+        resolve(String(res.headers["content-security-policy"]));
+      });
+      req.on("error", reject);
+      req.end();
+    });
+    expect(csp).not.toContain("evil.example");
+    expect(csp).not.toContain("unsafe-inline");
+    expect(csp).toContain("connect-src 'self'");
+  });
+
+  it("serves GraphiQL gzipped with a long max-age and an ETag, and 304 on a repeat", async () => {
+    const headers = { accept: "text/html", "accept-encoding": "gzip" };
+    const first = await engram.app.yoga.fetch("http://engram.test/graphql", { headers });
+    expect(first.status).toBe(200);
+    expect(first.headers.get("cache-control")).toMatch(/max-age=86400/);
+    expect(first.headers.get("content-encoding")).toBe("gzip");
+    const etag = first.headers.get("etag")!;
+    expect(etag).toMatch(/^".+"$/);
+    const again = await engram.app.yoga.fetch("http://engram.test/graphql", { headers: { ...headers, "if-none-match": etag } });
+    expect(again.status).toBe(304);
+    const plain = await engram.app.yoga.fetch("http://engram.test/graphql", { headers: { accept: "text/html" } });
+    expect(await plain.text()).toContain("<title>Engram</title>");
+  });
+
+  it("limits model-spending fields per request", async () => {
+    const aliased = (n: number) =>
+      `{ ${Array.from({ length: n }, (_, i) => `c${i}: context(input: { conversationId: "none", message: "hi" }) { totalTokens }`).join(" ")} }`;
+    const tooMany = await engram.gql(aliased(4), {}, engram.tenant.reader);
+    expect(tooMany.errors?.[0].extensions?.code).toBe("QUERY_TOO_COMPLEX");
+    expect(tooMany.errors?.[0].message).toMatch(/at most 3 context or recall fields/);
+    const allowed = await engram.gql(aliased(3), {}, engram.tenant.reader);
+    expect(allowed.errors?.[0].extensions?.code).toBe("NOT_FOUND");
+  });
+
+  it("drops a request whose headers never finish", async () => {
+    const { port } = new URL(url);
+    const socket = net.connect(Number(port), "127.0.0.1");
+    let closed = false;
+    let answer = "";
+    socket.on("data", (data) => (answer += data.toString()));
+    socket.on("close", () => (closed = true));
+    socket.write("POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+    await until("the server to drop the stalled request", async () => closed, 25_000);
+    expect(answer).toMatch(/^HTTP\/1.1 408/);
+  });
+});

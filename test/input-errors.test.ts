@@ -1,0 +1,75 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { collect, wsClient } from "./helpers/ws.ts";
+
+const APPEND = `mutation($input: AppendEventInput!) { appendEvent(input: $input) { id } }`;
+let n = 0;
+const event = (over: Record<string, unknown>) => ({
+  scope: "PROJECT", scopeRef: "typed", kind: "note", body: "hello", source: "test", sourceRef: `typed-${n++}`, ...over,
+});
+const literal = (body: string) =>
+  `mutation { appendEvent(input: { scope: PROJECT, scopeRef: "typed", kind: "k", body: "${body}", source: "s", sourceRef: "lit-${n++}" }) { id } }`;
+
+describe("every bad input answers with a code and a message, and writes nothing", () => {
+  let engram: TestEngram;
+  beforeAll(async () => {
+    engram = await startTestEngram({ env: { ENGRAM_EMBEDDINGS: "offline" } });
+  });
+  afterAll(() => engram?.stop());
+
+  const expectCode = async (query: string, variables: Record<string, unknown> | undefined, code: string, message: RegExp) => {
+    const { errors } = await engram.gql(query, variables);
+    expect(errors?.[0]?.extensions?.code, `${query} ${JSON.stringify(variables)}`).toBe(code);
+    expect(errors?.[0]?.message).toMatch(message);
+  };
+
+  it("NUL bytes, lone surrogates and out-of-range dates are BAD_USER_INPUT, in variables and literals", async () => {
+    await expectCode(APPEND, { input: event({ body: "a\u0000b" }) }, "BAD_USER_INPUT", /variables\.input\.body holds a NUL/);
+    await expectCode(APPEND, { input: event({ body: "a\ud800b" }) }, "BAD_USER_INPUT", /lone UTF-16 surrogate/);
+    await expectCode(APPEND, { input: event({ tags: ["ok", "\udc00"] }) }, "BAD_USER_INPUT", /tags\[1\] holds a lone/);
+    await expectCode(literal("a\\u0000b"), undefined, "BAD_USER_INPUT", /NUL/);
+    await expectCode(literal("a\\ud800b"), undefined, "BAD_USER_INPUT", /Unicode escape/);
+    for (const occurredAt of ["+275760-09-13T00:00:00.000Z", "99999-01-01T00:00:00Z", "0000-01-01T00:00:00Z", "2024-13-45", "yesterday", "1"]) {
+      await expectCode(APPEND, { input: event({ occurredAt }) }, "BAD_USER_INPUT", /DateTime/);
+    }
+    expect(await engram.services.db.memoryEvent.count({ where: { scopeRef: "typed" } })).toBe(0);
+    // Well-formed text with emoji, control characters and a date in range are fine.
+    const ok = await engram.gql(APPEND, { input: event({ body: "tab\tbell\u0007 🙂 日本", occurredAt: "2024-02-29T12:00:00+01:00" }) });
+    expect(ok.errors).toBeUndefined();
+  });
+
+  it("enum, paging and cursor errors are BAD_USER_INPUT", async () => {
+    await expectCode(APPEND, { input: event({ scope: "NOPE" }) }, "BAD_USER_INPUT", /NOPE/);
+    await expectCode(`{ entries(scope: NOPE) { edges { cursor } } }`, undefined, "BAD_USER_INPUT", /NOPE/);
+    await expectCode(`{ entries(first: -1) { edges { cursor } } }`, undefined, "BAD_USER_INPUT", /first/);
+    await expectCode(`{ events(first: -1) { edges { cursor } } }`, undefined, "BAD_USER_INPUT", /first/);
+    await expectCode(`{ entries(after: "garbage!!") { edges { cursor } } }`, undefined, "BAD_USER_INPUT", /base64|cursor/i);
+    await expectCode(`{ events(after: "Z2FyYmFnZQ==") { edges { cursor } } }`, undefined, "BAD_USER_INPUT", /cursor/i);
+    await expectCode(`{ nope }`, undefined, "BAD_USER_INPUT", /nope/);
+    await expectCode(`{ viewer { `, undefined, "BAD_USER_INPUT", /Syntax Error/);
+  });
+
+  it("depth and alias limits answer QUERY_TOO_COMPLEX (the cost limit reports the same way)", async () => {
+    const aliased = `{ ${Array.from({ length: 31 }, (_, i) => `v${i}: viewer { role }`).join(" ")} }`;
+    await expectCode(aliased, undefined, "QUERY_TOO_COMPLEX", /alias/i);
+    const tooDeep = `{ ${nest(12)} }`;
+    await expectCode(tooDeep, undefined, "QUERY_TOO_COMPLEX", /depth/i);
+  });
+
+  it("variables are checked on WebSocket subscriptions too", async () => {
+    const url = await engram.listen();
+    const client = wsClient(url, engram.tenant.reader);
+    const live = collect(client, `subscription($id: ID!) { summaryChanged(conversationId: $id) { accepted } }`, { id: "a\u0000b" });
+    await live.next(1).catch(() => undefined);
+    expect(JSON.stringify([live.failure, live.received])).toMatch(/NUL/);
+    live.dispose();
+    await client.dispose();
+  });
+});
+
+/** A selection nested `levels` deep through fields that exist: `__type { ofType { ofType … } }`. */
+function nest(levels: number): string {
+  let inner = "name";
+  for (let i = 0; i < levels; i++) inner = `ofType { ${inner} }`;
+  return `__type(name: "Query") { ${inner} }`;
+}

@@ -1,0 +1,90 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import net, { type AddressInfo } from "node:net";
+import { Redis } from "ioredis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { redisAnswers } from "./helpers/instances.ts";
+import { until } from "./helpers/until.ts";
+import { collect, settle, wsClient } from "./helpers/ws.ts";
+
+const APPEND = `mutation($input: AppendEventInput!) { appendEvent(input: $input) { id } }`;
+
+async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** A Redis of this test's own (the shared one on 6379 must never be stopped). */
+async function startRedis(port: number): Promise<ChildProcess> {
+  const child = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdio: "ignore" });
+  await until("redis to answer", () => redisAnswers(`redis://127.0.0.1:${port}`, 500), 10_000);
+  return child;
+}
+
+async function kill(child: ChildProcess) {
+  if (child.exitCode !== null) return;
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  child.kill("SIGKILL");
+  await exited;
+}
+
+describe("a Redis outage", () => {
+  let engram: TestEngram;
+  let redis: ChildProcess;
+  let port: number;
+  let n = 0;
+  const append = async (body: string) =>
+    engram.gql(APPEND, { input: { scope: "PROJECT", scopeRef: "outage", kind: "note", body, source: "test", sourceRef: `o-${n++}` } }, engram.tenant.writer);
+
+  beforeAll(async () => {
+    port = await freePort();
+    redis = await startRedis(port);
+    engram = await startTestEngram({ env: { REDIS_URL: `redis://127.0.0.1:${port}`, ENGRAM_EMBEDDINGS: "offline" } });
+  });
+  afterAll(async () => {
+    await engram?.stop();
+    if (redis) await kill(redis);
+  });
+
+  it("never affects writes; subscriptions go local while it is down and back through Redis after", async () => {
+    const url = await engram.listen();
+    const client = wsClient(url, engram.tenant.reader);
+    const feed = collect(client, `subscription { eventAppended(scope: PROJECT, scopeRef: "outage") { body } }`);
+    await until("pubsub on redis", async () => engram.services.pubsub.mode() === "redis");
+    await settle(500);
+    expect((await append("before")).errors).toBeUndefined();
+    await feed.next(1);
+
+    // Kill Redis in the middle of a burst of writes: every write is acknowledged.
+    const burst: Promise<unknown>[] = [];
+    for (let i = 0; i < 20; i++) {
+      burst.push(append(`during ${i}`));
+      if (i === 5) await kill(redis);
+    }
+    const results = (await Promise.all(burst)) as { errors?: unknown }[];
+    expect(results.filter((r) => r.errors)).toEqual([]);
+    for (let i = 0; i < 5; i++) expect((await append(`down ${i}`)).errors).toBeUndefined();
+    expect(engram.services.pubsub.mode()).toBe("degraded");
+    // This instance's subscriber still hears this instance's writes.
+    await until("the writes made while Redis was down", async () => feed.received.some((r) => r.data?.eventAppended.body === "down 4"));
+    expect(await engram.services.db.memoryEvent.count({ where: { scopeRef: "outage" } })).toBe(26);
+
+    // Redis comes back on the same port: the pubsub reconnects and publishes through it again.
+    redis = await startRedis(port);
+    await until("pubsub back on redis", async () => engram.services.pubsub.mode() === "redis");
+    const watcher = new Redis(`redis://127.0.0.1:${port}`);
+    const heard: string[] = [];
+    watcher.on("pmessage", (_pattern, channel) => heard.push(channel));
+    await watcher.psubscribe("eventAppended:*");
+    await settle(500);
+    expect((await append("after")).errors).toBeUndefined();
+    await until("the event through redis", async () => heard.length > 0);
+    await until("the subscriber to hear it", async () => feed.received.some((r) => r.data?.eventAppended.body === "after"));
+    watcher.disconnect();
+    feed.dispose();
+    await client.dispose();
+  });
+});

@@ -1,0 +1,109 @@
+import { createClient, type Client } from "graphql-ws";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import WebSocket from "ws";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { startSecondInstance, testRedisUrl, type TestInstance } from "./helpers/instances.ts";
+import { until } from "./helpers/until.ts";
+import { collect, settle } from "./helpers/ws.ts";
+
+const CREATE_KEY = `mutation { createApiKey(role: READER) { key id } }`;
+const REVOKE = `mutation($id: ID!) { revokeApiKey(id: $id) { id revokedAt } }`;
+const APPEND = `mutation($input: AppendEventInput!) { appendEvent(input: $input) { id } }`;
+const FEED = `subscription { eventAppended { id body } }`;
+
+/** A graphql-ws client that records how its socket closed. */
+function client(url: string, key: string) {
+  const closes: { code: number; reason: string }[] = [];
+  const ws: Client = createClient({
+    url: `${url.replace(/^http/, "ws")}/graphql`,
+    webSocketImpl: WebSocket,
+    connectionParams: { authorization: `Bearer ${key}` },
+    retryAttempts: 0,
+    lazy: true,
+    on: { closed: (event) => void closes.push({ code: (event as CloseEvent).code, reason: (event as CloseEvent).reason }) },
+  });
+  return { ws, closes };
+}
+
+async function append(engram: TestEngram, body: string) {
+  const { errors } = await engram.gql(APPEND, {
+    input: { scope: "PROJECT", scopeRef: "ws", kind: "note", body, source: "test", sourceRef: body },
+  }, engram.tenant.writer);
+  expect(errors).toBeUndefined();
+}
+
+async function revokeAndExpectSilence(engram: TestEngram, url: string) {
+  const { data } = await engram.gql(CREATE_KEY);
+  const reader = client(url, data.createApiKey.key);
+  const feed = collect(reader.ws, FEED);
+  await settle(500);
+  await append(engram, "before revocation");
+  await feed.next(1);
+
+  const revoked = await engram.gql(REVOKE, { id: data.createApiKey.id });
+  expect(revoked.errors).toBeUndefined();
+  const closed = await until("the revoked key's socket to close", async () => reader.closes[0]);
+  expect(closed).toMatchObject({ code: 4401, reason: "API key revoked" });
+
+  for (let i = 0; i < 3; i++) await append(engram, `after revocation ${i}`);
+  await settle(500);
+  expect(feed.received.map((r) => r.data?.eventAppended.body)).toEqual(["before revocation"]);
+  await reader.ws.dispose();
+}
+
+describe("WebSocket connections and API keys", () => {
+  let engram: TestEngram;
+  let url: string;
+  beforeAll(async () => {
+    engram = await startTestEngram({
+      env: { ENGRAM_EMBEDDINGS: "offline", ENGRAM_WS_MAX_CONNECTIONS_PER_KEY: "2", ENGRAM_WS_MAX_SUBSCRIPTIONS: "3" },
+    });
+    url = await engram.listen();
+  });
+  afterAll(() => engram?.stop());
+
+  it("closes a revoked key's sockets, and no event reaches them afterwards", async () => {
+    await revokeAndExpectSilence(engram, url);
+  });
+
+  it("bounds connections per key, with a close code and reason", async () => {
+    const clients = [0, 1, 2].map(() => client(url, engram.tenant.reader));
+    const feeds = clients.map((c) => collect(c.ws, FEED));
+    // Whichever connects third is refused; the other two stay open.
+    const refused = await until("a third connection to be refused", async () => clients.find((c) => c.closes.length));
+    expect(refused!.closes[0]).toMatchObject({ code: 4429 });
+    expect(refused!.closes[0].reason).toMatch(/Too many connections/);
+    expect(clients.filter((c) => c.closes.length)).toHaveLength(1);
+    feeds.forEach((f) => f.dispose());
+    await Promise.all(clients.map((c) => c.ws.dispose()));
+  });
+
+  it("bounds subscriptions per connection with a typed error", async () => {
+    const reader = client(url, engram.tenant.writer);
+    const feeds = [0, 1, 2, 3].map(() => collect(reader.ws, FEED));
+    await until("the fourth subscription to be refused", async () => feeds[3].failure);
+    expect(JSON.stringify(feeds[3].failure)).toContain("TOO_MANY_SUBSCRIPTIONS");
+    expect(feeds.slice(0, 3).map((f) => f.failure)).toEqual([undefined, undefined, undefined]);
+    feeds.forEach((f) => f.dispose());
+    await reader.ws.dispose();
+  });
+});
+
+describe("revocation across instances (Redis)", () => {
+  let first: TestEngram;
+  let second: TestInstance;
+  beforeAll(async () => {
+    const REDIS_URL = await testRedisUrl();
+    first = await startTestEngram({ env: { REDIS_URL, ENGRAM_EMBEDDINGS: "offline" } });
+    await first.listen();
+    second = await startSecondInstance(first, { REDIS_URL, ENGRAM_EMBEDDINGS: "offline" });
+  });
+  afterAll(async () => {
+    await second?.stop();
+    await first?.stop();
+  });
+
+  it("a key revoked on one instance loses its sockets on the other", async () => {
+    await revokeAndExpectSilence(first, second.url);
+  });
+});

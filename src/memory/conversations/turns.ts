@@ -2,6 +2,7 @@ import { z } from "zod";
 import type { TenantDb } from "../../db.ts";
 import { EngramError, notFound, parseInput } from "../../errors.ts";
 import { Prisma, type Conversation, type MessageRole, type Turn } from "../../generated/prisma/client.ts";
+import { callerVerdictSchema, storeCallerVerdict } from "../gate/gate.ts";
 import { externalIdSchema } from "./agents.ts";
 import { MESSAGE_LIMITS } from "../../limits.ts";
 
@@ -21,6 +22,8 @@ export const recordTurnInput = z.object({
   /** The agent's private steps (tool calls, scratchpad): kept, never shared memory. */
   privateSteps: z.array(content).max(MESSAGE_LIMITS.privateStepsMax).nullish(),
   occurredAt: z.date().nullish(),
+  /** The verdict of the caller's own model on the user's message (gateInstructions): no gate call then. */
+  gate: callerVerdictSchema.nullish(),
 });
 
 export const importConversationInput = z.object({
@@ -154,7 +157,8 @@ async function appendToKnownConversation(
  */
 export async function recordTurn(
   db: TenantDb,
-  input: z.input<typeof recordTurnInput>,
+  // `gate` comes as the caller's JSON and is checked here, with the rest.
+  input: Omit<z.input<typeof recordTurnInput>, "gate"> & { gate?: unknown },
 ): Promise<{ turn: Turn; conversation: Pick<Conversation, "id" | "agentId" | "endUserId">; created: boolean }> {
   const parsed = parseInput(recordTurnInput, input);
   const tenantId = db.$tenantId();
@@ -197,6 +201,9 @@ export async function recordTurn(
       const turn = await tx.turn.create({
         data: { tenantId, conversationId: conversation.id, clientTurnId: parsed.clientTurnId, occurredAt, ...range },
       });
+      if (parsed.gate) {
+        await storeCallerVerdict(tx as TenantDb, { conversationId: conversation.id, message: parsed.userMessage, verdict: parsed.gate });
+      }
       return { turn, conversation, created: true };
     }, TX);
   for (let tries = 1; ; tries++) {

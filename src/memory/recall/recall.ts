@@ -5,7 +5,6 @@ import type { TenantDb } from "../../db.ts";
 import { Prisma } from "../../generated/prisma/client.ts";
 import type { ModelProvider } from "../../models/provider.ts";
 import type { PubSub, RecallCandidate, RecallEvent } from "../../pubsub.ts";
-import { agentSettings } from "../conversations/agents.ts";
 import type { ContextBlock, ExtraBlocks } from "../context.ts";
 import { needsRecallByKeywords } from "../gate/keywords.ts";
 import type { SnippetDeps } from "./snippets.ts";
@@ -31,6 +30,8 @@ export type SearchInput = {
   excludeConversationId?: string | null;
   k: number;
   mode?: RecallMode;
+  /** The text's embedding by the tenant's embedder, when the caller has it already (no second embedding). */
+  vector?: number[] | null;
 };
 
 /** Okapi BM25's usual constants: term-frequency saturation and document-length normalisation. */
@@ -97,7 +98,7 @@ export async function searchSnippets(
     if (mode === "KEYWORD") return [];
     try {
       const { embeddings, model } = await deps.embeddings.forTenant(tenantId);
-      const vector = await embeddings.embedQuery(input.text);
+      const vector = input.vector ?? (await embeddings.embedQuery(input.text));
       return await deps.vectors.query(
         { tenantId, model },
         vector,
@@ -142,7 +143,7 @@ export async function searchSnippets(
       endUserId: input.endUserId,
       ...(input.excludeConversationId ? { conversationId: { not: input.excludeConversationId } } : {}),
     },
-    select: { id: true, kind: true, text: true, conversationId: true, messageIds: true, occurredAt: true },
+    select: { id: true, kind: true, text: true, conversationId: true, messageIds: true, occurredAt: true, indexedAt: true },
   });
   const messageIds = snippets.flatMap((s) => s.messageIds);
   const seqOf = new Map(
@@ -159,6 +160,7 @@ export async function searchSnippets(
       messageIds: s.messageIds,
       messageSeqs: s.messageIds.map((id) => seqOf.get(id) ?? 0),
       occurredAt: s.occurredAt,
+      indexedAt: s.indexedAt,
       ...scores.get(s.id)!,
       judgeScore: null,
       chosen: false,
@@ -177,10 +179,13 @@ function aboveFloor(candidates: RecallCandidate[], floor: number) {
 
 export type RecallForTurnInput = {
   endUserId: string;
-  conversationId: string;
+  /** The conversation the message is in (left out of the search); null before its first turn. */
+  conversationId: string | null;
   message: string;
-  /** The per-turn gate's verdict; when not given, the keyword gate (recall-gate.ts) decides. */
+  /** The per-turn gate's verdict; when not given, the keyword gate (keywords.ts) decides. */
   needsRecall?: boolean | null;
+  /** The message's embedding, when the gate computed it: the search reuses it. */
+  vector?: number[] | null;
 };
 
 /**
@@ -199,6 +204,7 @@ export async function recallForTurn(db: TenantDb, deps: RecallDeps, input: Recal
     text: input.message,
     excludeConversationId: input.conversationId,
     k: RECALL.candidates,
+    vector: input.vector,
   });
 
   let chosen: RecallCandidate[] = [];
@@ -263,17 +269,22 @@ export function recallBlock(event: RecallEvent): ContextBlock | null {
 export function recallBlocks(
   db: TenantDb,
   deps: RecallDeps,
-  options: { needsRecall?: (input: { conversationId: string; message: string }) => Promise<boolean | null | undefined> } = {},
+  options: {
+    /** Whether the message needs recall, and its embedding when that decision made one. */
+    decide?: (input: { message: string }) => Promise<{ needsRecall: boolean; vector?: number[] | null }>;
+  } = {},
 ): ExtraBlocks {
-  return async ({ conversationId, endUserId, message }) => {
+  return async ({ conversationId, endUserId, message, settings }) => {
     try {
-      const conversation = await db.conversation.findUnique({
-        where: { id: conversationId },
-        select: { agent: { select: { settings: true } } },
+      if (!settings.recallOn) return [];
+      const decision = await options.decide?.({ message });
+      const event = await recallForTurn(db, deps, {
+        endUserId,
+        conversationId,
+        message,
+        needsRecall: decision?.needsRecall,
+        vector: decision?.vector,
       });
-      if (!conversation || !agentSettings(conversation.agent).recallOn) return [];
-      const needsRecall = await options.needsRecall?.({ conversationId, message });
-      const event = await recallForTurn(db, deps, { endUserId, conversationId, message, needsRecall });
       const block = event && recallBlock(event);
       return block ? [block] : [];
     } catch (error) {

@@ -35,7 +35,7 @@ export const RECALL_PROTOTYPES = [
  * embedder. Chosen on bench/recall-gate's labelled set for the offline encoder (bench/README.md);
  * other embedders have no measured threshold, and there the keywords decide alone.
  */
-export const RECALL_INTENT_THRESHOLD: Record<string, number> = { [OFFLINE_MODEL]: 0.6 };
+export const RECALL_INTENT_THRESHOLD: Record<string, number> = { [OFFLINE_MODEL]: 0.375 };
 
 const prototypes = new Map<string, Promise<number[][]>>();
 

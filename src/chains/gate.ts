@@ -41,7 +41,9 @@ export const normalizeVerdict = (verdict: GateVerdict): GateVerdict =>
 
 /** The verdict's JSON schema (what the model must produce), for structured output or a tool. */
 export function gateVerdictJsonSchema(): Record<string, unknown> {
-  return z.toJSONSchema(gateVerdictSchema, { io: "output", target: "draft-7" }) as Record<string, unknown>;
+  // No "$schema" key: the schema is meant to be nested in a response format or a tool's parameters.
+  const { $schema: _, ...schema } = z.toJSONSchema(gateVerdictSchema, { io: "output", target: "draft-7" });
+  return schema;
 }
 
 /** The prompt fragment an agent appends to its own model call so the verdict rides on it. */

@@ -9,7 +9,7 @@ const GateInstructionsRef = builder.objectRef<ReturnType<typeof gateInstructions
     prompt: t.exposeString("prompt", { description: "The instructions to append to your system prompt." }),
     jsonSchema: t.field({
       type: "JSON",
-      description: "JSON Schema (draft-07) of the verdict: remember, forget, forgetTargets, needsRecall.",
+      description: "JSON Schema (draft-07, without $schema, to nest in your own) of the verdict: remember, forget, forgetTargets, needsRecall.",
       resolve: (i) => i.jsonSchema,
     }),
     toolName: t.exposeString("toolName", { description: "A name for the verdict's tool or response format." }),

@@ -4,6 +4,8 @@ import type { AddressInfo } from "node:net";
 export type ChatRequest = {
   model: string;
   messages: { role: string; content: string }[];
+  /** The request's response_format (structured output), when it had one. */
+  responseFormat?: unknown;
 };
 
 /** What the scripted model answers: text, or an HTTP error status to simulate an outage. */
@@ -64,6 +66,7 @@ export async function startModelServer(port = 0): Promise<ModelServer> {
         role: m.role,
         content: typeof m.content === "string" ? m.content : JSON.stringify(m.content),
       })),
+      ...(body.response_format ? { responseFormat: body.response_format } : {}),
     };
     requests.push(request);
     const answer = await script(request);

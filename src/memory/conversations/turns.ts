@@ -175,7 +175,15 @@ export async function recordTurn(
       ? [{ role: "ASSISTANT" as const, content: parsed.assistantMessage, private: false, occurredAt }]
       : []),
   ];
-  const attempt = async () => (await appendToKnownConversation(db, parsed, messages, occurredAt)) ?? firstUse();
+  const attempt = async () => {
+    const recorded = (await appendToKnownConversation(db, parsed, messages, occurredAt)) ?? (await firstUse());
+    // The caller's verdict, stored before the turn's follow-ups are queued (afterTurnRecorded),
+    // so the background gate finds it. Were this write lost, that gate would decide instead.
+    if (parsed.gate && recorded.created) {
+      await storeCallerVerdict(db, { conversationId: recorded.conversation.id, message: parsed.userMessage, verdict: parsed.gate });
+    }
+    return recorded;
+  };
   // The first turn of a conversation (or a clash) takes the careful path: one transaction that
   // creates the agent, the user and the conversation as needed and says what clashed.
   const firstUse = () =>
@@ -201,9 +209,6 @@ export async function recordTurn(
       const turn = await tx.turn.create({
         data: { tenantId, conversationId: conversation.id, clientTurnId: parsed.clientTurnId, occurredAt, ...range },
       });
-      if (parsed.gate) {
-        await storeCallerVerdict(tx as TenantDb, { conversationId: conversation.id, message: parsed.userMessage, verdict: parsed.gate });
-      }
       return { turn, conversation, created: true };
     }, TX);
   for (let tries = 1; ; tries++) {

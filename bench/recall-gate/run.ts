@@ -24,7 +24,8 @@ function score(rows: Scored[], predict: (row: Scored) => boolean) {
   const precision = tp + fp ? tp / (tp + fp) : 1;
   const recall = tp + fn ? tp / (tp + fn) : 1;
   const f1 = precision + recall ? (2 * precision * recall) / (precision + recall) : 0;
-  return { precision, recall, f1, flagged: tp + fp };
+  const negatives = rows.filter((r) => !r.needsRecall).length;
+  return { precision, recall, f1, flagged: tp + fp, falseAlarmRate: negatives ? fp / negatives : 0, of: rows.length };
 }
 
 const THRESHOLDS = Array.from({ length: 41 }, (_, i) => Math.round((0.3 + i * 0.0125) * 10_000) / 10_000);
@@ -52,9 +53,16 @@ async function main() {
       return { t, ...score(halves[1 - h], both(t)) };
     });
     const pct = (v: number) => `${(v * 100).toFixed(1)} %`;
-    const line = (name: string, s: ReturnType<typeof score>) => [name, pct(s.precision), pct(s.recall), s.f1.toFixed(3), s.flagged];
+    const line = (name: string, s: ReturnType<typeof score>) => [
+      name,
+      pct(s.precision),
+      pct(s.recall),
+      s.f1.toFixed(3),
+      pct(s.falseAlarmRate),
+      `${s.flagged} of ${s.of}`,
+    ];
     const table = markdownTable(
-      ["Gate", "precision", "recall", "F1", "messages sent to recall"],
+      ["Gate", "precision", "recall", "F1", "false alarms (share of no-recall messages)", "messages sent to recall"],
       [
         line("keywords alone (keywords.ts)", score(rows, (r) => r.keywords)),
         line(`embeddings alone (similarity ≥ ${used})`, score(rows, embeddingOnly(used))),

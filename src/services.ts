@@ -50,7 +50,7 @@ export type OpenOptions = {
   /** CLI commands go through a running server's embedded store instead of refusing. */
   attach?: boolean;
   /** Tests hand in a scripted model; production builds ChatOpenAI from the routes. */
-  createModel?: (route: ModelRoute) => BaseChatModel;
+  createModel?: (route: ModelRoute, chain: string) => BaseChatModel;
   log?: Logger;
 };
 

@@ -196,7 +196,7 @@ describe("daily compaction against an OpenAI-compatible model", () => {
       inputTokens: promptTokens,
       outputTokens: completionTokens,
       rows: [
-        { purpose: "memory:gpt-4o", chain: "compact", model: "gpt-4o", calls: 2, inputTokens: promptTokens, outputTokens: completionTokens },
+        { purpose: "memory:gpt-4o", chain: "compactor", model: "gpt-4o", calls: 2, inputTokens: promptTokens, outputTokens: completionTokens },
       ],
     });
 

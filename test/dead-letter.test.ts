@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { UNREADABLE_TRIES } from "../src/work/dead-letter.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import type { ModelServer } from "./helpers/model-server.ts";
-import { chainOf, memoryScript } from "./helpers/scripted-memory-model.ts";
+import { memoryScript } from "./helpers/scripted-memory-model.ts";
 import { until } from "./helpers/until.ts";
 
 // A model that answers, but never anything readable: the summary job is retried with backoff
@@ -16,7 +16,7 @@ beforeAll(async () => {
     worker: true,
     env: { ENGRAM_EMBEDDINGS: "offline" },
     respond: (request) => {
-      if (chainOf(request) !== "summary") return memory(request);
+      if (request.chain !== "summary") return memory(request);
       summaryCalls++;
       return "I would rather not summarise this.";
     },

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import type { ChatRequest, ModelServer } from "./helpers/model-server.ts";
 import { allIndexed, chromaOf, say } from "./helpers/recall.ts";
-import { chainOf, factsScript, memoryScript, seqsIn } from "./helpers/scripted-memory-model.ts";
+import { factsScript, memoryScript, seqsIn } from "./helpers/scripted-memory-model.ts";
 import { until } from "./helpers/until.ts";
 
 // Forgetting reaches every copy: a unique canary is planted in a user's messages, summaries,
@@ -17,7 +17,7 @@ function copyingScript(canaries: string[]) {
   const memory = memoryScript();
   return factsScript(
     {
-      gate: (message) => ({
+      triage: (message) => ({
         remember: canaries.some((c) => message.includes(c)),
         ...(/forget my locker code/i.test(message) ? { forget: "SOME" as const, forgetTargets: ["locker code"] } : {}),
       }),
@@ -27,7 +27,7 @@ function copyingScript(canaries: string[]) {
           .map((m) => ({ text: `The user said: ${m.content}`, seq: m.seq })),
     },
     (request) => {
-      switch (chainOf(request)) {
+      switch (request.chain) {
         case "summary":
           return JSON.stringify({ summary: `The user mentioned ${inPrompt(request).join(" and ") || "nothing special"}.` });
         case "verbatim-judge":
@@ -182,7 +182,12 @@ describe("'forget my X' reaches every copy of what matches X", () => {
     await allIndexed(engram, tenantId, 60_000);
 
     await say(engram, { user, conversation: `${user}-2` }, "Please forget my locker code.", "Done.");
-    await until("the canary to be forgotten", async () => (await rowsHolding(engram, CANARY.phrase)).length === 0, 60_000);
+    let left: Hit[] = [];
+    await until("the canary to be forgotten", async () => (left = await rowsHolding(engram, CANARY.phrase)).length === 0, 60_000).catch(
+      (error) => {
+        throw new Error(`${error.message}; still there: ${JSON.stringify(left.map((h) => [h.table, h.row.slice(0, 160)]))}`);
+      },
+    );
     expect(await vectorsHolding(engram, tenantId, [CANARY.phrase])).toEqual([]);
     // What did not match stays.
     expect(await db.message.count({ where: { conversationId: first.conversationId, content: { contains: "green tea" } } })).toBe(1);

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { gateVerdictJsonSchema, gateVerdictSchema } from "../src/chains/gate.ts";
+import { gateVerdictJsonSchema, gateVerdictSchema } from "../src/chains/triage.ts";
 import { forTenant } from "../src/db.ts";
 import { OfflineEmbeddings } from "../src/embeddings/offline.ts";
 import { runIndexSnippets } from "../src/work/index-snippets.ts";
@@ -7,14 +7,15 @@ import { runTurnWork } from "../src/work/turn-work.ts";
 import { GateInstructionsDocument, RecallIndexStatusDocument } from "../src/gql/graphql.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import type { ChatRequest, ModelServer } from "./helpers/model-server.ts";
-import { chainOf, factsScript } from "./helpers/scripted-memory-model.ts";
+import { factsScript } from "./helpers/scripted-memory-model.ts";
 
 const RECORD = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id firstSeq lastSeq conversation { id endUser { id } } } }`;
 const CONTEXT = `query($input: ContextInput!) { context(input: $input) { conversationId blocks { kind text } } }`;
 const RECALL = `query($input: RecallInput!) { recall(input: $input) { candidates { snippetId indexedAt } } }`;
 
-const gateAndFacts = factsScript({ gate: (m) => ({ remember: /^I /.test(m), needsRecall: false }) });
-const isRerank = (r: ChatRequest) => r.messages[0]?.content.includes("You judge snippets recalled");
+const gateAndFacts = factsScript({ triage: (m) => ({ remember: /^I /.test(m), needsRecall: false }) });
+const isRerank = (r: ChatRequest) => r.chain === "rerank";
+const chainOf = (r: ChatRequest) => r.chain;
 /** The numbered snippets of a re-rank prompt. */
 const snippetsOf = (r: ChatRequest) =>
   [...(r.messages.find((m) => m.role === "user")?.content ?? "").matchAll(/\[(\d+)\] \(\d{4}-\d\d-\d\d\)\n([^\n]*(?:\n(?!\n)[^\n]*)*)/g)].map(
@@ -97,7 +98,7 @@ describe("gateInstructions", () => {
 
 describe("a verdict from the caller", () => {
   it("recordTurn stores it as the turn's verdict and the background work makes no gate call", async () => {
-    const gatesBefore = chatCalls("gate");
+    const gatesBefore = chatCalls("triage");
     const turn = await recorded({ user: "uma", conversation: "uma-1" }, "I am moving to Oslo in May.", {
       remember: true,
       forget: "NONE",
@@ -107,7 +108,7 @@ describe("a verdict from the caller", () => {
     expect(await verdictsOf(turn.conversationId)).toMatchObject([{ decidedBy: "CALLER", remember: true, needsRecall: false }]);
     const work = await followUps(turn);
     expect(work).toMatchObject({ status: "DONE", verdict: { decidedBy: "CALLER", remember: true } });
-    expect(chatCalls("gate")).toBe(gatesBefore);
+    expect(chatCalls("triage")).toBe(gatesBefore);
     expect(chatCalls("extract")).toBeGreaterThan(0);
   });
 
@@ -137,14 +138,14 @@ describe("a verdict from the caller", () => {
     });
     expect(errors).toBeUndefined();
     expect(data.context.blocks.find((b: { kind: string }) => b.kind === "RECALL")?.text).toContain("corner table at Nonna's");
-    expect(model.requests.slice(chatBefore).map(chainOf)).not.toContain("gate");
+    expect(model.requests.slice(chatBefore).map(chainOf)).not.toContain("triage");
     expect(await verdictsOf(first.conversationId)).toContainEqual(expect.objectContaining({ decidedBy: "CALLER", needsRecall: true }));
 
     // The turn is recorded without a verdict: the stored one is the caller's, and stays.
     const turn = await recorded(now, message);
     const work = await followUps(turn);
     expect(work).toMatchObject({ verdict: { decidedBy: "CALLER", needsRecall: true } });
-    expect(model.requests.slice(chatBefore).map(chainOf)).not.toContain("gate");
+    expect(model.requests.slice(chatBefore).map(chainOf)).not.toContain("triage");
   });
 
   it("a caller's needsRecall: false is obeyed even when keywords would recall", async () => {
@@ -170,7 +171,7 @@ describe("without a verdict", () => {
     expect((await verdictsOf(turn.conversationId)).length).toBe(stored.length);
     const work = await followUps(next);
     expect(work).toMatchObject({ verdict: { decidedBy: "MODEL" } });
-    expect(chatCalls("gate")).toBeGreaterThan(0);
+    expect(chatCalls("triage")).toBeGreaterThan(0);
   });
 
   it("a message like the recall prototypes gets recall with no keyword, embedding the message once", async () => {
@@ -184,7 +185,7 @@ describe("without a verdict", () => {
     const embedQuery = vi.spyOn(OfflineEmbeddings.prototype, "embedQuery");
     const embedDocuments = vi.spyOn(OfflineEmbeddings.prototype, "embedDocuments");
     try {
-      const before = chatCalls("gate");
+      const before = chatCalls("triage");
       const { data, errors } = await engram.gql(CONTEXT, {
         input: { conversationId: turn.conversationId, message: "What is my dog called?" },
       });
@@ -193,7 +194,7 @@ describe("without a verdict", () => {
       expect(embedQuery).toHaveBeenCalledTimes(1);
       // embedQuery goes through embedDocuments once; nothing else was embedded.
       expect(embedDocuments).toHaveBeenCalledTimes(1);
-      expect(chatCalls("gate")).toBe(before);
+      expect(chatCalls("triage")).toBe(before);
     } finally {
       embedQuery.mockRestore();
       embedDocuments.mockRestore();

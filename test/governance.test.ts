@@ -8,6 +8,7 @@ import { startEngramWithModel, startTestEngram, type TestEngram } from "./helper
 import { startModelServer, type ChatRequest, type ModelServer } from "./helpers/model-server.ts";
 import { memoryScript } from "./helpers/scripted-memory-model.ts";
 import { until } from "./helpers/until.ts";
+import { recordTurn } from "./helpers/turns.ts";
 
 const DAY_MS = 86_400_000;
 const daysAgo = (days: number) => new Date(Date.now() - days * DAY_MS).toISOString();
@@ -200,8 +201,8 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
 
     const usage = async (key: string) =>
       (await engram.gql(`{ modelUsage(groupBy: [PURPOSE, CHAIN]) { rows { purpose chain calls } } }`, {}, key)).data.modelUsage.rows;
-    expect(await usage(engram.tenant.admin)).toEqual([{ purpose: "memory:a-compactor", chain: "compact", calls: 1 }]);
-    expect(await usage(engram.other.admin)).toEqual([{ purpose: "memory:b-compactor", chain: "compact", calls: 1 }]);
+    expect(await usage(engram.tenant.admin)).toEqual([{ purpose: "memory:a-compactor", chain: "compactor", calls: 1 }]);
+    expect(await usage(engram.other.admin)).toEqual([{ purpose: "memory:b-compactor", chain: "compactor", calls: 1 }]);
   });
 
   it("redacts every planted secret before the model sees it, and stores the originals", async () => {
@@ -354,7 +355,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     await db.modelUsage.deleteMany({});
     await recordModelUsage(db, { chain: "summary", model: "cheap-m", inputTokens: 2_000_000, outputTokens: 500_000 });
     await recordModelUsage(db, { chain: "loss-judge", model: "cheap-m", inputTokens: 1_000_000, outputTokens: 0 });
-    await recordModelUsage(db, { chain: "compact", model: "unpriced-m", inputTokens: 300, outputTokens: 100 });
+    await recordModelUsage(db, { chain: "compactor", model: "unpriced-m", inputTokens: 300, outputTokens: 100 });
     await recordModelUsage(forTenant(engram.services.db, engram.other.tenantId), { chain: "summary", model: "cheap-m", inputTokens: 7, outputTokens: 7 });
     const { errors } = await engram.gql(UPDATE, {
       input: { prices: [{ model: "cheap-m", inputPerMillion: 0.15, outputPerMillion: 0.6 }] },
@@ -449,21 +450,14 @@ describe("budget pause and resume of queued summary work", () => {
     expect(set.errors).toBeUndefined();
     let conversationId = "";
     for (let n = 1; n <= 8; n++) {
-      const { data, errors } = await engram.gql(
-        `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { conversation { id } } }`,
-        {
-          input: {
-            agentExternalId: "concierge",
-            endUserExternalId: "guest",
-            conversationExternalId: "budgeted",
-            clientTurnId: `b-${n}`,
-            userMessage: `Question ${n} about the trip`,
-            assistantMessage: `Answer ${n} about the trip`,
-          },
-        },
-      );
-      expect(errors).toBeUndefined();
-      conversationId = data.recordTurn.conversation.id;
+      const turn = await recordTurn(engram, {
+        agentExternalId: "concierge",
+        endUserExternalId: "guest",
+        conversationExternalId: "budgeted",
+        userMessage: `Question ${n} about the trip`,
+        assistantMessage: `Answer ${n} about the trip`,
+      });
+      conversationId = turn.conversation.id;
     }
     // Context assembly keeps answering while paused.
     const context = await engram.gql(`query($input: ContextInput!) { context(input: $input) { blocks { kind } } }`, {

@@ -9,7 +9,7 @@ import { bagOfWords } from "./helpers/fake-embeddings.ts";
 import { startModelServer, type ChatRequest, type ModelServer } from "./helpers/model-server.ts";
 import { allIndexed, say } from "./helpers/recall.ts";
 import { until } from "./helpers/until.ts";
-import { chainOf, factsScript, memoryScript, seqsIn } from "./helpers/scripted-memory-model.ts";
+import { factsScript, memoryScript, seqsIn } from "./helpers/scripted-memory-model.ts";
 
 // The inspector in Debian's chromium, driven by playwright-core, against a real Engram on a free
 // port with its job worker and a scripted model server, so summaries and recalls really happen.
@@ -32,7 +32,7 @@ async function ensureBuilt() {
   await build({ configFile: path.join(root, "web/vite.config.ts"), logLevel: "warn" });
 }
 
-const isRerank = (r: ChatRequest) => r.messages[0]?.content.includes("You judge snippets recalled");
+const isRerank = (r: ChatRequest) => r.chain === "rerank";
 /** The numbered snippets of a re-rank prompt. */
 const snippetsOf = (r: ChatRequest) =>
   [...(r.messages.find((m) => m.role === "user")?.content ?? "").matchAll(/\[(\d+)\] \(\d{4}-\d\d-\d\d\)\n([^\n]*(?:\n(?!\n)[^\n]*)*)/g)].map(
@@ -57,9 +57,9 @@ beforeAll(async () => {
   model = await startModelServer();
   model.embed((input) => input.map((text) => bagOfWords(text)));
   const memory = memoryScript({ reject: (_r, call) => call === 2, essential: [1] });
-  const script = factsScript({ gate: (m) => ({ needsRecall: /last time/i.test(m) }) }, memory);
+  const script = factsScript({ triage: (m) => ({ needsRecall: /last time/i.test(m) }) }, memory);
   model.respond((request) => {
-    if (chainOf(request) === "summary") {
+    if (request.chain === "summary") {
       // A readable summary (the screenshots go into the README); the loss judge still rejects the second.
       const through = seqsIn(request, "Newly folded messages:\n").at(-1) ?? 2;
       const options = Math.max(2, Math.ceil(through / 2));

@@ -5,6 +5,7 @@ import { recordModelUsage } from "../src/governance/usage.ts";
 import { startTestEngram, type TenantKeys, type TestEngram } from "./helpers/engram.ts";
 import { sseSubscribe } from "./helpers/sse.ts";
 import { collect, settle, wsClient } from "./helpers/ws.ts";
+import { recordTurn, type RecordedTurn } from "./helpers/turns.ts";
 
 /**
  * Tenant A owns data; tenant B holds keys of every role and A's ids, and tries every query,
@@ -312,11 +313,6 @@ describe("subscriptions across tenants", () => {
 });
 
 describe("conversations across tenants", () => {
-  const RECORD = /* GraphQL */ `
-    mutation($input: RecordTurnInput!) {
-      recordTurn(input: $input) { id conversation { id agent { id } endUser { id } } }
-    }
-  `;
   // Both tenants use the same external ids: they must still get separate rows.
   const turn = (clientTurnId: string, userMessage: string) => ({
     agentExternalId: "support-bot",
@@ -326,12 +322,10 @@ describe("conversations across tenants", () => {
     userMessage,
     assistantMessage: "Noted.",
   });
-  let aTurn: { id: string; conversation: { id: string; agent: { id: string }; endUser: { id: string } } };
+  let aTurn: RecordedTurn;
 
   beforeAll(async () => {
-    const result = await engram.gql(RECORD, { input: turn("a-t1", "alpha wants a refund") }, A.writer);
-    expect(result.errors).toBeUndefined();
-    aTurn = result.data.recordTurn;
+    aTurn = await recordTurn(engram, turn("a-t1", "alpha wants a refund"), A.writer);
   });
 
   it("answers NOT_FOUND to B for A's agent, end user, conversation, summary revisions and context", async () => {
@@ -365,23 +359,22 @@ describe("conversations across tenants", () => {
 
   it("gives B its own rows for the same external ids and never touches A's", async () => {
     const beforeRows = await engram.services.db.conversation.findUniqueOrThrow({ where: { id: aTurn.conversation.id } });
-    const bTurn = await engram.gql(RECORD, { input: turn("a-t1", "bravo, same client turn id") }, B.writer);
-    expect(bTurn.errors).toBeUndefined();
-    expect(bTurn.data.recordTurn.id).not.toBe(aTurn.id);
-    expect(bTurn.data.recordTurn.conversation.id).not.toBe(aTurn.conversation.id);
-    expect(bTurn.data.recordTurn.conversation.agent.id).not.toBe(aTurn.conversation.agent.id);
+    const bTurn = await recordTurn(engram, turn("a-t1", "bravo, same client turn id"), B.writer);
+    expect(bTurn.id).not.toBe(aTurn.id);
+    expect(bTurn.conversation.id).not.toBe(aTurn.conversation.id);
+    expect(bTurn.conversation.agent.id).not.toBe(aTurn.conversation.agent.id);
 
     const agent = await engram.gql(`mutation { upsertAgent(input: { externalId: "support-bot", name: "B's bot" }) { id } }`, {}, B.writer);
-    expect(agent.data.upsertAgent.id).toBe(bTurn.data.recordTurn.conversation.agent.id);
+    expect(agent.data.upsertAgent.id).toBe(bTurn.conversation.agent.id);
     const user = await engram.gql(`mutation { upsertEndUser(input: { externalId: "user-1", displayName: "B's user" }) { id } }`, {}, B.writer);
-    expect(user.data.upsertEndUser.id).toBe(bTurn.data.recordTurn.conversation.endUser.id);
+    expect(user.data.upsertEndUser.id).toBe(bTurn.conversation.endUser.id);
     const imported = await engram.gql(
       `mutation { importConversation(input: { agentExternalId: "support-bot", endUserExternalId: "user-1", conversationExternalId: "imported-1", messages: [{ role: USER, content: "hi" }] }) { id agent { id } } }`,
       {},
       B.writer,
     );
     expect(imported.errors).toBeUndefined();
-    expect(imported.data.importConversation.agent.id).toBe(bTurn.data.recordTurn.conversation.agent.id);
+    expect(imported.data.importConversation.agent.id).toBe(bTurn.conversation.agent.id);
 
     const db = engram.services.db;
     expect(await db.conversation.findUniqueOrThrow({ where: { id: aTurn.conversation.id } })).toEqual(beforeRows);
@@ -398,10 +391,10 @@ describe("conversations across tenants", () => {
     const onOwn = collect(client, `subscription($id: ID!) { turnRecorded(agentId: $id) { id } }`, { id: bAgent.data.upsertAgent.id });
     await settle();
 
-    await engram.gql(RECORD, { input: turn("a-t2", "alpha again") }, A.writer);
-    const bTurn = await engram.gql(RECORD, { input: turn("b-t2", "bravo again") }, B.writer);
+    await recordTurn(engram, turn("a-t2", "alpha again"), A.writer);
+    const bTurn = await recordTurn(engram, turn("b-t2", "bravo again"), B.writer);
     // B's own turn arrives after A's was published; by then A's would have arrived too.
-    expect((await onOwn.next(1)).data.turnRecorded.id).toBe(bTurn.data.recordTurn.id);
+    expect((await onOwn.next(1)).data.turnRecorded.id).toBe(bTurn.id);
     expect(onAsAgent.received).toEqual([]);
     expect(onAsSummary.received).toEqual([]);
     expect(onAsAgent.failure).toBeUndefined();

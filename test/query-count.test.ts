@@ -1,6 +1,7 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { recordTurn } from "./helpers/turns.ts";
 
 // Counts the SQL statements one GraphQL request sends, so N+1 cannot creep back into hot paths.
 let engram: TestEngram;
@@ -14,11 +15,9 @@ beforeAll(async () => {
     });
   }
   for (let i = 0; i < 12; i++) {
-    const r = await engram.gql(`mutation($input: RecordTurnInput!) { recordTurn(input: $input) { conversation { id endUser { id } } } }`, {
-      input: { agentExternalId: "qa", endUserExternalId: "qu", conversationExternalId: "qc", clientTurnId: `q${i}`, userMessage: `question ${i} about pricing`, assistantMessage: `answer ${i}` },
-    });
-    conversationId = r.data.recordTurn.conversation.id;
-    endUserId = r.data.recordTurn.conversation.endUser.id;
+    const turn = await recordTurn(engram, { agentExternalId: "qa", endUserExternalId: "qu", conversationExternalId: "qc", userMessage: `question ${i} about pricing`, assistantMessage: `answer ${i}` });
+    conversationId = turn.conversation.id;
+    endUserId = turn.conversation.endUser.id;
   }
   for (let i = 0; i < 15; i++) {
     await engram.gql(`mutation($input: AddFactInput!) { addFact(input: $input) { id } }`, { input: { endUserId, text: `Fact number ${i} about the user.` } });

@@ -11,7 +11,7 @@ let engram: TestEngram;
 let extractorCalls = 0;
 beforeAll(async () => {
   const script = factsScript({
-    gate: () => ({ remember: false }),
+    triage: () => ({ remember: false }),
     extract: (messages) => {
       extractorCalls++;
       return messages.filter((m) => m.role === "user" && /vegetarian/.test(m.content)).map((m) => ({ text: "The user is vegetarian.", core: true, seq: m.seq }));
@@ -42,8 +42,10 @@ describe("quiet-period extraction", () => {
       return rows.length ? rows : null;
     }, 90_000);
     expect(facts.map((f) => f.text)).toEqual(["The user is vegetarian."]);
-    const conversation = await engram.services.db.conversation.findUniqueOrThrow({ where: { id: conversationId } });
-    expect(conversation.extractedThroughSeq).toBe(conversation.lastSeq);
+    await until("the extractor's progress", async () => {
+      const conversation = await engram.services.db.conversation.findUniqueOrThrow({ where: { id: conversationId } });
+      return conversation.extractedThroughSeq === conversation.lastSeq;
+    });
     // The timer fired once for the burst; nothing is read twice.
     await new Promise((resolve) => setTimeout(resolve, 4_000));
     expect(extractorCalls).toBe(1);

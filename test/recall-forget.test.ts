@@ -4,7 +4,8 @@ import { forTenant } from "../src/db.ts";
 import { forgetConversation, forgetSnippets, forgetUser } from "../src/memory/forget.ts";
 import { retentionSweep } from "../src/work/retention.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
-import { allIndexed, chromaOf, RECALL, RECORD, say } from "./helpers/recall.ts";
+import { allIndexed, chromaOf, RECALL, say } from "./helpers/recall.ts";
+import { recordTurn } from "./helpers/turns.ts";
 
 // Forgetting and retention remove rows and vectors; Chroma is checked directly.
 let engram: TestEngram;
@@ -13,22 +14,19 @@ const DAY = 86_400_000;
 const now = new Date("2025-06-01T03:00:00Z");
 
 async function sayAt(user: string, conversation: string, daysAgo: number, text: string, key = engram.tenant.writer) {
-  const result = await engram.gql(
-    RECORD,
+  const turn = await recordTurn(
+    engram,
     {
-      input: {
-        agentExternalId: "shop",
-        endUserExternalId: user,
-        conversationExternalId: conversation,
-        clientTurnId: `${conversation}-${daysAgo}-${text.length}`,
-        userMessage: text,
-        assistantMessage: "Noted.",
-        occurredAt: new Date(now.getTime() - daysAgo * DAY).toISOString(),
-      },
+      agentExternalId: "shop",
+      endUserExternalId: user,
+      conversationExternalId: conversation,
+      userMessage: text,
+      assistantMessage: "Noted.",
+      occurredAt: new Date(now.getTime() - daysAgo * DAY).toISOString(),
     },
     key,
   );
-  return result.data.recordTurn.conversation as { id: string; endUser: { id: string } };
+  return turn.conversation;
 }
 
 const snippetIds = (where: object) =>

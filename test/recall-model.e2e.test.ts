@@ -9,7 +9,7 @@ import { allIndexed, CONTEXT, say } from "./helpers/recall.ts";
 let model: ModelServer;
 let engram: TestEngram;
 
-const isRerank = (r: ChatRequest) => r.messages[0]?.content.includes("You judge snippets recalled");
+const isRerank = (r: ChatRequest) => r.chain === "rerank";
 /** The numbered snippets of a re-rank prompt. */
 const snippetsOf = (r: ChatRequest) =>
   [...(r.messages.find((m) => m.role === "user")?.content ?? "").matchAll(/\[(\d+)\] \(\d{4}-\d\d-\d\d\)\n([^\n]*(?:\n(?!\n)[^\n]*)*)/g)].map(

@@ -2,11 +2,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { countWords } from "../src/chains/transcript.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import type { ModelServer } from "./helpers/model-server.ts";
-import { chainOf, memoryScript } from "./helpers/scripted-memory-model.ts";
+import { memoryScript } from "./helpers/scripted-memory-model.ts";
+import { recordTurn, type TurnInput } from "./helpers/turns.ts";
 import { until } from "./helpers/until.ts";
 import { collect, settle, wsClient } from "./helpers/ws.ts";
 
-const RECORD = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { conversation { id } lastSeq } }`;
 const CONTEXT = `query($input: ContextInput!) { context(input: $input) { totalTokens baselineTokens savedTokens blocks { kind text tokens items { seq score } } } }`;
 const REVISIONS = `query($id: ID!) { summaryRevisions(conversationId: $id) { accepted reason words coveredThroughSeq text } }`;
 
@@ -20,31 +20,28 @@ afterAll(async () => {
   await model?.stop();
 });
 
-const say = (conversation: string, n: number, extra: Record<string, unknown> = {}) =>
-  engram.gql(RECORD, {
-    input: {
-      agentExternalId: "concierge",
-      endUserExternalId: `guest-${conversation}`,
-      conversationExternalId: conversation,
-      clientTurnId: `${conversation}-${n}`,
-      userMessage:
-        n === 1
-          ? "My budget is 400 EUR and I need the exact address: 12 Rue de Rivoli."
-          : `Question ${n}: what about option ${n}? Please compare it carefully with the previous ones, ` +
-            "including the cancellation terms, the breakfast, the distance to the station and whether pets are allowed.",
-      assistantMessage:
-        `Answer ${n}: option ${n} costs ${100 + n} EUR a night and is available next week. It has free ` +
-        "cancellation up to 48 hours before arrival, breakfast is included, the station is a ten minute walk, " +
-        "and small pets are welcome for a fee of 15 EUR per stay.",
-      ...extra,
-    },
+const say = (conversation: string, n: number, extra: Partial<TurnInput> = {}) =>
+  recordTurn(engram, {
+    agentExternalId: "concierge",
+    endUserExternalId: `guest-${conversation}`,
+    conversationExternalId: conversation,
+    userMessage:
+      n === 1
+        ? "My budget is 400 EUR and I need the exact address: 12 Rue de Rivoli."
+        : `Question ${n}: what about option ${n}? Please compare it carefully with the previous ones, ` +
+          "including the cancellation terms, the breakfast, the distance to the station and whether pets are allowed.",
+    assistantMessage:
+      `Answer ${n}: option ${n} costs ${100 + n} EUR a night and is available next week. It has free ` +
+      "cancellation up to 48 hours before arrival, breakfast is included, the station is a ten minute walk, " +
+      "and small pets are welcome for a fee of 15 EUR per stay.",
+    ...extra,
   });
 
 describe("the rolling summary, end to end on a scripted OpenAI-compatible server", () => {
   it("runs 30 turns: summaries within the word limit, a rejected rewrite, kept messages, token accounting, all live", async () => {
     model.respond(memoryScript({ reject: (_r, call) => call === 2, essential: [1] }));
     const first = await say("trip", 1);
-    const conversationId = first.data.recordTurn.conversation.id;
+    const conversationId = first.conversation.id;
 
     const url = await engram.listen();
     const client = wsClient(url, engram.tenant.reader);
@@ -103,7 +100,7 @@ describe("the rolling summary, end to end on a scripted OpenAI-compatible server
     let conversationId = "";
     const results = [];
     for (let n = 1; n <= 12; n++) results.push(say("burst", n));
-    for (const r of await Promise.all(results)) conversationId = r.data.recordTurn.conversation.id;
+    for (const r of await Promise.all(results)) conversationId = r.conversation.id;
     await until("the rewrite", async () => {
       const c = await engram.services.db.conversation.findUniqueOrThrow({ where: { id: conversationId } });
       return c.summaryThroughSeq === 24 - 6;
@@ -115,7 +112,7 @@ describe("the rolling summary, end to end on a scripted OpenAI-compatible server
   it("keeps recording and serving through a model outage, and catches up when the model is back", async () => {
     model.respond(memoryScript());
     let conversationId = "";
-    for (let n = 1; n <= 8; n++) conversationId = (await say("outage", n)).data.recordTurn.conversation.id;
+    for (let n = 1; n <= 8; n++) conversationId = (await say("outage", n)).conversation.id;
     const accepted = await until("the first summary", async () => {
       const c = await engram.services.db.conversation.findUniqueOrThrow({ where: { id: conversationId } });
       return c.summaryThroughSeq === 10 && c.summary;
@@ -124,12 +121,10 @@ describe("the rolling summary, end to end on a scripted OpenAI-compatible server
     let failures = 0;
     model.respond((request) => {
       failures++;
-      return chainOf(request) === "unknown" ? "{}" : { status: 503, message: "model is down" };
+      return request.chain === null ? "{}" : { status: 503, message: "model is down" };
     });
-    for (let n = 9; n <= 14; n++) {
-      const r = await say("outage", n);
-      expect(r.errors).toBeUndefined();
-    }
+    // Recording does not wait on the model: each turn is recorded (recordTurn throws otherwise).
+    for (let n = 9; n <= 14; n++) await say("outage", n);
     await until("the rewrite to fail at least twice (retried with backoff)", async () => failures >= 2, 20_000);
     const during = await engram.gql(CONTEXT, { input: { conversationId, message: "still there?" } });
     const summary = during.data.context.blocks.find((b: any) => b.kind === "SUMMARY");

@@ -24,7 +24,6 @@ export type CompactedEntry = z.infer<typeof compactedEntry>;
 /** Events of one (scope, scopeRef) bucket in, one curated entry out. */
 export function createCompactorChain(model: ChatModel): Runnable<CompactorInput, CompactedEntry> {
   return jsonAnswerChain({
-    name: "compactor",
     prompt: compactorPrompt,
     model,
     variables: (input: CompactorInput) => ({

@@ -21,7 +21,6 @@ const answer = z.object({
 /** A batch of shared messages and what is already known in, candidate facts out. */
 export function createExtractorChain(model: ChatModel): Runnable<ExtractorInput, CandidateFact[]> {
   return jsonAnswerChain({
-    name: "extract",
     prompt: extractorPrompt,
     model,
     variables: (input: ExtractorInput) => ({

@@ -28,7 +28,6 @@ const answer = z.object({
 /** Durability, relation to what is stored, and sensitivity of one candidate fact. */
 export function createFactJudgeChain(model: ChatModel): Runnable<FactJudgeInput, FactJudgment> {
   return jsonAnswerChain({
-    name: "fact-judge",
     prompt: factJudgePrompt,
     model,
     variables: (input: FactJudgeInput) => ({

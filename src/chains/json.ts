@@ -74,9 +74,9 @@ export function parseJsonAnswer<T>(text: string, schema: z.ZodType<T>): T {
  * The shape every Engram chain has: typed input rendered into the prompt's variables, the
  * model, and a JSON answer read with parseJsonAnswer (a broken one throws
  * OutputParserException), optionally mapped with the input (to drop what was not asked about).
+ * The chain's name (its runName, usage label and routing key) comes from registry.ts.
  */
 export function jsonAnswerChain<I, A, O = A>(options: {
-  name: string;
   prompt: ChatPromptTemplate;
   model: ChatModel;
   variables: (input: I) => Record<string, string>;
@@ -87,5 +87,5 @@ export function jsonAnswerChain<I, A, O = A>(options: {
   return RunnableLambda.from(async (input: I, config) => {
     const answer = parseJsonAnswer(await ask.invoke(options.variables(input), config), options.answer);
     return options.result ? options.result(answer, input) : (answer as unknown as O);
-  }).withConfig({ runName: options.name });
+  });
 }

@@ -21,7 +21,6 @@ const verdict = z.object({
 /** Did the rewrite lose something the user said? */
 export function createLossJudgeChain(model: ChatModel): Runnable<LossJudgeInput, LossVerdict> {
   return jsonAnswerChain({
-    name: "loss-judge",
     prompt: lossJudgePrompt,
     model,
     variables: (input: LossJudgeInput) => ({

@@ -26,7 +26,6 @@ export function formatSnippets(snippets: RerankInput["snippets"]): string {
 /** The recall re-ranker: scores each candidate snippet 0–3 for the new message. */
 export function createRerankChain(model: ChatModel): Runnable<RerankInput, RerankScores> {
   return jsonAnswerChain({
-    name: "rerank",
     prompt: rerankPrompt,
     model,
     variables: (input: RerankInput) => ({ message: input.message, snippets: formatSnippets(input.snippets) }),

@@ -22,7 +22,6 @@ export function limitWords(text: string, wordLimit: number): string {
 /** Previous summary + newly folded messages in, a summary of at most wordLimit words out. */
 export function createSummarizerChain(model: ChatModel): Runnable<SummarizerInput, string> {
   return jsonAnswerChain({
-    name: "summary",
     prompt: summarizerPrompt,
     model,
     variables: (input: SummarizerInput) => ({

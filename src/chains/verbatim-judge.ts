@@ -20,7 +20,6 @@ const answer = z.object({
 
 export function createVerbatimJudgeChain(model: ChatModel): Runnable<VerbatimJudgeInput, VerbatimScores> {
   return jsonAnswerChain({
-    name: "verbatim-judge",
     prompt: verbatimJudgePrompt,
     model,
     variables: (input: VerbatimJudgeInput) => ({

@@ -167,32 +167,42 @@ export async function forgetPhrases(
   const matches = (column: Prisma.Sql) => matchesAnyPhrase(Prisma.sql`to_tsvector('english', ${column})`, wanted);
   const ids = async (query: Prisma.Sql) => (await db.$queryRaw<{ id: string }[]>(query)).map((r) => r.id);
 
+  // The messages that say it, and every copy derived from them: facts extracted from them or
+  // whose text (or history) matches, snippets holding them or matching, and the summaries of
+  // their conversations (a summary need not repeat the words to carry what they said).
+  const messageIds = conversationIds.length
+    ? await ids(Prisma.sql`
+        SELECT m."id" FROM "Message" m
+        WHERE m."tenantId" = ${tenantId} AND m."conversationId" = ANY(${conversationIds}::text[]) AND ${matches(Prisma.sql`m."content"`)}`)
+    : [];
+  const affected = conversationIds.length
+    ? await ids(Prisma.sql`
+        SELECT c."id" FROM "Conversation" c
+        WHERE c."tenantId" = ${tenantId} AND c."endUserId" = ${endUserId}
+          AND (EXISTS (SELECT 1 FROM "Message" m WHERE m."conversationId" = c."id" AND m."id" = ANY(${messageIds}::text[]))
+            OR (c."summary" IS NOT NULL AND ${matches(Prisma.sql`c."summary"`)})
+            OR EXISTS (SELECT 1 FROM "SummaryRevision" r WHERE r."conversationId" = c."id" AND ${matches(Prisma.sql`r."text"`)}))`)
+    : [];
   const factIds = await ids(Prisma.sql`
     SELECT f."id" FROM "Fact" f
     WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId}
-      AND (${matches(Prisma.sql`f."text"`)} OR EXISTS (
+      AND (f."sourceMessageId" = ANY(${messageIds}::text[]) OR ${matches(Prisma.sql`f."text"`)} OR EXISTS (
         SELECT 1 FROM "FactVersion" v WHERE v."factId" = f."id" AND ${matches(Prisma.sql`v."text"`)}))`);
   receipt.factVersions = await db.factVersion.count({ where: { factId: { in: factIds } } });
   receipt.facts = (await db.fact.deleteMany({ where: { id: { in: factIds } } })).count;
 
   const snippetIds = await ids(Prisma.sql`
     SELECT s."id" FROM "RecallSnippet" s
-    WHERE s."tenantId" = ${tenantId} AND s."endUserId" = ${endUserId} AND ${matchesAnyPhrase(Prisma.sql`s."search"`, wanted)}`);
+    WHERE s."tenantId" = ${tenantId} AND s."endUserId" = ${endUserId}
+      AND (s."messageIds" && ${messageIds}::text[] OR ${matchesAnyPhrase(Prisma.sql`s."search"`, wanted)}
+        OR (s."kind" = 'SUMMARY' AND s."conversationId" = ANY(${affected}::text[])))`);
   receipt.snippets = await forgetSnippets(db, deps, snippetIds);
 
   if (conversationIds.length) {
-    const revisionIds = await ids(Prisma.sql`
-      SELECT r."id" FROM "SummaryRevision" r
-      WHERE r."tenantId" = ${tenantId} AND r."conversationId" = ANY(${conversationIds}::text[]) AND ${matches(Prisma.sql`r."text"`)}`);
-    receipt.summaryRevisions = (await db.summaryRevision.deleteMany({ where: { id: { in: revisionIds } } })).count;
-    const summarized = await ids(Prisma.sql`
-      SELECT c."id" FROM "Conversation" c
-      WHERE c."tenantId" = ${tenantId} AND c."endUserId" = ${endUserId} AND c."summary" IS NOT NULL
-        AND ${matches(Prisma.sql`c."summary"`)}`);
-    receipt.summaries = (await db.conversation.updateMany({ where: { id: { in: summarized } }, data: { summary: null } })).count;
-    const messageIds = await ids(Prisma.sql`
-      SELECT m."id" FROM "Message" m
-      WHERE m."tenantId" = ${tenantId} AND m."conversationId" = ANY(${conversationIds}::text[]) AND ${matches(Prisma.sql`m."content"`)}`);
+    receipt.summaryRevisions = (await db.summaryRevision.deleteMany({ where: { conversationId: { in: affected } } })).count;
+    receipt.summaries = (
+      await db.conversation.updateMany({ where: { id: { in: affected }, summary: { not: null } }, data: { summary: null } })
+    ).count;
     receipt.keptVerdicts = (
       await db.message.updateMany({ where: { id: { in: messageIds }, keepScore: { not: null } }, data: { keepScore: null } })
     ).count;
@@ -201,7 +211,7 @@ export async function forgetPhrases(
     }
     // Stored verdicts name what was asked to be forgotten; they are only a cache of the gate's answer.
     receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId: { in: conversationIds } } })).count;
-    await closeConversations(db, conversationIds);
+    await closeConversations(db, affected);
   }
 
   await audit(db, who, { kind: "PHRASES", endUserId, phrases: wanted.length }, receipt);

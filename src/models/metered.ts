@@ -43,15 +43,24 @@ export function defaultRoute(env: Env, role: ModelRole): ModelRoute | null {
   return { baseUrl: env.OPENAI_BASE_URL, apiKey: env.OPENAI_API_KEY, model: defaultModelName(env, role) };
 }
 
+/**
+ * The header every chat request carries with the name of the chain that sent it. A header, not
+ * a body field: OpenAI's `user` means the end user (abuse monitoring) and `metadata` is for
+ * stored completions, and strict OpenAI-compatible servers reject unknown body fields, while
+ * every server ignores a header it does not know. Proxies can log or route on it; the scripted
+ * test model routes on it.
+ */
+export const CHAIN_HEADER = "X-Engram-Chain";
+
 export function openAIChatModel(
   route: ModelRoute,
-  options: { timeoutMs: number; maxRetries: number },
+  options: { timeoutMs: number; maxRetries: number; chain: string },
 ): BaseChatModel {
   return new ChatOpenAI({
     model: route.model,
     // OpenAI-compatible local servers often need no key; the client insists on one.
     apiKey: route.apiKey ?? "not-needed",
-    configuration: route.baseUrl ? { baseURL: route.baseUrl } : undefined,
+    configuration: { baseURL: route.baseUrl, defaultHeaders: { [CHAIN_HEADER]: options.chain } },
     timeout: options.timeoutMs,
     maxRetries: options.maxRetries,
     temperature: 0,

@@ -26,6 +26,7 @@ import {
  * configured for the role.
  */
 export type ModelProvider = {
+  /** Chains get theirs through chainFor (chains/registry.ts), which names the chain. */
   chat(tenantId: string, role: ChatRole, chain: string): Promise<ChatModel | null>;
   /** The route a role resolves to now (tenant settings over env defaults), key included. */
   route(tenantId: string, role: ModelRole): Promise<ModelRoute | null>;
@@ -96,15 +97,16 @@ export function createModelProvider(deps: {
   tenants: Pick<TenantDirectory, "scoped">;
   env: Env;
   /** Tests pass a scripted model here; production builds ChatOpenAI from the route. */
-  createModel?: (route: ModelRoute) => BaseChatModel;
+  createModel?: (route: ModelRoute, chain: string) => BaseChatModel;
 }): ModelProvider {
   const { tenants, env } = deps;
   const createModel =
     deps.createModel ??
-    ((route: ModelRoute) =>
+    ((route: ModelRoute, chain: string) =>
       openAIChatModel(route, {
         timeoutMs: env.ENGRAM_MODEL_TIMEOUT_MS,
         maxRetries: env.ENGRAM_MODEL_MAX_RETRIES,
+        chain,
       }));
   const redactWith = (settings: EffectiveSettings) => (texts: string[]) => redactTexts(settings.redaction, texts);
   const recordFor = (tenantId: string) => (usage: ModelUsageRecord) => recordModelUsage(tenants.scoped(tenantId), usage);
@@ -115,7 +117,7 @@ export function createModelProvider(deps: {
       const settings = await loadTenantSettings(tenantDb);
       const route = resolveRoute(env, settings, tenantId, role);
       if (!route) return null;
-      return meteredModel(createModel(route), { chain, model: route.model }, {
+      return meteredModel(createModel(route, chain), { chain, model: route.model }, {
         // Checked per call, not per job: a budget spent mid-job stops the rest of it.
         beforeCall: () => assertBudgetLeft(tenantDb),
         // Likewise the redaction rules: a rule added mid-job applies to the job's next call.

@@ -1,6 +1,6 @@
 import { CronExpressionParser } from "cron-parser";
 import type { z } from "zod";
-import { createCompactorChain } from "../chains/compactor.ts";
+import { chainFor } from "../chains/registry.ts";
 import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { budgetExhausted } from "../governance/budget.ts";
@@ -32,8 +32,8 @@ export async function compactTenants(deps: CompactDeps, payload: z.infer<typeof 
     if (payload.due && !(await compactionDue(tenantDb, settings.compaction.schedule, tenant.createdAt, now))) continue;
     // One tenant's failure (recorded as its FAILED run) never stops the others' compaction.
     const run = await recordJobRun(tenantDb, pubsub, compactJob.name, async () => {
-        const model = await models.chat(tenant.id, "compaction", "compact");
-        if (!model) {
+        const compactor = await chainFor(models, tenant.id, "compactor");
+        if (!compactor) {
           log.info("compaction is off: no model configured (set OPENAI_API_KEY or OPENAI_BASE_URL)", {
             tenantId: tenant.id,
           });
@@ -45,7 +45,7 @@ export async function compactTenants(deps: CompactDeps, payload: z.infer<typeof 
         }
         const result = await compactTenant(
           tenantDb,
-          { compactor: createCompactorChain(model), pubsub, log },
+          { compactor, pubsub, log },
           { minEvents: settings.compaction.minEvents, olderThanDays: settings.compaction.olderThanDays },
         );
         log.info("compaction finished", { tenantId: tenant.id, ...result });

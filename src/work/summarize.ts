@@ -1,7 +1,5 @@
 import type { z } from "zod";
-import { createLossJudgeChain } from "../chains/loss-judge.ts";
-import { createSummarizerChain } from "../chains/summarizer.ts";
-import { createVerbatimJudgeChain } from "../chains/verbatim-judge.ts";
+import { chainFor } from "../chains/registry.ts";
 import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { hasUnfoldedMessages, rewriteSummary } from "../memory/conversations/summary.ts";
@@ -29,9 +27,9 @@ export async function runSummarize(
   const { models, log, pubsub } = deps;
   const tenantId = db.$tenantId();
   const [summarizer, lossJudge, verbatimJudge] = await Promise.all([
-    models.chat(tenantId, "cheap", "summary"),
-    models.chat(tenantId, "cheap", "loss-judge"),
-    models.chat(tenantId, "cheap", "verbatim-judge"),
+    chainFor(models, tenantId, "summary"),
+    chainFor(models, tenantId, "loss-judge"),
+    chainFor(models, tenantId, "verbatim-judge"),
   ]);
   if (!summarizer || !lossJudge || !verbatimJudge) {
     log.info("summaries are off: no model configured", { conversationId: payload.conversationId });
@@ -39,13 +37,7 @@ export async function runSummarize(
   }
   const outcome = await rewriteSummary(
     db,
-    {
-      summarizer: createSummarizerChain(summarizer),
-      lossJudge: createLossJudgeChain(lossJudge),
-      verbatimJudge: createVerbatimJudgeChain(verbatimJudge),
-      pubsub,
-      log,
-    },
+    { summarizer, lossJudge, verbatimJudge, pubsub, log },
     payload.conversationId,
   );
   log.debug("summary rewrite", { conversationId: payload.conversationId, ...outcome });

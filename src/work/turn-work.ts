@@ -1,7 +1,5 @@
 import type { z } from "zod";
-import { createExtractorChain } from "../chains/extractor.ts";
-import { createFactJudgeChain } from "../chains/fact-judge.ts";
-import { createGateChain } from "../chains/gate.ts";
+import { chainFor } from "../chains/registry.ts";
 import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { agentSettings } from "../memory/conversations/agents.ts";
@@ -14,22 +12,16 @@ import { requestSummary } from "./summarize.ts";
 
 type TurnWorkDeps = Pick<Deps, "models" | "queue" | "pubsub" | "vectors" | "log">;
 
-/** The gate model for a tenant, or null (then the keyword gate decides). */
-export async function gateChainFor(deps: Pick<Deps, "models">, tenantId: string) {
-  const model = await deps.models.chat(tenantId, "cheap", "gate");
-  return model ? createGateChain(model) : null;
-}
-
 async function runExtraction(db: TenantDb, deps: TurnWorkDeps, conversationId: string, now: boolean) {
   const tenantId = db.$tenantId();
   const [extractor, judge] = await Promise.all([
-    deps.models.chat(tenantId, "cheap", "extract"),
-    deps.models.chat(tenantId, "cheap", "fact-judge"),
+    chainFor(deps.models, tenantId, "extract"),
+    chainFor(deps.models, tenantId, "fact-judge"),
   ]);
   if (!extractor || !judge) return { status: "MODEL_OFF" as const };
   return extractFacts(
     db,
-    { extractor: createExtractorChain(extractor), judge: createFactJudgeChain(judge), pubsub: deps.pubsub, log: deps.log },
+    { extractor, judge, pubsub: deps.pubsub, log: deps.log },
     conversationId,
     { now },
   );
@@ -94,7 +86,7 @@ export async function runTurnWork(db: TenantDb, deps: TurnWorkDeps, payload: z.i
   // model call is spent on a verdict nobody would use.
   const verdict = await gateMessage(
     db,
-    { gate: settings.extractionOn ? await gateChainFor(deps, tenantId) : null, log: deps.log },
+    { triage: settings.extractionOn ? await chainFor(deps.models, tenantId, "triage") : null, log: deps.log },
     { conversationId: conversation.id, message: userMessage.content },
   );
   if (verdict.forget !== "NONE") {

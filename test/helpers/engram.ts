@@ -55,7 +55,7 @@ export async function createTenantWithKeys(services: Services, name: string): Pr
 export async function startTestEngram(
   options: {
     env?: Record<string, string>;
-    createModel?: (route: ModelRoute) => BaseChatModel;
+    createModel?: (route: ModelRoute, chain: string) => BaseChatModel;
     worker?: boolean;
     store?: TestStore;
   } = {},

@@ -1,8 +1,12 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import type { ChainName } from "../../src/chains/registry.ts";
+import { CHAIN_HEADER } from "../../src/models/metered.ts";
 
 export type ChatRequest = {
   model: string;
+  /** The chain that sent the request, from its X-Engram-Chain header (null when it sent none). */
+  chain: ChainName | null;
   messages: { role: string; content: string }[];
   /** The request's response_format (structured output), when it had one. */
   responseFormat?: unknown;
@@ -60,8 +64,10 @@ export async function startModelServer(port = 0): Promise<ModelServer> {
       res.writeHead(404).end();
       return;
     }
+    const chain = req.headers[CHAIN_HEADER.toLowerCase()];
     const request: ChatRequest = {
       model: body.model,
+      chain: typeof chain === "string" ? (chain as ChainName) : null,
       messages: (body.messages ?? []).map((m: { role: string; content: unknown }) => ({
         role: m.role,
         content: typeof m.content === "string" ? m.content : JSON.stringify(m.content),

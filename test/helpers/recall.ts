@@ -2,14 +2,12 @@ import { ChromaClient } from "chromadb";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import type { TestEngram } from "./engram.ts";
+import { recordTurn } from "./turns.ts";
 import { until } from "./until.ts";
 
-export const RECORD = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id conversation { id endUser { id } } } }`;
 export const IMPORT = `mutation($input: ImportConversationInput!) { importConversation(input: $input) { id lastSeq endUser { id } } }`;
 export const CONTEXT = `query($input: ContextInput!) { context(input: $input) { totalTokens blocks { kind title text tokens items { id text tokens score } } } }`;
 export const RECALL = `query($input: RecallInput!) { recall(input: $input) { degraded candidates { snippetId kind text conversationId messageIds messageSeqs vectorScore vectorRank keywordScore keywordRank fusedScore } } }`;
-
-let turnNo = 0;
 
 /** Records a turn and returns the ids a test needs. */
 export async function say(
@@ -19,26 +17,12 @@ export async function say(
   assistantMessage?: string,
   key?: string,
 ) {
-  const result = await engram.gql(
-    RECORD,
-    {
-      input: {
-        agentExternalId: who.agent ?? "shop",
-        endUserExternalId: who.user,
-        conversationExternalId: who.conversation,
-        clientTurnId: `turn-${++turnNo}-${who.conversation}`,
-        userMessage,
-        assistantMessage,
-      },
-    },
+  const turn = await recordTurn(
+    engram,
+    { agentExternalId: who.agent ?? "shop", endUserExternalId: who.user, conversationExternalId: who.conversation, userMessage, assistantMessage },
     key,
   );
-  if (result.errors) throw new Error(JSON.stringify(result.errors));
-  return {
-    turnId: result.data.recordTurn.id as string,
-    conversationId: result.data.recordTurn.conversation.id as string,
-    endUserId: result.data.recordTurn.conversation.endUser.id as string,
-  };
+  return { turnId: turn.id, conversationId: turn.conversation.id, endUserId: turn.conversation.endUser.id };
 }
 
 /** For end-to-end tests that wait on the worker's indexing while other suites share the CPU. */

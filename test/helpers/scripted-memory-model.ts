@@ -1,17 +1,7 @@
 import type { ChatRequest, ScriptedAnswer } from "./model-server.ts";
 
-/** Which chain a request to the scripted model server comes from, by its system prompt. */
-export function chainOf(request: ChatRequest): string {
-  const system = request.messages.find((m) => m.role === "system")?.content ?? "";
-  if (system.includes("running summary of a conversation")) return "summary";
-  if (system.includes("You check a rewrite")) return "loss-judge";
-  if (system.includes("still needs word for word")) return "verbatim-judge";
-  if (system.includes("compact an organisation's memory log")) return "compact";
-  if (system.includes("You triage one message")) return "gate";
-  if (system.includes("You write down what is worth keeping")) return "extract";
-  if (system.includes("You judge one candidate fact")) return "fact-judge";
-  return "unknown";
-}
+// Scripts route on request.chain, the X-Engram-Chain header each chain's model sends (see
+// chains/registry.ts), never on prompt wording, so editing a prompt cannot break them.
 
 /** The message numbers ("[#12] user: …") in a prompt's section that starts with `heading`. */
 export function seqsIn(request: ChatRequest, heading: string): number[] {
@@ -38,7 +28,7 @@ export type MemoryScript = {
 export function memoryScript(script: MemoryScript = {}) {
   let lossCalls = 0;
   return (request: ChatRequest): ScriptedAnswer => {
-    switch (chainOf(request)) {
+    switch (request.chain) {
       case "summary": {
         const folded = seqsIn(request, "Newly folded messages:\n");
         return JSON.stringify({ summary: summaryOfLength(script.wordLimit ?? 150, `#${folded.at(-1)}`) });
@@ -67,7 +57,7 @@ export function transcriptIn(request: ChatRequest): { seq: number; role: string;
 }
 
 export type FactsScript = {
-  gate?: (message: string) => { remember?: boolean; forget?: "NONE" | "SOME" | "ALL"; forgetTargets?: string[]; needsRecall?: boolean };
+  triage?: (message: string) => { remember?: boolean; forget?: "NONE" | "SOME" | "ALL"; forgetTargets?: string[]; needsRecall?: boolean };
   /** Candidate facts for a batch of user messages. */
   extract?: (messages: { seq: number; role: string; content: string }[], known: string[]) => { text: string; core?: boolean; seq: number }[];
   /** The judgment of one candidate against the stored facts ([id] text). */
@@ -83,10 +73,10 @@ export type FactsScript = {
 export function factsScript(script: FactsScript, fallback = memoryScript()) {
   return (request: ChatRequest): ScriptedAnswer => {
     const human = request.messages.find((m) => m.role === "user")?.content ?? "";
-    switch (chainOf(request)) {
-      case "gate": {
+    switch (request.chain) {
+      case "triage": {
         const message = human.replace(/^Message:\n/, "");
-        return JSON.stringify({ remember: false, forget: "NONE", forgetTargets: [], needsRecall: false, ...script.gate?.(message) });
+        return JSON.stringify({ remember: false, forget: "NONE", forgetTargets: [], needsRecall: false, ...script.triage?.(message) });
       }
       case "extract": {
         const known = [...(human.split("<known>")[1]?.split("</known>")[0] ?? "").matchAll(/^- (.*)$/gm)].map((m) => m[1]);

@@ -7,13 +7,15 @@ import {
   gateVerdictSchema,
   normalizeVerdict,
   type GateVerdict,
-} from "../../chains/gate.ts";
+  type TriageInput,
+  type TriageVerdict,
+} from "../../chains/triage.ts";
 import type { TenantDb } from "../../db.ts";
 import { EngramError, parseInput } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { needsRecallByKeywords } from "./keywords.ts";
 
-export type StoredVerdict = GateVerdict & { decidedBy: "MODEL" | "KEYWORDS" | "CALLER" };
+export type StoredVerdict = TriageVerdict & { decidedBy: "MODEL" | "KEYWORDS" | "CALLER" };
 export type { GateVerdict };
 
 /** What an agent runtime appends to its own model call so the gate rides on it (gateInstructions). */
@@ -61,7 +63,7 @@ const FORGET_SOME = new RegExp(`${REQUEST}(?:that\\s+|about\\s+)?((?:my|the|that
  * it never decides to remember (the extractor needs a model anyway), catches explicit requests
  * to forget, and asks for recall on the phrases of recall-gate.ts.
  */
-export function keywordGate(message: string): GateVerdict {
+export function keywordGate(message: string): TriageVerdict {
   const request = message.trim();
   // A question about forgetting ("did you forget …?") is not a request to forget; "can you
   // forget …?" is.
@@ -86,7 +88,7 @@ export function keywordGate(message: string): GateVerdict {
  */
 export async function gateMessage(
   db: TenantDb,
-  deps: { gate: Runnable<{ message: string }, GateVerdict> | null; log: Logger },
+  deps: { triage: Runnable<TriageInput, TriageVerdict> | null; log: Logger },
   input: { conversationId: string; message: string },
 ): Promise<StoredVerdict> {
   const messageHash = hashOf(input.message);
@@ -96,16 +98,16 @@ export async function gateMessage(
   if (cached) {
     return {
       remember: cached.remember,
-      forget: cached.forget as GateVerdict["forget"],
+      forget: cached.forget as TriageVerdict["forget"],
       forgetTargets: cached.forgetTargets,
       needsRecall: cached.needsRecall,
       decidedBy: cached.decidedBy as StoredVerdict["decidedBy"],
     };
   }
   let verdict: StoredVerdict = { ...keywordGate(input.message), decidedBy: "KEYWORDS" };
-  if (deps.gate) {
+  if (deps.triage) {
     try {
-      verdict = { ...(await deps.gate.invoke({ message: input.message })), decidedBy: "MODEL" };
+      verdict = { ...(await deps.triage.invoke({ message: input.message })), decidedBy: "MODEL" };
     } catch (error) {
       // An unreadable answer, a spent budget or a broken route: the keyword gate decides, so a
       // "forget" request is never held back by the model. An outage throws, and the job retries.

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { OutputParserException } from "@langchain/core/output_parsers";
-import { createRerankChain, type RerankScores } from "../../chains/rerank.ts";
+import { chainFor } from "../../chains/registry.ts";
+import type { RerankScores } from "../../chains/rerank.ts";
 import type { TenantDb } from "../../db.ts";
 import { Prisma } from "../../generated/prisma/client.ts";
 import type { ModelProvider } from "../../models/provider.ts";
@@ -209,11 +210,11 @@ export async function recallForTurn(db: TenantDb, deps: RecallDeps, input: Recal
 
   let chosen: RecallCandidate[] = [];
   let chosenBy: RecallEvent["chosenBy"] = "FLOOR";
-  const model = candidates.length ? await deps.models.chat(tenantId, "cheap", "rerank") : null;
+  const rerank = candidates.length ? await chainFor(deps.models, tenantId, "rerank") : null;
   let scores: RerankScores | null = null;
-  if (model) {
+  if (rerank) {
     try {
-      scores = await createRerankChain(model).invoke({ message: input.message, snippets: candidates });
+      scores = await rerank.invoke({ message: input.message, snippets: candidates });
     } catch (error) {
       // A reply must not wait on a broken judge: fall back to the similarity floor.
       deps.log.warn("recall: the re-rank judge failed; using the similarity floor", {

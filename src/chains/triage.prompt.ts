@@ -1,7 +1,7 @@
 import { ChatPromptTemplate } from "@langchain/core/prompts";
 
 /**
- * The three gate questions, shared by Engram's own gate call and the fragment an agent runtime
+ * The three gate questions, shared by Engram's own triage call and the fragment an agent runtime
  * appends to its model call (gateInstructions), so both judge a message the same way.
  */
 export const GATE_QUESTIONS = `1. remember: does the message state something about the user worth remembering beyond this
@@ -13,7 +13,7 @@ export const GATE_QUESTIONS = `1. remember: does the message state something abo
 3. needsRecall: does answering need earlier conversations with this user ("same as last time",
    "my usual", "the order I placed", "as we discussed")? Most messages do not.`;
 
-export const gatePrompt = ChatPromptTemplate.fromMessages([
+export const triagePrompt = ChatPromptTemplate.fromMessages([
   [
     "system",
     `You triage one message a user sent to an AI agent, for the agent's memory. Answer three questions:

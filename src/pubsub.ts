@@ -33,6 +33,8 @@ export type RecallCandidate = {
   /** The sequence numbers of messageIds in their conversation, in the same order. */
   messageSeqs: number[];
   occurredAt: Date;
+  /** When its vector reached the vector store; null while it waits (found by keywords only). */
+  indexedAt: Date | null;
   /** Cosine similarity to the message, and rank among the vector hits (from 1). */
   vectorScore: number | null;
   vectorRank: number | null;

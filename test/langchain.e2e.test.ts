@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { BaseMessage } from "@langchain/core/messages";
+import { AIMessage, type BaseMessage } from "@langchain/core/messages";
 import { ChatPromptTemplate, MessagesPlaceholder } from "@langchain/core/prompts";
-import { RunnableWithMessageHistory } from "@langchain/core/runnables";
+import { RunnableLambda, RunnableWithMessageHistory } from "@langchain/core/runnables";
 import { FakeListChatModel } from "@langchain/core/utils/testing";
 import { EngramClient } from "engram/client";
-import { EngramChatMessageHistory, EngramRetriever, withEngramMemory } from "engram/langchain";
+import { EngramChatMessageHistory, EngramRetriever, gateVerdictFromToolCall, withEngramMemory } from "engram/langchain";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { allIndexed, INDEXING_TIMEOUT_MS } from "./helpers/recall.ts";
 
@@ -63,6 +63,24 @@ describe("EngramChatMessageHistory", () => {
 });
 
 describe("withEngramMemory", () => {
+  it("hands Engram the gate verdict the model gave as a tool call; Engram stores it as the turn's verdict", async () => {
+    const { toolName, jsonSchema } = await client.gateInstructions();
+    expect(toolName).toBe("engram_gate");
+    expect(jsonSchema).toMatchObject({ required: expect.arrayContaining(["needsRecall"]) });
+    const verdict = { remember: true, forget: "NONE" as const, forgetTargets: [], needsRecall: false };
+    // A model bound with the gate as a tool answers with text and that tool call (LangChain's fake
+    // chat models drop tool calls, so a runnable stands in for the bound model).
+    const model = RunnableLambda.from(
+      async () => new AIMessage({ content: "Welcome, Kim!", tool_calls: [{ name: toolName, args: verdict, id: "call-1", type: "tool_call" }] }),
+    );
+    const chat = withEngramMemory(model, { client, agent: "shop", endUser: "kim", conversation: "kim-1", gateVerdict: gateVerdictFromToolCall });
+    expect((await chat.invoke("I am Kim and I only wear black.")).text).toBe("Welcome, Kim!");
+    const conversation = await engram.services.db.conversation.findFirstOrThrow({ where: { externalId: "kim-1", tenantId: engram.tenant.tenantId } });
+    expect(await engram.services.db.gateVerdict.findMany({ where: { conversationId: conversation.id } })).toMatchObject([
+      { decidedBy: "CALLER", remember: true, needsRecall: false },
+    ]);
+  });
+
   it("puts Engram's context in the prompt before the call and records the turn after it", async () => {
     const { model, prompts } = fakeModel(["Noted: blue trail runners.", "You ordered the blue trail runners."]);
     const memory = { client, agent: "shop", endUser: "bo", conversation: "bo-1" };

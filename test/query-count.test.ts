@@ -70,6 +70,9 @@ describe("SQL statements per request on the hot paths", () => {
     // Auth, the conversation with any earlier use of the turn id, the one statement that appends
     // the messages and the turn, the turn's follow-up job, and the re-read for the selection.
     expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-1" } }, engram.tenant.writer)).toBe(5);
+    // With the caller's gate verdict: one more, its upsert.
+    const gate = { remember: false, forget: "NONE", forgetTargets: [], needsRecall: false };
+    expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-2", gate } }, engram.tenant.writer)).toBe(6);
   });
 
   it("appendEvent: auth, the insert and the answer", async () => {

@@ -93,6 +93,36 @@ describe("README: Use it from your agent", () => {
     expect(prompt.at(-1)!.content).toBe("Which shoes did I order last time?");
   }, INDEXING_TIMEOUT_MS + 60_000);
 
+  it("runs the gate-verdict example: the verdict rides on the agent's own call and is stored", async () => {
+    const before = model.requests.length;
+    model.respond(() =>
+      JSON.stringify({
+        reply: "A chickpea curry: 30 minutes, one pot.",
+        engram_gate: { remember: true, forget: "NONE", forgetTargets: [], needsRecall: false },
+      }),
+    );
+    const logged = await runTypeScript("gate");
+    expect(logged).toContain("A chickpea curry: 30 minutes, one pot.");
+    // One model call, the agent's own: it was asked for the verdict with Engram's instructions and schema.
+    const [call] = model.requests.slice(before);
+    expect(model.requests.length - before).toBe(1);
+    expect(call.messages[0].content).toContain("needsRecall: does answering need earlier conversations");
+    expect(JSON.stringify(call.responseFormat)).toContain('"engram_gate":{');
+    const conversation = await engram.services.db.conversation.findFirstOrThrow({ where: { externalId: "ben-1", tenantId: engram.tenant.tenantId } });
+    await allIndexed(engram, undefined, INDEXING_TIMEOUT_MS);
+    // The worker ran the turn's follow-ups and kept the caller's verdict.
+    expect(await engram.services.db.gateVerdict.findMany({ where: { conversationId: conversation.id } })).toMatchObject([
+      { decidedBy: "CALLER", remember: true, needsRecall: false },
+    ]);
+
+    // The recallIndexStatus query of "Recall of earlier conversations", as printed there.
+    const query = /query \{ recallIndexStatus\(endUserId: "…"\) \{ pending oldestPendingAt \} \}/.exec(README)?.[0];
+    expect(query).toBeDefined();
+    const { data, errors } = await engram.gql(query!.replace("…", conversation.endUserId), {}, engram.tenant.reader);
+    expect(errors).toBeUndefined();
+    expect(data.recallIndexStatus).toEqual({ pending: 0, oldestPendingAt: null });
+  }, INDEXING_TIMEOUT_MS + 60_000);
+
   it("runs the MCP desktop config (stdio) and the /mcp config (streamable HTTP)", async () => {
     const stdio = JSON.parse(block("mcp-stdio").replaceAll(DEFAULT_URL, url)).mcpServers.engram;
     const args = stdio.args.map((arg: string) => arg.replace("/path/to/engram", path.resolve(".")));

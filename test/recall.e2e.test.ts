@@ -105,14 +105,18 @@ describe("recall with the offline encoder", () => {
     expect(recall?.text ?? "").not.toContain("blue trail");
   });
 
-  it("retrieves nothing and embeds nothing when the message does not need earlier conversations", async () => {
+  it("retrieves nothing when the message does not need earlier conversations (one embedding, for the local gate)", async () => {
     const forTenant = vi.spyOn(engram.services.embeddings, "forTenant");
+    const query = vi.spyOn(engram.services.deps.vectors, "query");
     const { data } = await engram.gql(CONTEXT, {
       input: { conversationId: ids.pasta.conversationId, message: "Which shoes are good for trail running?" },
     });
     expect(data.context.blocks.map((b: any) => b.kind)).not.toContain("RECALL");
-    expect(forTenant).not.toHaveBeenCalled();
+    // The local gate embeds the message once to compare it with the recall prototypes; no search.
+    expect(forTenant).toHaveBeenCalledTimes(1);
+    expect(query).not.toHaveBeenCalled();
     forTenant.mockRestore();
+    query.mockRestore();
   });
 
   it("indexes an imported conversation, one snippet per user and assistant pair", async () => {

@@ -18,6 +18,7 @@ import {
   EventAppendedDocument,
   EventsDocument,
   FactChangedDocument,
+  GateInstructionsDocument,
   FactsDocument,
   ForgetEntryDocument,
   ForgetUserDocument,
@@ -25,6 +26,7 @@ import {
   MemoryFeedDocument,
   MemoryRecallDocument,
   RecallDocument,
+  RecallIndexStatusDocument,
   RecordTurnDocument,
   SummaryChangedDocument,
   TurnRecordedDocument,
@@ -75,6 +77,20 @@ const newId = () => globalThis.crypto.randomUUID();
 type Optional<T, K extends keyof T> = Omit<T, K> & Partial<Pick<T, K>>;
 
 /**
+ * Your model's verdict on the user's message, in the shape gateInstructions' jsonSchema gives
+ * it. Passed as `gate` to context or recordTurn, it replaces Engram's own gate call.
+ */
+export type GateVerdict = {
+  remember: boolean;
+  forget: "NONE" | "SOME" | "ALL";
+  forgetTargets?: string[];
+  needsRecall: boolean;
+};
+
+/** What gateInstructions returns: append `prompt` to your system prompt, ask for `jsonSchema`. */
+export type GateInstructions = { prompt: string; jsonSchema: Record<string, unknown>; toolName: string };
+
+/**
  * Engram over HTTP (and WebSocket for subscriptions). Methods are named as the product names
  * them; each returns the operation's typed result and throws an EngramError with the server's
  * code. Reads and idempotent writes are retried on network errors, timeouts and 5xx.
@@ -82,6 +98,7 @@ type Optional<T, K extends keyof T> = Omit<T, K> & Partial<Pick<T, K>>;
 export class EngramClient {
   private readonly transport: Transport;
   private ws?: Promise<Client>;
+  private gate?: Promise<GateInstructions>;
 
   constructor(private readonly options: EngramClientOptions) {
     this.transport = new Transport(options);
@@ -137,14 +154,29 @@ export class EngramClient {
   // Conversations.
 
   /** Records a turn; without a clientTurnId the client makes one, so a retry records nothing twice. */
-  async recordTurn(input: Optional<RecordTurnInput, "clientTurnId">, call?: CallOptions) {
+  async recordTurn(input: Optional<Omit<RecordTurnInput, "gate">, "clientTurnId"> & { gate?: GateVerdict | null }, call?: CallOptions) {
     const variables = { input: { ...input, clientTurnId: input.clientTurnId ?? newId() } };
     return (await this.mutate(RecordTurnDocument, variables, true, call)).recordTurn;
   }
 
-  /** Prompt material for the next model call: blocks ready to put in the prompt, with their tokens. */
-  async context(input: ContextInput, call?: CallOptions) {
+  /**
+   * Prompt material for the next model call: blocks ready to put in the prompt, with their
+   * tokens. The conversation by `conversationId`, or by your own three ids as recordTurn takes them.
+   */
+  async context(input: Omit<ContextInput, "gate"> & { gate?: GateVerdict | null }, call?: CallOptions) {
     return (await this.query(ContextDocument, { input }, call)).context;
+  }
+
+  /**
+   * The prompt fragment and the JSON schema of Engram's gate verdict, for your own model call
+   * (structured output or a tool); hand the verdict to recordTurn as `gate`. Cached per client.
+   */
+  async gateInstructions(call?: CallOptions): Promise<GateInstructions> {
+    this.gate ??= this.query(GateInstructionsDocument, {}, call).then(
+      ({ gateInstructions }) => gateInstructions as GateInstructions,
+    );
+    this.gate.catch(() => (this.gate = undefined));
+    return this.gate;
   }
 
   /**
@@ -208,6 +240,11 @@ export class EngramClient {
   /** Ranked snippets of the user's earlier conversations for a text (no gate, no judge). */
   async recall(input: RecallInput, call?: CallOptions) {
     return (await this.query(RecallDocument, { input }, call)).recall;
+  }
+
+  /** How much of the user's history is not searchable yet (pending 0: all of it is). */
+  async recallIndexStatus(endUserId: string, call?: CallOptions) {
+    return (await this.query(RecallIndexStatusDocument, { endUserId }, call)).recallIndexStatus;
   }
 
   // Subscriptions.

@@ -31,7 +31,10 @@ const ContextBlockRef = builder.objectRef<ContextBlock>("ContextBlock").implemen
 const ContextRef = builder.objectRef<AssembledContext>("Context").implement({
   description: "Prompt material for an agent's next model call, with what it costs and saves.",
   fields: (t) => ({
-    conversationId: t.exposeID("conversationId"),
+    conversationId: t.exposeID("conversationId", {
+      nullable: true,
+      description: "Null when the conversation, asked for by external ids, has no turn yet.",
+    }),
     blocks: t.field({ type: [ContextBlockRef], resolve: (c) => c.blocks }),
     totalTokens: t.exposeInt("totalTokens"),
     baselineTokens: t.exposeInt("baselineTokens", {
@@ -42,9 +45,22 @@ const ContextRef = builder.objectRef<AssembledContext>("Context").implement({
 });
 
 const ContextInput = builder.inputType("ContextInput", {
+  description:
+    "The conversation by conversationId, or by your own ids (all three, as recordTurn takes them): exactly one of the two. " +
+    "By external ids, a conversation with no turn yet gets what Engram knows of the user beyond it (facts, recall, " +
+    "notes), or an empty context when the user is new too.",
   fields: (t) => ({
-    conversationId: t.id({ required: true }),
+    conversationId: t.id(),
+    agentExternalId: t.string(),
+    endUserExternalId: t.string(),
+    conversationExternalId: t.string(),
     message: t.string({ required: true, description: "The user's new message the agent is about to answer." }),
+    gate: t.field({
+      type: "JSON",
+      description:
+        "Your model's verdict on the message (see gateInstructions). Decides recall, and is stored for the turn's " +
+        "background work, which then makes no gate call. Without it, recall is decided locally (no model call).",
+    }),
   }),
 });
 
@@ -53,6 +69,7 @@ builder.queryFields((t) => ({
     type: ContextRef,
     authScopes: { reader: true },
     args: { input: t.arg({ type: ContextInput, required: true }) },
-    resolve: (_root, { input }, ctx) => contextForTurn(ctx.db, ctx.deps, { conversationId: String(input.conversationId), message: input.message }),
+    resolve: (_root, { input }, ctx) =>
+      contextForTurn(ctx.db, ctx.deps, { ...input, conversationId: input.conversationId == null ? null : String(input.conversationId) }),
   }),
 }));

@@ -101,6 +101,12 @@ const RecordTurnInput = builder.inputType("RecordTurnInput", {
     assistantMessage: t.string(),
     privateSteps: t.stringList({ description: "The agent's private steps: kept, never shared memory." }),
     occurredAt: t.field({ type: "DateTime", description: "For backfills; defaults to now." }),
+    gate: t.field({
+      type: "JSON",
+      description:
+        "Your model's verdict on userMessage (see gateInstructions): stored as the turn's gate verdict, so the " +
+        "turn's background work makes no gate call. Checked against the verdict's schema (BAD_USER_INPUT otherwise).",
+    }),
   }),
 });
 

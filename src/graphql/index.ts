@@ -11,6 +11,7 @@ import "./jobs.ts";
 import "./agents.ts";
 import "./conversations.ts";
 import "./context.ts";
+import "./gate.ts";
 import "./facts.ts";
 import "./recall.ts";
 import "./feed.ts";

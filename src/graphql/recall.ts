@@ -2,6 +2,7 @@ import { filter, pipe } from "graphql-yoga";
 import { builder } from "../builder.ts";
 import { badInput, notFound } from "../errors.ts";
 import { searchSnippets, type RecallCandidate, type RecallEvent } from "../memory/recall/recall.ts";
+import { recallIndexStatus, type RecallIndexStatus } from "../memory/recall/snippets.ts";
 
 const SnippetKindEnum = builder.enumType("SnippetKind", {
   description: "TURN: a user message with its replies; SUMMARY: a conversation's summary; FACT: a fact's sentence (a key: a hit on it is credited to its turn, never returned itself).",
@@ -23,6 +24,11 @@ const RecallCandidateRef = builder.objectRef<RecallCandidate>("RecallCandidate")
     messageIds: t.exposeIDList("messageIds", { description: "The messages it holds (none for a summary)." }),
     messageSeqs: t.exposeIntList("messageSeqs", { description: "Their sequence numbers, in the same order." }),
     occurredAt: t.expose("occurredAt", { type: "DateTime" }),
+    indexedAt: t.expose("indexedAt", {
+      type: "DateTime",
+      nullable: true,
+      description: "When its vector was stored; null while it waits (then only keyword search finds it).",
+    }),
     vectorScore: t.exposeFloat("vectorScore", { nullable: true, description: "Cosine similarity; null if not a vector hit." }),
     vectorRank: t.exposeInt("vectorRank", { nullable: true }),
     keywordScore: t.exposeFloat("keywordScore", { nullable: true, description: "Full-text rank; null if no keyword hit." }),
@@ -72,7 +78,34 @@ const RecallInput = builder.inputType("RecallInput", {
   }),
 });
 
+const RecallIndexStatusRef = builder.objectRef<RecallIndexStatus>("RecallIndexStatus").implement({
+  description: "How much of an end user's conversations is not searchable yet.",
+  fields: (t) => ({
+    pending: t.exposeInt("pending", {
+      description:
+        "Turns whose snippets are not made yet (still in the outbox or waiting on the index job) plus snippets " +
+        "without a vector. 0: everything recorded can be recalled.",
+    }),
+    oldestPendingAt: t.expose("oldestPendingAt", {
+      type: "DateTime",
+      nullable: true,
+      description: "When the oldest of them was recorded; null when nothing is pending.",
+    }),
+  }),
+});
+
 builder.queryFields((t) => ({
+  recallIndexStatus: t.field({
+    type: RecallIndexStatusRef,
+    authScopes: { reader: true },
+    description: "Whether recall has caught up with what was recorded for an end user: wait for pending 0 instead of searching.",
+    args: { endUserId: t.arg.id({ required: true }) },
+    resolve: async (_root, args, ctx) => {
+      const endUserId = String(args.endUserId);
+      if (!(await ctx.db.endUser.count({ where: { id: endUserId } }))) throw notFound("End user", endUserId);
+      return recallIndexStatus(ctx.db, endUserId);
+    },
+  }),
   recall: t.field({
     type: RecallResultRef,
     authScopes: { reader: true },

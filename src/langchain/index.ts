@@ -4,7 +4,7 @@ import { Document } from "@langchain/core/documents";
 import { AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage } from "@langchain/core/messages";
 import { BaseRetriever, type BaseRetrieverInput } from "@langchain/core/retrievers";
 import { RunnableLambda, type Runnable, type RunnableConfig } from "@langchain/core/runnables";
-import { EngramError, memoryText, type EngramClient } from "../client/index.ts";
+import { EngramError, memoryText, type EngramClient, type GateVerdict } from "../client/index.ts";
 
 /** Who is talking, in your own ids (Engram creates the agent, user and conversation on first use). */
 export type EngramConversation = {
@@ -149,6 +149,16 @@ export class EngramRetriever extends BaseRetriever {
 type Answer = BaseMessage | string;
 const answerText = (answer: Answer): string => (typeof answer === "string" ? answer : textOf(answer));
 
+/**
+ * The gate verdict of a model bound with Engram's gate as a tool (gateInstructions' toolName
+ * and jsonSchema): the arguments of that tool call, or undefined when the model made none.
+ * Pass it as `gateVerdict` to withEngramMemory.
+ */
+export function gateVerdictFromToolCall(answer: Answer, toolName = "engram_gate"): GateVerdict | undefined {
+  if (typeof answer === "string" || !AIMessage.isInstance(answer)) return undefined;
+  return answer.tool_calls?.find((call) => call.name === toolName)?.args as GateVerdict | undefined;
+}
+
 export type EngramMemoryOptions = EngramConversation & {
   /** Your agent's own instructions, put before the memory. */
   system?: string;
@@ -156,7 +166,7 @@ export type EngramMemoryOptions = EngramConversation & {
    * Reads the gate verdict out of the model's answer, when your call asked for one (Engram's
    * gateInstructions); it is handed to recordTurn as `gate`, so Engram needs no gate call.
    */
-  gateVerdict?: (answer: Answer) => Record<string, unknown> | undefined;
+  gateVerdict?: (answer: Answer) => GateVerdict | null | undefined;
 };
 
 /** The input of a wrapped runnable: the user's message, or prompt variables with it as `input`. */
@@ -177,9 +187,11 @@ export function withEngramMemory<Output extends Answer>(
   let conversationId: string | undefined;
   return RunnableLambda.from(async (input: EngramMemoryInput, config?: RunnableConfig): Promise<Output> => {
     const message = typeof input === "string" ? input : input.input;
-    conversationId ??= (await client.conversation(conversation, { lastMessages: 1 }))?.id;
-    const context = conversationId ? await client.context({ conversationId, message }) : undefined;
-    const memory = memoryText(context?.blocks ?? []);
+    // By our own ids, a conversation's first turn already gets the user's facts and recall.
+    const context = await client.context(
+      conversationId ? { conversationId, message } : { agentExternalId: agent, endUserExternalId: endUser, conversationExternalId: conversation, message },
+    );
+    const memory = memoryText(context.blocks);
 
     const system = [options.system, memory && `What you remember:\n\n${memory}`].filter(Boolean).join("\n\n");
     const prompt =
@@ -195,8 +207,8 @@ export function withEngramMemory<Output extends Answer>(
       conversationExternalId: conversation,
       userMessage: message,
       assistantMessage: answerText(answer),
-      ...(gate ? { gate } : {}),
-    } as Parameters<EngramClient["recordTurn"]>[0]);
+      gate: gate ?? null,
+    });
     conversationId = turn.conversation.id;
     return answer;
   }).withConfig({ runName: "EngramMemory" }) as unknown as Runnable<EngramMemoryInput, Output>;

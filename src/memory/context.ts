@@ -1,17 +1,34 @@
 import { formatTranscript } from "../chains/transcript.ts";
 import type { TenantDb } from "../db.ts";
 import { z } from "zod";
-import { notFound, parseInput } from "../errors.ts";
+import { EngramError, notFound, parseInput } from "../errors.ts";
 import type { Message } from "../generated/prisma/client.ts";
-import { agentSettings, type AgentSettings } from "./conversations/agents.ts";
+import { agentSettings, DEFAULT_AGENT_SETTINGS, externalIdSchema, type AgentSettings } from "./conversations/agents.ts";
 import { relevantEntries } from "./log/entries.ts";
 import { MESSAGE_LIMITS } from "../limits.ts";
 import { countTokens } from "./tokens.ts";
 
-const contextInput = z.object({
-  conversationId: z.string().min(1),
-  message: z.string().max(MESSAGE_LIMITS.messageMaxChars),
-});
+/** A conversation by Engram's id, or by the caller's own ids as recordTurn takes them: exactly one of the two. */
+export const contextInput = z
+  .object({
+    conversationId: z.string().min(1).nullish(),
+    agentExternalId: externalIdSchema.nullish(),
+    endUserExternalId: externalIdSchema.nullish(),
+    conversationExternalId: externalIdSchema.nullish(),
+    message: z.string().max(MESSAGE_LIMITS.messageMaxChars),
+  })
+  .superRefine((input, ctx) => {
+    const external = [input.agentExternalId, input.endUserExternalId, input.conversationExternalId];
+    const ok = input.conversationId != null ? external.every((id) => id == null) : external.every((id) => id != null);
+    if (!ok) {
+      ctx.addIssue({
+        code: "custom",
+        message: "Give either conversationId, or all of agentExternalId, endUserExternalId and conversationExternalId.",
+      });
+    }
+  });
+
+export type ContextInput = z.input<typeof contextInput>;
 
 export type BlockKind = "FACTS" | "ENTRIES" | "RECALL" | "SUMMARY" | "KEPT" | "TAIL";
 
@@ -27,7 +44,8 @@ export type ContextItem = {
 export type ContextBlock = { kind: BlockKind; title: string; text: string; tokens: number; items: ContextItem[] };
 
 export type AssembledContext = {
-  conversationId: string;
+  /** Null when the conversation, asked for by external ids, has no turn yet. */
+  conversationId: string | null;
   blocks: ContextBlock[];
   totalTokens: number;
   /** What sending the last history-size messages whole would cost. */
@@ -77,10 +95,67 @@ function messageBlock(kind: BlockKind, title: string, messages: Message[]): Cont
 
 /** Blocks contributed by other areas (facts, recall), computed for the same conversation. */
 export type ExtraBlocks = (input: {
-  conversationId: string;
+  /** Null for a conversation that has no turn yet. */
+  conversationId: string | null;
   endUserId: string;
   message: string;
+  settings: AgentSettings;
 }) => Promise<ContextBlock[]>;
+
+type Target = {
+  conversation: {
+    id: string;
+    endUserId: string;
+    summary: string | null;
+    summaryThroughSeq: number;
+  } | null;
+  endUserId: string;
+  settings: AgentSettings;
+  scopeRefs: string[];
+};
+
+/**
+ * The conversation `context` is for. By external ids, a conversation that has no turn yet is
+ * not an error: its context is what Engram knows of the user beyond it (facts, recall, entries),
+ * or nothing when the user is new as well (null).
+ */
+async function contextTarget(db: TenantDb, input: z.output<typeof contextInput>): Promise<Target | null> {
+  if (input.conversationId != null) {
+    const conversation = await db.conversation.findUnique({
+      where: { id: input.conversationId },
+      include: { agent: true, endUser: true },
+    });
+    if (!conversation) throw notFound("Conversation", input.conversationId);
+    return {
+      conversation,
+      endUserId: conversation.endUserId,
+      settings: agentSettings(conversation.agent),
+      scopeRefs: [conversation.agent.externalId, conversation.endUser.externalId],
+    };
+  }
+  const ids = { agent: input.agentExternalId!, endUser: input.endUserExternalId!, conversation: input.conversationExternalId! };
+  const conversation = await db.conversation.findFirst({
+    where: { externalId: ids.conversation },
+    include: { agent: true, endUser: true },
+  });
+  if (conversation && (conversation.agent.externalId !== ids.agent || conversation.endUser.externalId !== ids.endUser)) {
+    throw new EngramError("CONFLICT", `Conversation ${ids.conversation} belongs to another agent or end user.`);
+  }
+  if (conversation) {
+    return { conversation, endUserId: conversation.endUserId, settings: agentSettings(conversation.agent), scopeRefs: [ids.agent, ids.endUser] };
+  }
+  const [agent, endUser] = await Promise.all([
+    db.agent.findFirst({ where: { externalId: ids.agent }, select: { settings: true } }),
+    db.endUser.findFirst({ where: { externalId: ids.endUser }, select: { id: true } }),
+  ]);
+  if (!endUser) return null;
+  return {
+    conversation: null,
+    endUserId: endUser.id,
+    settings: agent ? agentSettings(agent) : DEFAULT_AGENT_SETTINGS,
+    scopeRefs: [ids.agent, ids.endUser],
+  };
+}
 
 /**
  * An agent's prompt material for its next model call: the running summary, older messages the
@@ -89,29 +164,28 @@ export type ExtraBlocks = (input: {
  */
 export async function assembleContext(
   db: TenantDb,
-  input: { conversationId: string; message: string },
+  input: ContextInput,
   extraBlocks: ExtraBlocks[] = [],
 ): Promise<AssembledContext> {
-  input = parseInput(contextInput, input);
-  const conversation = await db.conversation.findUnique({
-    where: { id: input.conversationId },
-    include: { agent: true, endUser: true },
-  });
-  if (!conversation) throw notFound("Conversation", input.conversationId);
-  const settings = agentSettings(conversation.agent);
+  const parsed = parseInput(contextInput, input);
+  const target = await contextTarget(db, parsed);
+  if (!target) return { conversationId: null, blocks: [], totalTokens: 0, baselineTokens: 0, savedTokens: 0 };
+  const { conversation, settings } = target;
 
-  const recent = (
-    await db.message.findMany({
-      where: { conversationId: conversation.id, private: false },
-      orderBy: { seq: "desc" },
-      take: Math.max(settings.historySize, settings.tailSize),
-    })
-  ).reverse();
+  const recent = conversation
+    ? (
+        await db.message.findMany({
+          where: { conversationId: conversation.id, private: false },
+          orderBy: { seq: "desc" },
+          take: Math.max(settings.historySize, settings.tailSize),
+        })
+      ).reverse()
+    : [];
   const history = recent.slice(-settings.historySize);
 
-  const window = verbatimWindow(recent, settings, conversation.summaryThroughSeq);
+  const window = verbatimWindow(recent, settings, conversation?.summaryThroughSeq ?? 0);
   const blocks: ContextBlock[] = [];
-  const kept = settings.summaryOn
+  const kept = conversation && settings.summaryOn
     ? keptMessages(
         await db.message.findMany({
           where: {
@@ -127,13 +201,9 @@ export async function assembleContext(
     : [];
 
   const [entries, ...extra] = await Promise.all([
-    relevantEntries(db, {
-      text: input.message,
-      scopeRefs: [conversation.agent.externalId, conversation.endUser.externalId],
-      limit: MAX_ENTRIES,
-    }),
+    relevantEntries(db, { text: parsed.message, scopeRefs: target.scopeRefs, limit: MAX_ENTRIES }),
     ...extraBlocks.map((produce) =>
-      produce({ conversationId: conversation.id, endUserId: conversation.endUserId, message: input.message }),
+      produce({ conversationId: conversation?.id ?? null, endUserId: target.endUserId, message: parsed.message, settings }),
     ),
   ]);
 
@@ -145,7 +215,7 @@ export async function assembleContext(
     });
     blocks.push(block("ENTRIES", "Relevant notes", items, items.map((i) => i.text).join("\n")));
   }
-  if (settings.summaryOn && conversation.summary) {
+  if (settings.summaryOn && conversation?.summary) {
     blocks.push(
       block("SUMMARY", "Conversation so far", [{ id: conversation.id, text: conversation.summary, tokens: countTokens(conversation.summary) }], conversation.summary),
     );
@@ -157,5 +227,5 @@ export async function assembleContext(
   blocks.sort((a, b) => order.indexOf(a.kind) - order.indexOf(b.kind));
   const totalTokens = blocks.reduce((sum, b) => sum + b.tokens, 0);
   const baselineTokens = countTokens(formatTranscript(history));
-  return { conversationId: conversation.id, blocks, totalTokens, baselineTokens, savedTokens: baselineTokens - totalTokens };
+  return { conversationId: conversation?.id ?? null, blocks, totalTokens, baselineTokens, savedTokens: baselineTokens - totalTokens };
 }

@@ -1,22 +1,32 @@
-import { chainFor } from "../chains/registry.ts";
 import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
-import { assembleContext } from "../memory/context.ts";
+import { assembleContext, type ContextInput } from "../memory/context.ts";
 import { factsBlocks } from "../memory/facts/facts.ts";
-import { gateMessage } from "../memory/gate/gate.ts";
+import { parseCallerVerdict, storeCallerVerdict } from "../memory/gate/gate.ts";
+import { decideRecallLocally } from "../memory/gate/recall-intent.ts";
 import { recallBlocks } from "../memory/recall/recall.ts";
 
 /**
  * The `context` query: facts, recall, entries, summary, kept messages and the tail for the
- * agent's next model call. The per-turn gate's verdict is stored for the turn's background
- * work, so one verdict per message serves recall, remembering and forgetting.
+ * agent's next model call. It never waits on a chat model to decide recall: the caller's
+ * verdict (`gate`) decides, else the local gate (keywords, then the message's similarity to
+ * recall prototypes), whose embedding the recall search reuses. A caller's verdict is stored
+ * for the turn's background work; without one, the model gate runs there, after the reply.
  */
-export function contextForTurn(
+export async function contextForTurn(
   db: TenantDb,
   deps: Pick<Deps, "models" | "embeddings" | "vectors" | "pubsub" | "log">,
-  input: { conversationId: string; message: string },
+  input: ContextInput & { gate?: unknown },
 ) {
-  const needsRecall = async (turn: { conversationId: string; message: string }) =>
-    (await gateMessage(db, { triage: await chainFor(deps.models, db.$tenantId(), "triage"), log: deps.log }, turn)).needsRecall;
-  return assembleContext(db, input, [factsBlocks(db), recallBlocks(db, deps, { needsRecall })]);
+  const { gate, ...contextInput } = input;
+  const verdict = gate == null ? null : parseCallerVerdict(gate);
+  const decide = verdict
+    ? async () => ({ needsRecall: verdict.needsRecall })
+    : ({ message }: { message: string }) => decideRecallLocally(deps, db.$tenantId(), message);
+  const context = await assembleContext(db, contextInput, [factsBlocks(db), recallBlocks(db, deps, { decide })]);
+  // A conversation with no turn yet has nowhere to keep it: recordTurn's `gate` carries it then.
+  if (verdict && context.conversationId) {
+    await storeCallerVerdict(db, { conversationId: context.conversationId, message: input.message, verdict });
+  }
+  return context;
 }

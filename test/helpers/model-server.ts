@@ -8,6 +8,8 @@ export type ChatRequest = {
   /** The chain that sent the request, from its X-Engram-Chain header (null when it sent none). */
   chain: ChainName | null;
   messages: { role: string; content: string }[];
+  /** The request's response_format (structured output), when it had one. */
+  responseFormat?: unknown;
 };
 
 /** What the scripted model answers: text, or an HTTP error status to simulate an outage. */
@@ -70,6 +72,7 @@ export async function startModelServer(port = 0): Promise<ModelServer> {
         role: m.role,
         content: typeof m.content === "string" ? m.content : JSON.stringify(m.content),
       })),
+      ...(body.response_format ? { responseFormat: body.response_format } : {}),
     };
     requests.push(request);
     const answer = await script(request);

@@ -2,6 +2,7 @@ import { z } from "zod";
 import type { TenantDb } from "../../db.ts";
 import { EngramError, notFound, parseInput } from "../../errors.ts";
 import { Prisma, type Conversation, type MessageRole, type Turn } from "../../generated/prisma/client.ts";
+import { callerVerdictSchema, storeCallerVerdict } from "../gate/gate.ts";
 import { externalIdSchema } from "./agents.ts";
 import { MESSAGE_LIMITS } from "../../limits.ts";
 
@@ -21,6 +22,8 @@ export const recordTurnInput = z.object({
   /** The agent's private steps (tool calls, scratchpad): kept, never shared memory. */
   privateSteps: z.array(content).max(MESSAGE_LIMITS.privateStepsMax).nullish(),
   occurredAt: z.date().nullish(),
+  /** The verdict of the caller's own model on the user's message (gateInstructions): no gate call then. */
+  gate: callerVerdictSchema.nullish(),
 });
 
 export const importConversationInput = z.object({
@@ -154,7 +157,8 @@ async function appendToKnownConversation(
  */
 export async function recordTurn(
   db: TenantDb,
-  input: z.input<typeof recordTurnInput>,
+  // `gate` comes as the caller's JSON and is checked here, with the rest.
+  input: Omit<z.input<typeof recordTurnInput>, "gate"> & { gate?: unknown },
 ): Promise<{ turn: Turn; conversation: Pick<Conversation, "id" | "agentId" | "endUserId">; created: boolean }> {
   const parsed = parseInput(recordTurnInput, input);
   const tenantId = db.$tenantId();
@@ -171,7 +175,15 @@ export async function recordTurn(
       ? [{ role: "ASSISTANT" as const, content: parsed.assistantMessage, private: false, occurredAt }]
       : []),
   ];
-  const attempt = async () => (await appendToKnownConversation(db, parsed, messages, occurredAt)) ?? firstUse();
+  const attempt = async () => {
+    const recorded = (await appendToKnownConversation(db, parsed, messages, occurredAt)) ?? (await firstUse());
+    // The caller's verdict, stored before the turn's follow-ups are queued (afterTurnRecorded),
+    // so the background gate finds it. Were this write lost, that gate would decide instead.
+    if (parsed.gate && recorded.created) {
+      await storeCallerVerdict(db, { conversationId: recorded.conversation.id, message: parsed.userMessage, verdict: parsed.gate });
+    }
+    return recorded;
+  };
   // The first turn of a conversation (or a clash) takes the careful path: one transaction that
   // creates the agent, the user and the conversation as needed and says what clashed.
   const firstUse = () =>

@@ -1,14 +1,54 @@
 import { createHash } from "node:crypto";
 import type { Runnable } from "@langchain/core/runnables";
 import { OutputParserException } from "@langchain/core/output_parsers";
-import type { TriageInput, TriageVerdict } from "../../chains/triage.ts";
+import {
+  GATE_INSTRUCTIONS,
+  gateVerdictJsonSchema,
+  gateVerdictSchema,
+  normalizeVerdict,
+  type GateVerdict,
+  type TriageInput,
+  type TriageVerdict,
+} from "../../chains/triage.ts";
 import type { TenantDb } from "../../db.ts";
-import { EngramError } from "../../errors.ts";
+import { EngramError, parseInput } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { ModelCallError } from "../../models/egress.ts";
 import { needsRecallByKeywords } from "./keywords.ts";
 
-export type StoredVerdict = TriageVerdict & { decidedBy: "MODEL" | "KEYWORDS" };
+export type StoredVerdict = TriageVerdict & { decidedBy: "MODEL" | "KEYWORDS" | "CALLER" };
+export type { GateVerdict };
+
+/** What an agent runtime appends to its own model call so the gate rides on it (gateInstructions). */
+export function gateInstructions() {
+  return { prompt: GATE_INSTRUCTIONS, jsonSchema: gateVerdictJsonSchema(), toolName: "engram_gate" };
+}
+
+/** A caller's verdict: the schema gateInstructions serves, with "SOME" of nothing read as "NONE". */
+export const callerVerdictSchema = gateVerdictSchema.transform(normalizeVerdict);
+
+/** Checks a caller's verdict (BAD_USER_INPUT when it does not fit the schema). */
+export function parseCallerVerdict(gate: unknown): GateVerdict {
+  return parseInput(callerVerdictSchema, gate);
+}
+
+/**
+ * Stores the verdict the caller's own model gave on a message. It replaces any stored one (the
+ * caller saw the whole turn), and the background gate never overwrites it: gateMessage reads
+ * the stored verdict first and only ever inserts.
+ */
+export async function storeCallerVerdict(
+  db: TenantDb,
+  input: { conversationId: string; message: string; verdict: GateVerdict },
+) {
+  const messageHash = hashOf(input.message);
+  const fields = { ...input.verdict, decidedBy: "CALLER" };
+  await db.gateVerdict.upsert({
+    where: { conversationId_messageHash: { conversationId: input.conversationId, messageHash } },
+    create: { tenantId: db.$tenantId(), conversationId: input.conversationId, messageHash, ...fields },
+    update: fields,
+  });
+}
 
 const hashOf = (message: string) => createHash("sha256").update(message.trim()).digest("hex");
 
@@ -43,8 +83,9 @@ export function keywordGate(message: string): TriageVerdict {
 }
 
 /**
- * The per-turn gate: one verdict per user message, stored, so that context assembly (asking
- * before the reply) and the turn's background work (after it) share a single model call.
+ * The per-turn gate, run after the reply by the turn's background work: one verdict per user
+ * message, stored. A verdict the caller gave (context or recordTurn with `gate`) is stored
+ * already and is used as it is: no model call.
  */
 export async function gateMessage(
   db: TenantDb,

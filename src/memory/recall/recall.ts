@@ -6,7 +6,6 @@ import type { TenantDb } from "../../db.ts";
 import { Prisma } from "../../generated/prisma/client.ts";
 import type { ModelProvider } from "../../models/provider.ts";
 import type { PubSub, RecallCandidate, RecallEvent } from "../../pubsub.ts";
-import { agentSettings } from "../conversations/agents.ts";
 import type { ContextBlock, ExtraBlocks } from "../context.ts";
 import { needsRecallByKeywords } from "../gate/keywords.ts";
 import type { SnippetDeps } from "./snippets.ts";
@@ -48,6 +47,8 @@ export type SearchInput = {
   mode?: RecallMode;
   /** When the message was said, to resolve "last Tuesday" or "two months ago" (default now). */
   at?: Date;
+  /** The text's embedding by the tenant's embedder, when the caller has it already (no second embedding). */
+  vector?: number[] | null;
 };
 
 /** Okapi BM25's usual constants: term-frequency saturation and document-length normalisation. */
@@ -107,7 +108,7 @@ export async function retrieveHits(
     if (mode === "KEYWORD") return [];
     try {
       const { embeddings, model } = await deps.embeddings.forTenant(tenantId);
-      const vector = await embeddings.embedQuery(input.text);
+      const vector = input.vector ?? (await embeddings.embedQuery(input.text));
       return await deps.vectors.query(
         { tenantId, model },
         vector,
@@ -156,7 +157,7 @@ export async function searchSnippets(
         endUserId: input.endUserId,
         ...(input.excludeConversationId ? { conversationId: { not: input.excludeConversationId } } : {}),
       },
-      select: { id: true, kind: true, text: true, conversationId: true, messageIds: true, occurredAt: true, keyOfId: true },
+      select: { id: true, kind: true, text: true, conversationId: true, messageIds: true, occurredAt: true, keyOfId: true, indexedAt: true },
     });
   const found = await read({ id: { in: ids } });
   // The snippets that keys (facts' sentences) point to, when they were not found themselves.
@@ -180,6 +181,7 @@ export async function searchSnippets(
       messageIds: s.messageIds,
       messageSeqs: s.messageIds.map((m) => seqOf.get(m) ?? 0),
       occurredAt: s.occurredAt,
+      indexedAt: s.indexedAt,
       ...scores,
       judgeScore: null,
       chosen: false,
@@ -231,12 +233,15 @@ async function neighbouringTurns(db: TenantDb, candidates: RecallCandidate[]) {
 
 export type RecallForTurnInput = {
   endUserId: string;
-  conversationId: string;
+  /** The conversation the message is in (left out of the search); null before its first turn. */
+  conversationId: string | null;
   message: string;
-  /** The per-turn gate's verdict; when not given, the keyword gate (recall-gate.ts) decides. */
+  /** The per-turn gate's verdict; when not given, the keyword gate (keywords.ts) decides. */
   needsRecall?: boolean | null;
   /** When the message was said (default now), for the time it names. */
   at?: Date;
+  /** The message's embedding, when the gate computed it: the search reuses it. */
+  vector?: number[] | null;
 };
 
 /**
@@ -258,6 +263,7 @@ export async function recallForTurn(db: TenantDb, deps: RecallDeps, input: Recal
     // A judge chooses from a deeper list than the fused top 10 alone (bench/README.md).
     k: rerank ? RECALL.judgeCandidates : RECALL.candidates,
     at: input.at,
+    vector: input.vector,
   });
 
   let chosen: RecallCandidate[] = [];
@@ -325,17 +331,22 @@ export function recallBlock(event: RecallEvent): ContextBlock | null {
 export function recallBlocks(
   db: TenantDb,
   deps: RecallDeps,
-  options: { needsRecall?: (input: { conversationId: string; message: string }) => Promise<boolean | null | undefined> } = {},
+  options: {
+    /** Whether the message needs recall, and its embedding when that decision made one. */
+    decide?: (input: { message: string }) => Promise<{ needsRecall: boolean; vector?: number[] | null }>;
+  } = {},
 ): ExtraBlocks {
-  return async ({ conversationId, endUserId, message }) => {
+  return async ({ conversationId, endUserId, message, settings }) => {
     try {
-      const conversation = await db.conversation.findUnique({
-        where: { id: conversationId },
-        select: { agent: { select: { settings: true } } },
+      if (!settings.recallOn) return [];
+      const decision = await options.decide?.({ message });
+      const event = await recallForTurn(db, deps, {
+        endUserId,
+        conversationId,
+        message,
+        needsRecall: decision?.needsRecall,
+        vector: decision?.vector,
       });
-      if (!conversation || !agentSettings(conversation.agent).recallOn) return [];
-      const needsRecall = await options.needsRecall?.({ conversationId, message });
-      const event = await recallForTurn(db, deps, { endUserId, conversationId, message, needsRecall });
       const block = event && recallBlock(event);
       return block ? [block] : [];
     } catch (error) {

@@ -72,17 +72,22 @@ export type FactChangePayload = {
   conversationId: string | null;
 };
 
-export type PubSub = ReturnType<typeof createPubSub<Topics>> & { close(): Promise<void> };
+export type PubSub = ReturnType<typeof createPubSub<Topics>> & {
+  close(): Promise<void>;
+  /** Resolves once every announcement made so far has been passed on (a recording wrapper may hold them briefly). */
+  settled(): Promise<void>;
+};
 
 /** In-process, or through Redis so a mutation on one instance reaches subscribers on another. */
 export function createEngramPubSub(redisUrl?: string): PubSub {
-  if (!redisUrl) return Object.assign(createPubSub<Topics>(), { close: async () => {} });
+  if (!redisUrl) return Object.assign(createPubSub<Topics>(), { close: async () => {}, settled: async () => {} });
   const publishClient = new Redis(redisUrl, { lazyConnect: false, maxRetriesPerRequest: 3 });
   const subscribeClient = new Redis(redisUrl, { lazyConnect: false, maxRetriesPerRequest: 3 });
   const pubsub = createPubSub<Topics>({
     eventTarget: createRedisEventTarget({ publishClient, subscribeClient }),
   });
   return Object.assign(pubsub, {
+    settled: async () => {},
     async close() {
       await Promise.allSettled([publishClient.quit(), subscribeClient.quit()]);
     },

@@ -92,6 +92,7 @@ const ForgetResult = builder.simpleObject("ForgetResult", {
     gateVerdicts: t.int({ description: "Stored gate verdicts deleted." }),
     messages: t.int({ description: "Raw messages deleted (only when the tenant's forgetDeletesMessages is on)." }),
     jobRecords: t.int({ description: "Finished job records of the user's conversations deleted." }),
+    activity: t.int({ description: "Rows of the inspector feed's history deleted (ids and kinds only)." }),
   }),
 });
 

@@ -3,6 +3,7 @@ import type { Deps } from "../deps.ts";
 import { notFound } from "../errors.ts";
 import { Prisma } from "../generated/prisma/client.ts";
 import { loadTenantSettings } from "../governance/settings.ts";
+import { forgetActivity } from "./activity.ts";
 import { matchesAnyPhrase } from "./text-search.ts";
 
 /**
@@ -25,6 +26,8 @@ export type ForgetReceipt = {
   gateVerdicts: number;
   messages: number;
   jobRecords: number;
+  /** The feed's history rows of the user (ids and kinds only, deleted all the same). */
+  activity: number;
 };
 
 const emptyReceipt = (): ForgetReceipt => ({
@@ -37,6 +40,7 @@ const emptyReceipt = (): ForgetReceipt => ({
   gateVerdicts: 0,
   messages: 0,
   jobRecords: 0,
+  activity: 0,
 });
 
 export type ForgetWho = { apiKeyId?: string | null; reason: string; conversationId?: string | null };
@@ -140,6 +144,10 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   await closeConversations(db, conversationIds);
   const turnIds = (await db.turn.findMany({ where: inTheirs, select: { id: true } })).map((t) => t.id);
   receipt.jobRecords = await forgetJobRecords(db, conversationIds, turnIds);
+  // Announcements still being recorded land first, then go with the rest.
+  await deps.pubsub.settled();
+  const { externalId } = await db.endUser.findUniqueOrThrow({ where: { id: endUserId }, select: { externalId: true } });
+  receipt.activity = await forgetActivity(db, endUserId, conversationIds, externalId);
 
   await audit(db, who, { kind: "USER", endUserId }, receipt);
   announceForgotten(db, deps, endUserId, who);
@@ -234,6 +242,8 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
   const turnIds = (await db.turn.findMany({ where: { conversationId }, select: { id: true } })).map((t) => t.id);
   receipt.jobRecords = await forgetJobRecords(db, [conversationId], turnIds);
   receipt.messages = (await db.message.deleteMany({ where: { conversationId } })).count;
+  await deps.pubsub.settled();
+  receipt.activity = (await db.activityLog.deleteMany({ where: { conversationId } })).count;
   await db.conversation.deleteMany({ where: { id: conversationId } });
   await audit(db, who, { kind: "CONVERSATION", conversationId, endUserId: conversation.endUserId }, receipt);
   return { conversation, receipt };

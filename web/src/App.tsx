@@ -75,7 +75,8 @@ function SignIn({ onSignedIn, initialError }: { onSignedIn(session: Omit<Session
 
 function LiveBadge() {
   const status = useLiveStatus();
-  const label = status === "live" ? "Live" : status === "reconnecting" ? "Reconnecting…" : "Connecting…";
+  const label =
+    status === "live" ? "Live" : status === "reconnecting" ? "Reconnecting…" : status === "idle" ? "Not listening" : "Connecting…";
   return (
     <span className={`live live-${status}`} role="status" aria-live="polite" data-testid="live-status">
       {label}

@@ -18,7 +18,8 @@ export class ApiError extends Error {
   }
 }
 
-export type LiveStatus = "connecting" | "live" | "reconnecting";
+/** "idle": no view is listening, so the socket is closed on purpose (graphql-ws is lazy). */
+export type LiveStatus = "connecting" | "live" | "reconnecting" | "idle";
 
 export const storedKey = () => sessionStorage.getItem(KEY_STORAGE);
 export const storeKey = (key: string | null) =>
@@ -45,9 +46,11 @@ function failureOf(errors: { message: string; extensions?: { code?: string } }[]
  */
 export class Engram {
   private ws: Client;
-  private status: LiveStatus = "connecting";
+  private status: LiveStatus = "idle";
   private listeners = new Set<(status: LiveStatus) => void>();
   private everConnected = false;
+  /** Subscriptions open now: with none, a closed socket is the lazy close, not a lost server. */
+  private active = 0;
 
   constructor(
     readonly key: string,
@@ -68,7 +71,7 @@ export class Engram {
           this.everConnected = true;
           this.setStatus("live");
         },
-        closed: () => this.setStatus(this.everConnected ? "reconnecting" : "connecting"),
+        closed: () => this.setStatus(this.active === 0 ? "idle" : this.everConnected ? "reconnecting" : "connecting"),
       },
     });
   }
@@ -114,7 +117,9 @@ export class Engram {
     variables: V,
     sink: { next(data: T): void; error?(error: ApiError): void },
   ): () => void {
-    return this.ws.subscribe<T>(
+    this.active += 1;
+    let open = true;
+    const unsubscribe = this.ws.subscribe<T>(
       { query: source(document), variables: variables as Record<string, unknown> },
       {
         next: (result) => {
@@ -125,6 +130,12 @@ export class Engram {
         complete: () => {},
       },
     );
+    return () => {
+      if (!open) return;
+      open = false;
+      this.active -= 1;
+      unsubscribe();
+    };
   }
 
   async close() {

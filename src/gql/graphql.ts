@@ -17,6 +17,7 @@ export type AgentSettingsInput = {
   extractionBatchSize?: number | null | undefined;
   extractionOn?: boolean | null | undefined;
   historySize?: number | null | undefined;
+  quietExtractionSeconds?: number | null | undefined;
   recallOn?: boolean | null | undefined;
   summaryOn?: boolean | null | undefined;
   summaryWordLimit?: number | null | undefined;

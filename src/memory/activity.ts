@@ -23,21 +23,16 @@ type RecallDetail = {
   candidates: (Omit<RecallCandidate, "text" | "occurredAt"> & { occurredAt: string })[];
 };
 
-async function ownersOf(db: TenantDb, conversationId: string | null) {
-  if (!conversationId) return {};
-  const owner = await db.conversation.findUnique({ where: { id: conversationId }, select: { agentId: true, endUserId: true } });
-  return owner ?? {};
-}
-
-async function rowOf<T extends keyof Topics>(db: TenantDb, topic: T, payload: Payload<T>): Promise<Row> {
+/** One insert per announcement and no reads: a conversation's agent and user are looked up when the history is read. */
+function rowOf<T extends keyof Topics>(topic: T, payload: Payload<T>): Row {
   switch (topic) {
     case "summaryChanged": {
       const p = payload as Payload<"summaryChanged">;
-      return { kind: "SUMMARY_REVISION", refId: p.revisionId, conversationId: p.conversationId, ...(await ownersOf(db, p.conversationId)) };
+      return { kind: "SUMMARY_REVISION", refId: p.revisionId, conversationId: p.conversationId };
     }
     case "turnRecorded": {
       const p = payload as Payload<"turnRecorded">;
-      return { kind: "TURN", refId: p.turnId, conversationId: p.conversationId, ...(await ownersOf(db, p.conversationId)) };
+      return { kind: "TURN", refId: p.turnId, conversationId: p.conversationId, agentId: p.agentId };
     }
     case "eventAppended": {
       const p = payload as Payload<"eventAppended">;
@@ -52,7 +47,7 @@ async function rowOf<T extends keyof Topics>(db: TenantDb, topic: T, payload: Pa
     case "factChanged": {
       // The fact's text and the reason stay out: they are content.
       const p = payload as Payload<"factChanged">;
-      return { kind: "FACT", refId: p.factId, change: p.change, conversationId: p.conversationId, ...(await ownersOf(db, p.conversationId)), endUserId: p.endUserId };
+      return { kind: "FACT", refId: p.factId, change: p.change, conversationId: p.conversationId, endUserId: p.endUserId };
     }
     case "memoryRecall": {
       const p = payload as Payload<"memoryRecall">;
@@ -65,7 +60,6 @@ async function rowOf<T extends keyof Topics>(db: TenantDb, topic: T, payload: Pa
         kind: "RECALL",
         refId: p.id,
         conversationId: p.conversationId,
-        ...(await ownersOf(db, p.conversationId)),
         endUserId: p.endUserId,
         detail: detail as unknown as Prisma.InputJsonValue,
       };
@@ -76,7 +70,7 @@ async function rowOf<T extends keyof Topics>(db: TenantDb, topic: T, payload: Pa
 
 /** Records one announcement; a job run keeps one row, its latest. */
 export async function recordActivity<T extends keyof Topics>(db: TenantDb, topic: T, payload: Payload<T>) {
-  const row = await rowOf(db, topic, payload);
+  const row = rowOf(topic, payload);
   if (row.kind === "JOB_RUN") await db.activityLog.deleteMany({ where: { kind: "JOB_RUN", refId: row.refId } });
   return db.activityLog.create({ data: { ...row, tenantId: db.$tenantId() } });
 }
@@ -129,11 +123,17 @@ export type HistoryArgs = FeedFilter & {
 async function filterWhere(db: TenantDb, wanted: FeedFilter): Promise<Prisma.ActivityLogWhereInput> {
   if (!wanted.agentId && !wanted.endUserId && !wanted.conversationId) return {};
   const { scopeRefs, endUserIds } = await feedScope(db, wanted);
+  const conversations = await db.conversation.findMany({
+    where: {
+      ...(wanted.conversationId && { id: wanted.conversationId }),
+      ...(wanted.agentId && { agentId: wanted.agentId }),
+      ...(wanted.endUserId && { endUserId: wanted.endUserId }),
+    },
+    select: { id: true },
+  });
   const inConversation: Prisma.ActivityLogWhereInput = {
     kind: { in: ["SUMMARY_REVISION", "TURN", "FACT", "RECALL"] },
-    conversationId: wanted.conversationId ?? { not: null },
-    ...(wanted.agentId && { agentId: wanted.agentId }),
-    ...(wanted.endUserId && { endUserId: wanted.endUserId }),
+    conversationId: { in: conversations.map((c) => c.id) },
   };
   return {
     OR: [

@@ -5,6 +5,9 @@ import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 
 // Issue 16 in Chromium: a conversation opens without calling a model, older messages and
 // private-step gaps, safe fact edits, one sign-in per origin, a revoked key, and phones.
+/** The machine is shared: a page may take seconds to show what it loaded. */
+const poll = <T>(read: () => Promise<T> | T) => expect.poll(read, { timeout: 20_000 });
+
 let engram: TestEngram;
 let browser: Browser;
 let context: BrowserContext;
@@ -81,7 +84,7 @@ describe("the inspector, issue 16", () => {
     // 44 public messages (and one private step): the newest 40 first, then the rest.
     expect(await page.locator("table.messages tbody tr:not(.gap)").count()).toBe(40);
     await page.getByRole("button", { name: "Load older messages" }).click();
-    await expect.poll(() => page.locator("table.messages tbody tr:not(.gap)").count()).toBe(44);
+    await poll(() => page.locator("table.messages tbody tr:not(.gap)").count()).toBe(44);
     expect(await page.getByRole("button", { name: "Load older messages" }).count()).toBe(0);
     expect(await page.getByTestId("message-gap").textContent()).toMatch(/#2.*1 message not shown: private steps/);
   });
@@ -133,7 +136,7 @@ describe("the inspector, issue 16", () => {
     await page.getByRole("button", { name: "Add fact" }).click();
     await page.getByRole("alert").waitFor();
     await page.getByLabel("New fact").fill("");
-    await expect.poll(() => page.getByRole("alert").count()).toBe(0);
+    await poll(() => page.getByRole("alert").count()).toBe(0);
   });
 
   it("shares the sign-in between the origin's tabs, and signing out in one signs out the others", async () => {

@@ -1,6 +1,6 @@
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DESKTOP, ensureInspectorBuilt, horizontalOverflow, launchChromium, PHONE } from "./helpers/browser.ts";
+import { axeViolations, DESKTOP, ensureInspectorBuilt, horizontalOverflow, launchChromium, PHONE } from "./helpers/browser.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 
 // Issue 16 in Chromium: a conversation opens without calling a model, older messages and
@@ -170,46 +170,81 @@ describe("the inspector, issue 16", () => {
   });
 });
 
+/** Every view, each with what to wait for before looking at it. */
+function everyView(p: Page): [string, string, () => Promise<unknown>][] {
+  return [
+    ["live feed", "/", () => p.locator(".feed-item").first().waitFor()],
+    ["conversations", "/conversations", () => p.getByRole("link", { name: "trip", exact: true }).waitFor()],
+    [
+      "conversation",
+      `/conversations/${trip.conversationId}`,
+      async () => {
+        await p.locator("table.messages tbody tr").first().waitFor();
+        await p.getByRole("button", { name: "Assemble" }).click();
+        await p.getByTestId("block-TAIL").waitFor();
+      },
+    ],
+    ["users", "/users", () => p.getByRole("link", { name: "ada" }).waitFor()],
+    ["user", `/users/${trip.endUserId}`, () => p.getByTestId("fact").first().waitFor()],
+    ["entries and events", "/memory", () => p.getByRole("cell", { name: /decision/ }).first().waitFor()],
+    ["costs and jobs", "/costs", () => p.getByRole("heading", { level: 1 }).waitFor()],
+  ];
+}
+
 describe("on a phone (390 × 844)", () => {
-  it("no view scrolls sideways, and the header is compact", async () => {
+  it("no view scrolls sideways, the header is compact, and axe finds no violations", async () => {
     const phone = await browser.newContext({ viewport: PHONE, isMobile: true, hasTouch: true });
     const p = await phone.newPage();
     try {
       await p.goto(`${url}/inspector/`);
       await p.getByLabel("API key").waitFor();
       expect(await horizontalOverflow(p), "sign-in").toBe(0);
+      expect(await axeViolations(p), "sign-in").toEqual([]);
       await signIn(p, engram.tenant.writer);
       await engram.gql(
-        `mutation { appendEvent(input: { scope: ENTITY, scopeRef: "acme", kind: "decision", body: "See ${LONG_URL}", source: "crm" }) { id } }`,
+        `mutation { appendEvent(input: { scope: ENTITY, scopeRef: "acme", kind: "decision", body: "**Moved** the target: see ${LONG_URL}", source: "crm" }) { id } }`,
         {},
         engram.tenant.writer,
       );
-      const views: [string, string, (() => Promise<unknown>)?][] = [
-        ["live feed", "/", () => p.locator(".feed-item").first().waitFor()],
-        ["conversations", "/conversations", () => p.getByRole("link", { name: "trip", exact: true }).waitFor()],
-        [
-          "conversation",
-          `/conversations/${trip.conversationId}`,
-          async () => {
-            await p.locator("table.messages tbody tr").first().waitFor();
-            await p.getByRole("button", { name: "Assemble" }).click();
-            await p.getByTestId("block-TAIL").waitFor();
-          },
-        ],
-        ["users", "/users", () => p.getByRole("link", { name: "ada" }).waitFor()],
-        ["user", `/users/${trip.endUserId}`, () => p.getByTestId("fact").first().waitFor()],
-        ["entries and events", "/memory", () => p.getByRole("heading", { level: 1 }).waitFor()],
-        ["costs and jobs", "/costs", () => p.getByRole("heading", { level: 1 }).waitFor()],
-      ];
-      for (const [name, path, ready] of views) {
+      for (const [name, path, ready] of everyView(p)) {
         await p.goto(`${url}/inspector${path}`);
-        await ready?.();
+        await ready();
         expect(await horizontalOverflow(p), name).toBe(0);
         const header = await p.locator("header.top").boundingBox();
         expect(header!.height, `${name}: header height`).toBeLessThan(110);
+        expect(await axeViolations(p), name).toEqual([]);
+        await p.screenshot({ path: `test/artifacts/phone-${name.replaceAll(" ", "-")}.png`, fullPage: true });
       }
     } finally {
       await phone.close();
     }
+  });
+});
+
+describe("at 1440 × 900", () => {
+  it("axe finds no violations on any view, Markdown is rendered (not raw, no HTML), and chart text stays 11 px", async () => {
+    for (const [name, path, ready] of everyView(page)) {
+      await page.goto(`${url}/inspector${path}`);
+      await ready();
+      expect(await axeViolations(page), name).toEqual([]);
+      await page.screenshot({ path: `test/artifacts/desktop-${name.replaceAll(" ", "-")}.png`, fullPage: true });
+    }
+    await engram.gql(
+      `mutation { appendEvent(input: { scope: ENTITY, scopeRef: "acme", kind: "note", body: "A **bold** move <img src=x onerror=alert(1)> [x](javascript:alert(1))", source: "crm" }) { id } }`,
+      {},
+      engram.tenant.writer,
+    );
+    await page.goto(`${url}/inspector/memory`);
+    const cell = page.getByRole("cell", { name: /A bold move/ }).first();
+    await cell.waitFor();
+    expect(await cell.locator("strong").textContent()).toBe("bold");
+    expect(await cell.locator("img").count()).toBe(0);
+    expect(await cell.locator('a[href^="javascript"]').count()).toBe(0);
+    expect(await cell.textContent()).not.toContain("**");
+
+    await page.goto(`${url}/inspector/conversations/${trip.conversationId}`);
+    const label = page.locator("figure.chart text.axis").first();
+    await label.waitFor();
+    expect(await label.evaluate((el) => el.getBoundingClientRect().height)).toBeLessThan(16);
   });
 });

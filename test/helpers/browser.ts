@@ -1,4 +1,4 @@
-import { existsSync, readdirSync, statSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium, type Browser, type Page } from "playwright-core";
@@ -45,3 +45,22 @@ export function launchChromium(): Promise<Browser> {
 /** How far the page is wider than its window (0 when nothing scrolls sideways). */
 export const horizontalOverflow = (page: Page) =>
   page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+
+const AXE_SOURCE = readFileSync(path.join(ROOT, "node_modules/axe-core/axe.min.js"), "utf8");
+
+export type AxeViolation = { id: string; impact: string | null; help: string; targets: string[] };
+
+/** axe-core's WCAG checks on the page as it is now (evaluated through the devtools protocol, so the page's CSP allows it). */
+export async function axeViolations(page: Page): Promise<AxeViolation[]> {
+  if (!(await page.evaluate(() => "axe" in window))) await page.evaluate(`${AXE_SOURCE}\n;void 0`);
+  return page.evaluate(async () => {
+    const axe = (window as unknown as { axe: { run(context: Document, options: object): Promise<{ violations: any[] }> } }).axe;
+    const { violations } = await axe.run(document, { resultTypes: ["violations"] });
+    return violations.map((v) => ({
+      id: v.id,
+      impact: v.impact,
+      help: v.help,
+      targets: v.nodes.slice(0, 3).map((n: { target: string[] }) => n.target.join(" ")),
+    }));
+  });
+}

@@ -1,4 +1,5 @@
 import { diffWords } from "diff";
+import { compiler } from "markdown-to-jsx/react";
 import { useLayoutEffect, useRef, useState, type MouseEvent, type ReactNode } from "react";
 import type { ApiError } from "./api.ts";
 import { href, navigate } from "./hooks.ts";
@@ -14,6 +15,26 @@ export function Link({ to, children, className }: { to: string; children: ReactN
       {children}
     </a>
   );
+}
+
+// Markdown is compiled to React elements (never to an HTML string), raw HTML in the text is not
+// parsed, and the library's URL sanitizer drops javascript: and similar links.
+const MARKDOWN = {
+  disableParsingRawHTML: true,
+  forceBlock: true,
+  overrides: {
+    a: { props: { rel: "noopener noreferrer nofollow", target: "_blank" } },
+    // Nothing is loaded from elsewhere: an image shows as its alt text.
+    img: { component: ({ alt }: { alt?: string }) => <span className="muted">[image: {alt || "no description"}]</span> },
+    h1: { component: "strong" },
+    h2: { component: "strong" },
+    h3: { component: "strong" },
+  },
+};
+
+/** Text that agents and people write in Markdown (entries, events), rendered safely. */
+export function Prose({ text, className }: { text: string; className?: string }) {
+  return <div className={`prose ${className ?? ""}`}>{compiler(text, MARKDOWN as never)}</div>;
 }
 
 export function Empty({ children }: { children: ReactNode }) {

@@ -8,7 +8,7 @@ import {
 } from "@gql/graphql.ts";
 import { useCallback, useEffect, useState } from "react";
 import type { ApiError } from "../api.ts";
-import { clip, Empty, Failure, Link, time } from "../components.tsx";
+import { clip, Empty, Failure, Link, Prose, time } from "../components.tsx";
 import { setSearchParams, useQuery, useSearchParams, useSession, useSubscription } from "../hooks.ts";
 
 type Item = InspectorFeedItemFragment;
@@ -114,7 +114,7 @@ function ItemBody({ item }: { item: Item }) {
           <h3>
             Event <code>{item.event.kind}</code> · {item.event.scope.toLowerCase()} / {item.event.scopeRef} · from {item.event.source}
           </h3>
-          <p className="text">{clip(item.event.body)}</p>
+          <Prose text={clip(item.event.body, 600)} />
         </>
       );
     case "EntryFeedItem":
@@ -373,6 +373,7 @@ export function FeedView() {
       <FilterBar value={filter} onChange={setFilter} />
       <KindAndTimeFilters value={filter} onChange={setFilter} />
       {error && <Failure error={error} />}
+      <h2 className="sr-only">Items, newest first</h2>
       <FeedPaged items={items} loading={loading} hasMore={hasMore} loadOlder={loadOlder} />
     </section>
   );

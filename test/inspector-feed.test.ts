@@ -145,6 +145,12 @@ describe("the feed's history", () => {
     expect(left.map((r) => [r.kind, r.change, r.refId, r.conversationId])).toEqual([["FACT", "FORGOTTEN", null, null]]);
     const history = await engram.gql(HISTORY, { user: bea.endUserId }, engram.tenant.reader);
     expect(history.data.memoryFeed.items.map((i: { __typename: string }) => i.__typename)).toEqual(["FactFeedItem"]);
+    // The user's page keeps a record of the forget: who, when, what kinds and how many.
+    await page.goto(`${url}/inspector/users/${bea.endUserId}`);
+    const record = page.getByTestId("forget-records").locator("li").first();
+    await record.waitFor();
+    expect(await record.textContent()).toMatch(/everything · asked by key .*1 facts.*3 feed history rows/);
+    expect(await record.textContent()).not.toMatch(/balcony|bedrooms/i);
     // Ada's history is untouched.
     expect((await engram.gql(HISTORY, { user: ada.endUserId }, engram.tenant.reader)).data.memoryFeed.items).toHaveLength(2);
   });

@@ -214,6 +214,7 @@ describe("on a phone (390 × 844)", () => {
         expect(header!.height, `${name}: header height`).toBeLessThan(110);
         expect(await axeViolations(p), name).toEqual([]);
         await p.screenshot({ path: `test/artifacts/phone-${name.replaceAll(" ", "-")}.png`, fullPage: true });
+        await p.screenshot({ path: `test/artifacts/phone-${name.replaceAll(" ", "-")}.screen.png` });
       }
     } finally {
       await phone.close();

@@ -311,3 +311,18 @@ export async function forgetExpired(db: TenantDb, deps: ForgetDeps, cutoff: Date
   await deps.vectors.delete(db.$tenantId(), { occurredBefore: cutoff });
   return { facts, snippets };
 }
+
+export type ForgetRecord = { id: string; at: Date; apiKeyId: string | null; kind: string; receipt: ForgetReceipt };
+
+/** The audited forgets of one user, newest first: who asked, when, what kinds and how many (never content). */
+export async function forgetRecords(db: TenantDb, endUserId: string): Promise<ForgetRecord[]> {
+  const rows = await db.auditLog.findMany({
+    where: { action: "memory.forget", changes: { path: ["target", "endUserId"], equals: endUserId } },
+    orderBy: { createdAt: "desc" },
+    take: 100,
+  });
+  return rows.map((row) => {
+    const changes = row.changes as { target: { kind: string }; receipt: Partial<ForgetReceipt> };
+    return { id: row.id, at: row.createdAt, apiKeyId: row.apiKeyId, kind: changes.target.kind, receipt: { ...emptyReceipt(), ...changes.receipt } };
+  });
+}

@@ -4,11 +4,12 @@ import {
   InspectorDeleteFactDocument,
   InspectorDirectoryDocument,
   InspectorFactHistoryDocument,
+  InspectorForgetRecordsDocument,
   InspectorForgetUserDocument,
   InspectorUserDocument,
   type InspectorFactFragment,
 } from "@gql/graphql.ts";
-import { useState, type FormEvent } from "react";
+import { useEffect, useState, type FormEvent } from "react";
 import type { ApiError } from "../api.ts";
 import { Empty, Failure, Link, Loading, time } from "../components.tsx";
 import { canWrite, useQuery, useSession, useThrottled } from "../hooks.ts";
@@ -302,11 +303,57 @@ function ForgetUser({ endUserId, name, onForgotten }: { endUserId: string; name:
   );
 }
 
+const RECEIPT_LABELS: [string, string][] = [
+  ["facts", "facts"],
+  ["factVersions", "fact versions"],
+  ["snippets", "recall snippets"],
+  ["summaries", "summaries"],
+  ["summaryRevisions", "summary revisions"],
+  ["keptVerdicts", "kept verdicts"],
+  ["gateVerdicts", "gate verdicts"],
+  ["messages", "messages"],
+  ["jobRecords", "job records"],
+  ["activity", "feed history rows"],
+];
+
+/** Each forget of this user as the audit log holds it: who, when, what kinds and how many. */
+function ForgetRecords({ endUserId, refresh }: { endUserId: string; refresh: number }) {
+  const records = useQuery(InspectorForgetRecordsDocument, { endUserId });
+  const { refetch } = records;
+  useEffect(() => {
+    if (refresh) refetch();
+  }, [refresh, refetch]);
+  if (records.error) return <Failure error={records.error} retry={records.refetch} />;
+  const list = records.data?.forgetRecords ?? [];
+  return (
+    <section aria-labelledby="forgets-title">
+      <h2 id="forgets-title">Forgets ({list.length})</h2>
+      {list.length === 0 ? (
+        <Empty>Nothing has been forgotten about this user.</Empty>
+      ) : (
+        <ul className="plain" data-testid="forget-records">
+          {list.map((r) => {
+            const counts = RECEIPT_LABELS.map(([key, label]) => [label, (r.receipt as Record<string, number>)[key]] as const).filter(([, n]) => n > 0);
+            return (
+              <li key={r.id}>
+                <time dateTime={r.at}>{time(r.at)}</time> · {r.kind === "USER" ? "everything" : r.kind.toLowerCase()} · asked by{" "}
+                {r.askedBy ? `key ${r.askedBy.name || r.askedBy.prefix}` : "the user, in a message"}:{" "}
+                {counts.length ? counts.map(([label, n]) => `${n} ${label}`).join(", ") : "nothing was held"}
+              </li>
+            );
+          })}
+        </ul>
+      )}
+    </section>
+  );
+}
+
 function UserDetail({ id }: { id: string }) {
   const { role, engram } = useSession();
   const writable = canWrite(role);
   const user = useQuery(InspectorUserDocument, { id });
   const [deleted, setDeleted] = useState<InspectorFactFragment>();
+  const [forgets, setForgets] = useState(0);
   const [undoError, setUndoError] = useState<ApiError>();
   const undo = async () => {
     if (!deleted) return;
@@ -370,7 +417,17 @@ function UserDetail({ id }: { id: string }) {
             )}
             {undoError && <Failure error={undoError} />}
             {writable && <AddFact endUserId={id} onAdded={user.refetch} />}
-            {writable && <ForgetUser endUserId={id} name={name} onForgotten={user.refetch} />}
+            {writable && (
+              <ForgetUser
+                endUserId={id}
+                name={name}
+                onForgotten={() => {
+                  user.refetch();
+                  setForgets((n) => n + 1);
+                }}
+              />
+            )}
+            <ForgetRecords endUserId={id} refresh={forgets} />
           </section>
         </div>
         <div>

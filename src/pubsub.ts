@@ -82,6 +82,8 @@ export type PubSub = ReturnType<typeof createPubSub<Topics>> & {
   close(): Promise<void>;
   /** "local" without Redis; with Redis, "redis" while it answers, else "degraded". */
   mode(): "local" | "redis" | "degraded";
+  /** Resolves once every announcement made so far has been passed on (a recording wrapper may hold them briefly). */
+  settled(): Promise<void>;
 };
 
 type Listener = EventListenerOrEventListenerObject;
@@ -157,13 +159,14 @@ function resilientRedisEventTarget(publishClient: Redis, subscribeClient: Redis,
 
 /** In-process, or through Redis so a mutation on one instance reaches subscribers on another. */
 export function createEngramPubSub(redisUrl?: string, log: Quiet = { warn: () => {}, info: () => {} }): PubSub {
-  if (!redisUrl) return Object.assign(createPubSub<Topics>(), { close: async () => {}, mode: () => "local" as const });
+  if (!redisUrl) return Object.assign(createPubSub<Topics>(), { close: async () => {}, settled: async () => {}, mode: () => "local" as const });
   // No offline queue: while Redis is down nothing waits on it, and nothing fails late.
   const options = { lazyConnect: false, enableOfflineQueue: false, maxRetriesPerRequest: 1 };
   const publishClient = new Redis(redisUrl, options);
   const subscribeClient = new Redis(redisUrl, options);
   const pubsub = createPubSub<Topics>({ eventTarget: resilientRedisEventTarget(publishClient, subscribeClient, log) });
   return Object.assign(pubsub, {
+    settled: async () => {},
     mode: () => (publishClient.status === "ready" && subscribeClient.status === "ready" ? ("redis" as const) : ("degraded" as const)),
     async close() {
       await Promise.allSettled([publishClient, subscribeClient].map((c) => (c.status === "ready" ? c.quit() : c.disconnect())));

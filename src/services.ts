@@ -6,6 +6,7 @@ import type { Env } from "./env.ts";
 import { createLogger, type Logger } from "./log.ts";
 import type { ModelRoute } from "./models/metered.ts";
 import { createModelProvider, type ModelProvider } from "./models/provider.ts";
+import { recordingActivity } from "./memory/activity.ts";
 import { createEngramPubSub, type PubSub } from "./pubsub.ts";
 import { createEmbeddingsProvider, type EmbeddingsProvider } from "./embeddings/index.ts";
 import { lazyChroma, type LazyChroma } from "./embedded/chroma.ts";
@@ -75,8 +76,8 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     throw error;
   }
   const db = createDb(store.url, (error) => log.warn("database connection lost", { error }));
-  const pubsub = createEngramPubSub(env.REDIS_URL, log);
   const tenants = tenantDirectory(db);
+  const pubsub = recordingActivity(createEngramPubSub(env.REDIS_URL, log), tenants, log);
   const models = createModelProvider({ tenants, env, createModel: options.createModel });
   const queue = createAgendaQueue(store, env.ENGRAM_JOB_POLL_MS, log);
   const chroma = lazyChroma({

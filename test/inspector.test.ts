@@ -118,7 +118,7 @@ async function shot(name: string) {
 
 async function signIn(key: string) {
   await page.goto(`${url}/inspector/`);
-  await page.evaluate(() => sessionStorage.clear());
+  await page.evaluate(() => (localStorage.clear(), sessionStorage.clear()));
   await page.reload();
   await page.getByLabel("API key").fill(key);
   await page.getByRole("button", { name: "Sign in" }).click();
@@ -161,12 +161,12 @@ describe.skipIf(browserMissing)("the inspector", () => {
     await page.getByRole("button", { name: "Sign in" }).click();
     await expect.poll(() => page.getByRole("alert").textContent()).toContain("That key was refused");
     await shot("sign-in-refused");
-    expect(await page.evaluate(() => sessionStorage.length)).toBe(0);
+    expect(await page.evaluate(() => localStorage.length + sessionStorage.length)).toBe(0);
 
     await signIn(engram.tenant.writer);
     expect(await page.getByTestId("role").textContent()).toBe("writer");
     await expect.poll(() => page.getByTestId("live-status").textContent()).toBe("Live");
-    // The key survives a reload in this tab's session storage.
+    // The key survives a reload (it is in this origin's local storage).
     await page.reload();
     await page.getByRole("navigation", { name: "Sections" }).waitFor();
   });
@@ -207,6 +207,7 @@ describe.skipIf(browserMissing)("the inspector", () => {
     await page.getByRole("link", { name: "Conversations" }).click();
     await page.getByRole("link", { name: "trip", exact: true }).click();
     await page.getByTestId("summary").waitFor();
+    await page.getByRole("button", { name: "Assemble" }).click();
     expect(await page.getByTestId("summary").textContent()).toContain("(Through #8.)");
     await expect.poll(() => page.locator('[data-testid="revisions"] > li').count()).toBeGreaterThanOrEqual(2);
     expect(await page.locator('[data-testid="revisions"] .rejected').count()).toBeGreaterThanOrEqual(1);
@@ -245,6 +246,7 @@ describe.skipIf(browserMissing)("the inspector", () => {
 
     // The conversation view's context shows it as well.
     await page.goto(`${url}/inspector/conversations/${conversationId}`);
+    await page.getByRole("button", { name: "Assemble" }).click();
     await expect.poll(() => page.getByTestId("block-FACTS").textContent()).toContain("Prefers quiet rooms facing the sea.");
   });
 
@@ -263,7 +265,7 @@ describe.skipIf(browserMissing)("the inspector", () => {
       await readerPage.close();
       page = writerPage;
     }
-    // Session storage is per tab: signing in as a reader elsewhere changed nothing here.
+    // The sign-in is shared by the origin's tabs: this one followed the reader's; sign back in as the writer.
     await signIn(engram.tenant.writer);
   });
 

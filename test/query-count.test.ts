@@ -30,6 +30,8 @@ async function statementsOf(query: string, variables: Record<string, unknown> = 
   try {
     const result = await engram.gql(query, variables, key);
     expect(result.errors).toBeUndefined();
+    // The feed's history row of each announcement (one insert) is written just after; wait for it.
+    await engram.services.pubsub.settled();
     // Prisma sends each statement once; BEGIN/COMMIT of its transactions count too.
     return spy.mock.calls.length;
   } finally {
@@ -68,16 +70,17 @@ describe("SQL statements per request on the hot paths", () => {
     const q = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id firstSeq lastSeq } }`;
     const input = { agentExternalId: "qa", endUserExternalId: "qu", conversationExternalId: "qc", userMessage: "and the price?", assistantMessage: "12 EUR" };
     // Auth, the conversation with any earlier use of the turn id, the one statement that appends
-    // the messages and the turn, the turn's follow-up job, and the re-read for the selection.
-    expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-1" } }, engram.tenant.writer)).toBe(5);
+    // the messages and the turn, the turn's follow-up job, the re-read for the selection, and the
+    // feed's history row.
+    expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-1" } }, engram.tenant.writer)).toBe(6);
     // With the caller's gate verdict: one more, its upsert.
     const gate = { remember: false, forget: "NONE", forgetTargets: [], needsRecall: false };
-    expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-2", gate } }, engram.tenant.writer)).toBe(6);
+    expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-2", gate } }, engram.tenant.writer)).toBe(7);
   });
 
-  it("appendEvent: auth, the insert and the answer", async () => {
+  it("appendEvent: auth, the insert, the answer and the feed's history row", async () => {
     const q = `mutation($input: AppendEventInput!) { appendEvent(input: $input) { id } }`;
     const input = { scope: "ENTITY", scopeRef: "acme", kind: "note", body: "pinned", source: "qc", sourceRef: "pinned-event" };
-    expect(await statementsOf(q, { input }, engram.tenant.writer)).toBe(3);
+    expect(await statementsOf(q, { input }, engram.tenant.writer)).toBe(4);
   });
 });

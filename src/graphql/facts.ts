@@ -2,7 +2,7 @@ import { filter, pipe } from "graphql-yoga";
 import { builder, type GraphQLContext } from "../builder.ts";
 import { notFound } from "../errors.ts";
 import { addFact, correctFact, listFacts } from "../memory/facts/facts.ts";
-import { forgetFact, forgetUser } from "../memory/forget.ts";
+import { forgetFact, forgetRecords, forgetUser, type ForgetRecord } from "../memory/forget.ts";
 import type { FactChangeKind, FactChangePayload } from "../pubsub.ts";
 
 const FactOriginEnum = builder.enumType("FactOrigin", {
@@ -96,6 +96,23 @@ const ForgetResult = builder.simpleObject("ForgetResult", {
     gateVerdicts: t.int({ description: "Stored gate verdicts deleted." }),
     messages: t.int({ description: "Raw messages deleted (only when the tenant's forgetDeletesMessages is on)." }),
     jobRecords: t.int({ description: "Finished job records of the user's conversations deleted." }),
+    activity: t.int({ description: "Rows of the inspector feed's history deleted (ids and kinds only)." }),
+  }),
+});
+
+const ForgetRecordRef = builder.objectRef<ForgetRecord>("ForgetRecord").implement({
+  description: "One audited forget of a user: who asked, when, what and how many. No content.",
+  fields: (t) => ({
+    id: t.exposeID("id"),
+    at: t.expose("at", { type: "DateTime" }),
+    kind: t.exposeString("kind", { description: "USER (everything), PHRASES (what they named), CONVERSATION or FACT." }),
+    askedBy: t.prismaField({
+      type: "ApiKey",
+      nullable: true,
+      description: "The key that asked; null when the user asked in a message.",
+      resolve: (query, record, _args, ctx) => (record.apiKeyId ? ctx.db.apiKey.findUnique({ ...query, where: { id: record.apiKeyId } }) : null),
+    }),
+    receipt: t.field({ type: ForgetResult, resolve: (record) => record.receipt }),
   }),
 });
 
@@ -119,6 +136,13 @@ const CorrectFactInput = builder.inputType("CorrectFactInput", {
 const author = (ctx: GraphQLContext) => ({ origin: "PERSON" as const, apiKeyId: ctx.principal.apiKeyId });
 
 builder.queryFields((t) => ({
+  forgetRecords: t.field({
+    type: [ForgetRecordRef],
+    authScopes: { reader: true },
+    description: "The user's audited forgets, newest first (at most 100): who, when, what kinds and how many.",
+    args: { endUserId: t.arg.id({ required: true }) },
+    resolve: (_root, { endUserId }, ctx) => forgetRecords(ctx.db, String(endUserId)),
+  }),
   facts: t.prismaField({
     type: ["Fact"],
     authScopes: { reader: true },

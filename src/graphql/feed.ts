@@ -1,6 +1,7 @@
 import { filter, map, pipe, Repeater } from "graphql-yoga";
 import { builder, type GraphQLContext } from "../builder.ts";
 import { contextTimeline, type TimelinePoint } from "../memory/conversations/timeline.ts";
+import { FEED_KINDS, feedHistory, type FeedKind as HistoryKind } from "../memory/activity.ts";
 import { feedMatcher, type FeedPayload, type Payload } from "../memory/feed-filter.ts";
 import type { EntryChange, Topics } from "../pubsub.ts";
 import { EntryChangeKindEnum } from "./entries.ts";
@@ -154,7 +155,9 @@ function topic<T extends keyof Topics>(ctx: GraphQLContext, name: T, kind: FeedK
     ),
     map((ref: Payload<T>) => {
       const at = new Date();
-      return { kind, ref, at, key: `${kind}:${keyOf(ref)}:${at.getTime()}` } as FeedPayload;
+      // The history row's id when it was recorded, so a live item and its history row are one item.
+      const activityId = (ref as { activityId?: string }).activityId;
+      return { kind, ref, at, key: activityId ?? `${kind}:${keyOf(ref)}:${at.getTime()}` } as FeedPayload;
     }),
   );
 }
@@ -212,5 +215,53 @@ builder.queryFields((t) => ({
       "stored messages and accepted revisions (facts, entries and recall are left out: they depend on the next message).",
     args: { conversationId: t.arg.id({ required: true }) },
     resolve: (_root, { conversationId }, ctx) => contextTimeline(ctx.db, String(conversationId)),
+  }),
+}));
+
+const FeedKindEnum = builder.enumType("FeedKind", {
+  description: "The kinds of item the feed shows.",
+  values: FEED_KINDS satisfies HistoryKind[],
+});
+
+const FeedPage = builder
+  .objectRef<{ items: FeedPayload[]; endCursor: string | null; hasMore: boolean }>("FeedPage")
+  .implement({
+    description: "One page of the feed's history, newest first.",
+    fields: (t) => ({
+      items: t.field({ type: [FeedItem], resolve: (page) => page.items }),
+      endCursor: t.exposeString("endCursor", { nullable: true, description: "Pass as `after` for the next (older) page." }),
+      hasMore: t.exposeBoolean("hasMore"),
+    }),
+  });
+
+builder.queryFields((t) => ({
+  memoryFeed: t.field({
+    type: FeedPage,
+    authScopes: { reader: true },
+    description:
+      "The feed's history, newest first: what the memoryFeed subscription announced, from a durable activity log of ids " +
+      "and kinds (items re-read their rows; what was forgotten is gone). Filtered as the subscription is, and by kinds " +
+      "and a time range. Job runs show one item each, in their latest state.",
+    args: {
+      agentId: t.arg.id(),
+      endUserId: t.arg.id(),
+      conversationId: t.arg.id(),
+      kinds: t.arg({ type: [FeedKindEnum] }),
+      since: t.arg({ type: "DateTime" }),
+      until: t.arg({ type: "DateTime" }),
+      first: t.arg.int({ defaultValue: 50, description: "At most 200." }),
+      after: t.arg.string({ description: "The endCursor of the page before." }),
+    },
+    resolve: (_root, args, ctx) =>
+      feedHistory(ctx.db, {
+        agentId: args.agentId ? String(args.agentId) : undefined,
+        endUserId: args.endUserId ? String(args.endUserId) : undefined,
+        conversationId: args.conversationId ? String(args.conversationId) : undefined,
+        kinds: args.kinds,
+        since: args.since,
+        until: args.until,
+        first: args.first ?? 50,
+        after: args.after,
+      }),
   }),
 }));

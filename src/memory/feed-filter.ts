@@ -16,13 +16,8 @@ export type FeedPayload = { key: string; at: Date } & (
 
 export type FeedFilter = { agentId?: string; endUserId?: string; conversationId?: string };
 
-/**
- * What a filtered feed lets through: items of the conversations that match, and events and
- * entries whose scopeRef is the agent's or the user's own id (as context assembly reads them).
- * Job runs are tenant-wide, so only an unfiltered feed shows them.
- */
-export async function feedMatcher(db: TenantDb, wanted: FeedFilter) {
-  if (!wanted.agentId && !wanted.endUserId && !wanted.conversationId) return async () => true;
+/** The scopeRefs (events and entries) and users (facts and recalls) a filter reaches. */
+export async function feedScope(db: TenantDb, wanted: FeedFilter) {
   const scopeRefs = new Set<string>();
   const endUserIds = new Set<string>(wanted.endUserId ? [wanted.endUserId] : []);
   if (wanted.conversationId) {
@@ -44,6 +39,17 @@ export async function feedMatcher(db: TenantDb, wanted: FeedFilter) {
     if (!user) throw notFound("End user", wanted.endUserId);
     scopeRefs.add(user.externalId);
   }
+  return { scopeRefs, endUserIds };
+}
+
+/**
+ * What a filtered feed lets through: items of the conversations that match, and events and
+ * entries whose scopeRef is the agent's or the user's own id (as context assembly reads them).
+ * Job runs are tenant-wide, so only an unfiltered feed shows them.
+ */
+export async function feedMatcher(db: TenantDb, wanted: FeedFilter) {
+  if (!wanted.agentId && !wanted.endUserId && !wanted.conversationId) return async () => true;
+  const { scopeRefs, endUserIds } = await feedScope(db, wanted);
 
   const owners = new Map<string, Promise<{ agentId: string; endUserId: string } | null>>();
   const conversationMatches = async (conversationId: string) => {

@@ -3,6 +3,7 @@ import type { Deps } from "../deps.ts";
 import { notFound } from "../errors.ts";
 import { Prisma } from "../generated/prisma/client.ts";
 import { loadTenantSettings } from "../governance/settings.ts";
+import { forgetActivity } from "./activity.ts";
 import { matchesAnyPhrase } from "./text-search.ts";
 
 /**
@@ -25,6 +26,8 @@ export type ForgetReceipt = {
   gateVerdicts: number;
   messages: number;
   jobRecords: number;
+  /** The feed's history rows of the user (ids and kinds only, deleted all the same). */
+  activity: number;
 };
 
 const emptyReceipt = (): ForgetReceipt => ({
@@ -37,6 +40,7 @@ const emptyReceipt = (): ForgetReceipt => ({
   gateVerdicts: 0,
   messages: 0,
   jobRecords: 0,
+  activity: 0,
 });
 
 export type ForgetWho = { apiKeyId?: string | null; reason: string; conversationId?: string | null };
@@ -143,6 +147,10 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   await closeConversations(db, conversationIds);
   const turnIds = (await db.turn.findMany({ where: inTheirs, select: { id: true } })).map((t) => t.id);
   receipt.jobRecords = await forgetJobRecords(db, conversationIds, turnIds);
+  // Announcements still being recorded land first, then go with the rest.
+  await deps.pubsub.settled();
+  const { externalId } = await db.endUser.findUniqueOrThrow({ where: { id: endUserId }, select: { externalId: true } });
+  receipt.activity = await forgetActivity(db, endUserId, conversationIds, externalId);
 
   await audit(db, who, { kind: "USER", endUserId }, receipt);
   announceForgotten(db, deps, endUserId, who);
@@ -237,6 +245,8 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
   const turnIds = (await db.turn.findMany({ where: { conversationId }, select: { id: true } })).map((t) => t.id);
   receipt.jobRecords = await forgetJobRecords(db, [conversationId], turnIds);
   receipt.messages = (await db.message.deleteMany({ where: { conversationId } })).count;
+  await deps.pubsub.settled();
+  receipt.activity = (await db.activityLog.deleteMany({ where: { conversationId } })).count;
   await db.conversation.deleteMany({ where: { id: conversationId } });
   await audit(db, who, { kind: "CONVERSATION", conversationId, endUserId: conversation.endUserId }, receipt);
   return { conversation, receipt };
@@ -306,4 +316,19 @@ export async function forgetExpired(db: TenantDb, deps: ForgetDeps, cutoff: Date
   // Vectors whose rows went without them (a crash mid-forget) go by their own timestamp.
   await deps.vectors.delete(db.$tenantId(), { occurredBefore: cutoff });
   return { facts, snippets };
+}
+
+export type ForgetRecord = { id: string; at: Date; apiKeyId: string | null; kind: string; receipt: ForgetReceipt };
+
+/** The audited forgets of one user, newest first: who asked, when, what kinds and how many (never content). */
+export async function forgetRecords(db: TenantDb, endUserId: string): Promise<ForgetRecord[]> {
+  const rows = await db.auditLog.findMany({
+    where: { action: "memory.forget", changes: { path: ["target", "endUserId"], equals: endUserId } },
+    orderBy: { createdAt: "desc" },
+    take: 100,
+  });
+  return rows.map((row) => {
+    const changes = row.changes as { target: { kind: string }; receipt: Partial<ForgetReceipt> };
+    return { id: row.id, at: row.createdAt, apiKeyId: row.apiKeyId, kind: changes.target.kind, receipt: { ...emptyReceipt(), ...changes.receipt } };
+  });
 }

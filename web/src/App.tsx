@@ -1,6 +1,6 @@
 import { ViewerDocument } from "@gql/graphql.ts";
 import { useCallback, useEffect, useState, type FormEvent } from "react";
-import { ApiError, Engram, storedKey, storeKey } from "./api.ts";
+import { ApiError, Engram, onStoredKeyChange, storedKey, storeKey } from "./api.ts";
 import { Link } from "./components.tsx";
 import { canWrite, navigate, SessionContext, useLiveStatus, usePath, type Session } from "./hooks.ts";
 import { CostsView } from "./views/Costs.tsx";
@@ -20,7 +20,18 @@ async function openSession(key: string): Promise<Omit<Session, "signOut">> {
   }
 }
 
-function SignIn({ onSignedIn, initialError }: { onSignedIn(session: Omit<Session, "signOut">): void; initialError?: ApiError }) {
+/** Why the page is back at sign-in, when it is not the person's own doing. */
+type SignedOutReason = "refused" | "signed-out-elsewhere";
+
+function SignIn({
+  onSignedIn,
+  initialError,
+  reason,
+}: {
+  onSignedIn(session: Omit<Session, "signOut">): void;
+  initialError?: ApiError;
+  reason?: SignedOutReason;
+}) {
   const [key, setKey] = useState("");
   const [error, setError] = useState<ApiError | undefined>(initialError);
   const [busy, setBusy] = useState(false);
@@ -59,6 +70,13 @@ function SignIn({ onSignedIn, initialError }: { onSignedIn(session: Omit<Session
           {busy ? "Signing in…" : "Sign in"}
         </button>
       </form>
+      {!error && reason && (
+        <p className="failure" role="alert">
+          {reason === "refused"
+            ? "Your key no longer works (it was revoked, or its tenant is gone). Sign in with a valid key."
+            : "You signed out in another tab."}
+        </p>
+      )}
       {error && (
         <p className="failure" role="alert">
           {error.kind === "unauthenticated"
@@ -68,14 +86,18 @@ function SignIn({ onSignedIn, initialError }: { onSignedIn(session: Omit<Session
               : error.message}
         </p>
       )}
-      <p className="hint">The key stays in this tab's session storage and is sent only to this server.</p>
+      <p className="hint">
+        The key is kept in this browser's local storage for this site, shared by its tabs, and sent only to this server. Sign out
+        removes it from every tab.
+      </p>
     </main>
   );
 }
 
 function LiveBadge() {
   const status = useLiveStatus();
-  const label = status === "live" ? "Live" : status === "reconnecting" ? "Reconnecting…" : "Connecting…";
+  const label =
+    status === "live" ? "Live" : status === "reconnecting" ? "Reconnecting…" : status === "idle" ? "Not listening" : "Connecting…";
   return (
     <span className={`live live-${status}`} role="status" aria-live="polite" data-testid="live-status">
       {label}
@@ -148,29 +170,61 @@ export function App() {
   const [session, setSession] = useState<Omit<Session, "signOut"> | null>(null);
   const [restoring, setRestoring] = useState(() => Boolean(storedKey()));
   const [restoreError, setRestoreError] = useState<ApiError>();
+  const [reason, setReason] = useState<SignedOutReason>();
+
+  const end = useCallback((why?: SignedOutReason) => {
+    setSession((current) => {
+      void current?.engram.close();
+      return null;
+    });
+    setReason(why);
+    setRestoreError(undefined);
+  }, []);
+
+  const begin = useCallback(
+    (opened: Omit<Session, "signOut">) => {
+      // A key revoked mid-session sends the page back to sign-in, once, with one clear message.
+      opened.engram.onRefused = () => {
+        if (storedKey() === opened.engram.key) storeKey(null);
+        end("refused");
+      };
+      setReason(undefined);
+      setSession(opened);
+    },
+    [end],
+  );
 
   const restore = useCallback(() => {
     const key = storedKey();
     if (!key) return setRestoring(false);
     setRestoring(true);
     openSession(key)
-      .then(setSession)
+      .then(begin)
       .catch((error: ApiError) => {
-        if (error.kind === "unauthenticated") storeKey(null);
-        setRestoreError(error);
+        if (error.kind === "unauthenticated") {
+          storeKey(null);
+          setReason("refused");
+        } else setRestoreError(error);
       })
       .finally(() => setRestoring(false));
-  }, []);
+  }, [begin]);
   useEffect(restore, [restore]);
+
+  // Another tab signed in or out: follow it.
+  useEffect(
+    () =>
+      onStoredKeyChange((key) => {
+        if (!key) end("signed-out-elsewhere");
+        else if (key !== session?.engram.key) restore();
+      }),
+    [end, restore, session],
+  );
 
   const signOut = useCallback(() => {
     storeKey(null);
-    setSession((current) => {
-      void current?.engram.close();
-      return null;
-    });
+    end();
     navigate("/");
-  }, []);
+  }, [end]);
 
   if (restoring) return <p className="loading">Signing in…</p>;
   if (!session) {
@@ -190,7 +244,7 @@ export function App() {
         </main>
       );
     }
-    return <SignIn onSignedIn={setSession} initialError={restoreError} />;
+    return <SignIn onSignedIn={begin} initialError={restoreError} reason={reason} />;
   }
   return (
     <SessionContext.Provider value={{ ...session, signOut }}>

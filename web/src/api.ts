@@ -18,11 +18,23 @@ export class ApiError extends Error {
   }
 }
 
-export type LiveStatus = "connecting" | "live" | "reconnecting";
+/** "idle": no view is listening, so the socket is closed on purpose (graphql-ws is lazy). */
+export type LiveStatus = "connecting" | "live" | "reconnecting" | "idle";
 
-export const storedKey = () => sessionStorage.getItem(KEY_STORAGE);
+// localStorage, so every tab of this origin shares one sign-in (a Ctrl+click opens signed in);
+// tabs hear each other's sign-in and sign-out through the storage event.
+export const storedKey = () => localStorage.getItem(KEY_STORAGE);
 export const storeKey = (key: string | null) =>
-  key ? sessionStorage.setItem(KEY_STORAGE, key) : sessionStorage.removeItem(KEY_STORAGE);
+  key ? localStorage.setItem(KEY_STORAGE, key) : localStorage.removeItem(KEY_STORAGE);
+
+/** Calls back when another tab signs in or out. */
+export function onStoredKeyChange(listener: (key: string | null) => void) {
+  const handler = (event: StorageEvent) => {
+    if (event.key === KEY_STORAGE || event.key === null) listener(storedKey());
+  };
+  window.addEventListener("storage", handler);
+  return () => window.removeEventListener("storage", handler);
+}
 
 const printed = new WeakMap<object, string>();
 const source = (document: TypedDocumentNode<any, any>) => {
@@ -39,15 +51,25 @@ function failureOf(errors: { message: string; extensions?: { code?: string } }[]
   return new ApiError(kind, first.message, code);
 }
 
+const isRefusal = (event: unknown) => {
+  const code = (event as { code?: number } | null)?.code;
+  return code === 4401 || code === 4403;
+};
+
 /**
  * One signed-in session: queries and mutations over HTTP, subscriptions over one graphql-ws
  * connection that retries for ever, so the page survives a server restart by itself.
  */
 export class Engram {
   private ws: Client;
-  private status: LiveStatus = "connecting";
+  private status: LiveStatus = "idle";
   private listeners = new Set<(status: LiveStatus) => void>();
   private everConnected = false;
+  /** Subscriptions open now: with none, a closed socket is the lazy close, not a lost server. */
+  private active = 0;
+
+  /** Told when the server refuses the key mid-session (revoked, or the tenant gone). */
+  onRefused: () => void = () => {};
 
   constructor(
     readonly key: string,
@@ -59,7 +81,8 @@ export class Engram {
       lazy: true,
       keepAlive: 10_000,
       retryAttempts: Number.POSITIVE_INFINITY,
-      shouldRetry: () => true,
+      // A refused key (4401/4403 from the server's connection check) is not retried: the page signs out.
+      shouldRetry: (event) => !isRefusal(event),
       // Quick at first, then every 3 s: a restarted server is picked up within seconds.
       retryWait: (retries) => new Promise((resolve) => setTimeout(resolve, Math.min(250 * 2 ** retries, 3_000))),
       on: {
@@ -68,7 +91,10 @@ export class Engram {
           this.everConnected = true;
           this.setStatus("live");
         },
-        closed: () => this.setStatus(this.everConnected ? "reconnecting" : "connecting"),
+        closed: (event) => {
+          if (isRefusal(event)) return this.onRefused();
+          this.setStatus(this.active === 0 ? "idle" : this.everConnected ? "reconnecting" : "connecting");
+        },
       },
     });
   }
@@ -104,7 +130,11 @@ export class Engram {
     } catch {
       throw new ApiError(response.status >= 500 ? "unreachable" : "error", `Engram answered ${response.status}.`);
     }
-    if (body.errors?.length) throw failureOf(body.errors);
+    if (body.errors?.length) {
+      const failure = failureOf(body.errors);
+      if (failure.kind === "unauthenticated") this.onRefused();
+      throw failure;
+    }
     if (!body.data) throw new ApiError("error", "Engram returned no data.");
     return body.data;
   }
@@ -114,17 +144,29 @@ export class Engram {
     variables: V,
     sink: { next(data: T): void; error?(error: ApiError): void },
   ): () => void {
-    return this.ws.subscribe<T>(
+    this.active += 1;
+    let open = true;
+    const unsubscribe = this.ws.subscribe<T>(
       { query: source(document), variables: variables as Record<string, unknown> },
       {
         next: (result) => {
-          if (result.errors?.length) sink.error?.(failureOf(result.errors as never));
+          if (result.errors?.length) {
+            const failure = failureOf(result.errors as never);
+            if (failure.kind === "unauthenticated") this.onRefused();
+            sink.error?.(failure);
+          }
           else if (result.data) sink.next(result.data as T);
         },
         error: (error) => sink.error?.(Array.isArray(error) ? failureOf(error) : new ApiError("error", String(error))),
         complete: () => {},
       },
     );
+    return () => {
+      if (!open) return;
+      open = false;
+      this.active -= 1;
+      unsubscribe();
+    };
   }
 
   async close() {

@@ -1,5 +1,6 @@
 import { diffWords } from "diff";
-import type { MouseEvent, ReactNode } from "react";
+import { compiler } from "markdown-to-jsx/react";
+import { useLayoutEffect, useRef, useState, type MouseEvent, type ReactNode } from "react";
 import type { ApiError } from "./api.ts";
 import { href, navigate } from "./hooks.ts";
 
@@ -14,6 +15,26 @@ export function Link({ to, children, className }: { to: string; children: ReactN
       {children}
     </a>
   );
+}
+
+// Markdown is compiled to React elements (never to an HTML string), raw HTML in the text is not
+// parsed, and the library's URL sanitizer drops javascript: and similar links.
+const MARKDOWN = {
+  disableParsingRawHTML: true,
+  forceBlock: true,
+  overrides: {
+    a: { props: { rel: "noopener noreferrer nofollow", target: "_blank" } },
+    // Nothing is loaded from elsewhere: an image shows as its alt text.
+    img: { component: ({ alt }: { alt?: string }) => <span className="muted">[image: {alt || "no description"}]</span> },
+    h1: { component: "strong" },
+    h2: { component: "strong" },
+    h3: { component: "strong" },
+  },
+};
+
+/** Text that agents and people write in Markdown (entries, events), rendered safely. */
+export function Prose({ text, className }: { text: string; className?: string }) {
+  return <div className={`prose ${className ?? ""}`}>{compiler(text, MARKDOWN as never)}</div>;
 }
 
 export function Empty({ children }: { children: ReactNode }) {
@@ -73,9 +94,32 @@ export function Diff({ before, after }: { before: string; after: string }) {
 
 export type Series = { name: string; className: string; values: number[] };
 
+/**
+ * The chart's drawn width in CSS pixels: the SVG is drawn at that width, so its 11 px labels stay
+ * 11 px on a phone and on a wide screen instead of scaling with the box.
+ */
+function useWidth(fallback = 640) {
+  const ref = useRef<HTMLElement>(null);
+  const [width, setWidth] = useState(fallback);
+  useLayoutEffect(() => {
+    const element = ref.current;
+    if (!element) return;
+    const measure = () => setWidth(Math.max(240, Math.round(element.clientWidth - 16)));
+    measure();
+    const observer = new ResizeObserver(measure);
+    observer.observe(element);
+    return () => observer.disconnect();
+  }, []);
+  return [ref, width] as const;
+}
+
+/** Every how many labels one is drawn, so labels about `chars` wide never touch. */
+const labelStep = (count: number, room: number, chars: number) => Math.max(1, Math.ceil(count / Math.max(1, Math.floor(room / (chars * 7 + 12)))));
+const longest = (labels: string[]) => Math.max(1, ...labels.map((l) => l.length));
+
 /** A line chart in plain SVG: x is the point's index, labelled by `labels`. */
 export function LineChart({ title, labels, series, unit }: { title: string; labels: string[]; series: Series[]; unit: string }) {
-  const width = 640;
+  const [box, width] = useWidth();
   const height = 220;
   const pad = { left: 48, right: 12, top: 12, bottom: 28 };
   const max = Math.max(1, ...series.flatMap((s) => s.values));
@@ -83,10 +127,10 @@ export function LineChart({ title, labels, series, unit }: { title: string; labe
   const x = (i: number) => pad.left + (n <= 1 ? 0 : (i * (width - pad.left - pad.right)) / (n - 1));
   const y = (v: number) => height - pad.bottom - (v / max) * (height - pad.top - pad.bottom);
   const ticks = [0, max / 2, max].map((v) => Math.round(v));
-  const every = Math.max(1, Math.ceil(n / 8));
+  const every = labelStep(n, width - pad.left - pad.right, longest(labels));
   return (
-    <figure className="chart">
-      <svg viewBox={`0 0 ${width} ${height}`} role="img" aria-label={title}>
+    <figure className="chart" ref={box as never}>
+      <svg viewBox={`0 0 ${width} ${height}`} width={width} height={height} role="img" aria-label={title}>
         <title>{title}</title>
         {ticks.map((tick) => (
           <g key={tick}>
@@ -97,7 +141,7 @@ export function LineChart({ title, labels, series, unit }: { title: string; labe
           </g>
         ))}
         {labels.map((label, i) =>
-          i % every === 0 || i === n - 1 ? (
+          i % every === 0 && (i === n - 1 || n - 1 - i >= every || i === 0) ? (
             <text key={i} className="axis" x={x(i)} y={height - 8} textAnchor="middle">
               {label}
             </text>
@@ -127,16 +171,17 @@ export function LineChart({ title, labels, series, unit }: { title: string; labe
 
 /** Stacked bars in plain SVG: one bar per label, one colour per key. */
 export function StackedBars({ title, labels, keys, values }: { title: string; labels: string[]; keys: string[]; values: number[][] }) {
-  const width = 640;
+  const [box, width] = useWidth();
   const height = 220;
   const pad = { left: 56, right: 12, top: 12, bottom: 28 };
   const totals = values.map((row) => row.reduce((a, b) => a + b, 0));
   const max = Math.max(1, ...totals);
   const band = (width - pad.left - pad.right) / Math.max(1, labels.length);
   const scale = (v: number) => (v / max) * (height - pad.top - pad.bottom);
+  const every = labelStep(labels.length, width - pad.left - pad.right, longest(labels));
   return (
-    <figure className="chart">
-      <svg viewBox={`0 0 ${width} ${height}`} role="img" aria-label={title}>
+    <figure className="chart" ref={box as never}>
+      <svg viewBox={`0 0 ${width} ${height}`} width={width} height={height} role="img" aria-label={title}>
         <title>{title}</title>
         {[0, max / 2, max].map((tick) => (
           <g key={tick}>
@@ -159,9 +204,11 @@ export function StackedBars({ title, labels, keys, values }: { title: string; la
                   </rect>
                 );
               })}
-              <text className="axis" x={pad.left + i * band + band / 2} y={height - 8} textAnchor="middle">
-                {label}
-              </text>
+              {i % every === 0 && (
+                <text className="axis" x={pad.left + i * band + band / 2} y={height - 8} textAnchor="middle">
+                  {label}
+                </text>
+              )}
             </g>
           );
         })}

@@ -107,3 +107,17 @@ export function usePath(): string {
 }
 
 export const href = (path: string) => `${BASE}${path}`;
+
+/** The page's query string, which holds a view's filters so a link or a reload keeps them. */
+export function useSearchParams(): URLSearchParams {
+  const path = usePath();
+  return new URLSearchParams(path.split("?")[1] ?? "");
+}
+
+/** Replaces the query string (a filter change is not a new page in the history). */
+export function setSearchParams(params: URLSearchParams) {
+  for (const [key, value] of [...params]) if (!value) params.delete(key);
+  const query = params.toString();
+  window.history.replaceState(null, "", `${window.location.pathname}${query ? `?${query}` : ""}`);
+  listeners.forEach((l) => l());
+}

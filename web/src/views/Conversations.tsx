@@ -84,17 +84,34 @@ function Revisions({ revisions }: { revisions: InspectorRevisionFragment[] }) {
   );
 }
 
+const SCORE_TITLE: Record<string, string> = {
+  KEPT: "verbatim judge's score (0–3)",
+  FACTS: "a core fact is always sent",
+  ENTRIES: "importance (1–5)",
+  RECALL: "relevance",
+};
+
+/** What an item's score means depends on its block: the FACTS block's is the core flag. */
+function scoreLabel(kind: string, score: number | null | undefined) {
+  if (score == null) return "";
+  if (kind === "FACTS") return score ? "core" : "";
+  if (kind === "ENTRIES") return `importance ${score}`;
+  return `score ${score}`;
+}
+
 function ContextBlocks({ conversationId, refresh }: { conversationId: string; refresh: number }) {
   const [draft, setDraft] = useState("");
-  const [message, setMessage] = useState("");
-  const context = useQuery(InspectorContextDocument, { input: { conversationId, message } });
+  // Assembling may call a model (the recall gate, the re-rank judge): only when asked to.
+  const [message, setMessage] = useState<string | null>(null);
+  const context = useQuery(InspectorContextDocument, { input: { conversationId, message: message ?? "" } }, message === null);
   const { refetch } = context;
   useEffect(() => {
-    if (refresh) refetch();
-  }, [refresh, refetch]);
+    if (refresh && message !== null) refetch();
+  }, [refresh, refetch, message]);
   const submit = (e: FormEvent) => {
     e.preventDefault();
-    setMessage(draft);
+    if (message === draft) refetch();
+    else setMessage(draft);
   };
   const c = context.data?.context;
   return (
@@ -106,7 +123,8 @@ function ContextBlocks({ conversationId, refresh }: { conversationId: string; re
         <button type="submit">Assemble</button>
       </form>
       {context.error && <Failure error={context.error} retry={context.refetch} />}
-      {c && (
+      {message === null && <Empty>Press Assemble to see what the next call would send (this may call the model).</Empty>}
+      {c && message !== null && (
         <>
           <p className="totals" data-testid="context-totals">
             <strong>{c.totalTokens}</strong> tokens sent · baseline {c.baselineTokens} · saved{" "}
@@ -126,8 +144,8 @@ function ContextBlocks({ conversationId, refresh }: { conversationId: string; re
                     {block.items.map((item) => (
                       <tr key={item.id}>
                         <td className="num">{item.seq != null ? `#${item.seq}` : ""}</td>
-                        <td className="num" title={block.kind === "KEPT" ? "verbatim judge's score (0–3)" : "score"}>
-                          {item.score != null ? `score ${item.score}` : ""}
+                        <td className="num" title={SCORE_TITLE[block.kind]}>
+                          {scoreLabel(block.kind, item.score)}
                         </td>
                         <td>{item.text}</td>
                         <td className="num">{item.tokens} t</td>
@@ -146,7 +164,8 @@ function ContextBlocks({ conversationId, refresh }: { conversationId: string; re
 
 function ConversationDetail({ id }: { id: string }) {
   const [refresh, setRefresh] = useState(0);
-  const conversation = useQuery(InspectorConversationDocument, { id, lastMessages: 40 });
+  const [shown, setShown] = useState(40);
+  const conversation = useQuery(InspectorConversationDocument, { id, lastMessages: shown });
   const reload = useThrottled(() => {
     conversation.refetch();
     setRefresh((n) => n + 1);
@@ -212,16 +231,37 @@ function ConversationDetail({ id }: { id: string }) {
                 </tr>
               </thead>
               <tbody>
-                {[...messages].reverse().map((m) => (
-                  <tr key={m.id} className={m.seq <= c.summaryThroughSeq ? "folded" : "unfolded"}>
-                    <td className="num">{m.seq}</td>
-                    <td>{m.role.toLowerCase()}</td>
-                    <td>{m.content}</td>
-                    <td className="num">{m.keepScore ?? ""}</td>
-                  </tr>
-                ))}
+                {[...messages].reverse().flatMap((m, i, newestFirst) => {
+                  const older = newestFirst[i + 1];
+                  // A gap in the numbering is messages not shown here: private steps, or forgotten.
+                  const gap = older ? m.seq - older.seq - 1 : 0;
+                  const row = (
+                    <tr key={m.id} className={m.seq <= c.summaryThroughSeq ? "folded" : "unfolded"}>
+                      <td className="num">{m.seq}</td>
+                      <td>{m.role.toLowerCase()}</td>
+                      <td>{m.content}</td>
+                      <td className="num">{m.keepScore ?? ""}</td>
+                    </tr>
+                  );
+                  return gap > 0
+                    ? [
+                        row,
+                        <tr key={`gap-${m.seq}`} className="gap" data-testid="message-gap">
+                          <td className="num">{gap === 1 ? `#${older.seq + 1}` : `#${older.seq + 1}–#${m.seq - 1}`}</td>
+                          <td colSpan={3} className="muted">
+                            {gap === 1 ? "1 message" : `${gap} messages`} not shown: private steps (tool calls, system notes) or forgotten.
+                          </td>
+                        </tr>,
+                      ]
+                    : [row];
+                })}
               </tbody>
             </table>
+            {c.messages.pageInfo.hasPreviousPage && (
+              <button type="button" className="more" onClick={() => setShown((n) => n + 40)} disabled={conversation.loading}>
+                {conversation.loading ? "Loading…" : "Load older messages"}
+              </button>
+            )}
           </section>
           <section aria-labelledby="conv-feed-title">
             <h2 id="conv-feed-title">Live</h2>

@@ -2,17 +2,27 @@ import {
   InspectorConversationsDocument,
   InspectorDirectoryDocument,
   MemoryFeedDocument,
-  type MemoryFeedSubscription,
+  MemoryFeedHistoryDocument,
+  type FeedKind,
+  type InspectorFeedItemFragment,
 } from "@gql/graphql.ts";
-import { useState } from "react";
+import { useCallback, useEffect, useState } from "react";
 import type { ApiError } from "../api.ts";
-import { clip, Empty, Failure, Link, time } from "../components.tsx";
-import { useQuery, useSubscription } from "../hooks.ts";
+import { clip, Empty, Failure, Link, Prose, time } from "../components.tsx";
+import { setSearchParams, useQuery, useSearchParams, useSession, useSubscription } from "../hooks.ts";
 
-type Item = MemoryFeedSubscription["memoryFeed"];
-const MAX_ITEMS = 300;
+type Item = InspectorFeedItemFragment;
+const PAGE = 50;
 
-export type FeedFilter = { agentId?: string; endUserId?: string; conversationId?: string };
+export type FeedFilter = {
+  agentId?: string;
+  endUserId?: string;
+  conversationId?: string;
+  kinds?: FeedKind[];
+  /** ISO dates (yyyy-mm-dd), inclusive. */
+  since?: string;
+  until?: string;
+};
 
 /** The agent, user and conversation pickers shared by the feed and the conversations list. */
 export function FilterBar({ value, onChange, withConversation = true }: { value: FeedFilter; onChange(v: FeedFilter): void; withConversation?: boolean }) {
@@ -104,7 +114,7 @@ function ItemBody({ item }: { item: Item }) {
           <h3>
             Event <code>{item.event.kind}</code> · {item.event.scope.toLowerCase()} / {item.event.scopeRef} · from {item.event.source}
           </h3>
-          <p className="text">{clip(item.event.body)}</p>
+          <Prose text={clip(item.event.body, 600)} />
         </>
       );
     case "EntryFeedItem":
@@ -140,7 +150,8 @@ function ItemBody({ item }: { item: Item }) {
             )}
           </h3>
           <p className="text">
-            <span className="role">message</span> {clip(r.message)}
+            <span className="role">message</span>{" "}
+            {r.message ? clip(r.message) : <span className="muted">(not kept: the history holds ids and scores only)</span>}
           </p>
           {r.degraded && <p className="reason">Degraded: {r.degraded}</p>}
           {r.candidates.length > 0 && (
@@ -215,42 +226,173 @@ export function FeedList({ items }: { items: Item[] }) {
   );
 }
 
-/** Keeps the newest items of a feed subscription, newest first. */
+const KIND_OF: Record<Item["__typename"], FeedKind> = {
+  SummaryRevisionFeedItem: "SUMMARY_REVISION",
+  TurnFeedItem: "TURN",
+  EventFeedItem: "EVENT",
+  EntryFeedItem: "ENTRY",
+  FactFeedItem: "FACT",
+  RecallFeedItem: "RECALL",
+  JobRunFeedItem: "JOB_RUN",
+};
+
+const KIND_CHOICES: { kind: FeedKind; label: string }[] = [
+  { kind: "TURN", label: "Turns" },
+  { kind: "SUMMARY_REVISION", label: "Summaries" },
+  { kind: "FACT", label: "Facts" },
+  { kind: "RECALL", label: "Recalls" },
+  { kind: "EVENT", label: "Events" },
+  { kind: "ENTRY", label: "Entries" },
+  { kind: "JOB_RUN", label: "Jobs" },
+];
+
+const endOfDay = (day: string) => new Date(`${day}T23:59:59.999`).toISOString();
+const startOfDay = (day: string) => new Date(`${day}T00:00:00`).toISOString();
+
+/**
+ * The feed: its history from the server (newest first, a page at a time), with what the
+ * subscription announces put on top as it happens. A filter change reloads the history.
+ */
 export function useFeed(filter: FeedFilter, onItem?: (item: Item) => void) {
+  const { engram } = useSession();
   const [items, setItems] = useState<Item[]>([]);
   const [error, setError] = useState<ApiError>();
-  const [filterKey, setFilterKey] = useState(JSON.stringify(filter));
-  if (filterKey !== JSON.stringify(filter)) {
-    setFilterKey(JSON.stringify(filter));
+  const [cursor, setCursor] = useState<{ after: string | null; hasMore: boolean }>({ after: null, hasMore: false });
+  const [loading, setLoading] = useState(true);
+  const key = JSON.stringify(filter);
+  const variables = {
+    agentId: filter.agentId ?? null,
+    endUserId: filter.endUserId ?? null,
+    conversationId: filter.conversationId ?? null,
+    kinds: filter.kinds?.length ? filter.kinds : null,
+    since: filter.since ? startOfDay(filter.since) : null,
+    until: filter.until ? endOfDay(filter.until) : null,
+    first: PAGE,
+  };
+  const merge = (current: Item[], more: Item[]) => {
+    const seen = new Set(current.map((i) => i.id));
+    return [...current, ...more.filter((i) => !seen.has(i.id))];
+  };
+  const load = useCallback(
+    async (after: string | null, current: boolean[] = [true]) => {
+      setLoading(true);
+      try {
+        const { memoryFeed } = await engram.request(MemoryFeedHistoryDocument, { ...variables, after });
+        if (!current[0]) return;
+        setError(undefined);
+        setItems((items) => merge(items, memoryFeed.items));
+        setCursor({ after: memoryFeed.endCursor ?? null, hasMore: memoryFeed.hasMore });
+      } catch (failure) {
+        if (current[0]) setError(failure as ApiError);
+      } finally {
+        if (current[0]) setLoading(false);
+      }
+    },
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+    [engram, key],
+  );
+  useEffect(() => {
+    const current = [true];
     setItems([]);
-  }
+    void load(null, current);
+    return () => void (current[0] = false);
+  }, [load]);
   useSubscription(
     MemoryFeedDocument,
-    { agentId: filter.agentId ?? null, endUserId: filter.endUserId ?? null, conversationId: filter.conversationId ?? null },
+    { agentId: variables.agentId, endUserId: variables.endUserId, conversationId: variables.conversationId },
     ({ memoryFeed }) => {
       setError(undefined);
-      setItems((current) => [memoryFeed, ...current.filter((i) => i.id !== memoryFeed.id)].slice(0, MAX_ITEMS));
+      const wanted = (!filter.kinds?.length || filter.kinds.includes(KIND_OF[memoryFeed.__typename])) && !filter.until;
+      if (wanted) setItems((current) => [memoryFeed, ...current.filter((i) => i.id !== memoryFeed.id)]);
       onItem?.(memoryFeed);
     },
     setError,
   );
-  return { items, error };
+  const loadOlder = () => void load(cursor.after);
+  return { items, error, loading, hasMore: cursor.hasMore, loadOlder };
+}
+
+/** The feed's filters as the URL holds them: ?agent=&user=&conversation=&kinds=TURN,FACT&since=&until= */
+export function useFeedFilterInUrl(): [FeedFilter, (filter: FeedFilter) => void] {
+  const params = useSearchParams();
+  const filter: FeedFilter = {
+    agentId: params.get("agent") ?? undefined,
+    endUserId: params.get("user") ?? undefined,
+    conversationId: params.get("conversation") ?? undefined,
+    kinds: (params.get("kinds")?.split(",").filter(Boolean) as FeedKind[] | undefined) ?? undefined,
+    since: params.get("since") ?? undefined,
+    until: params.get("until") ?? undefined,
+  };
+  const set = (next: FeedFilter) =>
+    setSearchParams(
+      new URLSearchParams({
+        agent: next.agentId ?? "",
+        user: next.endUserId ?? "",
+        conversation: next.conversationId ?? "",
+        kinds: next.kinds?.join(",") ?? "",
+        since: next.since ?? "",
+        until: next.until ?? "",
+      }),
+    );
+  return [filter, set];
+}
+
+function KindAndTimeFilters({ value, onChange }: { value: FeedFilter; onChange(v: FeedFilter): void }) {
+  const kinds = value.kinds ?? [];
+  const toggle = (kind: FeedKind) =>
+    onChange({ ...value, kinds: kinds.includes(kind) ? kinds.filter((k) => k !== kind) : [...kinds, kind] });
+  return (
+    <div className="filters kinds">
+      <fieldset>
+        <legend>Kinds</legend>
+        {KIND_CHOICES.map(({ kind, label }) => (
+          <label key={kind} className="check">
+            <input type="checkbox" checked={kinds.includes(kind)} onChange={() => toggle(kind)} /> {label}
+          </label>
+        ))}
+      </fieldset>
+      <label>
+        From
+        <input type="date" value={value.since ?? ""} onChange={(e) => onChange({ ...value, since: e.target.value || undefined })} />
+      </label>
+      <label>
+        To
+        <input type="date" value={value.until ?? ""} onChange={(e) => onChange({ ...value, until: e.target.value || undefined })} />
+      </label>
+    </div>
+  );
 }
 
 export function FeedView() {
-  const [filter, setFilter] = useState<FeedFilter>({});
-  const { items, error } = useFeed(filter);
+  const [filter, setFilter] = useFeedFilterInUrl();
+  const { items, error, loading, hasMore, loadOlder } = useFeed(filter);
   return (
     <section aria-labelledby="feed-title">
       <h1 id="feed-title">Live feed</h1>
-      <p className="lede">What memory does as it happens: turns, summary rewrites, fact changes, recalls, events, entries and job runs. Newest first.</p>
+      <p className="lede">What memory does: turns, summary rewrites, fact changes, recalls, events, entries and job runs, newest first, as it happens and from its history.</p>
       <FilterBar value={filter} onChange={setFilter} />
+      <KindAndTimeFilters value={filter} onChange={setFilter} />
       {error && <Failure error={error} />}
+      <h2 className="sr-only">Items, newest first</h2>
+      <FeedPaged items={items} loading={loading} hasMore={hasMore} loadOlder={loadOlder} />
+    </section>
+  );
+}
+
+/** The feed's items with a button for the older ones. */
+export function FeedPaged({ items, loading, hasMore, loadOlder, empty }: { items: Item[]; loading: boolean; hasMore: boolean; loadOlder(): void; empty?: string }) {
+  return (
+    <>
       {items.length === 0 ? (
-        <Empty>Nothing yet. Items appear here as agents record turns and memory works on them; this page keeps listening.</Empty>
+        <Empty>{loading ? "Loading…" : (empty ?? "Nothing matches. Items appear here as agents record turns and memory works on them; this page keeps listening.")}</Empty>
       ) : (
         <FeedList items={items} />
       )}
-    </section>
+      {hasMore && (
+        <button type="button" className="more" onClick={loadOlder} disabled={loading}>
+          {loading ? "Loading…" : "Load older"}
+        </button>
+      )}
+    </>
   );
 }

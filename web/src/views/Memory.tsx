@@ -1,6 +1,6 @@
 import { EntriesDocument, EventsDocument, type Scope } from "@gql/graphql.ts";
 import { useState, type FormEvent } from "react";
-import { Empty, Failure, Loading, time } from "../components.tsx";
+import { Empty, Failure, Loading, Prose, time } from "../components.tsx";
 import { useQuery } from "../hooks.ts";
 
 const SCOPES: Scope[] = ["INSTITUTIONAL", "ENTITY", "PROJECT", "TEAM"];
@@ -76,7 +76,7 @@ function Entries() {
                 </span>
               ))}
             </p>
-            <p className="text">{e.summary}</p>
+            <Prose text={e.summary} />
           </li>
         ))}
       </ul>
@@ -150,7 +150,9 @@ function Events() {
                 <td>
                   <code>{e.kind}</code>
                 </td>
-                <td>{e.body}</td>
+                <td>
+                  <Prose text={e.body} />
+                </td>
                 <td>{e.compressedAt ? <>{e.entry ? `“${e.entry.title}”` : "(entry forgotten)"} · {time(e.compressedAt)}</> : <span className="muted">not compressed</span>}</td>
               </tr>
             ))}

@@ -4,11 +4,12 @@ import {
   InspectorDeleteFactDocument,
   InspectorDirectoryDocument,
   InspectorFactHistoryDocument,
+  InspectorForgetRecordsDocument,
   InspectorForgetUserDocument,
   InspectorUserDocument,
   type InspectorFactFragment,
 } from "@gql/graphql.ts";
-import { useState, type FormEvent } from "react";
+import { useEffect, useState, type FormEvent } from "react";
 import type { ApiError } from "../api.ts";
 import { Empty, Failure, Link, Loading, time } from "../components.tsx";
 import { canWrite, useQuery, useSession, useThrottled } from "../hooks.ts";
@@ -59,15 +60,34 @@ function FactHistory({ factId }: { factId: string }) {
   );
 }
 
-function FactRow({ fact, writable, onChanged }: { fact: InspectorFactFragment; writable: boolean; onChanged(): void }) {
+function FactRow({
+  fact,
+  writable,
+  onChanged,
+  onDeleted,
+}: {
+  fact: InspectorFactFragment;
+  writable: boolean;
+  onChanged(): void;
+  onDeleted(fact: InspectorFactFragment): void;
+}) {
   const { engram } = useSession();
   const [editing, setEditing] = useState(false);
+  const [confirmingDelete, setConfirmingDelete] = useState(false);
   const [text, setText] = useState(fact.text);
   const [core, setCore] = useState(fact.core);
   const [error, setError] = useState<ApiError>();
   const [showHistory, setShowHistory] = useState(false);
+  const cancel = () => {
+    setEditing(false);
+    setText(fact.text);
+    setCore(fact.core);
+    setError(undefined);
+  };
   const save = async (e: FormEvent) => {
     e.preventDefault();
+    // Unchanged: nothing to save, and no "corrected" version.
+    if (text.trim() === fact.text && core === fact.core) return cancel();
     try {
       await engram.request(InspectorCorrectFactDocument, { id: fact.id, input: { text, core } });
       setEditing(false);
@@ -80,6 +100,7 @@ function FactRow({ fact, writable, onChanged }: { fact: InspectorFactFragment; w
   const remove = async () => {
     try {
       await engram.request(InspectorDeleteFactDocument, { id: fact.id });
+      onDeleted(fact);
       onChanged();
     } catch (failure) {
       setError(failure as ApiError);
@@ -91,21 +112,31 @@ function FactRow({ fact, writable, onChanged }: { fact: InspectorFactFragment; w
         ? `from message #${fact.sourceMessage.seq}`
         : "extracted"
       : fact.writtenBy
-        ? `written by ${fact.writtenBy.name || fact.writtenBy.prefix}`
+        ? `${fact.updatedAt !== fact.createdAt ? "corrected" : "written"} by ${fact.writtenBy.name || fact.writtenBy.prefix}`
         : fact.origin.toLowerCase();
   return (
     <li className={`fact ${fact.core ? "core" : ""}`} data-testid="fact">
       {editing ? (
-        <form className="inline" onSubmit={save} aria-label="Edit fact">
+        <form className="inline edit-fact" onSubmit={save} aria-label="Edit fact" onKeyDown={(e) => e.key === "Escape" && cancel()}>
           <label className="grow">
             <span className="sr-only">Fact</span>
-            <input value={text} onChange={(e) => setText(e.target.value)} aria-label="Fact text" autoFocus />
+            <textarea
+              value={text}
+              onChange={(e) => {
+                setText(e.target.value);
+                setError(undefined);
+              }}
+              aria-label="Fact text"
+              rows={3}
+              maxLength={500}
+              autoFocus
+            />
           </label>
           <label>
             <input type="checkbox" checked={core} onChange={(e) => setCore(e.target.checked)} /> core
           </label>
           <button type="submit">Save</button>
-          <button type="button" onClick={() => setEditing(false)}>
+          <button type="button" onClick={cancel}>
             Cancel
           </button>
         </form>
@@ -118,8 +149,15 @@ function FactRow({ fact, writable, onChanged }: { fact: InspectorFactFragment; w
             {provenance} · confirmed {time(fact.confirmedAt)}
             {fact.sensitivity && ` · sensitive: ${fact.sensitivity}`}
             {fact.contradicts && ` · contradicts “${fact.contradicts.text}”`}
-            {fact.sourceMessage && <span title={fact.sourceMessage.content}> · “{fact.sourceMessage.content.slice(0, 80)}”</span>}
           </p>
+          {fact.sourceMessage && (
+            <details className="provenance">
+              <summary>
+                Said on {time(fact.sourceMessage.occurredAt)} (message #{fact.sourceMessage.seq})
+              </summary>
+              <blockquote className="text">{fact.sourceMessage.content}</blockquote>
+            </details>
+          )}
           <div className="actions">
             <button type="button" onClick={() => setShowHistory((v) => !v)} aria-expanded={showHistory}>
               History
@@ -129,12 +167,25 @@ function FactRow({ fact, writable, onChanged }: { fact: InspectorFactFragment; w
                 <button type="button" onClick={() => setEditing(true)}>
                   Edit
                 </button>
-                <button type="button" className="danger" onClick={remove}>
+                <button type="button" className="danger" onClick={() => setConfirmingDelete(true)}>
                   Delete
                 </button>
               </>
             )}
           </div>
+          {confirmingDelete && (
+            <div role="alertdialog" aria-label="Delete this fact?" className="confirm">
+              <p>Delete this fact and its history? You can undo right after.</p>
+              <div className="actions">
+                <button type="button" className="danger" onClick={remove} autoFocus>
+                  Delete fact
+                </button>
+                <button type="button" onClick={() => setConfirmingDelete(false)}>
+                  Keep it
+                </button>
+              </div>
+            </div>
+          )}
           {showHistory && <FactHistory factId={fact.id} />}
         </>
       )}
@@ -164,7 +215,14 @@ function AddFact({ endUserId, onAdded }: { endUserId: string; onAdded(): void })
     <form className="inline add-fact" onSubmit={submit} aria-label="Add a fact">
       <label className="grow">
         New fact
-        <input value={text} onChange={(e) => setText(e.target.value)} placeholder="One sentence the user said, e.g. “Prefers aisle seats.”" />
+        <input
+          value={text}
+          onChange={(e) => {
+            setText(e.target.value);
+            setError(undefined);
+          }}
+          placeholder="One sentence the user said, e.g. “Prefers aisle seats.”"
+        />
       </label>
       <label>
         <input type="checkbox" checked={core} onChange={(e) => setCore(e.target.checked)} /> core
@@ -188,6 +246,7 @@ function ForgetUser({ endUserId, name, onForgotten }: { endUserId: string; name:
     try {
       const { forgetUser } = await engram.request(InspectorForgetUserDocument, { endUserId });
       setResult(`Forgot ${forgetUser.facts} facts and ${forgetUser.snippets} recall snippets.`);
+      setError(undefined);
       setConfirming(false);
       setTyped("");
       onForgotten();
@@ -209,12 +268,27 @@ function ForgetUser({ endUserId, name, onForgotten }: { endUserId: string; name:
           </p>
           <label>
             Type <code>{name}</code> to confirm
-            <input value={typed} onChange={(e) => setTyped(e.target.value)} autoFocus aria-label="Confirm the user's id" />
+            <input
+              value={typed}
+              onChange={(e) => {
+                setTyped(e.target.value);
+                setError(undefined);
+              }}
+              autoFocus
+              aria-label="Confirm the user's id"
+            />
           </label>
           <button type="submit" className="danger" disabled={typed !== name}>
             Forget {name}
           </button>
-          <button type="button" onClick={() => setConfirming(false)}>
+          <button
+            type="button"
+            onClick={() => {
+              setConfirming(false);
+              setTyped("");
+              setError(undefined);
+            }}
+          >
             Cancel
           </button>
         </form>
@@ -229,10 +303,69 @@ function ForgetUser({ endUserId, name, onForgotten }: { endUserId: string; name:
   );
 }
 
+const RECEIPT_LABELS: [string, string][] = [
+  ["facts", "facts"],
+  ["factVersions", "fact versions"],
+  ["snippets", "recall snippets"],
+  ["summaries", "summaries"],
+  ["summaryRevisions", "summary revisions"],
+  ["keptVerdicts", "kept verdicts"],
+  ["gateVerdicts", "gate verdicts"],
+  ["messages", "messages"],
+  ["jobRecords", "job records"],
+  ["activity", "feed history rows"],
+];
+
+/** Each forget of this user as the audit log holds it: who, when, what kinds and how many. */
+function ForgetRecords({ endUserId, refresh }: { endUserId: string; refresh: number }) {
+  const records = useQuery(InspectorForgetRecordsDocument, { endUserId });
+  const { refetch } = records;
+  useEffect(() => {
+    if (refresh) refetch();
+  }, [refresh, refetch]);
+  if (records.error) return <Failure error={records.error} retry={records.refetch} />;
+  const list = records.data?.forgetRecords ?? [];
+  return (
+    <section aria-labelledby="forgets-title">
+      <h2 id="forgets-title">Forgets ({list.length})</h2>
+      {list.length === 0 ? (
+        <Empty>Nothing has been forgotten about this user.</Empty>
+      ) : (
+        <ul className="plain" data-testid="forget-records">
+          {list.map((r) => {
+            const counts = RECEIPT_LABELS.map(([key, label]) => [label, (r.receipt as Record<string, number>)[key]] as const).filter(([, n]) => n > 0);
+            return (
+              <li key={r.id}>
+                <time dateTime={r.at}>{time(r.at)}</time> · {r.kind === "USER" ? "everything" : r.kind.toLowerCase()} · asked by{" "}
+                {r.askedBy ? `key ${r.askedBy.name || r.askedBy.prefix}` : "the user, in a message"}:{" "}
+                {counts.length ? counts.map(([label, n]) => `${n} ${label}`).join(", ") : "nothing was held"}
+              </li>
+            );
+          })}
+        </ul>
+      )}
+    </section>
+  );
+}
+
 function UserDetail({ id }: { id: string }) {
-  const { role } = useSession();
+  const { role, engram } = useSession();
   const writable = canWrite(role);
   const user = useQuery(InspectorUserDocument, { id });
+  const [deleted, setDeleted] = useState<InspectorFactFragment>();
+  const [forgets, setForgets] = useState(0);
+  const [undoError, setUndoError] = useState<ApiError>();
+  const undo = async () => {
+    if (!deleted) return;
+    try {
+      await engram.request(InspectorAddFactDocument, { input: { endUserId: id, text: deleted.text, core: deleted.core } });
+      setDeleted(undefined);
+      setUndoError(undefined);
+      user.refetch();
+    } catch (failure) {
+      setUndoError(failure as ApiError);
+    }
+  };
   const reload = useThrottled(user.refetch, 300);
   const { items } = useFeed({ endUserId: id }, (item) => {
     if (item.__typename === "FactFeedItem") reload();
@@ -260,12 +393,41 @@ function UserDetail({ id }: { id: string }) {
             ) : (
               <ul className="facts" data-testid="facts">
                 {facts.map((fact) => (
-                  <FactRow key={`${fact.id}:${fact.updatedAt}`} fact={fact} writable={writable} onChanged={user.refetch} />
+                  <FactRow
+                    key={`${fact.id}:${fact.updatedAt}`}
+                    fact={fact}
+                    writable={writable}
+                    onChanged={user.refetch}
+                    onDeleted={(f) => {
+                      setDeleted(f);
+                      setUndoError(undefined);
+                    }}
+                  />
                 ))}
               </ul>
             )}
+            {deleted && (
+              <p role="status" className="undo">
+                Deleted “{deleted.text}”.{" "}
+                <button type="button" onClick={undo}>
+                  Undo
+                </button>{" "}
+                <span className="muted small">(adds it back as a new fact; its old history stays deleted)</span>
+              </p>
+            )}
+            {undoError && <Failure error={undoError} />}
             {writable && <AddFact endUserId={id} onAdded={user.refetch} />}
-            {writable && <ForgetUser endUserId={id} name={name} onForgotten={user.refetch} />}
+            {writable && (
+              <ForgetUser
+                endUserId={id}
+                name={name}
+                onForgotten={() => {
+                  user.refetch();
+                  setForgets((n) => n + 1);
+                }}
+              />
+            )}
+            <ForgetRecords endUserId={id} refresh={forgets} />
           </section>
         </div>
         <div>

@@ -1,0 +1,66 @@
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium, type Browser, type Page } from "playwright-core";
+
+// Debian's chromium, driven by playwright-core (no browser download anywhere).
+export const ROOT = fileURLToPath(new URL("../..", import.meta.url));
+const DIST = path.join(ROOT, "web/dist/index.html");
+const CHROMIUM = process.env.ENGRAM_TEST_CHROMIUM ?? "/usr/bin/chromium";
+
+export const DESKTOP = { width: 1440, height: 900 };
+export const PHONE = { width: 390, height: 844 };
+
+const newestIn = (dir: string): number =>
+  readdirSync(dir, { withFileTypes: true }).reduce((newest, entry) => {
+    const full = path.join(dir, entry.name);
+    return Math.max(newest, entry.isDirectory() ? newestIn(full) : statSync(full).mtimeMs);
+  }, 0);
+
+/** Builds web/dist when it is missing or older than the page's sources or the typed documents. */
+export async function ensureInspectorBuilt() {
+  const sources = Math.max(newestIn(path.join(ROOT, "web/src")), newestIn(path.join(ROOT, "src/gql")));
+  if (existsSync(DIST) && statSync(DIST).mtimeMs >= sources) return;
+  const { build } = await import("vite");
+  await build({ configFile: path.join(ROOT, "web/vite.config.ts"), logLevel: "warn" });
+}
+
+export function launchChromium(): Promise<Browser> {
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    // Playwright gives each launch a new, empty profile; the rest keeps chromium off the network.
+    args: [
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+  });
+}
+
+/** How far the page is wider than its window (0 when nothing scrolls sideways). */
+export const horizontalOverflow = (page: Page) =>
+  page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+
+const AXE_SOURCE = readFileSync(path.join(ROOT, "node_modules/axe-core/axe.min.js"), "utf8");
+
+export type AxeViolation = { id: string; impact: string | null; help: string; targets: string[] };
+
+/** axe-core's WCAG checks on the page as it is now (evaluated through the devtools protocol, so the page's CSP allows it). */
+export async function axeViolations(page: Page): Promise<AxeViolation[]> {
+  if (!(await page.evaluate(() => "axe" in window))) await page.evaluate(`${AXE_SOURCE}\n;void 0`);
+  return page.evaluate(async () => {
+    const axe = (window as unknown as { axe: { run(context: Document, options: object): Promise<{ violations: any[] }> } }).axe;
+    const { violations } = await axe.run(document, { resultTypes: ["violations"] });
+    return violations.map((v) => ({
+      id: v.id,
+      impact: v.impact,
+      help: v.help,
+      targets: v.nodes.slice(0, 3).map((n: { target: string[] }) => n.target.join(" ")),
+    }));
+  });
+}

@@ -1,0 +1,166 @@
+import { spawn } from "node:child_process";
+import type { Browser, BrowserContext, Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DESKTOP, ensureInspectorBuilt, launchChromium, ROOT } from "./helpers/browser.ts";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { say } from "./helpers/recall.ts";
+
+// The feed's history (issue 16, bugs 1, 2 and 4): what was announced before the page opened is
+// there, filters are in the URL and survive a reload, older items page in, and a CLI run (another
+// process with its own pubsub) reaches the feed through the activity log.
+/** The machine is shared: a page may take seconds to show what it loaded. */
+const poll = <T>(read: () => Promise<T> | T) => expect.poll(read, { timeout: 20_000 });
+
+let engram: TestEngram;
+let browser: Browser;
+let context: BrowserContext;
+let page: Page;
+let url: string;
+
+beforeAll(async () => {
+  await ensureInspectorBuilt();
+  engram = await startTestEngram();
+  url = await engram.listen();
+  browser = await launchChromium();
+  context = await browser.newContext({ viewport: DESKTOP });
+  page = await context.newPage();
+}, 180_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await engram?.stop();
+});
+
+async function signIn(key: string) {
+  await page.goto(`${url}/inspector/`);
+  await page.evaluate(() => (localStorage.clear(), sessionStorage.clear()));
+  await page.reload();
+  await page.getByLabel("API key").fill(key);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("navigation", { name: "Sections" }).waitFor();
+}
+
+/** Runs the CLI to its end against the test's store. */
+function cli(args: string[]) {
+  return new Promise<{ code: number | null; stderr: string }>((resolve, reject) => {
+    const env: Record<string, string> = { ENGRAM_LOG_LEVEL: "warn", ...engram.store.vars };
+    for (const name of ["PATH", "HOME", "TMPDIR"]) if (process.env[name]) env[name] = process.env[name]!;
+    const child = spawn(process.execPath, ["bin/engram.mjs", ...args], { cwd: ROOT, env, stdio: ["ignore", "ignore", "pipe"] });
+    let stderr = "";
+    child.stderr.on("data", (d) => (stderr += d));
+    child.once("error", reject);
+    child.once("close", (code) => resolve({ code, stderr }));
+  });
+}
+
+const FORGET = `mutation($id: ID!) { forgetUser(endUserId: $id) { facts messages activity } }`;
+const HISTORY = `query($user: ID, $after: String, $kinds: [FeedKind!]) {
+  memoryFeed(endUserId: $user, first: 3, after: $after, kinds: $kinds) { items { __typename id } endCursor hasMore } }`;
+
+describe("the feed's history", () => {
+  let ada = { endUserId: "", conversationId: "" };
+  let bea = { endUserId: "", conversationId: "" };
+
+  it("shows what happened before the page opened, and keeps it across a reload, a filter change and a view change", async () => {
+    ada = await say(engram, { user: "ada", conversation: "trip", agent: "concierge" }, "A quiet room, please.", "Noted.", engram.tenant.writer);
+    await say(engram, { user: "ada", conversation: "trip", agent: "concierge" }, "Near the harbour.", "Sure.", engram.tenant.writer);
+    bea = await say(engram, { user: "bea", conversation: "flat", agent: "concierge" }, "Two bedrooms.", "Fine.", engram.tenant.writer);
+    await signIn(engram.tenant.writer);
+
+    await poll(() => page.locator('[data-kind="turn"]').count()).toBe(3);
+    expect(await page.locator(".feed-item").first().textContent()).toContain("Two bedrooms.");
+
+    await page.getByLabel("User").selectOption({ label: "bea" });
+    await poll(() => page.locator('[data-kind="turn"]').count()).toBe(1);
+    expect(new URL(page.url()).searchParams.get("user")).toBe(bea.endUserId);
+    await page.reload();
+    await poll(() => page.locator('[data-kind="turn"]').count()).toBe(1);
+    expect(await page.getByLabel("User").inputValue()).toBe(bea.endUserId);
+
+    // The live view appends to the history it loaded.
+    await say(engram, { user: "bea", conversation: "flat", agent: "concierge" }, "With a balcony.", "Got it.", engram.tenant.writer);
+    await poll(() => page.locator('[data-kind="turn"]').count()).toBe(2);
+    expect(await page.locator(".feed-item").first().textContent()).toContain("With a balcony.");
+
+    // Kinds are a filter too, in the URL as well.
+    await page.getByLabel("Facts").check();
+    await poll(() => page.locator('[data-kind="turn"]').count()).toBe(0);
+    expect(new URL(page.url()).searchParams.get("kinds")).toBe("FACT");
+    await engram.gql(`mutation($id: ID!) { addFact(input: { endUserId: $id, text: "Wants a balcony." }) { id } }`, { id: bea.endUserId }, engram.tenant.writer);
+    await page.locator('[data-kind="fact"]', { hasText: "added" }).waitFor();
+    await page.getByLabel("Facts").uncheck();
+
+    // Another view and back: the history is read again, nothing is lost.
+    await page.getByRole("link", { name: "Costs & jobs" }).click();
+    await page.getByRole("link", { name: "Live feed" }).click();
+    await poll(() => page.locator('[data-kind="turn"]').count()).toBe(4);
+  });
+
+  it("pages through older items", async () => {
+    for (let n = 1; n <= 55; n++) {
+      const { errors } = await engram.gql(
+        `mutation($body: String!) { appendEvent(input: { scope: ENTITY, scopeRef: "acme", kind: "note", body: $body, source: "crm" }) { id } }`,
+        { body: `Note ${n}` },
+        engram.tenant.writer,
+      );
+      expect(errors).toBeUndefined();
+    }
+    await page.goto(`${url}/inspector/?kinds=EVENT`);
+    await poll(() => page.locator('[data-kind="event"]').count()).toBe(50);
+    expect(await page.locator(".feed-item").first().textContent()).toContain("Note 55");
+    await page.getByRole("button", { name: "Load older" }).click();
+    await poll(() => page.locator('[data-kind="event"]').count()).toBe(55);
+    expect(await page.locator(".feed-item").last().textContent()).toContain("Note 1");
+    expect(await page.getByRole("button", { name: "Load older" }).count()).toBe(0);
+
+    // The same through the API, a page at a time.
+    const first = await engram.gql(HISTORY, { kinds: ["TURN"] }, engram.tenant.reader);
+    expect(first.data.memoryFeed.items).toHaveLength(3);
+    expect(first.data.memoryFeed.hasMore).toBe(true);
+    const second = await engram.gql(HISTORY, { kinds: ["TURN"], after: first.data.memoryFeed.endCursor }, engram.tenant.reader);
+    expect(second.data.memoryFeed.items).toHaveLength(1);
+    expect(second.data.memoryFeed.hasMore).toBe(false);
+  });
+
+  it("shows a compaction run started from the CLI", async () => {
+    const run = await cli(["compact", "--now"]);
+    expect(run.code, run.stderr).toBe(0);
+    await page.goto(`${url}/inspector/?kinds=JOB_RUN`);
+    await page.locator('[data-kind="job"]', { hasText: "memory.compact" }).first().waitFor();
+    expect(await page.locator('[data-kind="job"]', { hasText: "memory.compact" }).first().textContent()).toMatch(/skipped|succeeded|failed/);
+  }, 120_000);
+
+  it("keeps no content, and forgetting a user removes their rows", async () => {
+    const rows = await engram.services.db.activityLog.findMany({ where: { tenantId: engram.tenant.tenantId } });
+    expect(JSON.stringify(rows)).not.toMatch(/balcony|bedrooms|quiet room/i);
+
+    const { data, errors } = await engram.gql(FORGET, { id: bea.endUserId }, engram.tenant.writer);
+    expect(errors).toBeUndefined();
+    // Two turns and a fact.
+    expect(data.forgetUser.activity).toBe(3);
+    const left = await engram.services.db.activityLog.findMany({
+      where: { tenantId: engram.tenant.tenantId, OR: [{ endUserId: bea.endUserId }, { conversationId: bea.conversationId }] },
+    });
+    // Only the record that a forget happened: no fact, no conversation.
+    expect(left.map((r) => [r.kind, r.change, r.refId, r.conversationId])).toEqual([["FACT", "FORGOTTEN", null, null]]);
+    const history = await engram.gql(HISTORY, { user: bea.endUserId }, engram.tenant.reader);
+    expect(history.data.memoryFeed.items.map((i: { __typename: string }) => i.__typename)).toEqual(["FactFeedItem"]);
+    // The user's page keeps a record of the forget: who, when, what kinds and how many.
+    await page.goto(`${url}/inspector/users/${bea.endUserId}`);
+    const record = page.getByTestId("forget-records").locator("li").first();
+    await record.waitFor();
+    expect(await record.textContent()).toMatch(/everything · asked by key .*1 facts.*3 feed history rows/);
+    expect(await record.textContent()).not.toMatch(/balcony|bedrooms/i);
+    // Ada's history is untouched.
+    expect((await engram.gql(HISTORY, { user: ada.endUserId }, engram.tenant.reader)).data.memoryFeed.items).toHaveLength(2);
+  });
+
+  it("says 'Not listening', not 'Reconnecting…', on a view without a subscription while the server is up", async () => {
+    await page.goto(`${url}/inspector/`);
+    await poll(() => page.getByTestId("live-status").textContent()).toBe("Live");
+    await page.getByRole("link", { name: "Entries & events" }).click();
+    await poll(() => page.getByTestId("live-status").textContent()).toBe("Not listening");
+    await page.getByRole("link", { name: "Live feed" }).click();
+    await poll(() => page.getByTestId("live-status").textContent()).toBe("Live");
+  });
+});

@@ -57,7 +57,15 @@ for (const key of Object.keys(env)) if (key.startsWith("npm_") || key === "NODE_
 let cmd;
 
 for (const { op, rest } of instructions) {
-  if (op === "FROM") say(`FROM ${rest} (using this machine's node ${process.version})`);
+  if (op === "FROM") {
+    say(`FROM ${rest} (using this machine's node ${process.version})`);
+    // The official node images come with an unprivileged `node` user; this machine may not.
+    if (rest.startsWith("node:") && spawnSync("id", ["node"]).status !== 0) {
+      const made = spawnSync("useradd", ["--system", "--user-group", "--no-create-home", "node"], { encoding: "utf8" });
+      if (made.status !== 0) fail(`the node image's user is missing here and could not be made: ${made.stderr}`);
+      say("made the node image's `node` user on this machine");
+    }
+  }
   else if (op === "WORKDIR") {
     workdir = path.join(build, rest);
     mkdirSync(workdir, { recursive: true });

@@ -5,7 +5,7 @@ FROM node:20-bookworm-slim
 
 WORKDIR /app
 # Installed and run as the unprivileged `node` user; owning /app avoids a chown layer later.
-RUN chown node:node /app
+RUN chown node:node .
 USER node
 
 # Dependencies first, so source edits do not reinstall them. Our own postinstall (generate the

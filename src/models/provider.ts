@@ -149,6 +149,9 @@ export function createModelProvider(deps: {
         model: route.model,
         apiKey: route.apiKey ?? "not-needed",
         configuration: { baseURL: route.baseUrl, fetch },
+        // The openai client asks for base64 by default; OpenAI-compatible servers that ignore the
+        // field answer floats, which it then decodes to empty vectors. Floats work everywhere.
+        encodingFormat: "float",
         timeout: env.ENGRAM_MODEL_TIMEOUT_MS,
         maxRetries: env.ENGRAM_MODEL_MAX_RETRIES,
       });

@@ -59,7 +59,7 @@ export async function forgetSnippets(db: TenantDb, deps: Pick<Deps, "vectors">, 
   const tenantId = db.$tenantId();
   // A turn's keys (its facts' sentences) go with it: their rows cascade, their vectors would not.
   const keys = await db.recallSnippet.findMany({ where: { keyOfId: { in: ids } }, select: { id: true } });
-  const snippetIds = [...ids, ...keys.map((k) => k.id)];
+  const snippetIds = [...new Set([...ids, ...keys.map((k) => k.id)])];
   await deps.vectors.delete(tenantId, { ids: snippetIds });
   const { count } = await db.recallSnippet.deleteMany({ where: { id: { in: snippetIds } } });
   await deps.vectors.delete(tenantId, { ids: snippetIds });

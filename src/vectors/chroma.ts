@@ -128,7 +128,7 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
       if (!where && !selector.ids) throw new Error("Refusing to delete every vector of a tenant without a selector.");
       if (selector.ids && selector.ids.length === 0) return;
       for (const c of await tenantCollections(tenantId)) {
-        await c.delete({ ...(selector.ids ? { ids: selector.ids } : {}), ...(where ? { where } : {}) });
+        await c.delete({ ...(selector.ids ? { ids: [...new Set(selector.ids)] } : {}), ...(where ? { where } : {}) });
         log.debug("deleted vectors", { collection: c.name, ...selector, ids: selector.ids?.length });
       }
     },

@@ -70,7 +70,7 @@ describe("recall on a scripted OpenAI-compatible server", () => {
     expect(judged).toHaveLength(1);
     const listed = snippetsOf(judged[0]);
     expect(listed.length).toBe(5);
-    expect(judged[0].messages[1].content).toMatch(/^New message:\nOrder the same blue vase as last time, please\.\n\nSnippets from earlier conversations:\n\[1\] \(\d{4}-\d\d-\d\d\)\nuser: Please order/);
+    expect(judged[0].messages[1].content).toMatch(/^New message:\nOrder the same blue vase as last time, please\.\n\nSnippets from earlier conversations:\n\[1\] \(\d{4}-\d\d-\d\d\)\n"user: Please order/);
     // The current conversation is never offered to the judge.
     expect(judged[0].messages[1].content).not.toContain("Hello Dana");
 
@@ -99,7 +99,7 @@ describe("recall on a scripted OpenAI-compatible server", () => {
     const human = judged[0].messages[1].content;
     expect(human.match(/^\[\d+\] \(/gm)).toHaveLength(30);
     expect(human).toContain(
-      "(just before: user: Morning! Busy week at work. / assistant: Sounds like a lot.)\nuser: I'm planning our family holiday trip.\nassistant: Nice, where to?\n(just after: user: We settled on Lisbon in June. / assistant: Lisbon in June is lovely.)",
+      `(just before: ${JSON.stringify("user: Morning! Busy week at work. / assistant: Sounds like a lot.")})\n${JSON.stringify("user: I'm planning our family holiday trip.\nassistant: Nice, where to?")}\n(just after: ${JSON.stringify("user: We settled on Lisbon in June. / assistant: Lisbon in June is lovely.")})`,
     );
   });
 

@@ -7,7 +7,7 @@ import { runTurnWork } from "../src/work/turn-work.ts";
 import { GateInstructionsDocument, RecallIndexStatusDocument } from "../src/gql/graphql.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import type { ChatRequest, ModelServer } from "./helpers/model-server.ts";
-import { factsScript } from "./helpers/scripted-memory-model.ts";
+import { factsScript, rerankSnippets } from "./helpers/scripted-memory-model.ts";
 
 const RECORD = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id firstSeq lastSeq conversation { id endUser { id } } } }`;
 const CONTEXT = `query($input: ContextInput!) { context(input: $input) { conversationId blocks { kind text } } }`;
@@ -16,11 +16,6 @@ const RECALL = `query($input: RecallInput!) { recall(input: $input) { candidates
 const gateAndFacts = factsScript({ triage: (m) => ({ remember: /^I /.test(m), needsRecall: false }) });
 const isRerank = (r: ChatRequest) => r.chain === "rerank";
 const chainOf = (r: ChatRequest) => r.chain;
-/** The numbered snippets of a re-rank prompt. */
-const snippetsOf = (r: ChatRequest) =>
-  [...(r.messages.find((m) => m.role === "user")?.content ?? "").matchAll(/\[(\d+)\] \(\d{4}-\d\d-\d\d\)\n([^\n]*(?:\n(?!\n)[^\n]*)*)/g)].map(
-    (m) => ({ id: Number(m[1]), text: m[2] }),
-  );
 
 let model: ModelServer;
 let engram: TestEngram;
@@ -30,7 +25,7 @@ beforeAll(async () => {
   ({ model, engram } = await startEngramWithModel({
     respond: (request) =>
       isRerank(request)
-        ? JSON.stringify({ scores: snippetsOf(request).map(({ id, text }) => ({ id, score: /Nonna|Pepper/.test(text) ? 3 : 0 })) })
+        ? JSON.stringify({ scores: rerankSnippets(request).map(({ id, text }) => ({ id, score: /Nonna|Pepper/.test(text) ? 3 : 0 })) })
         : gateAndFacts(request),
     env: { ENGRAM_EMBEDDINGS: "offline" },
   }));

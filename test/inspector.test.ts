@@ -9,7 +9,7 @@ import { bagOfWords } from "./helpers/fake-embeddings.ts";
 import { startModelServer, type ChatRequest, type ModelServer } from "./helpers/model-server.ts";
 import { allIndexed, say } from "./helpers/recall.ts";
 import { until } from "./helpers/until.ts";
-import { factsScript, memoryScript, seqsIn } from "./helpers/scripted-memory-model.ts";
+import { factsScript, memoryScript, rerankSnippets, seqsIn } from "./helpers/scripted-memory-model.ts";
 
 // The inspector in Debian's chromium, driven by playwright-core, against a real Engram on a free
 // port with its job worker and a scripted model server, so summaries and recalls really happen.
@@ -40,12 +40,6 @@ async function ensureBuilt() {
 }
 
 const isRerank = (r: ChatRequest) => r.chain === "rerank";
-/** The numbered snippets of a re-rank prompt. */
-const snippetsOf = (r: ChatRequest) =>
-  [...(r.messages.find((m) => m.role === "user")?.content ?? "").matchAll(/\[(\d+)\] \(\d{4}-\d\d-\d\d\)\n([^\n]*(?:\n(?!\n)[^\n]*)*)/g)].map(
-    // Each snippet's text is a JSON string in the prompt.
-    (m) => ({ id: Number(m[1]), text: JSON.parse(m[2]) as string }),
-  );
 
 const CONTEXT = `query($input: ContextInput!) { context(input: $input) { blocks { kind text } } }`;
 const ADD_FACT = `mutation($input: AddFactInput!) { addFact(input: $input) { id text } }`;
@@ -81,7 +75,7 @@ beforeAll(async () => {
     }
     if (!isRerank(request)) return script(request);
     // The judge keeps the turn with the user's budget and harbour wish.
-    return JSON.stringify({ scores: snippetsOf(request).map(({ id, text }) => ({ id, score: /harbour/.test(text) && /^user:/.test(text) ? 3 : 0 })) });
+    return JSON.stringify({ scores: rerankSnippets(request).map(({ id, text }) => ({ id, score: /harbour/.test(text) && /^user:/.test(text) ? 3 : 0 })) });
   });
   ({ engram } = await startEngramWithModel({ model, worker: true, env: { ENGRAM_EMBEDDING_MODEL: "scripted-embed" } }));
   url = await engram.listen();
@@ -171,8 +165,8 @@ describe.skipIf(browserMissing)("the inspector", () => {
     await page.getByRole("navigation", { name: "Sections" }).waitFor();
   });
 
-  // Skipped at the end of stop 9: it times out since the merge of the feed history and the Assemble button; to fix next.
-  it.skip("shows recorded turns, their summary revisions (accepted and rejected) and a recall live, without a reload", async () => {
+
+  it("shows recorded turns, their summary revisions (accepted and rejected) and a recall live, without a reload", async () => {
     await page.getByRole("link", { name: "Live feed" }).click();
     await page.evaluate(() => ((window as unknown as { marker: number }).marker = 42));
     await expect.poll(() => page.getByTestId("live-status").textContent()).toBe("Live");

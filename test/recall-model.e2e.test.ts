@@ -3,6 +3,7 @@ import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import { bagOfWords } from "./helpers/fake-embeddings.ts";
 import type { ChatRequest, ModelServer } from "./helpers/model-server.ts";
 import { allIndexed, CONTEXT, say } from "./helpers/recall.ts";
+import { rerankSnippets } from "./helpers/scripted-memory-model.ts";
 
 // Recall through the real OpenAI clients against a scripted OpenAI-compatible server: embeddings
 // from /v1/embeddings, the re-rank judge from /v1/chat/completions.
@@ -10,12 +11,6 @@ let model: ModelServer;
 let engram: TestEngram;
 
 const isRerank = (r: ChatRequest) => r.chain === "rerank";
-/** The numbered snippets of a re-rank prompt. */
-const snippetsOf = (r: ChatRequest) =>
-  [...(r.messages.find((m) => m.role === "user")?.content ?? "").matchAll(/\[(\d+)\] \(\d{4}-\d\d-\d\d\)\n([^\n]*(?:\n(?!\n)[^\n]*)*)/g)].map(
-    // Each snippet's text is a JSON string in the prompt.
-    (m) => ({ id: Number(m[1]), text: JSON.parse(m[2]) as string }),
-  );
 
 beforeAll(async () => {
   ({ model, engram } = await startEngramWithModel({
@@ -45,7 +40,7 @@ describe("recall on a scripted OpenAI-compatible server", () => {
     // The judge: 3 for the vase, 2 for the other blue things, 0 for the rest; wrapped in prose.
     model.respond((request) => {
       if (!isRerank(request)) return "{}";
-      const scores = snippetsOf(request).map(({ id, text }) => ({
+      const scores = rerankSnippets(request).map(({ id, text }) => ({
         id,
         score: text.includes("vase") ? 3 : text.includes("blue") ? 2 : 0,
       }));
@@ -68,7 +63,7 @@ describe("recall on a scripted OpenAI-compatible server", () => {
 
     const judged = model.requests.filter(isRerank);
     expect(judged).toHaveLength(1);
-    const listed = snippetsOf(judged[0]);
+    const listed = rerankSnippets(judged[0]);
     expect(listed.length).toBe(5);
     expect(judged[0].messages[1].content).toMatch(/^New message:\nOrder the same blue vase as last time, please\.\n\nSnippets from earlier conversations:\n\[1\] \(\d{4}-\d\d-\d\d\)\n"user: Please order/);
     // The current conversation is never offered to the judge.

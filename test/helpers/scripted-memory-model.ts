@@ -96,3 +96,20 @@ export function factsScript(script: FactsScript, fallback = memoryScript()) {
     }
   };
 }
+
+/**
+ * The numbered snippets of a re-rank prompt, with the turns shown around them. Each text is a
+ * JSON string on one line; a neighbour is a "(just before: …)" or "(just after: …)" line.
+ */
+export function rerankSnippets(request: ChatRequest): { id: number; text: string; before?: string; after?: string }[] {
+  const prompt = request.messages.find((m) => m.role === "user")?.content ?? "";
+  return [...prompt.matchAll(/^\[(\d+)\] \(\d{4}-\d\d-\d\d\)\n((?:.+\n?)+)/gm)].map((m) => {
+    const lines = m[2].trimEnd().split("\n");
+    const neighbour = (label: string) => {
+      const line = lines.find((l) => l.startsWith(`(${label}: `));
+      return line ? (JSON.parse(line.slice(label.length + 3, -1)) as string) : undefined;
+    };
+    const text = lines.find((l) => l.startsWith('"'))!;
+    return { id: Number(m[1]), text: JSON.parse(text) as string, before: neighbour("just before"), after: neighbour("just after") };
+  });
+}

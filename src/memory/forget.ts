@@ -106,7 +106,8 @@ async function audit(db: TenantDb, who: ForgetWho, target: Record<string, unknow
   });
 }
 
-function announceForgotten(db: TenantDb, deps: ForgetDeps, endUserId: string, who: ForgetWho) {
+/** Announces the forget and waits for its history row, so the feed shows it once the caller has the receipt. */
+async function announceForgotten(db: TenantDb, deps: ForgetDeps, endUserId: string, who: ForgetWho) {
   deps.pubsub.publish("factChanged", db.$tenantId(), {
     endUserId,
     factId: null,
@@ -115,6 +116,7 @@ function announceForgotten(db: TenantDb, deps: ForgetDeps, endUserId: string, wh
     reason: who.reason,
     conversationId: who.conversationId ?? null,
   });
+  await deps.pubsub.settled();
 }
 
 /** "Forget everything": every copy of what Engram holds about one end user. */
@@ -153,7 +155,7 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   receipt.activity = await forgetActivity(db, endUserId, conversationIds, externalId);
 
   await audit(db, who, { kind: "USER", endUserId }, receipt);
-  announceForgotten(db, deps, endUserId, who);
+  await announceForgotten(db, deps, endUserId, who);
   return receipt;
 }
 
@@ -226,7 +228,7 @@ export async function forgetPhrases(
   }
 
   await audit(db, who, { kind: "PHRASES", endUserId, phrases: wanted.length }, receipt);
-  announceForgotten(db, deps, endUserId, who);
+  await announceForgotten(db, deps, endUserId, who);
   return receipt;
 }
 

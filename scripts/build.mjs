@@ -1,12 +1,30 @@
-// Compiles the server and the CLI to dist/ with esbuild (bundled, dependencies left external),
-// so `npm start` and `bin/engram.mjs` run plain JavaScript with no TypeScript loader.
+// Compiles the server and the CLI to dist/ with esbuild, dependencies bundled, so `npm start` and
+// `bin/engram.mjs` run plain JavaScript with no TypeScript loader.
 // esbuild rather than tsc: it builds the whole tree in about a second (tsc --noEmit stays the
-// type check), and its bundle loads as a few files instead of a few hundred modules; code
-// splitting keeps `engram --help` from loading the server's dependencies.
+// type check). Bundling the dependencies too makes a start load ~45 files instead of ~2,700
+// modules (measured: 2.7 s of main-thread CPU to listening instead of 8.5 s on a loaded machine);
+// code splitting keeps `engram --help` from loading the server's dependencies.
 import { mkdirSync, renameSync, rmSync, statSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
+
+const EXTERNAL = [
+  "@prisma/*",
+  "@electric-sql/*",
+  "@energetic-ai/*",
+  "@tensorflow/*",
+  "re2js",
+  "chromadb",
+  "pg",
+  "pg-*",
+  "@agendajs/*",
+  "bufferutil",
+  "utf-8-validate",
+  "vite",
+  "esbuild",
+  "playwright-core",
+];
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const dist = path.join(root, "dist");
@@ -37,7 +55,12 @@ try {
     format: "esm",
     platform: "node",
     target: "node20",
-    packages: "external",
+    // Left outside: packages that load files next to themselves at run time (Prisma's WASM
+    // engine, PGlite's WASM and data, the encoder's weights, re2js by path for its worker,
+    // Chroma), pg (its protocol writer breaks when bundled), optional native add-ons, dev tools.
+    external: EXTERNAL,
+    // Bundled CommonJS packages call require(); an ESM bundle gets one from its own URL.
+    banner: { js: "import { createRequire as __engramCreateRequire } from 'node:module'; const require = __engramCreateRequire(import.meta.url);" },
     sourcemap: true,
     chunkNames: "chunks/[name]-[hash]",
     logLevel: "warning",

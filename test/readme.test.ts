@@ -285,7 +285,13 @@ describe("README", () => {
 
   for (const b of blocks.filter((b) => RUNNERS[b.id])) {
     it(`runs the "${b.id}" example (README line ${b.line})`, async () => {
-      await RUNNERS[b.id]!(b);
+      try {
+        await RUNNERS[b.id]!(b);
+      } catch (error) {
+        // The server's own log says why it stopped answering, when it did.
+        console.error(`the server's log (README line ${b.line}):\n${server.output().slice(-6000)}`);
+        throw error;
+      }
     }, 300_000);
   }
 });

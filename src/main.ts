@@ -93,10 +93,11 @@ async function main() {
     return;
   }
   open.app = app;
-  log.info(`Engram is listening on ${url}/graphql (GraphiQL in a browser)`);
-  // Only once the server listens: a start that fails earlier creates nothing, so no key is lost.
+  // Only once the port is bound: a start that fails earlier creates nothing, so no key is lost.
+  // The key is printed before the "listening" line, so whoever waits for that line has it.
   open.bootstrap = stopping ? undefined : bootstrapOnce(services, log);
   await open.bootstrap;
+  log.info(`Engram is listening on ${url}/graphql (GraphiQL in a browser)`);
   // The worker starts once the API answers: queued work waits a moment, requests do not.
   if (env.ENGRAM_JOBS === "on" && !stopping) open.worker = await startWorker(services);
 }

@@ -15,6 +15,7 @@ import { isInputValidationError, reportLimitErrors, useTypedRequestErrors } from
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
 import { liveKeyIds } from "./auth.ts";
+import { modelCallBudget, withModelCallBudget } from "./models/call-budget.ts";
 import { MCP_PATH, mcpHandler } from "./mcp/http.ts";
 import { restApi } from "./rest.ts";
 import { LIMITS } from "./limits.ts";
@@ -121,7 +122,10 @@ export function buildApp(services: Services): App {
     context: async (initial) => {
       const principal = await services.keys.authenticate(authorizationOf(initial));
       if (!principal) throw unauthenticated();
-      return { principal, db: forTenant(services.db, principal.tenantId), deps: services.deps };
+      // One budget of model calls for the whole operation, whichever fields spend it.
+      const limit = Math.min(principal.modelCallsPerRequest ?? Infinity, services.env.ENGRAM_MODEL_CALLS_PER_REQUEST);
+      const deps = withModelCallBudget(services.deps, modelCallBudget(limit));
+      return { principal, db: forTenant(services.db, principal.tenantId), deps };
     },
     plugins: [
       maxDepthPlugin({ n: LIMITS.queryDepth, ...reportLimitErrors }),

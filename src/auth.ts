@@ -31,14 +31,22 @@ function bearerKey(authorization: string | null | undefined): string | null {
   return match?.[1].startsWith(KEY_PREFIX) ? match[1] : null;
 }
 
-/** Resolves a key's hash to who is calling, or null for an unknown or revoked key: one statement. */
-async function lookUpKey(db: Db, hash: string): Promise<Principal | null> {
-  // The key, its revocation and its tenant's state together.
-  const row = await db.apiKey.findFirst({
-    where: { hash, revokedAt: null, tenant: { active: true } },
-    select: { id: true, tenantId: true, role: true },
-  });
-  return row ? { tenantId: row.tenantId, apiKeyId: row.id, role: row.role } : null;
+/** Who is calling, and the tenant's own limit of model calls per request (null: the server's). */
+export type Caller = Principal & { modelCallsPerRequest: number | null };
+
+/** Resolves a key's hash to who is calling, or null for an unknown or revoked key. */
+async function lookUpKey(db: Db, hash: string): Promise<Caller | null> {
+  // One statement: the key, its revocation, its tenant's state and the tenant's request limit
+  // (Prisma would send the nested settings as statements of their own).
+  const [row] = await db.$queryRaw<{ id: string; tenantId: string; role: Principal["role"]; modelCallsPerRequest: number | null }[]>`
+    SELECT k."id", k."tenantId", k."role"::text AS "role", s."modelCallsPerRequest"
+    FROM "ApiKey" k
+    JOIN "Tenant" t ON t."id" = k."tenantId"
+    LEFT JOIN "TenantSettings" s ON s."tenantId" = k."tenantId"
+    WHERE k."hash" = ${hash} AND k."revokedAt" IS NULL AND t."active"
+    LIMIT 1`;
+  if (!row) return null;
+  return { tenantId: row.tenantId, apiKeyId: row.id, role: row.role, modelCallsPerRequest: row.modelCallsPerRequest };
 }
 
 /** Of the given key ids, those not revoked whose tenant is active: one statement. */
@@ -58,13 +66,13 @@ export async function authenticate(db: Db, authorization: string | null | undefi
 
 export type KeyCache = {
   /** `authenticate`, answered from memory when the key was looked up less than `ttlMs` ago. */
-  authenticate(authorization: string | null | undefined): Promise<Principal | null>;
+  authenticate(authorization: string | null | undefined): Promise<Caller | null>;
   /** Drops a revoked key at once (the revoking instance; others hear it on the pubsub). */
   revoked(apiKeyId: string): void;
   close(): Promise<void>;
 };
 
-type Cached = { principal: Principal | null; until: number };
+type Cached = { principal: Caller | null; until: number };
 
 /**
  * Key lookups without a database round trip on every request. An answer is kept at most `ttlMs`
@@ -82,7 +90,7 @@ export function createKeyCache(
   const maxEntries = options.maxEntries ?? 10_000;
   const now = options.now ?? (() => performance.now());
   const byHash = new Map<string, Cached>();
-  const inFlight = new Map<string, Promise<Principal | null>>();
+  const inFlight = new Map<string, Promise<Caller | null>>();
   // Bumped by every revocation: a lookup that was running when one arrived is not kept.
   let generation = 0;
 

@@ -14,7 +14,8 @@ import { checkHealth } from "./health.ts";
 import { isInputValidationError, reportLimitErrors, useTypedRequestErrors } from "./graphql/edge.ts";
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
-import { authenticate } from "./auth.ts";
+import { liveKeyIds } from "./auth.ts";
+import { modelCallBudget, withModelCallBudget } from "./models/call-budget.ts";
 import { MCP_PATH, mcpHandler } from "./mcp/http.ts";
 import { restApi } from "./rest.ts";
 import { LIMITS } from "./limits.ts";
@@ -119,9 +120,12 @@ export function buildApp(services: Services): App {
     // Same-origin only, unless the operator lists origins (ENGRAM_CORS_ORIGINS).
     cors: corsFor(parseOrigins(services.env.ENGRAM_CORS_ORIGINS)),
     context: async (initial) => {
-      const principal = await authenticate(services.db, authorizationOf(initial));
+      const principal = await services.keys.authenticate(authorizationOf(initial));
       if (!principal) throw unauthenticated();
-      return { principal, db: forTenant(services.db, principal.tenantId), deps: services.deps };
+      // One budget of model calls for the whole operation, whichever fields spend it.
+      const limit = Math.min(principal.modelCallsPerRequest ?? Infinity, services.env.ENGRAM_MODEL_CALLS_PER_REQUEST);
+      const deps = withModelCallBudget(services.deps, modelCallBudget(limit));
+      return { principal, db: forTenant(services.db, principal.tenantId), deps };
     },
     plugins: [
       maxDepthPlugin({ n: LIMITS.queryDepth, ...reportLimitErrors }),
@@ -137,7 +141,7 @@ export function buildApp(services: Services): App {
   // Ready from listening until stop() begins: a load balancer stops sending before connections close.
   let ready = false;
   // MCP (streamable HTTP) on /mcp: its tools call this yoga in process, with the caller's key.
-  const serveMcp = mcpHandler({ authenticate: (authorization) => authenticate(services.db, authorization), log: services.log }, yoga);
+  const serveMcp = mcpHandler({ authenticate: services.keys.authenticate, log: services.log }, yoga);
 
   // Stalled requests are found within a second of their deadline (Node checks every 30 s by default).
   const server: Server = createServer({ connectionsCheckingInterval: 1_000 }, (req: IncomingMessage, res) => {
@@ -169,11 +173,16 @@ export function buildApp(services: Services): App {
   server.requestTimeout = HTTP_TIMEOUTS.requestMs;
 
   const wsServer = new WebSocketServer({ server, path: GRAPHQL_PATH, maxPayload: LIMITS.requestBodyBytes });
-  const sockets = createSocketRegistry(services.pubsub, { connectionsPerKey: services.env.ENGRAM_WS_MAX_CONNECTIONS_PER_KEY });
+  const sockets = createSocketRegistry(
+    services.pubsub,
+    { connectionsPerKey: services.env.ENGRAM_WS_MAX_CONNECTIONS_PER_KEY },
+    (ids) => liveKeyIds(services.db, ids),
+    services.log,
+  );
   const wsDisposable = useServer<Record<string, unknown>, { request: IncomingMessage; socket: WebSocket }>(
     {
       onConnect: async (ctx) => {
-        const principal = await authenticate(services.db, authorizationOf({ connectionParams: ctx.connectionParams }));
+        const principal = await services.keys.authenticate(authorizationOf({ connectionParams: ctx.connectionParams }));
         return Boolean(principal) && sockets.add(principal!.apiKeyId, ctx.extra.socket);
       },
       onSubscribe: async (ctx, _id, payload) => {

@@ -2,6 +2,7 @@ import { z } from "zod";
 import { forTenant, type Db } from "./db.ts";
 import { parseInput } from "./errors.ts";
 import { createApiKey, hashKey, KEY_PREFIX, type Principal } from "./governance/keys.ts";
+import type { PubSub } from "./pubsub.ts";
 
 /**
  * Who is calling, and the tenants themselves: the few places that must read across tenants
@@ -24,16 +25,119 @@ export async function bootstrapFirstTenant(db: Db) {
   return createTenant(db, { name: "default" });
 }
 
-/** Resolves `Bearer <key>` to who is calling, or null for a missing, unknown or revoked key. */
-export async function authenticate(db: Db, authorization: string | null | undefined) {
+/** The key of an `Authorization: Bearer <key>` header, or null when it cannot be one of ours. */
+function bearerKey(authorization: string | null | undefined): string | null {
   const match = /^Bearer\s+(\S+)$/i.exec(authorization?.trim() ?? "");
-  if (!match?.[1].startsWith(KEY_PREFIX)) return null;
-  // One statement per request: the key, its revocation and its tenant's state together.
-  const row = await db.apiKey.findFirst({
-    where: { hash: hashKey(match[1]), revokedAt: null, tenant: { active: true } },
-    select: { id: true, tenantId: true, role: true },
-  });
-  if (!row) return null;
-  return { tenantId: row.tenantId, apiKeyId: row.id, role: row.role } satisfies Principal;
+  return match?.[1].startsWith(KEY_PREFIX) ? match[1] : null;
 }
 
+/** Who is calling, and the tenant's own limit of model calls per request (null: the server's). */
+export type Caller = Principal & { modelCallsPerRequest: number | null };
+
+/** Resolves a key's hash to who is calling, or null for an unknown or revoked key. */
+async function lookUpKey(db: Db, hash: string): Promise<Caller | null> {
+  // One statement: the key, its revocation, its tenant's state and the tenant's request limit
+  // (Prisma would send the nested settings as statements of their own).
+  const [row] = await db.$queryRaw<{ id: string; tenantId: string; role: Principal["role"]; modelCallsPerRequest: number | null }[]>`
+    SELECT k."id", k."tenantId", k."role"::text AS "role", s."modelCallsPerRequest"
+    FROM "ApiKey" k
+    JOIN "Tenant" t ON t."id" = k."tenantId"
+    LEFT JOIN "TenantSettings" s ON s."tenantId" = k."tenantId"
+    WHERE k."hash" = ${hash} AND k."revokedAt" IS NULL AND t."active"
+    LIMIT 1`;
+  if (!row) return null;
+  return { tenantId: row.tenantId, apiKeyId: row.id, role: row.role, modelCallsPerRequest: row.modelCallsPerRequest };
+}
+
+/** Of the given key ids, those not revoked whose tenant is active: one statement. */
+export async function liveKeyIds(db: Db, ids: string[]): Promise<string[]> {
+  const rows = await db.apiKey.findMany({
+    where: { id: { in: ids }, revokedAt: null, tenant: { active: true } },
+    select: { id: true },
+  });
+  return rows.map((row) => row.id);
+}
+
+/** Resolves `Bearer <key>` to who is calling, or null for a missing, unknown or revoked key (uncached). */
+export async function authenticate(db: Db, authorization: string | null | undefined) {
+  const key = bearerKey(authorization);
+  return key ? lookUpKey(db, hashKey(key)) : null;
+}
+
+export type KeyCache = {
+  /** `authenticate`, answered from memory when the key was looked up less than `ttlMs` ago. */
+  authenticate(authorization: string | null | undefined): Promise<Caller | null>;
+  /** Drops a revoked key at once (the revoking instance; others hear it on the pubsub). */
+  revoked(apiKeyId: string): void;
+  close(): Promise<void>;
+};
+
+type Cached = { principal: Caller | null; until: number };
+
+/**
+ * Key lookups without a database round trip on every request. An answer is kept at most `ttlMs`
+ * (at most 1 s), so a revoked key fails within that on every instance even when the revocation
+ * announcement is lost (Redis down); while the pubsub works, a revocation drops the key at once.
+ * Unknown keys are remembered too (bounded), so a flood of made-up keys costs one statement each
+ * per TTL. Concurrent lookups of one key share one statement.
+ */
+export function createKeyCache(
+  db: Db,
+  pubsub: Pick<PubSub, "subscribe">,
+  options: { ttlMs: number; maxEntries?: number; now?: () => number },
+): KeyCache {
+  const ttlMs = Math.min(options.ttlMs, 1_000);
+  const maxEntries = options.maxEntries ?? 10_000;
+  const now = options.now ?? (() => performance.now());
+  const byHash = new Map<string, Cached>();
+  const inFlight = new Map<string, Promise<Caller | null>>();
+  // Bumped by every revocation: a lookup that was running when one arrived is not kept.
+  let generation = 0;
+
+  const revoked = (apiKeyId: string) => {
+    generation++;
+    inFlight.clear();
+    for (const [hash, entry] of byHash) if (entry.principal?.apiKeyId === apiKeyId) byHash.delete(hash);
+  };
+  const revocations = pubsub.subscribe("apiKeyRevoked", "all");
+  void (async () => {
+    for await (const { apiKeyId } of revocations) revoked(apiKeyId);
+  })().catch(() => undefined);
+
+  const lookUp = (hash: string) => {
+    const started = generation;
+    const lookup = lookUpKey(db, hash).then(
+      (principal) => {
+        if (inFlight.get(hash) === lookup) inFlight.delete(hash);
+        if (started === generation && ttlMs > 0) {
+          byHash.delete(hash);
+          if (byHash.size >= maxEntries) byHash.delete(byHash.keys().next().value!);
+          byHash.set(hash, { principal, until: now() + ttlMs });
+        }
+        return principal;
+      },
+      (error: unknown) => {
+        if (inFlight.get(hash) === lookup) inFlight.delete(hash);
+        throw error;
+      },
+    );
+    inFlight.set(hash, lookup);
+    return lookup;
+  };
+
+  return {
+    async authenticate(authorization) {
+      const key = bearerKey(authorization);
+      if (!key) return null;
+      const hash = hashKey(key);
+      const cached = byHash.get(hash);
+      if (cached && cached.until > now()) return cached.principal;
+      if (cached) byHash.delete(hash);
+      return inFlight.get(hash) ?? lookUp(hash);
+    },
+    revoked,
+    async close() {
+      await revocations.return?.();
+    },
+  };
+}

@@ -20,4 +20,6 @@ export type Deps = {
   embeddings: EmbeddingsProvider;
   vectors: VectorStore;
   tenants: TenantDirectory;
+  /** This instance's API-key cache: a revocation drops the key from it at once. */
+  keys: { revoked(apiKeyId: string): void };
 };

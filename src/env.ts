@@ -33,6 +33,10 @@ const schema = z.object({
   ENGRAM_WS_MAX_SUBSCRIPTIONS: z.coerce.number().int().positive().default(100),
   /** Browser origins (comma-separated, e.g. https://app.example.com) allowed to call the API; default none. */
   ENGRAM_CORS_ORIGINS: z.string().optional(),
+  /** How long an API key lookup is reused before the database is asked again (at most 1 s; 0 = every request). */
+  ENGRAM_KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).max(1_000).default(1_000),
+  /** Model calls (chat + embeddings) one GraphQL operation or REST call may make, over all its fields. */
+  ENGRAM_MODEL_CALLS_PER_REQUEST: z.coerce.number().int().min(1).max(1_000).default(10),
   ENGRAM_JOBS: z.enum(["on", "off"]).default("on"),
   ENGRAM_JOB_POLL_MS: z.coerce.number().int().positive().default(2_000),
   ENGRAM_LOG_LEVEL: z.enum(["debug", "info", "warn", "error", "silent"]).default("info"),

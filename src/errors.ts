@@ -8,6 +8,7 @@ export type ErrorCode =
   | "CONFLICT"
   | "MODEL_UNAVAILABLE"
   | "BUDGET_EXHAUSTED"
+  | "MODEL_CALL_LIMIT"
   | "REDACTION_FAILED";
 
 /** An expected failure: reaches the caller with its code; anything else stays masked. */

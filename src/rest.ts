@@ -30,6 +30,7 @@ const STATUS: Record<string, number> = {
   NOT_FOUND: 404,
   CONFLICT: 409,
   BUDGET_EXHAUSTED: 429,
+  MODEL_CALL_LIMIT: 429,
   MODEL_UNAVAILABLE: 503,
 };
 

@@ -19,6 +19,7 @@ import {
   type Store,
 } from "./embedded/embedded.ts";
 import { migrate } from "./embedded/migrate.ts";
+import { createKeyCache, type KeyCache } from "./auth.ts";
 
 /**
  * The composition root of a process (the API, the worker, the CLI): the store, the one raw
@@ -26,6 +27,7 @@ import { migrate } from "./embedded/migrate.ts";
  * cli, the worker and tests hold a Services; everything else gets a TenantDb and part of `deps`.
  */
 export type Services = Deps & {
+  keys: KeyCache;
   store: Store;
   db: Db;
   /** Everything but the raw client and the store: what the GraphQL context and jobs hand on. */
@@ -55,6 +57,8 @@ export type OpenOptions = {
   /** Tests hand in a scripted model; production builds ChatOpenAI from the routes. */
   createModel?: (route: ModelRoute, chain: string) => BaseChatModel;
   log?: Logger;
+  /** The key cache's clock (ms, monotonic); tests freeze it so cached lookups are deterministic. */
+  clock?: () => number;
 };
 
 /**
@@ -87,9 +91,11 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
   });
   const vectors = createChromaVectorStore(chroma.get, log);
   const embeddings = createEmbeddingsProvider(env, models);
-  const deps: Deps = { env, log, pubsub, models, queue, embeddings, vectors, tenants };
+  const keys = createKeyCache(db, pubsub, { ttlMs: env.ENGRAM_KEY_CACHE_TTL_MS, now: options.clock });
+  const deps: Deps = { env, log, pubsub, models, queue, embeddings, vectors, tenants, keys };
   return {
     ...deps,
+    keys,
     deps,
     store,
     db,
@@ -102,6 +108,7 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
         ["recall embeddings closed", () => embeddings.close()],
         ["vectors closed", () => vectors.close()],
         ["Chroma stopped", () => chroma.stop()],
+        ["key cache closed", () => keys.close()],
         ["pubsub closed", () => pubsub.close()],
         ["database client closed", () => db.$disconnect()],
         ["store stopped", () => store.stop()],

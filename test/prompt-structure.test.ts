@@ -68,6 +68,35 @@ describe("user text cannot forge prompt structure", () => {
     expect(text.split("\n\nRecent messages:\n")).toHaveLength(2);
   });
 
+  it("model-written summaries read by later chains are quoted like user text", async () => {
+    // A summary that repeats the injection word for word, as a summarizer may.
+    const forged = `The user likes tea.\n${INJECTION}`;
+    const section = (text: string, name: string) => text.split(`${name}:\n`)[1].split("\n\n")[0];
+
+    const summarizer = scriptedModel(['{"summary": "s"}']);
+    await createSummarizerChain(summarizer.model).invoke({ previousSummary: forged, messages, wordLimit: 100 });
+    const rewrite = humanOf(summarizer.seen);
+    expectMessages(rewrite, messages);
+    expect(JSON.parse(section(rewrite, "Previous summary"))).toBe(forged.trim());
+    expect(String(summarizer.seen[0][0].content)).toContain("Each summary is a JSON string too");
+
+    const loss = scriptedModel(['{"lost": false, "reason": "none"}']);
+    await createLossJudgeChain(loss.model).invoke({ previousSummary: forged, newSummary: forged, messages });
+    const judged = humanOf(loss.seen);
+    expectMessages(judged, messages);
+    expect(JSON.parse(section(judged, "Previous summary"))).toBe(forged.trim());
+    expect(JSON.parse(judged.split("New summary:\n")[1])).toBe(forged.trim());
+    expect(judged.split("\n\nFolded messages:\n")).toHaveLength(2);
+    expect(judged.split("\n\nNew summary:\n")).toHaveLength(2);
+
+    const verbatim = scriptedModel(['{"scores": []}']);
+    await createVerbatimJudgeChain(verbatim.model).invoke({ summary: forged, older: messages.slice(0, 1), recent: messages.slice(1) });
+    const scored = humanOf(verbatim.seen);
+    expectMessages(scored, messages);
+    expect(JSON.parse(section(scored, "Summary"))).toBe(forged.trim());
+    expect(scored).not.toContain("</messages>");
+  });
+
   it("extractor: the sections open and close once, known facts quoted too", async () => {
     const { model, seen } = scriptedModel(['{"facts": []}']);
     await createExtractorChain(model).invoke({ known: [INJECTION], messages });

@@ -8,7 +8,8 @@ let engram: TestEngram;
 let conversationId = "";
 let endUserId = "";
 beforeAll(async () => {
-  engram = await startTestEngram();
+  // A frozen clock for the key cache: a key once looked up stays cached, so counts do not depend on timing.
+  engram = await startTestEngram({ clock: () => 0 });
   for (let i = 0; i < 25; i++) {
     await engram.gql(`mutation($input: AppendEventInput!) { appendEvent(input: $input) { id } }`, {
       input: { scope: "ENTITY", scopeRef: "acme", kind: "note", body: `event ${i} about pricing`, source: "qc", sourceRef: `qc-${i}` },
@@ -25,7 +26,9 @@ beforeAll(async () => {
 });
 afterAll(() => engram?.stop());
 
+/** Statements of one request, its key already cached (as on every request but the first of a second). */
 async function statementsOf(query: string, variables: Record<string, unknown> = {}, key = engram.tenant.reader) {
+  expect((await engram.gql(`{ viewer { role } }`, {}, key)).errors).toBeUndefined();
   const spy = vi.spyOn(pg.Client.prototype, "query");
   try {
     const result = await engram.gql(query, variables, key);
@@ -40,6 +43,26 @@ async function statementsOf(query: string, variables: Record<string, unknown> = 
 }
 
 describe("SQL statements per request on the hot paths", () => {
+  it("an authenticated request: one statement for its key when first seen, none while it is cached", async () => {
+    const { data } = await engram.gql(`mutation { createApiKey(role: READER) { key } }`);
+    const key = data.createApiKey.key;
+    const spy = vi.spyOn(pg.Client.prototype, "query");
+    try {
+      const viewer = `{ viewer { role } }`;
+      expect((await engram.gql(viewer, {}, key)).data.viewer.role).toBe("READER");
+      expect(spy.mock.calls.length).toBe(1);
+      for (let i = 0; i < 5; i++) await engram.gql(viewer, {}, key);
+      expect(spy.mock.calls.length).toBe(1);
+      // Concurrent first requests of one key share its lookup.
+      const other = (await engram.gql(`mutation { createApiKey(role: READER) { key } }`)).data.createApiKey.key;
+      spy.mockClear();
+      await Promise.all(Array.from({ length: 10 }, () => engram.gql(viewer, {}, other)));
+      expect(spy.mock.calls.length).toBe(1);
+    } finally {
+      spy.mockRestore();
+    }
+  });
+
   it("events with their entries: the same count for 5 and 25 rows", async () => {
     const q = `query($n: Int) { events(first: $n) { edges { node { id body entry { id title } } } } }`;
     const few = await statementsOf(q, { n: 5 });
@@ -61,26 +84,26 @@ describe("SQL statements per request on the hot paths", () => {
 
   it("the context for the next turn", async () => {
     const q = `query($input: ContextInput!) { context(input: $input) { totalTokens blocks { kind tokens } } }`;
-    // Auth, the conversation, the recent and kept messages, entries, facts, the gate's stored
+    // The conversation, the recent and kept messages, entries, facts, the gate's stored
     // verdict and the recall lookups: a fixed number, whatever the conversation's length.
-    expect(await statementsOf(q, { input: { conversationId, message: "what about pricing?" } })).toBeLessThanOrEqual(16);
+    expect(await statementsOf(q, { input: { conversationId, message: "what about pricing?" } })).toBeLessThanOrEqual(15);
   });
 
-  it("recordTurn on a known conversation: auth, one read, one write, one queue write and the answer", async () => {
+  it("recordTurn on a known conversation: one read, one write, one queue write and the answer", async () => {
     const q = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id firstSeq lastSeq } }`;
     const input = { agentExternalId: "qa", endUserExternalId: "qu", conversationExternalId: "qc", userMessage: "and the price?", assistantMessage: "12 EUR" };
-    // Auth, the conversation with any earlier use of the turn id, the one statement that appends
+    // The conversation with any earlier use of the turn id, the one statement that appends
     // the messages and the turn, the turn's follow-up job, the re-read for the selection, and the
     // feed's history row.
-    expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-1" } }, engram.tenant.writer)).toBe(6);
+    expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-1" } }, engram.tenant.writer)).toBe(5);
     // With the caller's gate verdict: one more, its upsert.
     const gate = { remember: false, forget: "NONE", forgetTargets: [], needsRecall: false };
-    expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-2", gate } }, engram.tenant.writer)).toBe(7);
+    expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-2", gate } }, engram.tenant.writer)).toBe(6);
   });
 
-  it("appendEvent: auth, the insert, the answer and the feed's history row", async () => {
+  it("appendEvent: the insert, the answer and the feed's history row", async () => {
     const q = `mutation($input: AppendEventInput!) { appendEvent(input: $input) { id } }`;
     const input = { scope: "ENTITY", scopeRef: "acme", kind: "note", body: "pinned", source: "qc", sourceRef: "pinned-event" };
-    expect(await statementsOf(q, { input }, engram.tenant.writer)).toBe(4);
+    expect(await statementsOf(q, { input }, engram.tenant.writer)).toBe(3);
   });
 });

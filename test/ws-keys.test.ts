@@ -1,3 +1,4 @@
+import net, { type AddressInfo } from "node:net";
 import { createClient, type Client } from "graphql-ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
@@ -105,5 +106,44 @@ describe("revocation across instances (Redis)", () => {
 
   it("a key revoked on one instance loses its sockets on the other", async () => {
     await revokeAndExpectSilence(first, second.url);
+  });
+});
+
+describe("revocation while Redis is down", () => {
+  let first: TestEngram;
+  let firstUrl: string;
+  let second: TestInstance;
+  beforeAll(async () => {
+    // A port nothing listens on: both instances run with their pubsub degraded to local.
+    const probe = net.createServer();
+    await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
+    const { port } = probe.address() as AddressInfo;
+    await new Promise((resolve) => probe.close(resolve));
+    const env = { REDIS_URL: `redis://127.0.0.1:${port}`, ENGRAM_EMBEDDINGS: "offline" };
+    first = await startTestEngram({ env });
+    firstUrl = await first.listen();
+    second = await startSecondInstance(first, env);
+  });
+  afterAll(async () => {
+    await second?.stop();
+    await first?.stop();
+  });
+
+  it("a key revoked on this instance loses its sockets here", async () => {
+    expect(first.services.pubsub.mode()).toBe("degraded");
+    await revokeAndExpectSilence(first, firstUrl);
+  });
+
+  it("and on the other instance, which never hears of it, once it checks its sockets' keys", async () => {
+    const { data } = await first.gql(CREATE_KEY);
+    const reader = client(second.url, data.createApiKey.key);
+    const feed = collect(reader.ws, FEED);
+    await settle(500);
+    expect(reader.closes).toEqual([]);
+    expect((await first.gql(REVOKE, { id: data.createApiKey.id })).errors).toBeUndefined();
+    const closed = await until("the revoked key's socket on the other instance to close", async () => reader.closes[0]);
+    expect(closed).toMatchObject({ code: 4401, reason: "API key revoked" });
+    feed.dispose();
+    await reader.ws.dispose();
   });
 });

@@ -3,7 +3,7 @@ import { z } from "zod";
 import type { ChatModel } from "../models/metered.ts";
 import { jsonAnswerChain, modelBoolean } from "./json.ts";
 import { lossJudgePrompt } from "./loss-judge.prompt.ts";
-import { formatTranscript, type TranscriptMessage } from "./transcript.ts";
+import { formatTranscript, quoteSummary, type TranscriptMessage } from "./transcript.ts";
 
 export type LossJudgeInput = {
   previousSummary: string | null;
@@ -24,8 +24,8 @@ export function createLossJudgeChain(model: ChatModel): Runnable<LossJudgeInput,
     prompt: lossJudgePrompt,
     model,
     variables: (input: LossJudgeInput) => ({
-      previousSummary: input.previousSummary?.trim() || "(none yet)",
-      newSummary: input.newSummary,
+      previousSummary: quoteSummary(input.previousSummary),
+      newSummary: quoteSummary(input.newSummary),
       messages: formatTranscript(input.messages),
     }),
     answer: verdict,

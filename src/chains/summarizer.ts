@@ -3,7 +3,7 @@ import { z } from "zod";
 import type { ChatModel } from "../models/metered.ts";
 import { jsonAnswerChain } from "./json.ts";
 import { summarizerPrompt } from "./summarizer.prompt.ts";
-import { countWords, formatTranscript, type TranscriptMessage } from "./transcript.ts";
+import { countWords, formatTranscript, quoteSummary, type TranscriptMessage } from "./transcript.ts";
 
 export type SummarizerInput = {
   previousSummary: string | null;
@@ -25,7 +25,7 @@ export function createSummarizerChain(model: ChatModel): Runnable<SummarizerInpu
     prompt: summarizerPrompt,
     model,
     variables: (input: SummarizerInput) => ({
-      previousSummary: input.previousSummary?.trim() || "(none yet)",
+      previousSummary: quoteSummary(input.previousSummary),
       messages: formatTranscript(input.messages),
       wordLimit: String(input.wordLimit),
     }),

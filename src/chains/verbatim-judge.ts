@@ -2,7 +2,7 @@ import type { Runnable } from "@langchain/core/runnables";
 import { z } from "zod";
 import type { ChatModel } from "../models/metered.ts";
 import { jsonAnswerChain, modelInteger as integer } from "./json.ts";
-import { formatTranscript, type TranscriptMessage } from "./transcript.ts";
+import { formatTranscript, quoteSummary, type TranscriptMessage } from "./transcript.ts";
 import { verbatimJudgePrompt } from "./verbatim-judge.prompt.ts";
 
 export type VerbatimJudgeInput = {
@@ -23,7 +23,7 @@ export function createVerbatimJudgeChain(model: ChatModel): Runnable<VerbatimJud
     prompt: verbatimJudgePrompt,
     model,
     variables: (input: VerbatimJudgeInput) => ({
-      summary: input.summary?.trim() || "(none yet)",
+      summary: quoteSummary(input.summary),
       older: formatTranscript(input.older),
       recent: formatTranscript(input.recent),
     }),

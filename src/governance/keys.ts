@@ -4,7 +4,7 @@ import type { TenantDb } from "../db.ts";
 import { notFound } from "../errors.ts";
 import { parseInput } from "../errors.ts";
 import type { Role } from "../generated/prisma/client.ts";
-import type { PubSub } from "../pubsub.ts";
+import type { Deps } from "../deps.ts";
 
 export type Principal = { tenantId: string; apiKeyId: string; role: Role };
 
@@ -37,10 +37,15 @@ export async function createApiKey(db: TenantDb, input: z.input<typeof createKey
  * Revokes one of the tenant's keys (again is fine); the key row as it is now. Its open WebSocket
  * connections are closed on every instance (the revocation travels on the pubsub).
  */
-export async function revokeApiKey(db: TenantDb, id: string, deps: { pubsub: PubSub }) {
+export async function revokeApiKey(db: TenantDb, id: string, deps: Pick<Deps, "pubsub" | "keys">) {
   const { count } = await db.apiKey.updateMany({ where: { id, revokedAt: null }, data: { revokedAt: new Date() } });
   const key = await db.apiKey.findUnique({ where: { id } });
   if (!key || (count === 0 && !key.revokedAt)) throw notFound("API key", id);
-  if (count > 0) deps.pubsub.publish("apiKeyRevoked", "all", { apiKeyId: key.id });
+  if (count > 0) {
+    // This instance forgets the key now; the others when the announcement reaches them (or their
+    // cache's TTL, at most 1 s, runs out).
+    deps.keys.revoked(key.id);
+    deps.pubsub.publish("apiKeyRevoked", "all", { apiKeyId: key.id });
+  }
   return key;
 }

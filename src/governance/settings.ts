@@ -29,6 +29,8 @@ export type EffectiveSettings = {
   forgetDeletesMessages: boolean;
   compaction: { minEvents: number; olderThanDays: number; schedule: string };
   monthlyTokenBudget: number | null;
+  /** Model calls (chat + embeddings) one request may make; null: the server's limit. */
+  modelCallsPerRequest: number | null;
   budgetPausedSince: Date | null;
   modelRouting: Partial<Record<ModelRole, StoredRoute>>;
   redaction: RedactionRules;
@@ -124,6 +126,7 @@ export function effectiveSettings(row: SettingsRow | null): EffectiveSettings {
       schedule: row?.compactionSchedule ?? DEFAULT_COMPACTION_SCHEDULE,
     },
     monthlyTokenBudget: row?.monthlyTokenBudget ?? null,
+    modelCallsPerRequest: row?.modelCallsPerRequest ?? null,
     budgetPausedSince: row?.budgetPausedSince ?? null,
     modelRouting: readRouting(row?.modelRouting),
     redaction: readRedaction(row?.redaction),
@@ -207,6 +210,8 @@ export const updateSettingsInput = z
       .nullish(),
     /** null removes the limit; absent leaves it as it is. */
     monthlyTokenBudget: z.number().int().min(0).nullish(),
+    /** null goes back to the server's limit; the server's limit caps it either way. */
+    modelCallsPerRequest: z.number().int().min(1).max(1_000).nullish(),
     modelRouting: z
       .object({ cheap: routeInput.nullish(), compaction: routeInput.nullish(), embedding: routeInput.nullish() })
       .strict()
@@ -294,6 +299,9 @@ export async function updateTenantSettings(
     set("compactionAgeDays", "compaction.olderThanDays", current.compaction.olderThanDays, input.compaction.olderThanDays);
   if (input.compaction?.schedule != null)
     set("compactionSchedule", "compaction.schedule", current.compaction.schedule, input.compaction.schedule);
+  if (input.modelCallsPerRequest !== undefined) {
+    set("modelCallsPerRequest", "modelCallsPerRequest", current.modelCallsPerRequest, input.modelCallsPerRequest);
+  }
   if (input.monthlyTokenBudget !== undefined) {
     set("monthlyTokenBudget", "monthlyTokenBudget", current.monthlyTokenBudget, input.monthlyTokenBudget);
   }

@@ -107,6 +107,12 @@ const TenantSettingsRef = builder.objectRef<EffectiveSettings>("TenantSettings")
       description: "Input plus output tokens of memory work per calendar month (UTC); null: no limit.",
       resolve: (s) => s.monthlyTokenBudget,
     }),
+    modelCallsPerRequest: t.int({
+      nullable: true,
+      description:
+        "Model calls (chat and embeddings) one request may make, over all its fields; null: the server's ENGRAM_MODEL_CALLS_PER_REQUEST, which also caps this.",
+      resolve: (s) => s.modelCallsPerRequest,
+    }),
     modelRouting: t.field({ type: ModelRouting, resolve: (s) => s.modelRouting }),
     redaction: t.field({ type: RedactionSettings, resolve: (s) => s.redaction }),
     prices: t.field({
@@ -184,6 +190,7 @@ const UpdateTenantSettingsInput = builder.inputType("UpdateTenantSettingsInput",
     forgetDeletesMessages: t.boolean(),
     compaction: t.field({ type: CompactionSettingsInput }),
     monthlyTokenBudget: t.int({ description: "null removes the limit." }),
+    modelCallsPerRequest: t.int({ description: "1–1000; null goes back to the server's limit (which caps it either way)." }),
     modelRouting: t.field({ type: ModelRoutingInput }),
     redaction: t.field({ type: RedactionSettingsInput }),
     prices: t.field({ type: [ModelPriceInput], description: "Replaces the whole price table." }),

@@ -58,6 +58,8 @@ export async function startTestEngram(
     createModel?: (route: ModelRoute, chain: string) => BaseChatModel;
     worker?: boolean;
     store?: TestStore;
+    /** The key cache's clock: a frozen one keeps every looked-up key cached until it is revoked. */
+    clock?: () => number;
   } = {},
 ): Promise<TestEngram> {
   const store = options.store ?? (await createTestStore());
@@ -69,6 +71,7 @@ export async function startTestEngram(
   });
   const services = await openServices(env, {
     createModel: options.createModel,
+    clock: options.clock,
     log: createLogger(env.ENGRAM_LOG_LEVEL),
   });
   const tenant = await createTenantWithKeys(services, "tenant-a");

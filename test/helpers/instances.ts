@@ -45,13 +45,17 @@ export type TestInstance = { services: Services; app: App; url: string; stop(): 
  * database; on the embedded store it goes through the first instance's store (attach), as the
  * embedded store has one owner process.
  */
-export async function startSecondInstance(first: TestEngram, env: Record<string, string> = {}): Promise<TestInstance> {
+export async function startSecondInstance(
+  first: TestEngram,
+  env: Record<string, string> = {},
+  options: { clock?: () => number } = {},
+): Promise<TestInstance> {
   const parsed = readEnv({
     ENGRAM_LOG_LEVEL: process.env.ENGRAM_TEST_LOG_LEVEL ?? "error",
     ...first.store.vars,
     ...env,
   });
-  const services = await openServices(parsed, { attach: true, log: createLogger(parsed.ENGRAM_LOG_LEVEL) });
+  const services = await openServices(parsed, { attach: true, log: createLogger(parsed.ENGRAM_LOG_LEVEL), clock: options.clock });
   const app = buildApp(services);
   const url = await app.start(0, "127.0.0.1");
   return {

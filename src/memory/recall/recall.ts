@@ -4,6 +4,7 @@ import { chainFor } from "../../chains/registry.ts";
 import type { RerankScores } from "../../chains/rerank.ts";
 import type { TenantDb } from "../../db.ts";
 import { Prisma } from "../../generated/prisma/client.ts";
+import { isModelCallLimit } from "../../models/call-budget.ts";
 import type { ModelProvider } from "../../models/provider.ts";
 import type { PubSub, RecallCandidate, RecallEvent } from "../../pubsub.ts";
 import type { ContextBlock, ExtraBlocks } from "../context.ts";
@@ -116,7 +117,7 @@ export async function retrieveHits(
         pool,
       );
     } catch (error) {
-      if (mode === "VECTOR") throw error;
+      if (mode === "VECTOR" || isModelCallLimit(error)) throw error;
       degraded = `vector search unavailable: ${(error as Error).message}`;
       deps.log.warn("recall: vector search failed; using keyword matches only", { tenantId, error });
       return [];
@@ -277,6 +278,7 @@ export async function recallForTurn(db: TenantDb, deps: RecallDeps, input: Recal
         snippets: candidates.map((c) => ({ ...c, ...around.get(c.snippetId) })),
       });
     } catch (error) {
+      if (isModelCallLimit(error)) throw error;
       // A reply must not wait on a broken judge: fall back to the similarity floor.
       deps.log.warn("recall: the re-rank judge failed; using the similarity floor", {
         tenantId,
@@ -350,6 +352,8 @@ export function recallBlocks(
       const block = event && recallBlock(event);
       return block ? [block] : [];
     } catch (error) {
+      // A spent request budget is the caller's to see; anything else is Chroma's or a model's problem.
+      if (isModelCallLimit(error)) throw error;
       deps.log.warn("recall failed; the context is assembled without it", { tenantId: db.$tenantId(), conversationId, error });
       return [];
     }

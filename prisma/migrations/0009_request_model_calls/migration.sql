@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "TenantSettings" ADD COLUMN     "modelCallsPerRequest" INTEGER;

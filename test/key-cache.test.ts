@@ -1,0 +1,129 @@
+import net, { type AddressInfo } from "node:net";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { createKeyCache } from "../src/auth.ts";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { startSecondInstance, testRedisUrl, type TestInstance } from "./helpers/instances.ts";
+import { until } from "./helpers/until.ts";
+
+const CREATE_KEY = `mutation { createApiKey(role: READER) { key id } }`;
+const REVOKE = `mutation($id: ID!) { revokeApiKey(id: $id) { id } }`;
+const VIEWER = `{ viewer { role } }`;
+
+async function viewerCode(url: string, key: string): Promise<string> {
+  const response = await fetch(`${url}/graphql`, {
+    method: "POST",
+    headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+    body: JSON.stringify({ query: VIEWER }),
+  });
+  const body = (await response.json()) as { data?: { viewer: { role: string } }; errors?: { extensions?: { code?: string } }[] };
+  return body.errors?.[0]?.extensions?.code ?? body.data!.viewer.role;
+}
+
+/** A loopback port nothing listens on: a Redis that is down. */
+async function deadPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+describe("the API-key cache", () => {
+  let engram: TestEngram;
+  beforeAll(async () => {
+    engram = await startTestEngram({ env: { ENGRAM_EMBEDDINGS: "offline" } });
+  });
+  afterAll(() => engram?.stop());
+
+  it("answers from memory for at most its TTL: a revocation it never hears of fails once that runs out", async () => {
+    let clock = 0;
+    const cache = createKeyCache(engram.services.db, engram.services.pubsub, { ttlMs: 5_000, now: () => clock });
+    const { data } = await engram.gql(CREATE_KEY);
+    const header = `Bearer ${data.createApiKey.key}`;
+    const spy = vi.spyOn(pg.Client.prototype, "query");
+    try {
+      expect(await cache.authenticate(header)).toMatchObject({ apiKeyId: data.createApiKey.id, role: "READER" });
+      expect(await cache.authenticate(header)).toMatchObject({ role: "READER" });
+      expect(spy.mock.calls.length).toBe(1);
+      // Revoked behind the cache's back (as by an instance whose announcement is lost).
+      await engram.services.db.apiKey.update({ where: { id: data.createApiKey.id }, data: { revokedAt: new Date() } });
+      clock = 999;
+      expect(await cache.authenticate(header)).not.toBeNull();
+      // A TTL over 1 s is cut to 1 s.
+      clock = 1_000;
+      expect(await cache.authenticate(header)).toBeNull();
+      // Unknown keys are remembered too, and malformed ones never reach the database.
+      spy.mockClear();
+      expect(await cache.authenticate("Bearer egm_made-up")).toBeNull();
+      expect(await cache.authenticate("Bearer egm_made-up")).toBeNull();
+      expect(await cache.authenticate("Basic abc")).toBeNull();
+      expect(spy.mock.calls.length).toBe(1);
+    } finally {
+      spy.mockRestore();
+      await cache.close();
+    }
+  });
+
+  it("drops a key revoked on this instance at once", async () => {
+    const cache = createKeyCache(engram.services.db, engram.services.pubsub, { ttlMs: 1_000, now: () => 0 });
+    const { data } = await engram.gql(CREATE_KEY);
+    const header = `Bearer ${data.createApiKey.key}`;
+    expect(await cache.authenticate(header)).not.toBeNull();
+    await engram.services.db.apiKey.update({ where: { id: data.createApiKey.id }, data: { revokedAt: new Date() } });
+    // Its clock is frozen: only the revocation drops the key.
+    expect(await cache.authenticate(header)).not.toBeNull();
+    cache.revoked(data.createApiKey.id);
+    expect(await cache.authenticate(header)).toBeNull();
+    await cache.close();
+  });
+
+  it("a revoked key's next request fails, though the key was cached a moment before", async () => {
+    const { data } = await engram.gql(CREATE_KEY);
+    expect((await engram.gql(VIEWER, {}, data.createApiKey.key)).data.viewer.role).toBe("READER");
+    expect((await engram.gql(REVOKE, { id: data.createApiKey.id })).errors).toBeUndefined();
+    const after = await engram.gql(VIEWER, {}, data.createApiKey.key);
+    expect(after.errors?.[0].extensions?.code).toBe("UNAUTHENTICATED");
+  });
+});
+
+describe("revocation across instances", () => {
+  let first: TestEngram;
+  let firstUrl: string;
+  const others: TestInstance[] = [];
+  beforeAll(async () => {
+    const REDIS_URL = await testRedisUrl();
+    first = await startTestEngram({ env: { REDIS_URL, ENGRAM_EMBEDDINGS: "offline" } });
+    firstUrl = await first.listen();
+  });
+  afterAll(async () => {
+    for (const other of others) await other.stop();
+    await first?.stop();
+  });
+
+  it("through Redis: the other instance drops the key when it hears of the revocation", async () => {
+    // The second instance's clock is frozen: its cache would keep the key for ever, so only the
+    // announcement over Redis can make the key fail there.
+    const second = await startSecondInstance(first, { REDIS_URL: await testRedisUrl(), ENGRAM_EMBEDDINGS: "offline" }, { clock: () => 0 });
+    others.push(second);
+    await until("the second instance on redis", async () => second.services.pubsub.mode() === "redis");
+    const { data } = await first.gql(CREATE_KEY);
+    expect(await viewerCode(second.url, data.createApiKey.key)).toBe("READER");
+    expect(await viewerCode(firstUrl, data.createApiKey.key)).toBe("READER");
+
+    expect((await first.gql(REVOKE, { id: data.createApiKey.id })).errors).toBeUndefined();
+    expect(await viewerCode(firstUrl, data.createApiKey.key)).toBe("UNAUTHENTICATED");
+    await until("the second instance to refuse the key", async () => (await viewerCode(second.url, data.createApiKey.key)) === "UNAUTHENTICATED");
+  });
+
+  it("with Redis down: the other instance's cache runs out (TTL at most 1 s) and the key fails there too", async () => {
+    const REDIS_URL = `redis://127.0.0.1:${await deadPort()}`;
+    const second = await startSecondInstance(first, { REDIS_URL, ENGRAM_EMBEDDINGS: "offline" });
+    others.push(second);
+    expect(second.services.pubsub.mode()).toBe("degraded");
+    const { data } = await first.gql(CREATE_KEY);
+    expect(await viewerCode(second.url, data.createApiKey.key)).toBe("READER");
+    expect((await first.gql(REVOKE, { id: data.createApiKey.id })).errors).toBeUndefined();
+    await until("the second instance to refuse the key", async () => (await viewerCode(second.url, data.createApiKey.key)) === "UNAUTHENTICATED");
+  });
+});

@@ -1,5 +1,6 @@
 import type { Agenda, Job, JobDefinition as AgendaJobOptions } from "agenda";
 import type { z } from "zod";
+import { JOB_LOCK_MS } from "../src/agenda-queue.ts";
 import type { TenantDb } from "../src/db.ts";
 import type { Deps } from "../src/deps.ts";
 import type { JobDefinition } from "../src/queue.ts";
@@ -47,7 +48,17 @@ function implement<S extends z.ZodType>(
             },
             attempt: (job.attrs.failCount ?? 0) + 1,
           };
-          await run(deps, definition.schema.parse(job.attrs.data ?? {}), control);
+          // Signs of life while it runs: the lock of a job whose worker died lapses, this one's never does.
+          let touching: Promise<unknown> = Promise.resolve();
+          const heartbeat = setInterval(() => {
+            touching = touching.then(() => job.touch()).catch(() => {});
+          }, JOB_LOCK_MS / 3);
+          try {
+            await run(deps, definition.schema.parse(job.attrs.data ?? {}), control);
+          } finally {
+            clearInterval(heartbeat);
+            await touching; // a touch still in flight must not land after the job is saved
+          }
         },
         agendaOptions,
       );

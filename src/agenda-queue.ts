@@ -14,6 +14,13 @@ export type AgendaQueue = JobQueue & {
 };
 
 /**
+ * How long a job's lock holds without a sign of life. The worker running a job renews it every
+ * third of this (jobs/implement.ts), so a slow job keeps it; the jobs a crashed worker had locked
+ * run elsewhere within this time, instead of Agenda's default 10 minutes.
+ */
+export const JOB_LOCK_MS = 60_000;
+
+/**
  * On PGlite, LISTEN/NOTIFY does not reach other connections, so jobs wait for the poll there.
  */
 export function createAgendaQueue(store: Store, pollMs: number, log: Logger): AgendaQueue {
@@ -21,6 +28,7 @@ export function createAgendaQueue(store: Store, pollMs: number, log: Logger): Ag
   const agenda = new Agenda({
     backend: new PostgresBackend({ pool, disableNotifications: store.embedded }),
     processEvery: pollMs,
+    defaultLockLifetime: JOB_LOCK_MS,
   });
   // Agenda's debounce reads then writes; chaining one key's submissions in this process keeps
   // a burst from one API instance from racing itself into several jobs.

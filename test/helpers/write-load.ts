@@ -83,9 +83,9 @@ export function startWriteLoad(options: LoadOptions): WriteLoad {
   const stats = Object.fromEntries(
     (["recordTurn", "appendEvent", "context", "searchEntries", "recall"] as Operation[]).map((op) => [
       op,
-      { count: 0, errors: 0, timeouts: 0, latencies: [], errorSamples: [] } satisfies OperationStats,
+      { count: 0, errors: 0, timeouts: 0, latencies: [], errorSamples: [] } as OperationStats,
     ]),
-  ) as Record<Operation, OperationStats>;
+  ) as unknown as Record<Operation, OperationStats>;
   const acked = { turns: [] as AckedTurn[], events: [] as AckedEvent[] };
   const endUserIds: string[] = [];
   let running = true;

@@ -1,7 +1,10 @@
 import type { TenantDb } from "../../db.ts";
 
-/** Longer than any rewrite or extraction should take; a crashed worker's lease simply runs out. */
-const LEASE_MS = 5 * 60_000;
+/**
+ * A running holder renews its lease every third of this, so a slow model never loses it; a
+ * crashed worker's lease runs out within this time, and its conversation's work goes on.
+ */
+export const LEASE_MS = 60_000;
 
 export type ConversationLease = "summaryLeaseUntil" | "extractionLeaseUntil";
 
@@ -24,9 +27,17 @@ export async function underConversationLease<T>(
   if (!leased) {
     return (await db.conversation.count({ where: { id: conversationId } })) ? { status: "BUSY" } : { status: "GONE" };
   }
+  let renewing: Promise<unknown> = Promise.resolve();
+  const renew = setInterval(() => {
+    renewing = renewing
+      .then(() => db.conversation.updateMany({ where: { id: conversationId }, data: { [lease]: new Date(Date.now() + LEASE_MS) } }))
+      .catch(() => {});
+  }, LEASE_MS / 3);
   try {
     return await work();
   } finally {
+    clearInterval(renew);
+    await renewing; // a renewal still in flight must not outlive the release
     await db.conversation.updateMany({ where: { id: conversationId }, data: { [lease]: null } });
   }
 }

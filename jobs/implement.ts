@@ -48,16 +48,20 @@ function implement<S extends z.ZodType>(
             },
             attempt: (job.attrs.failCount ?? 0) + 1,
           };
-          // Signs of life while it runs: the lock of a job whose worker died lapses, this one's never does.
-          let touching: Promise<unknown> = Promise.resolve();
+          // Signs of life while it runs: the lock of a job whose worker died lapses, this one's never
+          // does. Each touch renews the lock in memory at once; the writes are not chained, so a slow
+          // store cannot hold the next renewal back.
+          const touches = new Set<Promise<unknown>>();
           const heartbeat = setInterval(() => {
-            touching = touching.then(() => job.touch()).catch(() => {});
-          }, JOB_LOCK_MS / 3);
+            const touch = job.touch().catch(() => {});
+            touches.add(touch);
+            void touch.finally(() => touches.delete(touch));
+          }, JOB_LOCK_MS / 4);
           try {
             await run(deps, definition.schema.parse(job.attrs.data ?? {}), control);
           } finally {
             clearInterval(heartbeat);
-            await touching; // a touch still in flight must not land after the job is saved
+            await Promise.all(touches); // a touch still in flight must not land after the job is saved
           }
         },
         agendaOptions,

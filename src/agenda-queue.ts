@@ -15,7 +15,7 @@ export type AgendaQueue = JobQueue & {
 
 /**
  * How long a job's lock holds without a sign of life. The worker running a job renews it every
- * third of this (jobs/implement.ts), so a slow job keeps it; the jobs a crashed worker had locked
+ * quarter of this (jobs/implement.ts), so a slow job keeps it; the jobs a crashed worker had locked
  * run elsewhere within this time, instead of Agenda's default 10 minutes.
  */
 export const JOB_LOCK_MS = 60_000;

@@ -1,7 +1,7 @@
 import type { TenantDb } from "../../db.ts";
 
 /**
- * A running holder renews its lease every third of this, so a slow model never loses it; a
+ * A running holder renews its lease every quarter of this, so a slow model never loses it; a
  * crashed worker's lease runs out within this time, and its conversation's work goes on.
  */
 export const LEASE_MS = 60_000;
@@ -27,17 +27,20 @@ export async function underConversationLease<T>(
   if (!leased) {
     return (await db.conversation.count({ where: { id: conversationId } })) ? { status: "BUSY" } : { status: "GONE" };
   }
-  let renewing: Promise<unknown> = Promise.resolve();
+  // Renewals are not chained: a slow store must not hold the next one back.
+  const renewals = new Set<Promise<unknown>>();
   const renew = setInterval(() => {
-    renewing = renewing
-      .then(() => db.conversation.updateMany({ where: { id: conversationId }, data: { [lease]: new Date(Date.now() + LEASE_MS) } }))
+    const renewal = db.conversation
+      .updateMany({ where: { id: conversationId }, data: { [lease]: new Date(Date.now() + LEASE_MS) } })
       .catch(() => {});
-  }, LEASE_MS / 3);
+    renewals.add(renewal);
+    void renewal.finally(() => renewals.delete(renewal));
+  }, LEASE_MS / 4);
   try {
     return await work();
   } finally {
     clearInterval(renew);
-    await renewing; // a renewal still in flight must not outlive the release
+    await Promise.all(renewals); // a renewal still in flight must not land after the release
     await db.conversation.updateMany({ where: { id: conversationId }, data: { [lease]: null } });
   }
 }

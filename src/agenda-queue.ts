@@ -15,10 +15,12 @@ export type AgendaQueue = JobQueue & {
 
 /**
  * How long a job's lock holds without a sign of life. The worker running a job renews it every
- * quarter of this (jobs/implement.ts), so a slow job keeps it; the jobs a crashed worker had locked
- * run elsewhere within this time, instead of Agenda's default 10 minutes.
+ * quarter of this (jobs/implement.ts), so a slow job keeps it; on PostgreSQL the jobs a crashed
+ * worker had locked run elsewhere within this time, instead of Agenda's default 10 minutes (the
+ * embedded store frees them at the next start: services.ts). 60 s was too short for a saturated
+ * store, whose renewals waited in line (bench/soak).
  */
-export const JOB_LOCK_MS = 60_000;
+export const JOB_LOCK_MS = 120_000;
 
 /**
  * On PGlite, LISTEN/NOTIFY does not reach other connections, so jobs wait for the poll there.

@@ -4,7 +4,7 @@ import type { TenantDb } from "../../db.ts";
  * A running holder renews its lease every quarter of this, so a slow model never loses it; a
  * crashed worker's lease runs out within this time, and its conversation's work goes on.
  */
-export const LEASE_MS = 60_000;
+export const LEASE_MS = 120_000;
 
 export type ConversationLease = "summaryLeaseUntil" | "extractionLeaseUntil";
 

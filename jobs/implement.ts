@@ -1,5 +1,6 @@
 import type { Agenda, Job, JobDefinition as AgendaJobOptions } from "agenda";
 import type { z } from "zod";
+import { JOB_LOCK_MS } from "../src/agenda-queue.ts";
 import type { TenantDb } from "../src/db.ts";
 import type { Deps } from "../src/deps.ts";
 import type { JobDefinition } from "../src/queue.ts";
@@ -47,7 +48,21 @@ function implement<S extends z.ZodType>(
             },
             attempt: (job.attrs.failCount ?? 0) + 1,
           };
-          await run(deps, definition.schema.parse(job.attrs.data ?? {}), control);
+          // Signs of life while it runs: the lock of a job whose worker died lapses, this one's never
+          // does. Each touch renews the lock in memory at once; the writes are not chained, so a slow
+          // store cannot hold the next renewal back.
+          const touches = new Set<Promise<unknown>>();
+          const heartbeat = setInterval(() => {
+            const touch = job.touch().catch(() => {});
+            touches.add(touch);
+            void touch.finally(() => touches.delete(touch));
+          }, JOB_LOCK_MS / 4);
+          try {
+            await run(deps, definition.schema.parse(job.attrs.data ?? {}), control);
+          } finally {
+            clearInterval(heartbeat);
+            await Promise.all(touches); // a touch still in flight must not land after the job is saved
+          }
         },
         agendaOptions,
       );

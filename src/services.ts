@@ -61,6 +61,15 @@ export type OpenOptions = {
   clock?: () => number;
 };
 
+async function releaseClaimsOfTheDead(db: Db, log: Logger) {
+  const [{ queue }] = await db.$queryRaw<{ queue: boolean }[]>`SELECT to_regclass('agenda_jobs') IS NOT NULL AS queue`;
+  const jobs = queue ? await db.$executeRaw`UPDATE "agenda_jobs" SET "locked_at" = NULL WHERE "locked_at" IS NOT NULL` : 0;
+  const leases = await db.$executeRaw`
+    UPDATE "Conversation" SET "summaryLeaseUntil" = NULL, "extractionLeaseUntil" = NULL
+    WHERE "summaryLeaseUntil" IS NOT NULL OR "extractionLeaseUntil" IS NOT NULL`;
+  if (jobs || leases) log.info("released the claims of a process that stopped without cleaning up", { jobs, leases });
+}
+
 /**
  * Opens the store (PostgreSQL at DATABASE_URL, else embedded PGlite in ENGRAM_DATA_DIR),
  * applies pending migrations, and builds what runs on top of it.
@@ -80,6 +89,9 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     throw error;
   }
   const db = createDb(store.url, (error) => log.warn("database connection lost", { error }));
+  // The embedded store has one owner process: whatever was claimed before this one opened it
+  // (job locks, conversation leases) belonged to a process that died, and is free now.
+  if (store.kind === "embedded" && !options.attach) await releaseClaimsOfTheDead(db, log);
   const tenants = tenantDirectory(db);
   const pubsub = recordingActivity(createEngramPubSub(env.REDIS_URL, log), tenants, log);
   const models = createModelProvider({ tenants, env, createModel: options.createModel });

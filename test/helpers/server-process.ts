@@ -1,5 +1,6 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync } from "node:fs";
+import net, { type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -23,6 +24,15 @@ export function ensureCompiled() {
   if (existsSync(main) && statSync(main).mtimeMs >= Math.max(newestIn(path.join(ROOT, "src")), newestIn(path.join(ROOT, "jobs")))) return;
   const result = spawnSync(process.execPath, [path.join(ROOT, "scripts", "build.mjs")], { cwd: ROOT, encoding: "utf8" });
   if (result.status !== 0) throw new Error(`npm run build:server failed: ${result.stderr}`);
+}
+
+/** A loopback port free right now, for a server that must come back on the same port. */
+export async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
 }
 
 export const tempDataDir = (name = "engram-proc-") => mkdtempSync(path.join(tmpdir(), name));

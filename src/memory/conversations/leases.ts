@@ -1,7 +1,10 @@
 import type { TenantDb } from "../../db.ts";
 
-/** Longer than any rewrite or extraction should take; a crashed worker's lease simply runs out. */
-const LEASE_MS = 5 * 60_000;
+/**
+ * A running holder renews its lease every quarter of this, so a slow model never loses it; a
+ * crashed worker's lease runs out within this time, and its conversation's work goes on.
+ */
+export const LEASE_MS = 120_000;
 
 export type ConversationLease = "summaryLeaseUntil" | "extractionLeaseUntil";
 
@@ -24,9 +27,20 @@ export async function underConversationLease<T>(
   if (!leased) {
     return (await db.conversation.count({ where: { id: conversationId } })) ? { status: "BUSY" } : { status: "GONE" };
   }
+  // Renewals are not chained: a slow store must not hold the next one back.
+  const renewals = new Set<Promise<unknown>>();
+  const renew = setInterval(() => {
+    const renewal = db.conversation
+      .updateMany({ where: { id: conversationId }, data: { [lease]: new Date(Date.now() + LEASE_MS) } })
+      .catch(() => {});
+    renewals.add(renewal);
+    void renewal.finally(() => renewals.delete(renewal));
+  }, LEASE_MS / 4);
   try {
     return await work();
   } finally {
+    clearInterval(renew);
+    await Promise.all(renewals); // a renewal still in flight must not land after the release
     await db.conversation.updateMany({ where: { id: conversationId }, data: { [lease]: null } });
   }
 }

@@ -20,6 +20,7 @@ let page: Page;
 let url: string;
 let ada = { endUserId: "", conversationId: "" };
 let bea = { endUserId: "", conversationId: "" };
+let cy = { endUserId: "", conversationId: "" };
 let scratch = { conversationId: "" };
 let pair = { older: "", newer: "" };
 let entryId = "";
@@ -61,6 +62,8 @@ beforeAll(async () => {
   ada = await say(engram, { user: "ada", conversation: "trip", agent: "concierge" }, "I only stay near the harbour.", "Noted.", w);
   for (let n = 2; n <= 4; n++) await say(engram, { user: "ada", conversation: "trip", agent: "concierge" }, `Message ${n}.`, `Reply ${n}.`, w);
   bea = await say(engram, { user: "bea", conversation: "flat", agent: "broker" }, "The harbour flat was too loud.", "Sure.", w);
+  cy = await say(engram, { user: "cy", conversation: "notes", agent: "concierge" }, "I cycle to work.", "Nice.", w);
+  await extracted(cy.endUserId, cy.conversationId, "Cycles to work.", 1);
   scratch = await say(engram, { user: "ada", conversation: "scratch", agent: "concierge" }, "Just testing.", "Ok.", w);
   await extracted(ada.endUserId, ada.conversationId, "Only stays near the harbour.", 1);
   await extracted(bea.endUserId, bea.conversationId, "Found the harbour flat too loud.", 1);
@@ -145,8 +148,8 @@ describe("on the user's page", () => {
     await fact.getByRole("button", { name: "Edit" }).click();
     await page.getByLabel("Fact text").fill("Only stays within walking distance of the harbour.");
     await page.getByRole("button", { name: "Save" }).click();
-    const corrected = page.getByTestId("fact").filter({ hasText: "walking distance" });
-    await corrected.waitFor();
+    const corrected = page.getByTestId("fact").filter({ has: page.locator(".fact-text", { hasText: "walking distance" }) });
+    await corrected.getByRole("button", { name: "Edit" }).waitFor();
     expect(await corrected.locator("blockquote").count()).toBe(0);
     expect(await corrected.textContent()).toMatch(/corrected by/);
   });
@@ -184,6 +187,29 @@ describe("on the user's page", () => {
     expect(exported.conversations.map((c: { externalId: string }) => c.externalId).sort()).toEqual(["scratch", "trip"]);
     expect(exported.entries.map((e: { title: string }) => e.title)).toEqual(["Harbour hotels"]);
     await signIn(page, engram.tenant.writer);
+  });
+});
+
+describe("banners go when their cause goes (bug 6)", () => {
+  it("after Cancel, and after Forget everything", async () => {
+    await page.goto(`${url}/inspector/users/${cy.endUserId}`);
+    const fact = page.getByTestId("fact").first();
+    await fact.getByRole("button", { name: "Edit" }).click();
+    await page.getByLabel("Fact text").fill("ab");
+    await page.getByRole("button", { name: "Save" }).click();
+    await page.getByRole("alert").waitFor();
+    await page.getByRole("button", { name: "Cancel" }).click();
+    await poll(() => page.getByRole("alert").count()).toBe(0);
+
+    await page.getByLabel("New fact").fill("x".repeat(600));
+    await page.getByRole("button", { name: "Add fact" }).click();
+    await page.getByRole("alert").waitFor();
+    await page.getByRole("button", { name: "Forget everything…" }).click();
+    await page.getByLabel("Confirm the user's id").fill("cy");
+    await page.getByRole("button", { name: "Forget cy" }).click();
+    await page.getByText("Nothing is known about this user.").waitFor();
+    await poll(() => page.getByRole("alert").count()).toBe(0);
+    expect(await page.getByLabel("New fact").inputValue()).toBe("");
   });
 });
 
@@ -282,6 +308,19 @@ describe("editing where people expect it", () => {
   });
 });
 
+/** Pairs of chart labels whose boxes overlap (bug 9: labels collided). */
+const overlappingChartLabels = (p: Page) =>
+  p.evaluate(() => {
+    const boxes = [...document.querySelectorAll("figure.chart text.axis")].map((t) => ({ text: t.textContent, r: t.getBoundingClientRect() }));
+    const hits: string[] = [];
+    for (let i = 0; i < boxes.length; i++)
+      for (let j = i + 1; j < boxes.length; j++) {
+        const [a, b] = [boxes[i].r, boxes[j].r];
+        if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom) hits.push(`${boxes[i].text} × ${boxes[j].text}`);
+      }
+    return hits;
+  });
+
 /** The views this file added to, each with what to wait for before looking at it. */
 function newViews(p: Page): [string, string, () => Promise<unknown>][] {
   return [
@@ -324,6 +363,7 @@ describe("sizes and axe", () => {
         await p.goto(`${url}/inspector${path}`);
         await ready();
         expect(await horizontalOverflow(p), name).toBe(0);
+        expect(await overlappingChartLabels(p), name).toEqual([]);
         expect(await axeViolations(p), name).toEqual([]);
         await p.screenshot({ path: `test/artifacts/phone-${name.replaceAll(" ", "-")}.png`, fullPage: true });
       }

@@ -493,7 +493,8 @@ function UserDetail({ id }: { id: string }) {
               </p>
             )}
             {undoError && <Failure error={undoError} />}
-            {writable && <AddFact endUserId={id} onAdded={user.refetch} />}
+            {/* Remounted after a forget, so no banner of before stays on screen. */}
+            {writable && <AddFact key={forgets} endUserId={id} onAdded={user.refetch} />}
             {writable && (
               <ForgetUser
                 endUserId={id}

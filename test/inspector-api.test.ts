@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant } from "../src/db.ts";
 import { applyCandidate } from "../src/memory/facts/facts.ts";
@@ -168,5 +169,43 @@ describe("resolveContradiction", () => {
     const after = await facts();
     expect(after.find((f) => f.id === pair.newer)?.contradicts).toEqual({ id: pair.older });
     expect(after.some((f) => f.id === pair.older)).toBe(true);
+  });
+});
+
+describe("README's inspector example", () => {
+  /** The block under `<!-- readme-test: inspector-api -->`, run as written. */
+  const example = () => {
+    const match = /<!-- readme-test: inspector-api -->\n```graphql\n([\s\S]*?)\n```/.exec(readFileSync("README.md", "utf8"));
+    if (!match) throw new Error(`README.md has no block marked readme-test: ${"inspector-api"}`);
+    return match[1];
+  };
+  const run = async (operationName: string, variables: Record<string, unknown>, key: string) => {
+    const response = await engram.app.yoga.fetch("http://engram.test/graphql", {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+      body: JSON.stringify({ query: example(), operationName, variables }),
+    });
+    return (await response.json()) as { data: any; errors?: unknown[] };
+  };
+
+  it("searches with a reader key and resolves with a writer key", async () => {
+    const search = await run("Search", {}, engram.tenant.reader);
+    expect(search.errors).toBeUndefined();
+    expect(search.data.searchMemory.map((h: { kind: string }) => h.kind)).toContain("FACT");
+    expect(search.data.searchMemory.map((h: { kind: string }) => h.kind)).toContain("SNIPPET");
+
+    const db = forTenant(engram.services.db, engram.tenant.tenantId);
+    const judged = (relation: "none" | "contradiction", relatedFactId: string | null) =>
+      ({ durability: "durable", relation, relatedFactId, sensitivity: null }) as const;
+    const base = { endUserId: bea.endUserId, allowSensitive: false, sourceMessageId: null, conversationId: bea.conversationId };
+    const older = await applyCandidate(db, engram.services, { ...base, candidate: { text: "Rents in Lyon.", core: false, seq: null }, judgment: judged("none", null) });
+    const newer = await applyCandidate(db, engram.services, {
+      ...base,
+      candidate: { text: "Rents in Nice.", core: false, seq: null },
+      judgment: judged("contradiction", older.factId),
+    });
+    const resolved = await run("Resolve", { factId: newer.factId }, engram.tenant.writer);
+    expect(resolved.errors).toBeUndefined();
+    expect(resolved.data.resolveContradiction).toEqual({ kept: [{ id: newer.factId, text: "Rents in Nice." }], deletedFactId: older.factId });
   });
 });

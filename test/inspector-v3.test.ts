@@ -281,6 +281,8 @@ describe("editing where people expect it", () => {
     expect(await bar.textContent()).toContain(`Sent: ${total} tokens`);
     const width = () => segments.evaluateAll((s) => s.reduce((sum, e) => sum + e.getBoundingClientRect().width, 0));
     const at8k = await width();
+    await bar.getByLabel("Model window").selectOption("2000");
+    await page.getByRole("region", { name: "Context for the next call" }).screenshot({ path: "test/artifacts/desktop-context-window.png" });
     await bar.getByLabel("Model window").selectOption("128000");
     await poll(async () => Math.round((at8k / (await width())) * 10) / 10).toBeGreaterThan(10);
     expect(await bar.textContent()).toContain("of 128k");

@@ -104,7 +104,7 @@ function scoreLabel(kind: string, score: number | null | undefined) {
 }
 
 /** Common model windows, in tokens. */
-const WINDOWS = [8_000, 32_000, 128_000, 200_000];
+const WINDOWS = [2_000, 4_000, 8_000, 32_000, 128_000, 200_000];
 const WINDOW_STORAGE = "engram.inspector.window";
 const kTokens = (n: number) => `${Math.round(n / 1000)}k`;
 

@@ -460,6 +460,9 @@ function UserDetail({ id }: { id: string }) {
         {endUser.displayName ?? endUser.externalId}
         {endUser.displayName && <span className="muted"> · {endUser.externalId}</span>}
       </h1>
+      <p className="muted small">
+        <Link to={`/search?user=${id}`}>Search this user's memory</Link>
+      </p>
       <div className="columns">
         <div>
           <section aria-labelledby="facts-title">

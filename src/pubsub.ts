@@ -66,7 +66,7 @@ export type RecallEvent = {
 
 export type EntryChange = "CREATED" | "CORRECTED" | "FORGOTTEN";
 
-export type FactChangeKind = "ADDED" | "REFRESHED" | "UPDATED" | "CONTRADICTED" | "CORRECTED" | "DELETED" | "FORGOTTEN";
+export type FactChangeKind = "ADDED" | "REFRESHED" | "UPDATED" | "CONTRADICTED" | "CORRECTED" | "RESOLVED" | "DELETED" | "FORGOTTEN";
 
 /** A fact change; `text` is kept so a deleted fact can still be shown in the live record. */
 export type FactChangePayload = {

@@ -187,6 +187,7 @@ function everyView(p: Page): [string, string, () => Promise<unknown>][] {
     ["users", "/users", () => p.getByRole("link", { name: "ada" }).waitFor()],
     ["user", `/users/${trip.endUserId}`, () => p.getByTestId("fact").first().waitFor()],
     ["entries and events", "/memory", () => p.getByRole("cell", { name: /decision/ }).first().waitFor()],
+    ["search", "/search?q=target", () => p.getByTestId("search-hits").waitFor()],
     ["costs and jobs", "/costs", () => p.getByRole("heading", { level: 1 }).waitFor()],
   ];
 }

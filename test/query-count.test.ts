@@ -82,6 +82,16 @@ describe("SQL statements per request on the hot paths", () => {
     expect(await statementsOf(q, { id: endUserId })).toBeLessThanOrEqual(8);
   });
 
+  it("memory search across users: one statement per kind, whatever the number of hits", async () => {
+    const q = `query($text: String!, $n: Int) { searchMemory(text: $text, first: $n) { kind id endUserName conversationName messageSeq } }`;
+    // "about" is an English stop word: the text as typed matches the events and the facts.
+    const few = await statementsOf(q, { text: "about", n: 5 });
+    const many = await statementsOf(q, { text: "about", n: 40 });
+    expect(many).toBe(few);
+    // Auth, then facts, snippets, entries and events: one statement each.
+    expect(many).toBeLessThanOrEqual(5);
+  });
+
   it("the context for the next turn", async () => {
     const q = `query($input: ContextInput!) { context(input: $input) { totalTokens blocks { kind tokens } } }`;
     // The conversation, the recent and kept messages, entries, facts, the gate's stored

@@ -13,6 +13,7 @@ const MessageRoleEnum = builder.enumType("MessageRole", {
 builder.prismaObject("Message", {
   fields: (t) => ({
     id: t.exposeID("id"),
+    conversationId: t.exposeID("conversationId"),
     seq: t.exposeInt("seq", { description: "Gapless from 1 within the conversation." }),
     role: t.expose("role", { type: MessageRoleEnum }),
     content: t.exposeString("content"),

@@ -1,6 +1,7 @@
 import { filter, pipe } from "graphql-yoga";
 import { builder, type GraphQLContext } from "../builder.ts";
 import { notFound } from "../errors.ts";
+import { CONTRADICTION_CHOICES, resolveContradiction, type ContradictionResolution } from "../memory/facts/contradictions.ts";
 import { addFact, correctFact, listFacts } from "../memory/facts/facts.ts";
 import { forgetFact, forgetRecords, forgetUser, type ForgetRecord } from "../memory/forget.ts";
 import type { FactChangeKind, FactChangePayload } from "../pubsub.ts";
@@ -57,14 +58,14 @@ builder.prismaObject("FactVersion", {
     id: t.exposeID("id"),
     text: t.exposeString("text"),
     core: t.exposeBoolean("core"),
-    change: t.exposeString("change", { description: "ADDED, CONTRADICTED, UPDATED or CORRECTED." }),
+    change: t.exposeString("change", { description: "ADDED, CONTRADICTED, UPDATED, CORRECTED or RESOLVED (a contradiction settled by a person)." }),
     reason: t.exposeString("reason", { nullable: true }),
     createdAt: t.expose("createdAt", { type: "DateTime" }),
   }),
 });
 
 export const FactChangeKindEnum = builder.enumType("FactChangeKind", {
-  values: ["ADDED", "REFRESHED", "UPDATED", "CONTRADICTED", "CORRECTED", "DELETED", "FORGOTTEN"] as const satisfies readonly FactChangeKind[],
+  values: ["ADDED", "REFRESHED", "UPDATED", "CONTRADICTED", "CORRECTED", "RESOLVED", "DELETED", "FORGOTTEN"] as const satisfies readonly FactChangeKind[],
 });
 
 const FactChange = builder.objectRef<FactChangePayload>("FactChange").implement({
@@ -133,6 +134,26 @@ const CorrectFactInput = builder.inputType("CorrectFactInput", {
   }),
 });
 
+const ContradictionChoice = builder.enumType("ContradictionChoice", {
+  description: "How a person settles a contradiction pair.",
+  values: {
+    NEWER: { description: "Keep the newer fact; the older one is deleted." },
+    OLDER: { description: "Keep the older fact; the newer one is deleted." },
+    BOTH: { description: "Keep both; they no longer contradict each other." },
+  } satisfies Record<(typeof CONTRADICTION_CHOICES)[number], object>,
+});
+
+const ContradictionResolved = builder.objectRef<ContradictionResolution>("ContradictionResolved").implement({
+  fields: (t) => ({
+    kept: t.prismaField({
+      type: ["Fact"],
+      description: "The fact or facts kept, each with a RESOLVED version in its history.",
+      resolve: (query, r, _args, ctx) => ctx.db.fact.findMany({ ...query, where: { id: { in: r.kept.map((f) => f.id) } } }),
+    }),
+    deletedFactId: t.id({ nullable: true, description: "The fact deleted, if one was.", resolve: (r) => r.deleted?.id ?? null }),
+  }),
+});
+
 const author = (ctx: GraphQLContext) => ({ origin: "PERSON" as const, apiKeyId: ctx.principal.apiKeyId });
 
 builder.queryFields((t) => ({
@@ -195,6 +216,14 @@ builder.mutationFields((t) => ({
       const fact = await forgetFact(ctx.db, ctx.deps, String(id), { apiKeyId: ctx.principal.apiKeyId, reason: "deleted by a person" });
       return { change: "DELETED" as const, endUserId: fact.endUserId, factId: fact.id, text: fact.text, reason: "deleted by a person", conversationId: null };
     },
+  }),
+  resolveContradiction: t.field({
+    type: ContradictionResolved,
+    authScopes: { writer: true },
+    description: "Settles a contradiction pair, named by its newer fact (the one whose `contradicts` is set): keep one and delete the other, or keep both.",
+    args: { factId: t.arg.id({ required: true }), keep: t.arg({ type: ContradictionChoice, required: true }) },
+    resolve: (_root, { factId, keep }, ctx) =>
+      resolveContradiction(ctx.db, ctx.deps, { factId: String(factId), keep }, { apiKeyId: ctx.principal.apiKeyId }),
   }),
   forgetUser: t.field({
     type: ForgetResult,

@@ -15,6 +15,7 @@ import "./gate.ts";
 import "./facts.ts";
 import "./recall.ts";
 import "./feed.ts";
+import "./search.ts";
 
 export const schema = builder.toSchema();
 

@@ -7,6 +7,7 @@ import { CostsView } from "./views/Costs.tsx";
 import { ConversationsView } from "./views/Conversations.tsx";
 import { FeedView } from "./views/Feed.tsx";
 import { MemoryView } from "./views/Memory.tsx";
+import { SearchView } from "./views/Search.tsx";
 import { UsersView } from "./views/Users.tsx";
 
 async function openSession(key: string): Promise<Omit<Session, "signOut">> {
@@ -110,6 +111,7 @@ const SECTIONS = [
   { path: "/conversations", label: "Conversations" },
   { path: "/users", label: "Users" },
   { path: "/memory", label: "Entries & events" },
+  { path: "/search", label: "Search" },
   { path: "/costs", label: "Costs & jobs" },
 ];
 
@@ -124,6 +126,8 @@ function Page() {
       <UsersView id={id} />
     ) : section === "memory" ? (
       <MemoryView />
+    ) : section === "search" ? (
+      <SearchView />
     ) : section === "costs" ? (
       <CostsView />
     ) : (

@@ -2,11 +2,15 @@ import {
   InspectorContextDocument,
   InspectorConversationDocument,
   InspectorConversationsDocument,
+  InspectorDeleteConversationDocument,
+  InspectorUpdateAgentDocument,
+  type InspectorConversationQuery,
   type InspectorRevisionFragment,
 } from "@gql/graphql.ts";
 import { useEffect, useState, type FormEvent } from "react";
+import type { ApiError } from "../api.ts";
 import { Diff, Empty, Failure, LineChart, Link, Loading, time } from "../components.tsx";
-import { useQuery, useThrottled } from "../hooks.ts";
+import { canWrite, useQuery, useSearchParams, useSession, useThrottled } from "../hooks.ts";
 import { FeedList, FilterBar, useFeed, type FeedFilter } from "./Feed.tsx";
 
 export function ConversationsView({ id }: { id?: string }) {
@@ -99,6 +103,71 @@ function scoreLabel(kind: string, score: number | null | undefined) {
   return `score ${score}`;
 }
 
+/** Common model windows, in tokens. */
+const WINDOWS = [2_000, 4_000, 8_000, 32_000, 128_000, 200_000];
+const WINDOW_STORAGE = "engram.inspector.window";
+const kTokens = (n: number) => `${Math.round(n / 1000)}k`;
+
+/**
+ * The assembled context as one stacked bar (a segment per block) against the model window the
+ * person picks, with the baseline (the history sent whole) as a second bar on the same scale.
+ */
+function ContextWindowBar({ blocks, total, baseline }: { blocks: { kind: string; title: string; tokens: number }[]; total: number; baseline: number }) {
+  const [size, setSize] = useState(() => Number(localStorage.getItem(WINDOW_STORAGE)) || 8_000);
+  const choose = (value: number) => {
+    localStorage.setItem(WINDOW_STORAGE, String(value));
+    setSize(value);
+  };
+  const pct = (tokens: number) => `${Math.min(100, (tokens / size) * 100).toFixed(2)}%`;
+  const share = (tokens: number) => `${((tokens / size) * 100).toFixed(1)}%`;
+  return (
+    <figure className="window" data-testid="context-window">
+      <figcaption>
+        <label>
+          Model window
+          <select value={size} onChange={(e) => choose(Number(e.target.value))}>
+            {WINDOWS.map((w) => (
+              <option key={w} value={w}>
+                {kTokens(w)} tokens
+              </option>
+            ))}
+          </select>
+        </label>
+      </figcaption>
+      <p className="window-label">
+        Sent: {total} tokens, {share(total)} of {kTokens(size)}
+        {total > size && <strong className="bad"> · does not fit</strong>}
+      </p>
+      <div className="window-bar" role="img" aria-label={`Sent ${total} of ${size} tokens: ${blocks.map((b) => `${b.title} ${b.tokens}`).join(", ")}`}>
+        {blocks.map((block, i) => (
+          <span
+            key={block.kind}
+            className={`window-segment seg-${i % 6}`}
+            style={{ width: pct(block.tokens) }}
+            title={`${block.title}: ${block.tokens} tokens`}
+            data-kind={block.kind}
+            data-tokens={block.tokens}
+          />
+        ))}
+      </div>
+      <p className="window-label">
+        Baseline (history sent whole): {baseline} tokens, {share(baseline)} of {kTokens(size)}
+        {baseline > size && <strong className="bad"> · does not fit</strong>}
+      </p>
+      <div className="window-bar" role="img" aria-label={`Baseline ${baseline} of ${size} tokens`}>
+        <span className="window-segment seg-baseline" style={{ width: pct(baseline) }} data-testid="baseline-segment" />
+      </div>
+      <p className="window-legend">
+        {blocks.map((block, i) => (
+          <span key={block.kind} className={`legend seg-${i % 6}`}>
+            {block.title} · {block.tokens}
+          </span>
+        ))}
+      </p>
+    </figure>
+  );
+}
+
 function ContextBlocks({ conversationId, refresh }: { conversationId: string; refresh: number }) {
   const [draft, setDraft] = useState("");
   // Assembling may call a model (the recall gate, the re-rank judge): only when asked to.
@@ -130,6 +199,7 @@ function ContextBlocks({ conversationId, refresh }: { conversationId: string; re
             <strong>{c.totalTokens}</strong> tokens sent · baseline {c.baselineTokens} · saved{" "}
             <strong className={c.savedTokens >= 0 ? "good" : "bad"}>{c.savedTokens}</strong>
           </p>
+          <ContextWindowBar blocks={c.blocks} total={c.totalTokens} baseline={c.baselineTokens} />
           {c.blocks.length === 0 && <Empty>The context is empty.</Empty>}
           {c.blocks.map((block) => (
             <article key={block.kind} className={`block block-${block.kind.toLowerCase()}`} data-testid={`block-${block.kind}`}>
@@ -139,7 +209,7 @@ function ContextBlocks({ conversationId, refresh }: { conversationId: string; re
               {block.kind === "SUMMARY" ? (
                 <p className="text">{block.text}</p>
               ) : (
-                <table>
+                <table tabIndex={0} aria-label={`${block.title}: items`}>
                   <tbody>
                     {block.items.map((item) => (
                       <tr key={item.id}>
@@ -162,10 +232,171 @@ function ContextBlocks({ conversationId, refresh }: { conversationId: string; re
   );
 }
 
+type Agent = InspectorConversationQuery["conversation"]["agent"];
+type Settings = Agent["settings"];
+
+const NUMBER_SETTINGS: { key: keyof Settings; label: string; min: number; max: number }[] = [
+  { key: "tailSize", label: "Tail (messages sent word for word)", min: 1, max: 100 },
+  { key: "historySize", label: "History window when the summary is off (and the baseline)", min: 1, max: 500 },
+  { key: "summaryWordLimit", label: "Summary word limit", min: 20, max: 1000 },
+  { key: "extractionBatchSize", label: "Extraction batch (shared messages)", min: 1, max: 100 },
+  { key: "quietExtractionSeconds", label: "Extract after a quiet spell of (seconds, 0 off)", min: 0, max: 604800 },
+];
+const BOOLEAN_SETTINGS: { key: keyof Settings; label: string }[] = [
+  { key: "summaryOn", label: "Rolling summary" },
+  { key: "recallOn", label: "Recall earlier conversations" },
+  { key: "extractionOn", label: "Extract user facts" },
+  { key: "allowSensitiveFacts", label: "Keep sensitive facts (health, finances, identity…)" },
+];
+
+/** The agent's memory settings, editable by a writer; only what changed is sent. */
+function AgentSettingsForm({ agent, onSaved }: { agent: Agent; onSaved(): void }) {
+  const { engram } = useSession();
+  const [draft, setDraft] = useState<Settings>(agent.settings);
+  const [error, setError] = useState<ApiError>();
+  const [saved, setSaved] = useState(false);
+  const changed = Object.fromEntries(Object.entries(draft).filter(([k, v]) => agent.settings[k as keyof Settings] !== v));
+  const save = async (e: FormEvent) => {
+    e.preventDefault();
+    try {
+      await engram.request(InspectorUpdateAgentDocument, { input: { externalId: agent.externalId, settings: changed } });
+      setError(undefined);
+      setSaved(true);
+      onSaved();
+    } catch (failure) {
+      setError(failure as ApiError);
+    }
+  };
+  const set = (patch: Partial<Settings>) => {
+    setDraft({ ...draft, ...patch });
+    setSaved(false);
+    setError(undefined);
+  };
+  return (
+    <form className="settings" onSubmit={save} aria-label={`Memory settings of ${agent.name}`}>
+      {BOOLEAN_SETTINGS.map(({ key, label }) => (
+        <label key={key} className="check">
+          <input type="checkbox" checked={Boolean(draft[key])} onChange={(e) => set({ [key]: e.target.checked })} /> {label}
+        </label>
+      ))}
+      {NUMBER_SETTINGS.map(({ key, label, min, max }) => (
+        <label key={key}>
+          {label}
+          <input type="number" min={min} max={max} value={String(draft[key])} onChange={(e) => set({ [key]: e.target.valueAsNumber })} required />
+        </label>
+      ))}
+      <div className="actions">
+        <button type="submit" disabled={Object.keys(changed).length === 0}>
+          Save settings
+        </button>
+        <button type="button" onClick={() => (setDraft(agent.settings), setError(undefined))} disabled={Object.keys(changed).length === 0}>
+          Reset
+        </button>
+      </div>
+      {saved && !error && (
+        <p role="status" className="muted small">
+          Saved. They apply from the agent's next turn.
+        </p>
+      )}
+      {error && <Failure error={error} />}
+    </form>
+  );
+}
+
+/** Deleting a conversation, after a confirmation: messages, summary, revisions and recall go, through forgetting. */
+function DeleteConversation({ id, name, onDeleted }: { id: string; name: string; onDeleted(receipt: { messages: number; snippets: number }): void }) {
+  const { engram } = useSession();
+  const [confirming, setConfirming] = useState(false);
+  const [error, setError] = useState<ApiError>();
+  const remove = async () => {
+    try {
+      const { deleteConversation } = await engram.request(InspectorDeleteConversationDocument, { id });
+      onDeleted(deleteConversation);
+    } catch (failure) {
+      setError(failure as ApiError);
+    }
+  };
+  return (
+    <div className="forget">
+      {!confirming ? (
+        <button type="button" className="danger" onClick={() => setConfirming(true)}>
+          Delete conversation…
+        </button>
+      ) : (
+        <div role="alertdialog" aria-labelledby="delete-conversation-title" className="confirm">
+          <p id="delete-conversation-title">
+            <strong>Delete “{name}” for good?</strong> Its messages, summary and revisions, recall snippets and their vectors, verdicts and
+            job records go; the user's facts stay. The forget is recorded (kinds and counts, no content).
+          </p>
+          <div className="actions">
+            <button type="button" className="danger" onClick={remove} autoFocus>
+              Delete “{name}”
+            </button>
+            <button
+              type="button"
+              onClick={() => {
+                setConfirming(false);
+                setError(undefined);
+              }}
+            >
+              Keep it
+            </button>
+          </div>
+        </div>
+      )}
+      {error && <Failure error={error} />}
+    </div>
+  );
+}
+
 function ConversationDetail({ id }: { id: string }) {
+  const { role } = useSession();
+  const params = useSearchParams();
+  const [deleted, setDeleted] = useState<{ name: string; endUserId: string; messages: number; snippets: number }>();
+  if (deleted) {
+    return (
+      <section aria-labelledby="conversation-title">
+        <p className="crumbs">
+          <Link to="/conversations">Conversations</Link> ›
+        </p>
+        <h1 id="conversation-title">{deleted.name}</h1>
+        <p role="status" className="undo">
+          Deleted “{deleted.name}”: {deleted.messages} messages and {deleted.snippets} recall snippets.
+        </p>
+        <p>
+          <Link to={`/users/${deleted.endUserId}`}>Back to the user</Link> · <Link to="/conversations">All conversations</Link>
+        </p>
+      </section>
+    );
+  }
+  return <ConversationPage id={id} focus={Number(params.get("message")) || undefined} writable={canWrite(role)} onDeleted={setDeleted} />;
+}
+
+function ConversationPage({
+  id,
+  focus,
+  writable,
+  onDeleted,
+}: {
+  id: string;
+  /** A message to show and mark (from a fact's or a search hit's provenance link). */
+  focus?: number;
+  writable: boolean;
+  onDeleted(what: { name: string; endUserId: string; messages: number; snippets: number }): void;
+}) {
   const [refresh, setRefresh] = useState(0);
   const [shown, setShown] = useState(40);
-  const conversation = useQuery(InspectorConversationDocument, { id, lastMessages: shown });
+  const [through, setThrough] = useState<number>();
+  // A linked message older than the last 40 loads the messages back to it.
+  const conversation = useQuery(InspectorConversationDocument, { id, lastMessages: Math.max(shown, through ?? 0) });
+  const lastSeq = conversation.data?.conversation.lastSeq;
+  useEffect(() => {
+    if (focus && lastSeq) setThrough(Math.min(200, lastSeq - focus + 1));
+  }, [focus, lastSeq]);
+  useEffect(() => {
+    if (!focus) return;
+    document.getElementById(`message-${focus}`)?.scrollIntoView({ block: "center" });
+  }, [focus, conversation.data]);
   const reload = useThrottled(() => {
     conversation.refetch();
     setRefresh((n) => n + 1);
@@ -211,6 +442,24 @@ function ConversationDetail({ id }: { id: string }) {
             )}
           </section>
           <ContextBlocks conversationId={c.id} refresh={refresh} />
+          <section aria-labelledby="settings-title">
+            <h2 id="settings-title">Memory settings of {c.agent.name}</h2>
+            {writable ? (
+              <AgentSettingsForm key={JSON.stringify(c.agent.settings)} agent={c.agent} onSaved={conversation.refetch} />
+            ) : (
+              <p className="muted">
+                Summary {c.agent.settings.summaryOn ? "on" : "off"} · recall {c.agent.settings.recallOn ? "on" : "off"} · extraction{" "}
+                {c.agent.settings.extractionOn ? "on" : "off"} (read-only key)
+              </p>
+            )}
+          </section>
+          {writable && (
+            <DeleteConversation
+              id={c.id}
+              name={c.externalId}
+              onDeleted={(receipt) => onDeleted({ name: c.externalId, endUserId: c.endUser.id, ...receipt })}
+            />
+          )}
         </div>
         <div>
           <section aria-labelledby="revisions-title">
@@ -219,7 +468,7 @@ function ConversationDetail({ id }: { id: string }) {
           </section>
           <section aria-labelledby="messages-title">
             <h2 id="messages-title">Latest messages</h2>
-            <table className="messages">
+            <table className="messages" tabIndex={0} aria-label="Messages">
               <thead>
                 <tr>
                   <th scope="col">#</th>
@@ -236,7 +485,12 @@ function ConversationDetail({ id }: { id: string }) {
                   // A gap in the numbering is messages not shown here: private steps, or forgotten.
                   const gap = older ? m.seq - older.seq - 1 : 0;
                   const row = (
-                    <tr key={m.id} className={m.seq <= c.summaryThroughSeq ? "folded" : "unfolded"}>
+                    <tr
+                      key={m.id}
+                      id={`message-${m.seq}`}
+                      className={`${m.seq <= c.summaryThroughSeq ? "folded" : "unfolded"}${m.seq === focus ? " focused" : ""}`}
+                      aria-current={m.seq === focus ? "true" : undefined}
+                    >
                       <td className="num">{m.seq}</td>
                       <td>{m.role.toLowerCase()}</td>
                       <td>{m.content}</td>
@@ -258,7 +512,7 @@ function ConversationDetail({ id }: { id: string }) {
               </tbody>
             </table>
             {c.messages.pageInfo.hasPreviousPage && (
-              <button type="button" className="more" onClick={() => setShown((n) => n + 40)} disabled={conversation.loading}>
+              <button type="button" className="more" onClick={() => setShown((n) => Math.max(n, through ?? 0) + 40)} disabled={conversation.loading}>
                 {conversation.loading ? "Loading…" : "Load older messages"}
               </button>
             )}

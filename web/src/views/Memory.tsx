@@ -1,7 +1,8 @@
-import { EntriesDocument, EventsDocument, type Scope } from "@gql/graphql.ts";
+import { EntriesDocument, EventsDocument, InspectorCorrectEntryDocument, type EntriesQuery, type Scope } from "@gql/graphql.ts";
 import { useState, type FormEvent } from "react";
+import type { ApiError } from "../api.ts";
 import { Empty, Failure, Loading, Prose, time } from "../components.tsx";
-import { useQuery } from "../hooks.ts";
+import { canWrite, useQuery, useSearchParams, useSession } from "../hooks.ts";
 
 const SCOPES: Scope[] = ["INSTITUTIONAL", "ENTITY", "PROJECT", "TEAM"];
 
@@ -19,11 +20,123 @@ function ScopeSelect({ id, value, onChange }: { id: string; value: Scope | ""; o
 }
 
 type EntrySearch = { search: string; tags: string; scope: Scope | ""; scopeRef: string };
+type Entry = EntriesQuery["entries"]["edges"][number]["node"];
+
+const tagList = (text: string) => text.split(",").map((t) => t.trim()).filter(Boolean);
+
+/** A writer's correction of an entry: title, summary, tags and importance; Escape cancels, unchanged sends nothing. */
+function EditEntry({ entry, onDone }: { entry: Entry; onDone(changed: boolean): void }) {
+  const { engram } = useSession();
+  const [title, setTitle] = useState(entry.title);
+  const [summary, setSummary] = useState(entry.summary);
+  const [tags, setTags] = useState(entry.tags.join(", "));
+  const [importance, setImportance] = useState(entry.importance);
+  const [error, setError] = useState<ApiError>();
+  const save = async (e: FormEvent) => {
+    e.preventDefault();
+    const input = {
+      ...(title.trim() !== entry.title ? { title: title.trim() } : {}),
+      ...(summary !== entry.summary ? { summary } : {}),
+      ...(tagList(tags).join(",") !== entry.tags.join(",") ? { tags: tagList(tags) } : {}),
+      ...(importance !== entry.importance ? { importance } : {}),
+    };
+    if (Object.keys(input).length === 0) return onDone(false);
+    try {
+      await engram.request(InspectorCorrectEntryDocument, { id: entry.id, input });
+      onDone(true);
+    } catch (failure) {
+      setError(failure as ApiError);
+    }
+  };
+  const edited = () => setError(undefined);
+  return (
+    <form className="edit-entry" onSubmit={save} aria-label={`Edit entry ${entry.title}`} onKeyDown={(e) => e.key === "Escape" && onDone(false)}>
+      <label>
+        Title
+        <input value={title} onChange={(e) => (setTitle(e.target.value), edited())} maxLength={300} required autoFocus />
+      </label>
+      <label>
+        Summary (Markdown)
+        <textarea value={summary} onChange={(e) => (setSummary(e.target.value), edited())} rows={6} required />
+      </label>
+      <label>
+        Tags (comma separated)
+        <input value={tags} onChange={(e) => (setTags(e.target.value), edited())} />
+      </label>
+      <label>
+        Importance
+        <select value={importance} onChange={(e) => (setImportance(Number(e.target.value)), edited())}>
+          {[1, 2, 3, 4, 5].map((n) => (
+            <option key={n} value={n}>
+              {n}
+            </option>
+          ))}
+        </select>
+      </label>
+      <div className="actions">
+        <button type="submit">Save entry</button>
+        <button type="button" onClick={() => onDone(false)}>
+          Cancel
+        </button>
+      </div>
+      {error && <Failure error={error} />}
+    </form>
+  );
+}
+
+function EntryCard({ entry, writable, onChanged }: { entry: Entry; writable: boolean; onChanged(): void }) {
+  const [editing, setEditing] = useState(false);
+  const e = entry;
+  return (
+    <li className="card" data-testid="entry">
+      {editing ? (
+        <EditEntry
+          entry={entry}
+          onDone={(changed) => {
+            setEditing(false);
+            if (changed) onChanged();
+          }}
+        />
+      ) : (
+        <>
+          <h3>
+            {e.title} <span className="muted">· importance {e.importance} · {e.source.toLowerCase()}</span>
+          </h3>
+          <p className="muted small">
+            {e.scope.toLowerCase()} / {e.scopeRef} · updated {time(e.updatedAt)}
+            {e.tags.length > 0 && " · "}
+            {e.tags.map((t) => (
+              <span key={t} className="tag">
+                {t}
+              </span>
+            ))}
+          </p>
+          <Prose text={e.summary} />
+          {writable && (
+            <div className="actions">
+              <button type="button" onClick={() => setEditing(true)}>
+                Edit
+              </button>
+            </div>
+          )}
+        </>
+      )}
+    </li>
+  );
+}
 
 function Entries() {
-  const [draft, setDraft] = useState<EntrySearch>({ search: "", tags: "", scope: "", scopeRef: "" });
+  const { role } = useSession();
+  const params = useSearchParams();
+  // A search hit's link opens the entries of its scope.
+  const [draft, setDraft] = useState<EntrySearch>(() => ({
+    search: params.get("search") ?? "",
+    tags: "",
+    scope: (params.get("scope") as Scope | null) ?? "",
+    scopeRef: params.get("scopeRef") ?? "",
+  }));
   const [query, setQuery] = useState<EntrySearch>(draft);
-  const tags = query.tags.split(",").map((t) => t.trim()).filter(Boolean);
+  const tags = tagList(query.tags);
   const entries = useQuery(EntriesDocument, {
     search: query.search.trim() || null,
     tags: tags.length ? tags : null,
@@ -63,21 +176,7 @@ function Entries() {
       {entries.data && rows.length === 0 && <Empty>No entries match.</Empty>}
       <ul className="cards">
         {rows.map(({ node: e }) => (
-          <li key={e.id} className="card">
-            <h3>
-              {e.title} <span className="muted">· importance {e.importance} · {e.source.toLowerCase()}</span>
-            </h3>
-            <p className="muted small">
-              {e.scope.toLowerCase()} / {e.scopeRef} · updated {time(e.updatedAt)}
-              {e.tags.length > 0 && " · "}
-              {e.tags.map((t) => (
-                <span key={t} className="tag">
-                  {t}
-                </span>
-              ))}
-            </p>
-            <Prose text={e.summary} />
-          </li>
+          <EntryCard key={`${e.id}:${e.updatedAt}`} entry={e} writable={canWrite(role)} onChanged={entries.refetch} />
         ))}
       </ul>
     </section>
@@ -85,11 +184,12 @@ function Entries() {
 }
 
 function Events() {
-  const [scope, setScope] = useState<Scope | "">("");
-  const [scopeRef, setScopeRef] = useState("");
+  const params = useSearchParams();
+  const [scope, setScope] = useState<Scope | "">(() => (params.get("scope") as Scope | null) ?? "");
+  const [scopeRef, setScopeRef] = useState(() => params.get("scopeRef") ?? "");
   const [kind, setKind] = useState("");
   const [includeCompressed, setIncludeCompressed] = useState(true);
-  const [applied, setApplied] = useState({ scopeRef: "", kind: "" });
+  const [applied, setApplied] = useState({ scopeRef, kind: "" });
   const events = useQuery(EventsDocument, {
     scope: scope || null,
     scopeRef: applied.scopeRef.trim() || null,
@@ -130,7 +230,8 @@ function Events() {
       {events.loading && !events.data && <Loading />}
       {events.data && rows.length === 0 && <Empty>No events here.</Empty>}
       {rows.length > 0 && (
-        <table>
+        // Focusable: on a phone the table scrolls sideways inside its box, and keyboards must reach it.
+        <table tabIndex={0} aria-label="Events">
           <thead>
             <tr>
               <th scope="col">When</th>

@@ -3,10 +3,13 @@ import {
   InspectorCorrectFactDocument,
   InspectorDeleteFactDocument,
   InspectorDirectoryDocument,
+  InspectorExportUserDocument,
   InspectorFactHistoryDocument,
   InspectorForgetRecordsDocument,
   InspectorForgetUserDocument,
+  InspectorResolveContradictionDocument,
   InspectorUserDocument,
+  type ContradictionChoice,
   type InspectorFactFragment,
 } from "@gql/graphql.ts";
 import { useEffect, useState, type FormEvent } from "react";
@@ -78,6 +81,17 @@ function FactRow({
   const [core, setCore] = useState(fact.core);
   const [error, setError] = useState<ApiError>();
   const [showHistory, setShowHistory] = useState(false);
+  const [resolving, setResolving] = useState(false);
+  const resolve = async (keep: ContradictionChoice) => {
+    try {
+      await engram.request(InspectorResolveContradictionDocument, { factId: fact.id, keep });
+      setResolving(false);
+      setError(undefined);
+      onChanged();
+    } catch (failure) {
+      setError(failure as ApiError);
+    }
+  };
   const cancel = () => {
     setEditing(false);
     setText(fact.text);
@@ -156,6 +170,9 @@ function FactRow({
                 Said on {time(fact.sourceMessage.occurredAt)} (message #{fact.sourceMessage.seq})
               </summary>
               <blockquote className="text">{fact.sourceMessage.content}</blockquote>
+              <Link to={`/conversations/${fact.sourceMessage.conversationId}?message=${fact.sourceMessage.seq}`}>
+                Open message #{fact.sourceMessage.seq} in its conversation
+              </Link>
             </details>
           )}
           <div className="actions">
@@ -170,9 +187,36 @@ function FactRow({
                 <button type="button" className="danger" onClick={() => setConfirmingDelete(true)}>
                   Delete
                 </button>
+                {fact.contradicts && (
+                  <button type="button" onClick={() => setResolving(true)}>
+                    Resolve…
+                  </button>
+                )}
               </>
             )}
           </div>
+          {resolving && fact.contradicts && (
+            <div role="alertdialog" aria-label="Resolve this contradiction" className="confirm">
+              <p>
+                This fact contradicts an older one, “{fact.contradicts.text}”. Which is true now? The one you drop is deleted with its
+                history; what you keep records the choice in its history.
+              </p>
+              <div className="actions">
+                <button type="button" onClick={() => resolve("NEWER")}>
+                  Keep this one
+                </button>
+                <button type="button" onClick={() => resolve("OLDER")}>
+                  Keep the older one
+                </button>
+                <button type="button" onClick={() => resolve("BOTH")}>
+                  Keep both
+                </button>
+                <button type="button" onClick={() => setResolving(false)}>
+                  Cancel
+                </button>
+              </div>
+            </div>
+          )}
           {confirmingDelete && (
             <div role="alertdialog" aria-label="Delete this fact?" className="confirm">
               <p>Delete this fact and its history? You can undo right after.</p>
@@ -303,6 +347,39 @@ function ForgetUser({ endUserId, name, onForgotten }: { endUserId: string; name:
   );
 }
 
+/** Everything held about the user as a JSON file (the exportUser query; an admin key's right). */
+function ExportUser({ endUserId, name }: { endUserId: string; name: string }) {
+  const { engram } = useSession();
+  const [error, setError] = useState<ApiError>();
+  const [busy, setBusy] = useState(false);
+  const download = async () => {
+    setBusy(true);
+    try {
+      const { exportUser } = await engram.request(InspectorExportUserDocument, { endUserId });
+      const url = URL.createObjectURL(new Blob([JSON.stringify(exportUser, null, 2)], { type: "application/json" }));
+      const link = document.createElement("a");
+      link.href = url;
+      link.download = `engram-export-${name.replace(/[^\w.-]+/g, "_")}.json`;
+      link.click();
+      setTimeout(() => URL.revokeObjectURL(url), 10_000);
+      setError(undefined);
+    } catch (failure) {
+      setError(failure as ApiError);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <div className="export">
+      <button type="button" onClick={download} disabled={busy}>
+        {busy ? "Exporting…" : "Export as JSON"}
+      </button>{" "}
+      <span className="muted small">Facts with history, conversation summaries and revisions, recall text, and entries of their scope.</span>
+      {error && <Failure error={error} />}
+    </div>
+  );
+}
+
 const RECEIPT_LABELS: [string, string][] = [
   ["facts", "facts"],
   ["factVersions", "fact versions"],
@@ -383,6 +460,9 @@ function UserDetail({ id }: { id: string }) {
         {endUser.displayName ?? endUser.externalId}
         {endUser.displayName && <span className="muted"> · {endUser.externalId}</span>}
       </h1>
+      <p className="muted small">
+        <Link to={`/search?user=${id}`}>Search this user's memory</Link>
+      </p>
       <div className="columns">
         <div>
           <section aria-labelledby="facts-title">
@@ -416,7 +496,8 @@ function UserDetail({ id }: { id: string }) {
               </p>
             )}
             {undoError && <Failure error={undoError} />}
-            {writable && <AddFact endUserId={id} onAdded={user.refetch} />}
+            {/* Remounted after a forget, so no banner of before stays on screen. */}
+            {writable && <AddFact key={forgets} endUserId={id} onAdded={user.refetch} />}
             {writable && (
               <ForgetUser
                 endUserId={id}
@@ -428,6 +509,12 @@ function UserDetail({ id }: { id: string }) {
               />
             )}
             <ForgetRecords endUserId={id} refresh={forgets} />
+            {role === "ADMIN" && (
+              <section aria-labelledby="export-title">
+                <h2 id="export-title">Export</h2>
+                <ExportUser endUserId={id} name={name} />
+              </section>
+            )}
           </section>
         </div>
         <div>

@@ -1,0 +1,382 @@
+import { readFileSync } from "node:fs";
+import type { Browser, BrowserContext, Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { forTenant } from "../src/db.ts";
+import { applyCandidate } from "../src/memory/facts/facts.ts";
+import { axeViolations, DESKTOP, ensureInspectorBuilt, horizontalOverflow, launchChromium, PHONE } from "./helpers/browser.ts";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { say } from "./helpers/recall.ts";
+
+// Issue 16's additions in Chromium: memory search across users, contradiction resolution,
+// provenance links, export, entry and agent-settings editing, deleting a conversation, and the
+// context-window bar; at desktop and phone sizes, with axe.
+/** The machine is shared: a page may take seconds to show what it loaded. */
+const poll = <T>(read: () => Promise<T> | T) => expect.poll(read, { timeout: 20_000 });
+
+let engram: TestEngram;
+let browser: Browser;
+let context: BrowserContext;
+let page: Page;
+let url: string;
+let ada = { endUserId: "", conversationId: "" };
+let bea = { endUserId: "", conversationId: "" };
+let cy = { endUserId: "", conversationId: "" };
+let scratch = { conversationId: "" };
+let pair = { older: "", newer: "" };
+let entryId = "";
+
+async function signIn(p: Page, key: string) {
+  await p.goto(`${url}/inspector/`);
+  await p.evaluate(() => (localStorage.clear(), sessionStorage.clear()));
+  await p.reload();
+  await p.getByLabel("API key").fill(key);
+  await p.getByRole("button", { name: "Sign in" }).click();
+  await p.getByRole("navigation", { name: "Sections" }).waitFor();
+}
+
+/** A fact as the extractor writes it, from one of the user's messages. */
+async function extracted(endUserId: string, conversationId: string, text: string, seq: number | null, contradicts?: string) {
+  const db = forTenant(engram.services.db, engram.tenant.tenantId);
+  const message = seq ? await db.message.findFirstOrThrow({ where: { conversationId, seq } }) : null;
+  const outcome = await applyCandidate(db, engram.services, {
+    endUserId,
+    candidate: { text, core: false, seq },
+    judgment: {
+      durability: "durable",
+      relation: contradicts ? "contradiction" : "none",
+      relatedFactId: contradicts ?? null,
+      sensitivity: null,
+    },
+    allowSensitive: false,
+    sourceMessageId: message?.id ?? null,
+    conversationId,
+  });
+  return outcome.factId!;
+}
+
+beforeAll(async () => {
+  await ensureInspectorBuilt();
+  engram = await startTestEngram();
+  url = await engram.listen();
+  const w = engram.tenant.writer;
+  ada = await say(engram, { user: "ada", conversation: "trip", agent: "concierge" }, "I only stay near the harbour.", "Noted.", w);
+  for (let n = 2; n <= 4; n++) await say(engram, { user: "ada", conversation: "trip", agent: "concierge" }, `Message ${n}.`, `Reply ${n}.`, w);
+  bea = await say(engram, { user: "bea", conversation: "flat", agent: "broker" }, "The harbour flat was too loud.", "Sure.", w);
+  cy = await say(engram, { user: "cy", conversation: "notes", agent: "concierge" }, "I cycle to work.", "Nice.", w);
+  await extracted(cy.endUserId, cy.conversationId, "Cycles to work.", 1);
+  scratch = await say(engram, { user: "ada", conversation: "scratch", agent: "concierge" }, "Just testing.", "Ok.", w);
+  await extracted(ada.endUserId, ada.conversationId, "Only stays near the harbour.", 1);
+  await extracted(bea.endUserId, bea.conversationId, "Found the harbour flat too loud.", 1);
+  const older = await extracted(ada.endUserId, ada.conversationId, "Is vegetarian.", null);
+  pair = { older, newer: await extracted(ada.endUserId, ada.conversationId, "Eats fish now.", 3, older) };
+  const entry = await engram.gql(
+    `mutation { createEntry(input: { scope: ENTITY, scopeRef: "ada", title: "Harbour hotels", summary: "Ada's **shortlist** of harbour hotels.", tags: ["travel"], importance: 3 }) { id } }`,
+    {},
+    w,
+  );
+  entryId = entry.data.createEntry.id;
+  await engram.gql(
+    `mutation { appendEvent(input: { scope: ENTITY, scopeRef: "acme", kind: "decision", body: "Moved the harbour campaign to May.", source: "crm" }) { id } }`,
+    {},
+    w,
+  );
+  browser = await launchChromium();
+  context = await browser.newContext({ viewport: DESKTOP, acceptDownloads: true });
+  page = await context.newPage();
+  await signIn(page, w);
+}, 180_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await engram?.stop();
+});
+
+const hits = (p: Page = page) => p.getByTestId("search-hits").locator("li");
+
+describe("memory search across users", () => {
+  it("finds facts, entries and events of every user, keeps the search in the URL, and filters by kind and user", async () => {
+    await page.getByRole("link", { name: "Search" }).click();
+    await page.getByRole("searchbox").fill("harbour");
+    await page.getByRole("button", { name: "Search" }).click();
+    await poll(() => hits().count()).toBe(4);
+    const kinds = await hits().evaluateAll((items) => items.map((i) => (i as HTMLElement).dataset.kind).sort());
+    expect(kinds).toEqual(["ENTRY", "EVENT", "FACT", "FACT"]);
+    expect(new URL(page.url()).searchParams.get("q")).toBe("harbour");
+
+    await page.reload();
+    await poll(() => hits().count()).toBe(4);
+    await page.getByLabel("Facts").check();
+    await poll(() => hits().count()).toBe(2);
+    await page.getByLabel("User").selectOption({ label: "bea" });
+    await poll(() => hits().count()).toBe(1);
+    expect(await hits().first().textContent()).toContain("Found the harbour flat too loud.");
+    expect(new URL(page.url()).searchParams.get("kinds")).toBe("FACT");
+    expect(new URL(page.url()).searchParams.get("user")).toBe(bea.endUserId);
+
+    await page.goto(`${url}/inspector/search?q=${encodeURIComponent("no such thing anywhere")}`);
+    await page.getByText(/Nothing in memory matches/).waitFor();
+  });
+
+  it("links a fact to the message it came from, and an entry to its scope", async () => {
+    await page.goto(`${url}/inspector/search?q=harbour&user=${ada.endUserId}`);
+    await poll(() => hits().count()).toBe(2);
+    await hits().filter({ hasText: "Only stays near the harbour." }).getByRole("link", { name: "trip #1" }).click();
+    await page.getByRole("heading", { name: /trip/ }).waitFor();
+    const focused = page.locator('table.messages tr[aria-current="true"]');
+    await focused.waitFor();
+    expect(await focused.textContent()).toContain("I only stay near the harbour.");
+
+    await page.goBack();
+    await hits().filter({ hasText: "Harbour hotels" }).getByRole("link", { name: "entity / ada" }).click();
+    await page.getByTestId("entry").filter({ hasText: "Harbour hotels" }).waitFor();
+    expect(await page.getByLabel("Scope ref").first().inputValue()).toBe("ada");
+  });
+});
+
+describe("on the user's page", () => {
+  it("shows where a fact came from (the date the user said it, the full quote, a link), and drops the quote once a person corrects it", async () => {
+    await page.goto(`${url}/inspector/users/${ada.endUserId}`);
+    const fact = page.getByTestId("fact").filter({ hasText: "Only stays near the harbour." });
+    await fact.waitFor();
+    await fact.getByText(/Said on .* \(message #1\)/).click();
+    expect(await fact.locator("blockquote").textContent()).toBe("I only stay near the harbour.");
+    await fact.getByRole("link", { name: "Open message #1 in its conversation" }).click();
+    await page.locator('table.messages tr[aria-current="true"]').waitFor();
+    expect(new URL(page.url()).pathname).toBe(`/inspector/conversations/${ada.conversationId}`);
+
+    await page.goBack();
+    await fact.getByRole("button", { name: "Edit" }).click();
+    await page.getByLabel("Fact text").fill("Only stays within walking distance of the harbour.");
+    await page.getByRole("button", { name: "Save" }).click();
+    const corrected = page.getByTestId("fact").filter({ has: page.locator(".fact-text", { hasText: "walking distance" }) });
+    await corrected.getByRole("button", { name: "Edit" }).waitFor();
+    expect(await corrected.locator("blockquote").count()).toBe(0);
+    expect(await corrected.textContent()).toMatch(/corrected by/);
+  });
+
+  it("resolves a contradiction after asking which fact is true, and the history says so", async () => {
+    await page.goto(`${url}/inspector/users/${ada.endUserId}`);
+    const newer = page.getByTestId("fact").filter({ has: page.locator(".fact-text", { hasText: "Eats fish now." }) });
+    const older = () => page.getByTestId("fact").filter({ has: page.locator(".fact-text", { hasText: "Is vegetarian." }) });
+    await newer.waitFor();
+    expect(await newer.textContent()).toContain("contradicts “Is vegetarian.”");
+    await newer.getByRole("button", { name: "Resolve…" }).click();
+    const dialog = page.getByRole("alertdialog", { name: "Resolve this contradiction" });
+    await dialog.getByRole("button", { name: "Cancel" }).click();
+    expect(await dialog.count()).toBe(0);
+    expect(await older().count()).toBe(1);
+
+    await newer.getByRole("button", { name: "Resolve…" }).click();
+    await dialog.getByRole("button", { name: "Keep this one" }).click();
+    await poll(() => older().count()).toBe(0);
+    await poll(async () => (await newer.textContent()) ?? "").not.toContain("contradicts");
+    expect(await newer.getByRole("button", { name: "Resolve…" }).count()).toBe(0);
+    await newer.getByRole("button", { name: "History" }).click();
+    await newer.getByText(/resolved: Eats fish now\. \(contradiction resolved: kept over “Is vegetarian\.”\)/).waitFor();
+  });
+
+  it("exports the user's memory as a JSON file for an admin key, and shows no export to a writer", async () => {
+    expect(await page.getByRole("button", { name: "Export as JSON" }).count()).toBe(0);
+    await signIn(page, engram.tenant.admin);
+    await page.goto(`${url}/inspector/users/${ada.endUserId}`);
+    const [download] = await Promise.all([page.waitForEvent("download"), page.getByRole("button", { name: "Export as JSON" }).click()]);
+    expect(download.suggestedFilename()).toBe("engram-export-ada.json");
+    const exported = JSON.parse(readFileSync((await download.path())!, "utf8"));
+    expect(exported.endUser.externalId).toBe("ada");
+    expect(exported.facts.map((f: { text: string }) => f.text)).toContain("Eats fish now.");
+    expect(exported.conversations.map((c: { externalId: string }) => c.externalId).sort()).toEqual(["scratch", "trip"]);
+    expect(exported.entries.map((e: { title: string }) => e.title)).toEqual(["Harbour hotels"]);
+    await signIn(page, engram.tenant.writer);
+  });
+});
+
+describe("banners go when their cause goes (bug 6)", () => {
+  it("after Cancel, and after Forget everything", async () => {
+    await page.goto(`${url}/inspector/users/${cy.endUserId}`);
+    const fact = page.getByTestId("fact").first();
+    await fact.getByRole("button", { name: "Edit" }).click();
+    await page.getByLabel("Fact text").fill("ab");
+    await page.getByRole("button", { name: "Save" }).click();
+    await page.getByRole("alert").waitFor();
+    await page.getByRole("button", { name: "Cancel" }).click();
+    await poll(() => page.getByRole("alert").count()).toBe(0);
+
+    await page.getByLabel("New fact").fill("x".repeat(600));
+    await page.getByRole("button", { name: "Add fact" }).click();
+    await page.getByRole("alert").waitFor();
+    await page.getByRole("button", { name: "Forget everything…" }).click();
+    await page.getByLabel("Confirm the user's id").fill("cy");
+    await page.getByRole("button", { name: "Forget cy" }).click();
+    await page.getByText("Nothing is known about this user.").waitFor();
+    await poll(() => page.getByRole("alert").count()).toBe(0);
+    expect(await page.getByLabel("New fact").inputValue()).toBe("");
+  });
+});
+
+describe("editing where people expect it", () => {
+  it("corrects an entry's title, summary, tags and importance; Escape cancels; a reader gets no Edit", async () => {
+    await page.goto(`${url}/inspector/memory`);
+    const card = page.getByTestId("entry").filter({ hasText: "Harbour hotels" });
+    await card.getByRole("button", { name: "Edit" }).click();
+    await card.getByLabel("Title").fill("Something else");
+    await card.getByLabel("Title").press("Escape");
+    await card.getByRole("button", { name: "Edit" }).waitFor();
+    expect(await card.textContent()).toContain("Harbour hotels");
+
+    await card.getByRole("button", { name: "Edit" }).click();
+    // While it is edited the card's text is the form's: find the form by its name.
+    const form = page.getByRole("form", { name: "Edit entry Harbour hotels" });
+    await form.getByLabel("Title").fill("Harbour hotels, checked");
+    await form.getByLabel("Summary (Markdown)").fill("Two **quiet** ones left.");
+    await form.getByLabel("Tags (comma separated)").fill("travel, quiet");
+    await form.getByLabel("Importance").selectOption("5");
+    await form.getByRole("button", { name: "Save entry" }).click();
+    const saved = page.getByTestId("entry").filter({ hasText: "Harbour hotels, checked" });
+    await saved.waitFor();
+    expect(await saved.locator("strong").textContent()).toBe("quiet");
+    expect(await saved.textContent()).toContain("importance 5");
+    const { data } = await engram.gql(`query($id: ID!) { entry(id: $id) { title tags importance } }`, { id: entryId });
+    expect(data.entry).toEqual({ title: "Harbour hotels, checked", tags: ["travel", "quiet"], importance: 5 });
+
+    await signIn(page, engram.tenant.reader);
+    await page.goto(`${url}/inspector/memory`);
+    await page.getByTestId("entry").first().waitFor();
+    expect(await page.getByTestId("entry").getByRole("button", { name: "Edit" }).count()).toBe(0);
+    await page.goto(`${url}/inspector/conversations/${ada.conversationId}`);
+    await page.getByRole("heading", { name: "Memory settings of concierge" }).waitFor();
+    expect(await page.getByRole("button", { name: "Save settings" }).count()).toBe(0);
+    await signIn(page, engram.tenant.writer);
+  });
+
+  it("changes the agent's memory settings from the conversation view, sending only what changed", async () => {
+    await page.goto(`${url}/inspector/conversations/${ada.conversationId}`);
+    const form = page.getByRole("form", { name: "Memory settings of concierge" });
+    await form.waitFor();
+    expect(await form.getByRole("button", { name: "Save settings" }).isDisabled()).toBe(true);
+    await form.getByLabel("Tail (messages sent word for word)").fill("4");
+    await form.getByLabel("Recall earlier conversations").uncheck();
+    await form.getByRole("button", { name: "Save settings" }).click();
+    await form.getByRole("status").waitFor();
+    await poll(() => page.locator(".lede").textContent()).toContain("tail 4");
+    const { data } = await engram.gql(`{ agents { externalId settings { tailSize recallOn summaryOn historySize } } }`);
+    expect(data.agents.find((a: { externalId: string }) => a.externalId === "concierge").settings).toEqual({
+      tailSize: 4,
+      recallOn: false,
+      summaryOn: true,
+      historySize: 20,
+    });
+  });
+
+  it("shows the assembled context against the model window the person picks, next to the baseline", async () => {
+    await page.goto(`${url}/inspector/conversations/${ada.conversationId}`);
+    await page.getByRole("button", { name: "Assemble" }).click();
+    const bar = page.getByTestId("context-window");
+    await bar.waitFor();
+    const segments = bar.locator(".window-segment[data-kind]");
+    const blocks = await page.locator("[data-testid^=block-]").count();
+    expect(await segments.count()).toBe(blocks);
+    const total = Number((await page.getByTestId("context-totals").locator("strong").first().textContent())!);
+    const tokens = await segments.evaluateAll((s) => s.map((e) => Number((e as HTMLElement).dataset.tokens)));
+    expect(tokens.reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
+    expect(await bar.textContent()).toContain(`Sent: ${total} tokens`);
+    const width = () => segments.evaluateAll((s) => s.reduce((sum, e) => sum + e.getBoundingClientRect().width, 0));
+    const at8k = await width();
+    await bar.getByLabel("Model window").selectOption("2000");
+    await page.getByRole("region", { name: "Context for the next call" }).screenshot({ path: "test/artifacts/desktop-context-window.png" });
+    await bar.getByLabel("Model window").selectOption("128000");
+    await poll(async () => Math.round((at8k / (await width())) * 10) / 10).toBeGreaterThan(10);
+    expect(await bar.textContent()).toContain("of 128k");
+    expect(await bar.getByTestId("baseline-segment").count()).toBe(1);
+    // The choice stays for the next conversation opened.
+    await page.reload();
+    await page.getByRole("button", { name: "Assemble" }).click();
+    await poll(() => page.getByTestId("context-window").getByLabel("Model window").inputValue()).toBe("128000");
+  });
+
+  it("deletes a conversation only after a confirmation, through forgetting, and the user's page records it", async () => {
+    await page.goto(`${url}/inspector/conversations/${scratch.conversationId}`);
+    await page.getByRole("button", { name: "Delete conversation…" }).click();
+    await page.getByRole("button", { name: "Keep it" }).click();
+    expect(await page.getByRole("alertdialog").count()).toBe(0);
+    await page.getByRole("button", { name: "Delete conversation…" }).click();
+    await page.getByRole("button", { name: "Delete “scratch”" }).click();
+    await page.getByRole("status").filter({ hasText: "Deleted “scratch”: 2 messages" }).waitFor();
+    const { errors } = await engram.gql(`query($id: ID!) { conversation(id: $id) { id } }`, { id: scratch.conversationId });
+    expect(errors?.[0].extensions?.code).toBe("NOT_FOUND");
+    await page.getByRole("link", { name: "Back to the user" }).click();
+    await page.getByTestId("forget-records").waitFor();
+    expect(await page.getByTestId("forget-records").textContent()).toMatch(/conversation · asked by key .*2 messages/);
+    expect(await page.getByRole("link", { name: "scratch" }).count()).toBe(0);
+  });
+});
+
+/** Pairs of chart labels whose boxes overlap (bug 9: labels collided). */
+const overlappingChartLabels = (p: Page) =>
+  p.evaluate(() => {
+    const boxes = [...document.querySelectorAll("figure.chart text.axis")].map((t) => ({ text: t.textContent, r: t.getBoundingClientRect() }));
+    const hits: string[] = [];
+    for (let i = 0; i < boxes.length; i++)
+      for (let j = i + 1; j < boxes.length; j++) {
+        const [a, b] = [boxes[i].r, boxes[j].r];
+        if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom) hits.push(`${boxes[i].text} × ${boxes[j].text}`);
+      }
+    return hits;
+  });
+
+/** The views this file added to, each with what to wait for before looking at it. */
+function newViews(p: Page): [string, string, () => Promise<unknown>][] {
+  return [
+    ["search", "/search?q=harbour", () => p.getByTestId("search-hits").waitFor()],
+    [
+      "user with a dialog",
+      `/users/${bea.endUserId}`,
+      async () => {
+        await p.getByTestId("fact").first().waitFor();
+        await p.getByRole("button", { name: "Delete" }).first().click();
+      },
+    ],
+    [
+      "conversation with the window bar",
+      `/conversations/${ada.conversationId}`,
+      async () => {
+        await p.getByRole("button", { name: "Assemble" }).click();
+        await p.getByTestId("context-window").waitFor();
+        await p.getByRole("button", { name: "Delete conversation…" }).click();
+      },
+    ],
+    [
+      "entry being edited",
+      "/memory",
+      async () => {
+        await p.getByTestId("entry").first().getByRole("button", { name: "Edit" }).click();
+        await p.getByRole("button", { name: "Save entry" }).waitFor();
+      },
+    ],
+  ];
+}
+
+describe("sizes and axe", () => {
+  it("at 390 × 844 nothing scrolls sideways and axe finds nothing; at 1440 × 900 axe finds nothing", async () => {
+    const phone = await browser.newContext({ viewport: PHONE, isMobile: true, hasTouch: true });
+    const p = await phone.newPage();
+    try {
+      await signIn(p, engram.tenant.writer);
+      for (const [name, path, ready] of newViews(p)) {
+        await p.goto(`${url}/inspector${path}`);
+        await ready();
+        expect(await horizontalOverflow(p), name).toBe(0);
+        expect(await overlappingChartLabels(p), name).toEqual([]);
+        expect(await axeViolations(p), name).toEqual([]);
+        await p.screenshot({ path: `test/artifacts/phone-${name.replaceAll(" ", "-")}.png`, fullPage: true });
+      }
+    } finally {
+      await phone.close();
+    }
+    for (const [name, path, ready] of newViews(page)) {
+      await page.goto(`${url}/inspector${path}`);
+      await ready();
+      expect(await axeViolations(page), name).toEqual([]);
+      await page.screenshot({ path: `test/artifacts/desktop-${name.replaceAll(" ", "-")}.png`, fullPage: true });
+    }
+  });
+});

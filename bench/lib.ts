@@ -270,6 +270,32 @@ export function measuredOn(skipped: string[]): string {
 }
 
 /**
+ * With BENCH_CPU_PROFILE=<dir>, the benchmark's own process (the server under test) is profiled
+ * from start to end, written as <dir>/<name>.cpuprofile (open it in Chrome DevTools, or sum the
+ * self time per function).
+ */
+async function startCpuProfile() {
+  const dir = process.env.BENCH_CPU_PROFILE;
+  if (!dir) return null;
+  const { Session } = await import("node:inspector/promises");
+  const session = new Session();
+  session.connect();
+  await session.post("Profiler.enable");
+  await session.post("Profiler.setSamplingInterval", { interval: 1_000 });
+  await session.post("Profiler.start");
+  return {
+    async stop(name: string) {
+      const { profile } = await session.post("Profiler.stop");
+      const { mkdirSync } = await import("node:fs");
+      mkdirSync(dir, { recursive: true });
+      writeFileSync(`${dir}/${name}.cpuprofile`, JSON.stringify(profile));
+      session.disconnect();
+      console.log(`CPU profile written to ${dir}/${name}.cpuprofile`);
+    },
+  };
+}
+
+/**
  * A benchmark's main: runs benchStore on each of benchStores() (dropping each store afterwards),
  * writes the report as its README section `name` and prints it; any failure exits with 1.
  */
@@ -280,6 +306,7 @@ export function runBenchmark<R>(
 ): void {
   const main = async () => {
     warnIfBusy();
+    const profile = await startCpuProfile();
     const started = performance.now();
     const results: R[] = [];
     const skipped: string[] = [];
@@ -290,6 +317,7 @@ export function runBenchmark<R>(
         await store.drop();
       }
     }
+    await profile?.stop(name);
     const section = report(results, skipped);
     writeReadmeSection(name, section);
     console.log(`\n${section}\n\nbench/README.md updated (${((performance.now() - started) / 1000).toFixed(1)} s).`);

@@ -1,4 +1,5 @@
-import { extractJob, quietExtractJob, turnJob } from "../src/queue.ts";
+import { extractJob, followUpsJob, quietExtractJob, turnJob } from "../src/queue.ts";
+import { runTurnFollowUps } from "../src/work/follow-ups.ts";
 import { runExtractAll, runQuietExtraction, runTurnWork } from "../src/work/turn-work.ts";
 import { untilItWorks } from "./backoff.ts";
 import { implementTenantJob } from "./implement.ts";
@@ -16,4 +17,10 @@ export const extract = implementTenantJob(
 
 export const quietExtract = implementTenantJob(quietExtractJob, (db, deps, payload) => runQuietExtraction(db, deps, payload), {
   backoff: untilItWorks,
+});
+
+// One batch at a time per worker: a round claims its turns, so a second would find few.
+export const followUps = implementTenantJob(followUpsJob, (db, deps, _payload, control) => runTurnFollowUps(db, deps, control.stillAlive), {
+  backoff: untilItWorks,
+  concurrency: 1,
 });

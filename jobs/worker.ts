@@ -7,10 +7,10 @@ import { indexSnippets } from "./index-snippets.ts";
 import { reconcile } from "./reconcile.ts";
 import { retention } from "./retention.ts";
 import { summarize } from "./summarize.ts";
-import { extract, quietExtract, turn } from "./turn.ts";
+import { extract, followUps, quietExtract, turn } from "./turn.ts";
 
 /** Every job the worker runs; each file is a definition, the work function it calls, and its options. */
-export const JOBS: ImplementedJob[] = [turn, extract, quietExtract, summarize, indexSnippets, reconcile, retention, compact, dispatch];
+export const JOBS: ImplementedJob[] = [turn, followUps, extract, quietExtract, summarize, indexSnippets, reconcile, retention, compact, dispatch];
 
 export type Worker = { stop(graceMs?: number): Promise<void> };
 

@@ -41,6 +41,8 @@ export function createAgendaQueue(store: Store, pollMs: number, log: Logger): Ag
     void next.finally(() => chains.get(key) === next && chains.delete(key)).catch(() => {});
     return next;
   };
+  // key -> when the job queued for it runs (epoch ms).
+  const soon = new Map<string, number>();
   return {
     agenda,
     async enqueue(job, payload) {
@@ -53,6 +55,22 @@ export function createAgendaQueue(store: Store, pollMs: number, log: Logger): Ag
           maxWait: debounceMs * 10,
         }),
       );
+    },
+    async enqueueSoon(job, payload, key, windowMs) {
+      const data = job.schema.parse(payload) as Record<string, unknown>;
+      const id = `${job.name}:${String(data[key])}`;
+      const now = Date.now();
+      // The queued job has not started yet (Agenda never runs a job before its time), so it will see this write.
+      if ((soon.get(id) ?? 0) > now) return;
+      const runAt = now + windowMs;
+      soon.set(id, runAt);
+      if (soon.size > 10_000) for (const [k, at] of soon) if (at <= now) soon.delete(k);
+      try {
+        await agenda.schedule(new Date(runAt), job.name, data);
+      } catch (error) {
+        if (soon.get(id) === runAt) soon.delete(id);
+        throw error;
+      }
     },
     async ping() {
       await pool.query("SELECT 1");

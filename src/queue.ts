@@ -20,12 +20,26 @@ export type JobQueue = {
     key: string,
     debounceMs: number,
   ): Promise<void>;
+  /**
+   * At most one job per key and window from this process, run at the window's end: every write
+   * committed before a skipped call is seen by the job already queued (a queue write per burst,
+   * not per call).
+   */
+  enqueueSoon<S extends z.ZodType>(
+    job: JobDefinition<S>,
+    payload: z.input<S> & Record<string, unknown>,
+    key: string,
+    windowMs: number,
+  ): Promise<void>;
   close(): Promise<void>;
 };
 
 const tenantScoped = { tenantId: z.string() };
 // No tenant: every active tenant, as the schedule runs it.
 const allTenants = z.object({ tenantId: z.string().optional() }).default({});
+
+/** The follow-ups of every turn of a tenant still in the outbox, in batches: snippets, their vectors, summary requests, the gate. */
+export const followUpsJob = defineJob({ name: "memory.follow-ups", schema: z.object({ ...tenantScoped }) });
 
 /** A recorded turn's follow-ups: recall snippets, the summary request, the gate and extraction. */
 export const turnJob = defineJob({ name: "memory.turn", schema: z.object({ ...tenantScoped, turnId: z.string() }) });

@@ -44,4 +44,28 @@ describe("the outbox", () => {
     // Nothing is left to dispatch, and a second sweep queues nothing twice.
     expect(await dispatchPendingTurns(engram.services.deps)).toEqual({});
   }, 300_000);
+
+  it("drains the turns of an agent with no model work in batches: each gets its snippet and vector, and a forget request its own job", async () => {
+    await engram.gql(`mutation { upsertAgent(input: { externalId: "batch", settings: { summaryOn: false, extractionOn: false } }) { id } }`);
+    const say = (n: number, userMessage: string) =>
+      recordTurn(engram, { agentExternalId: "batch", endUserExternalId: `batch-user-${n % 2}`, conversationExternalId: `batch-${n % 4}`, clientTurnId: `batch-${n}`, userMessage, assistantMessage: "Got it." });
+    const turns = [];
+    for (let n = 0; n < 12; n++) turns.push(await say(n, n === 4 ? "My locker code is 4711." : `Note number ${n} about the garden.`));
+    // Same user (4 % 2, 8 % 2) and conversation (8 % 4 = 0 = 4 % 4): forget what turn 4 said.
+    const forget = await say(8 + 4, "Please forget my locker code.");
+    await allIndexed(engram, engram.tenant.tenantId, 120_000);
+    const db = forTenant(engram.services.db, engram.tenant.tenantId);
+    const ids = turns.map((t) => t.id);
+    expect(await db.turn.count({ where: { id: { in: [...ids, forget.id] }, followUpsQueuedAt: null } })).toBe(0);
+    // The forget request was heard (by its own job, after its follow-ups): the message that said it is gone, with its snippet.
+    await until("the forget request's job", async () => (await db.message.count({ where: { content: { contains: "4711" } } })) === 0, 120_000);
+    expect(await db.recallSnippet.count({ where: { text: { contains: "4711" } } })).toBe(0);
+    const kept = await db.recallSnippet.findMany({ where: { conversationId: { in: turns.map((t) => t.conversation.id) }, kind: "TURN" } });
+    expect(kept.filter((s) => s.text.includes("garden"))).toHaveLength(11);
+    expect(kept.every((s) => s.indexedAt)).toBe(true);
+    // Only the forget request went to a turn job of its own.
+    const [{ own }] = await db.$queryRaw<{ own: number }[]>`
+      SELECT count(*)::int AS own FROM "agenda_jobs" WHERE "name" = 'memory.turn' AND "data"->>'turnId' = ANY(${[...ids, forget.id]}::text[])`;
+    expect(own).toBe(1);
+  }, 300_000);
 });

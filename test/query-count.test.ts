@@ -2,6 +2,10 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { recordTurn } from "./helpers/turns.ts";
+import { forTenant } from "../src/db.ts";
+import { followUpsJob } from "../src/queue.ts";
+import { FOLLOW_UPS_WINDOW_MS } from "../src/work/after-turn.ts";
+import { runTurnFollowUps } from "../src/work/follow-ups.ts";
 
 // Counts the SQL statements one GraphQL request sends, so N+1 cannot creep back into hot paths.
 let engram: TestEngram;
@@ -110,6 +114,51 @@ describe("SQL statements per request on the hot paths", () => {
     const gate = { remember: false, forget: "NONE", forgetTargets: [], needsRecall: false };
     expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-2", gate } }, engram.tenant.writer)).toBe(6);
   });
+
+  it("recordTurn of an agent with no model work, within its tenant's follow-ups window: no queue write", async () => {
+    await engram.gql(`mutation { upsertAgent(input: { externalId: "quiet", settings: { summaryOn: false, extractionOn: false } }) { id } }`);
+    const q = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id firstSeq lastSeq } }`;
+    const input = { agentExternalId: "quiet", endUserExternalId: "qu", conversationExternalId: "qc-quiet", userMessage: "hello", assistantMessage: "hi" };
+    await engram.gql(q, { input: { ...input, clientTurnId: "quiet-0" } }, engram.tenant.writer);
+    // Hold the window open (as a burst of turns finds it), so the count does not depend on timing.
+    await engram.services.queue.enqueueSoon(followUpsJob, { tenantId: engram.tenant.tenantId }, "tenantId", 600_000);
+    // Auth, the conversation (with its agent's settings), the append, the re-read, the feed's row.
+    expect(await statementsOf(q, { input: { ...input, clientTurnId: "quiet-1" } }, engram.tenant.writer)).toBe(5);
+    expect(FOLLOW_UPS_WINDOW_MS).toBeLessThanOrEqual(1_000);
+  });
+
+  it("the follow-ups of waiting turns: the same statements for 3 turns and for 30, over several conversations", async () => {
+    await engram.gql(`mutation { upsertAgent(input: { externalId: "quiet", settings: { summaryOn: false, extractionOn: false } }) { id } }`);
+    const db = forTenant(engram.services.db, engram.tenant.tenantId);
+    const record = async (from: number, count: number) => {
+      for (let i = from; i < from + count; i++) {
+        await recordTurn(engram, { agentExternalId: "quiet", endUserExternalId: `qu-${i % 2}`, conversationExternalId: `qf-${i % 4}`, clientTurnId: `qf-${i}`, userMessage: `I like colour ${i}.`, assistantMessage: "Nice." }, engram.tenant.writer);
+      }
+    };
+    const statements = async () => {
+      const spy = vi.spyOn(pg.Client.prototype, "query");
+      try {
+        const { turns } = await runTurnFollowUps(db, engram.services.deps);
+        return { turns, statements: spy.mock.calls.length };
+      } finally {
+        spy.mockRestore();
+      }
+    };
+    await runTurnFollowUps(db, engram.services.deps); // what earlier tests left waiting, and the encoder warmed
+    await record(0, 3);
+    const few = await statements();
+    await record(3, 30);
+    const many = await statements();
+    expect(few.turns).toBe(3);
+    expect(many.turns).toBe(30);
+    expect(many.statements).toBe(few.statements);
+    // BEGIN, claim, messages, their snippets, insert, verdicts read and written, mark, COMMIT; the
+    // fact-key check, the snippets read for embedding, and marking them indexed (Prisma's own BEGIN/COMMIT).
+    expect(many.statements).toBeLessThanOrEqual(14);
+    expect(await db.recallSnippet.count({ where: { conversation: { externalId: { startsWith: "qf-" } }, kind: "TURN", indexedAt: { not: null } } })).toBe(33);
+    const conversations = await db.conversation.findMany({ where: { externalId: { startsWith: "qf-" } }, select: { id: true } });
+    expect(await db.gateVerdict.count({ where: { decidedBy: "KEYWORDS", conversationId: { in: conversations.map((c) => c.id) } } })).toBe(33);
+  }, 120_000);
 
   it("appendEvent: the insert, the answer and the feed's history row", async () => {
     const q = `mutation($input: AppendEventInput!) { appendEvent(input: $input) { id } }`;

@@ -72,7 +72,7 @@ async function conversationFor(tx: TenantDb, tenantId: string, ids: z.infer<z.Zo
       `Conversation ${ids.conversationExternalId} belongs to another agent or end user.`,
     );
   }
-  return conversation;
+  return { ...conversation, agentSettings: agent.settings };
 }
 
 /**
@@ -98,6 +98,7 @@ type KnownConversation = {
   endUserId: string;
   agentExternalId: string;
   endUserExternalId: string;
+  agentSettings: Prisma.JsonValue;
 };
 
 /**
@@ -115,7 +116,7 @@ async function appendToKnownConversation(
 ) {
   const tenantId = db.$tenantId();
   const [known] = await db.$queryRaw<(KnownConversation & { turnTaken: boolean })[]>`
-    SELECT c."id", c."agentId", c."endUserId", a."externalId" AS "agentExternalId", u."externalId" AS "endUserExternalId",
+    SELECT c."id", c."agentId", c."endUserId", a."externalId" AS "agentExternalId", u."externalId" AS "endUserExternalId", a."settings" AS "agentSettings",
            EXISTS (SELECT 1 FROM "Turn" t WHERE t."tenantId" = ${tenantId} AND t."clientTurnId" = ${parsed.clientTurnId}) AS "turnTaken"
     FROM "Conversation" c JOIN "Agent" a ON a."id" = c."agentId" JOIN "EndUser" u ON u."id" = c."endUserId"
     WHERE c."tenantId" = ${tenantId} AND c."externalId" = ${parsed.conversationExternalId}`;
@@ -147,9 +148,17 @@ async function appendToKnownConversation(
     FROM conv
     RETURNING *`;
   if (!turn) return null;
-  const { agentExternalId: _a, endUserExternalId: _u, ...conversation } = known;
-  return { turn, conversation, created: true };
+  const { agentExternalId: _a, endUserExternalId: _u, agentSettings, ...conversation } = known;
+  return { turn, conversation, created: true, agentSettings };
 }
+
+export type RecordedTurn = {
+  turn: Turn;
+  conversation: Pick<Conversation, "id" | "agentId" | "endUserId">;
+  created: boolean;
+  /** The agent's stored settings, when the write read them (its follow-ups depend on them). */
+  agentSettings?: Prisma.JsonValue;
+};
 
 /**
  * Records one turn (the user's message, the agent's private steps, its reply). Creates the
@@ -159,7 +168,7 @@ export async function recordTurn(
   db: TenantDb,
   // `gate` comes as the caller's JSON and is checked here, with the rest.
   input: Omit<z.input<typeof recordTurnInput>, "gate"> & { gate?: unknown },
-): Promise<{ turn: Turn; conversation: Pick<Conversation, "id" | "agentId" | "endUserId">; created: boolean }> {
+): Promise<RecordedTurn> {
   const parsed = parseInput(recordTurnInput, input);
   const tenantId = db.$tenantId();
   const occurredAt = parsed.occurredAt ?? new Date();
@@ -209,7 +218,7 @@ export async function recordTurn(
       const turn = await tx.turn.create({
         data: { tenantId, conversationId: conversation.id, clientTurnId: parsed.clientTurnId, occurredAt, ...range },
       });
-      return { turn, conversation, created: true };
+      return { turn, conversation, created: true, agentSettings: conversation.agentSettings };
     }, TX);
   for (let tries = 1; ; tries++) {
     try {

@@ -128,3 +128,38 @@ export async function gateMessage(
   // A concurrent call stored its verdict first: everyone gets that one.
   return stored ? verdict : gateMessage(db, deps, input);
 }
+
+/**
+ * The gate of many user messages at once where no model is to decide (the agent's extraction is
+ * off): a stored verdict (the caller's) as it is, else the keyword gate's, stored. One read and
+ * one write for the whole batch; the verdicts come back in the order of the messages.
+ */
+export async function gateByKeywords(
+  db: TenantDb,
+  messages: { conversationId: string; message: string }[],
+): Promise<StoredVerdict[]> {
+  if (messages.length === 0) return [];
+  const hashes = messages.map((m) => hashOf(m.message));
+  const stored = await db.gateVerdict.findMany({
+    where: { OR: messages.map((m, i) => ({ conversationId: m.conversationId, messageHash: hashes[i] })) },
+  });
+  const byKey = new Map(stored.map((v) => [`${v.conversationId}:${v.messageHash}`, v]));
+  const verdicts = messages.map((m, i): StoredVerdict => {
+    const found = byKey.get(`${m.conversationId}:${hashes[i]}`);
+    if (!found) return { ...keywordGate(m.message), decidedBy: "KEYWORDS" };
+    return {
+      remember: found.remember,
+      forget: found.forget as TriageVerdict["forget"],
+      forgetTargets: found.forgetTargets,
+      needsRecall: found.needsRecall,
+      decidedBy: found.decidedBy as StoredVerdict["decidedBy"],
+    };
+  });
+  const fresh = messages.flatMap((m, i) =>
+    byKey.has(`${m.conversationId}:${hashes[i]}`)
+      ? []
+      : [{ tenantId: db.$tenantId(), conversationId: m.conversationId, messageHash: hashes[i], ...verdicts[i] }],
+  );
+  if (fresh.length) await db.gateVerdict.createMany({ data: fresh, skipDuplicates: true });
+  return verdicts;
+}

@@ -36,32 +36,57 @@ export async function createTurnSnippets(
 ): Promise<string[]> {
   const conversation = await db.conversation.findUnique({ where: { id: conversationId }, select: { endUserId: true } });
   if (!conversation) return [];
+  const { ids } = await createSnippetsOfTurns(db, [{ conversationId, endUserId: conversation.endUserId, ...range }]);
+  return ids;
+}
+
+export type TurnRange = { conversationId: string; endUserId: string; firstSeq: number; lastSeq: number };
+
+/**
+ * The TURN snippets of many turns at once (of any conversations): one read of their messages,
+ * one of the snippets they already have, one insert. Returns the ids still to embed and the
+ * messages read (by conversation, in seq order), which the caller's gate needs too.
+ */
+export async function createSnippetsOfTurns(db: TenantDb, turns: TurnRange[]) {
+  if (turns.length === 0) return { ids: [] as string[], messages: [] as Message[] };
   const messages = await db.message.findMany({
-    where: { conversationId, private: false, seq: { gte: range.firstSeq, lte: range.lastSeq } },
-    orderBy: { seq: "asc" },
+    where: {
+      private: false,
+      OR: turns.map((t) => ({ conversationId: t.conversationId, seq: { gte: t.firstSeq, lte: t.lastSeq } })),
+    },
+    orderBy: [{ conversationId: "asc" }, { seq: "asc" }],
   });
   // Asked again (a retried job), messages that already have a snippet keep it; those snippets
   // are handed back while still without a vector, so the retry embeds them.
   const existing = await db.recallSnippet.findMany({
-    where: { conversationId, kind: "TURN", messageIds: { hasSome: messages.map((m) => m.id) } },
+    where: {
+      conversationId: { in: [...new Set(turns.map((t) => t.conversationId))] },
+      kind: "TURN",
+      messageIds: { hasSome: messages.map((m) => m.id) },
+    },
     select: { id: true, messageIds: true, indexedAt: true },
   });
   const indexed = new Set(existing.flatMap((s) => s.messageIds));
   const waiting = existing.filter((s) => !s.indexedAt).map((s) => s.id);
-  // A reply recorded on its own continues the turn its user message began.
-  const groups = groupTurns(messages.filter((m) => !indexed.has(m.id)));
-  const rows = groups.map((group) => ({
-    tenantId: db.$tenantId(),
-    endUserId: conversation.endUserId,
-    conversationId,
-    kind: "TURN" as const,
-    text: group.map(line).join("\n").slice(0, SNIPPET_MAX_CHARS),
-    messageIds: group.map((m) => m.id),
-    occurredAt: group[0].occurredAt,
-  }));
-  if (rows.length === 0) return waiting;
+  const endUserOf = new Map(turns.map((t) => [t.conversationId, t.endUserId]));
+  const rows = turns.flatMap((turn) => {
+    const ofTurn = messages.filter(
+      (m) => m.conversationId === turn.conversationId && m.seq >= turn.firstSeq && m.seq <= turn.lastSeq && !indexed.has(m.id),
+    );
+    // A reply recorded on its own continues the turn its user message began.
+    return groupTurns(ofTurn).map((group) => ({
+      tenantId: db.$tenantId(),
+      endUserId: endUserOf.get(turn.conversationId)!,
+      conversationId: turn.conversationId,
+      kind: "TURN" as const,
+      text: group.map(line).join("\n").slice(0, SNIPPET_MAX_CHARS),
+      messageIds: group.map((m) => m.id),
+      occurredAt: group[0].occurredAt,
+    }));
+  });
+  if (rows.length === 0) return { ids: waiting, messages };
   const created = await db.recallSnippet.createManyAndReturn({ data: rows, select: { id: true } });
-  return [...waiting, ...created.map((row) => row.id)];
+  return { ids: [...waiting, ...created.map((row) => row.id)], messages };
 }
 
 /**

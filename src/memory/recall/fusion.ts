@@ -20,6 +20,11 @@ export type FusionOptions = {
   perConversation: number;
   /** Added to the fused score of a snippet in the span the message names. */
   timeBoost: number;
+  /**
+   * Keyword hits scoring under this share of the best one's BM25 are left out: rank fusion sees
+   * only ranks, so a match on nothing but a generic question word would count like a real one.
+   */
+  keywordFloor: number;
 };
 
 export type FusedScores = {
@@ -74,10 +79,12 @@ export function fuseHits(
     s.vectorRank = c.rank;
     s.fusedScore += 1 / (options.rrfK + c.rank);
   });
-  credited(keyword).forEach((c, i) => {
+  const floor = options.keywordFloor * (keyword[0]?.rank ?? 0);
+  const strong = keyword.filter((hit) => hit.rank >= floor);
+  credited(strong).forEach((c, i) => {
     if (!c) return;
     const s = entry(c.target);
-    s.keywordScore = keyword[i].rank;
+    s.keywordScore = strong[i].rank;
     s.keywordRank = c.rank;
     s.fusedScore += options.keywordWeight / (options.rrfK + c.rank);
   });

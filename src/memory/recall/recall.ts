@@ -37,6 +37,7 @@ export const RECALL = {
   pool: 30,
   perConversation: 10,
   timeBoost: 0.2,
+  keywordFloor: 0,
 } as const;
 
 export type SearchInput = {

@@ -53,7 +53,7 @@ describe("time expressions in a recall message", () => {
 });
 
 describe("fusion", () => {
-  const options: FusionOptions = { rrfK: 5, keywordWeight: 1, pool: 10, perConversation: 10, timeBoost: 0.1, keywordFloor: 0 };
+  const options: FusionOptions = { rrfK: 5, keywordWeight: 1, pool: 10, perConversation: 10, timeBoost: 0.1, keywordFloor: 0, neighbourWeight: 0 };
   const snippets = new Map<string, FusionSnippet>([
     ["a1", { id: "a1", conversationId: "A", occurredAt: day("2023-05-02") }],
     ["a2", { id: "a2", conversationId: "A", occurredAt: day("2023-05-02") }],

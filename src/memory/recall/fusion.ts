@@ -7,6 +7,8 @@ export type FusionSnippet = {
   occurredAt: Date;
   /** For a key (a fact's sentence): the snippet a hit on it is credited to. */
   keyOfId?: string | null;
+  /** The turns just before and after it in its conversation, when known. */
+  neighbourIds?: string[];
 };
 
 export type FusionOptions = {
@@ -25,6 +27,11 @@ export type FusionOptions = {
    * only ranks, so a match on nothing but a generic question word would count like a real one.
    */
   keywordFloor: number;
+  /**
+   * A snippet gains this share of the best fused score among its neighbouring turns (when they
+   * were found too): the answer to a question is often one turn away from the turn that matches it.
+   */
+  neighbourWeight: number;
 };
 
 export type FusedScores = {
@@ -89,6 +96,13 @@ export function fuseHits(
     s.fusedScore += options.keywordWeight / (options.rrfK + c.rank);
   });
   const fused = [...scores.values()];
+  if (options.neighbourWeight > 0) {
+    const base = new Map(fused.map((s) => [s.id, s.fusedScore]));
+    for (const s of fused) {
+      const near = (snippets.get(s.id)?.neighbourIds ?? []).map((id) => base.get(id) ?? 0);
+      if (near.length) s.fusedScore += options.neighbourWeight * Math.max(...near);
+    }
+  }
   if (hint && options.timeBoost > 0) boostByTime(fused, snippets, hint, options.timeBoost);
   fused.sort((a, b) => b.fusedScore - a.fusedScore || (b.vectorScore ?? 0) - (a.vectorScore ?? 0));
   return diversify(fused, snippets, k, options.perConversation);

@@ -81,4 +81,23 @@ describe("fusion", () => {
     const untimed = fuseHits(vector, keyword, snippets, resolveTimeHint("what did I say in July?", asked), 5, { ...options, timeBoost: 0 });
     expect(untimed[0].id).toBe("a2");
   });
+
+  it("leaves out keyword hits far under the best one, and lifts a turn whose neighbouring turn was found", () => {
+    // b1's BM25 score is a fifth of a2's: under a floor of 0.5 it keeps only its vector rank.
+    const weak = [{ id: "a2", rank: 5 }, { id: "b1", rank: 1 }];
+    expect(fuseHits(vector, weak, snippets, null, 5, options).find((f) => f.id === "b1")?.keywordRank).toBe(2);
+    const floored = fuseHits(vector, weak, snippets, null, 5, { ...options, keywordFloor: 0.5 });
+    expect(floored.find((f) => f.id === "b1")).toMatchObject({ keywordRank: null, vectorRank: 4 });
+
+    // c1 follows b1 in its conversation: with a neighbour weight it gains a share of b1's score.
+    const near = new Map(snippets);
+    near.set("c1", { ...snippets.get("c1")!, conversationId: "B", neighbourIds: ["b1"] });
+    near.set("b1", { ...snippets.get("b1")!, neighbourIds: ["c1"] });
+    const alone = fuseHits(vector, keyword, near, null, 5, options);
+    const lifted = fuseHits(vector, keyword, near, null, 5, { ...options, neighbourWeight: 0.5 });
+    const b1 = alone.find((f) => f.id === "b1")!.fusedScore;
+    const c1 = (list: typeof alone) => list.find((f) => f.id === "c1")!.fusedScore;
+    expect(c1(lifted)).toBeCloseTo(c1(alone) + 0.5 * b1);
+    expect(lifted.map((f) => f.id).indexOf("c1")).toBeLessThan(alone.map((f) => f.id).indexOf("c1"));
+  });
 });

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { fuseHits, type FusionOptions, type FusionSnippet } from "../src/memory/recall/fusion.ts";
+import { withNeighbours } from "../src/memory/recall/recall.ts";
 import { resolveTimeHint } from "../src/memory/recall/time.ts";
 
 // A Wednesday.
@@ -99,5 +100,17 @@ describe("fusion", () => {
     const c1 = (list: typeof alone) => list.find((f) => f.id === "c1")!.fusedScore;
     expect(c1(lifted)).toBeCloseTo(c1(alone) + 0.5 * b1);
     expect(lifted.map((f) => f.id).indexOf("c1")).toBeLessThan(alone.map((f) => f.id).indexOf("c1"));
+  });
+
+  it("knows a found turn's found neighbours: the turns whose messages come right before and after it", () => {
+    const turn = (id: string, conversationId: string, messageIds: string[]) => ({ id, kind: "TURN", conversationId, messageIds });
+    const snippets = new Map(
+      [turn("t1", "A", ["m1", "m2"]), turn("t2", "A", ["m3", "m4"]), turn("t4", "A", ["m7"]), turn("u1", "B", ["n5"]), { ...turn("s", "A", []), kind: "SUMMARY" }].map(
+        (s) => [s.id, s],
+      ),
+    );
+    const seqOf = new Map([["m1", 1], ["m2", 2], ["m3", 3], ["m4", 4], ["m7", 7], ["n5", 5]]);
+    const near = withNeighbours(snippets, seqOf);
+    expect(Object.fromEntries([...near.values()].map((s) => [s.id, s.neighbourIds]))).toEqual({ t1: ["t2"], t2: ["t1"], t4: [], u1: [], s: [] });
   });
 });

@@ -196,7 +196,7 @@ export async function searchSnippets(
  * Each found turn with the found turns right before and after it in its conversation (its first
  * message follows the other's last), for fusion's neighbour weight.
  */
-function withNeighbours<S extends { id: string; kind: string; conversationId: string; messageIds: string[] }>(
+export function withNeighbours<S extends { id: string; kind: string; conversationId: string; messageIds: string[] }>(
   snippets: Map<string, S>,
   seqOf: Map<string, number>,
 ): Map<string, S & { neighbourIds: string[] }> {

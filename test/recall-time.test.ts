@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { fuseHits, type FusionOptions, type FusionSnippet } from "../src/memory/recall/fusion.ts";
+import { withNeighbours } from "../src/memory/recall/recall.ts";
 import { resolveTimeHint } from "../src/memory/recall/time.ts";
 
 // A Wednesday.
@@ -53,7 +54,7 @@ describe("time expressions in a recall message", () => {
 });
 
 describe("fusion", () => {
-  const options: FusionOptions = { rrfK: 5, keywordWeight: 1, pool: 10, perConversation: 10, timeBoost: 0.1 };
+  const options: FusionOptions = { rrfK: 5, keywordWeight: 1, pool: 10, perConversation: 10, timeBoost: 0.1, keywordFloor: 0, neighbourWeight: 0 };
   const snippets = new Map<string, FusionSnippet>([
     ["a1", { id: "a1", conversationId: "A", occurredAt: day("2023-05-02") }],
     ["a2", { id: "a2", conversationId: "A", occurredAt: day("2023-05-02") }],
@@ -80,5 +81,36 @@ describe("fusion", () => {
     expect(latest[0]).toMatchObject({ id: "c1", timeMatch: true });
     const untimed = fuseHits(vector, keyword, snippets, resolveTimeHint("what did I say in July?", asked), 5, { ...options, timeBoost: 0 });
     expect(untimed[0].id).toBe("a2");
+  });
+
+  it("leaves out keyword hits far under the best one, and lifts a turn whose neighbouring turn was found", () => {
+    // b1's BM25 score is a fifth of a2's: under a floor of 0.5 it keeps only its vector rank.
+    const weak = [{ id: "a2", rank: 5 }, { id: "b1", rank: 1 }];
+    expect(fuseHits(vector, weak, snippets, null, 5, options).find((f) => f.id === "b1")?.keywordRank).toBe(2);
+    const floored = fuseHits(vector, weak, snippets, null, 5, { ...options, keywordFloor: 0.5 });
+    expect(floored.find((f) => f.id === "b1")).toMatchObject({ keywordRank: null, vectorRank: 4 });
+
+    // c1 follows b1 in its conversation: with a neighbour weight it gains a share of b1's score.
+    const near = new Map(snippets);
+    near.set("c1", { ...snippets.get("c1")!, conversationId: "B", neighbourIds: ["b1"] });
+    near.set("b1", { ...snippets.get("b1")!, neighbourIds: ["c1"] });
+    const alone = fuseHits(vector, keyword, near, null, 5, options);
+    const lifted = fuseHits(vector, keyword, near, null, 5, { ...options, neighbourWeight: 0.5 });
+    const b1 = alone.find((f) => f.id === "b1")!.fusedScore;
+    const c1 = (list: typeof alone) => list.find((f) => f.id === "c1")!.fusedScore;
+    expect(c1(lifted)).toBeCloseTo(c1(alone) + 0.5 * b1);
+    expect(lifted.map((f) => f.id).indexOf("c1")).toBeLessThan(alone.map((f) => f.id).indexOf("c1"));
+  });
+
+  it("knows a found turn's found neighbours: the turns whose messages come right before and after it", () => {
+    const turn = (id: string, conversationId: string, messageIds: string[]) => ({ id, kind: "TURN", conversationId, messageIds });
+    const snippets = new Map(
+      [turn("t1", "A", ["m1", "m2"]), turn("t2", "A", ["m3", "m4"]), turn("t4", "A", ["m7"]), turn("u1", "B", ["n5"]), { ...turn("s", "A", []), kind: "SUMMARY" }].map(
+        (s) => [s.id, s],
+      ),
+    );
+    const seqOf = new Map([["m1", 1], ["m2", 2], ["m3", 3], ["m4", 4], ["m7", 7], ["n5", 5]]);
+    const near = withNeighbours(snippets, seqOf);
+    expect(Object.fromEntries([...near.values()].map((s) => [s.id, s.neighbourIds]))).toEqual({ t1: ["t2"], t2: ["t1"], t4: [], u1: [], s: [] });
   });
 });

@@ -5,7 +5,7 @@ import { searchSnippets, type RecallCandidate, type RecallEvent } from "../memor
 import { recallIndexStatus, type RecallIndexStatus } from "../memory/recall/snippets.ts";
 
 const SnippetKindEnum = builder.enumType("SnippetKind", {
-  description: "TURN: a user message with its replies; SUMMARY: a conversation's summary; FACT: a fact's sentence (a key: a hit on it is credited to its turn, never returned itself).",
+  description: "TURN: a user message with its replies; SUMMARY: a sentence of a conversation's accepted summary (a key: a hit on it is credited to the covered turn it points to, and it is returned itself only when it points to none); FACT: a fact's sentence (a key: a hit on it is credited to its turn, never returned itself).",
   values: ["TURN", "SUMMARY", "FACT"] as const,
 });
 

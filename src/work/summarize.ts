@@ -4,7 +4,7 @@ import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { hasUnfoldedMessages, rewriteSummary } from "../memory/conversations/summary.ts";
 import { indexJob, summarizeJob } from "../queue.ts";
-import { syncSummarySnippet } from "../memory/recall/snippets.ts";
+import { syncSummaryKeys } from "../memory/recall/snippets.ts";
 import { UnreadableAnswer } from "./dead-letter.ts";
 
 /** A burst of turns within this window becomes one rewrite covering all of them. */
@@ -21,7 +21,7 @@ export function requestSummary(deps: Pick<Deps, "queue">, tenantId: string, conv
  */
 export async function runSummarize(
   db: TenantDb,
-  deps: Pick<Deps, "models" | "queue" | "pubsub" | "log">,
+  deps: Pick<Deps, "models" | "queue" | "pubsub" | "log" | "vectors">,
   payload: z.infer<typeof summarizeJob.schema>,
 ) {
   const { models, log, pubsub } = deps;
@@ -44,8 +44,8 @@ export async function runSummarize(
   if (outcome.status === "ACCEPTED") {
     // Recall indexes the accepted summary; a failure here must not redo the rewrite.
     try {
-      const id = await syncSummarySnippet(db, payload.conversationId);
-      if (id) await deps.queue.enqueue(indexJob, { tenantId, snippetIds: [id] });
+      const ids = await syncSummaryKeys(db, deps, payload.conversationId);
+      if (ids.length) await deps.queue.enqueue(indexJob, { tenantId, snippetIds: ids });
     } catch (error) {
       log.warn("could not queue the summary's recall indexing", { conversationId: payload.conversationId, error });
     }

@@ -7,6 +7,8 @@ export type FusionSnippet = {
   occurredAt: Date;
   /** For a key (a fact's sentence): the snippet a hit on it is credited to. */
   keyOfId?: string | null;
+  /** The turns just before and after it in its conversation, when known. */
+  neighbourIds?: string[];
 };
 
 export type FusionOptions = {
@@ -20,6 +22,16 @@ export type FusionOptions = {
   perConversation: number;
   /** Added to the fused score of a snippet in the span the message names. */
   timeBoost: number;
+  /**
+   * Keyword hits scoring under this share of the best one's BM25 are left out: rank fusion sees
+   * only ranks, so a match on nothing but a generic question word would count like a real one.
+   */
+  keywordFloor: number;
+  /**
+   * A snippet gains this share of the best fused score among its neighbouring turns (when they
+   * were found too): the answer to a question is often one turn away from the turn that matches it.
+   */
+  neighbourWeight: number;
 };
 
 export type FusedScores = {
@@ -74,14 +86,23 @@ export function fuseHits(
     s.vectorRank = c.rank;
     s.fusedScore += 1 / (options.rrfK + c.rank);
   });
-  credited(keyword).forEach((c, i) => {
+  const floor = options.keywordFloor * (keyword[0]?.rank ?? 0);
+  const strong = keyword.filter((hit) => hit.rank >= floor);
+  credited(strong).forEach((c, i) => {
     if (!c) return;
     const s = entry(c.target);
-    s.keywordScore = keyword[i].rank;
+    s.keywordScore = strong[i].rank;
     s.keywordRank = c.rank;
     s.fusedScore += options.keywordWeight / (options.rrfK + c.rank);
   });
   const fused = [...scores.values()];
+  if (options.neighbourWeight > 0) {
+    const base = new Map(fused.map((s) => [s.id, s.fusedScore]));
+    for (const s of fused) {
+      const near = (snippets.get(s.id)?.neighbourIds ?? []).map((id) => base.get(id) ?? 0);
+      if (near.length) s.fusedScore += options.neighbourWeight * Math.max(...near);
+    }
+  }
   if (hint && options.timeBoost > 0) boostByTime(fused, snippets, hint, options.timeBoost);
   fused.sort((a, b) => b.fusedScore - a.fusedScore || (b.vectorScore ?? 0) - (a.vectorScore ?? 0));
   return diversify(fused, snippets, k, options.perConversation);

@@ -38,6 +38,8 @@ export const RECALL = {
   pool: 30,
   perConversation: 10,
   timeBoost: 0.2,
+  keywordFloor: 0,
+  neighbourWeight: 0,
 } as const;
 
 export type SearchInput = {
@@ -165,13 +167,13 @@ export async function searchSnippets(
   const have = new Set(found.map((s) => s.id));
   const targets = [...new Set(found.flatMap((s) => (s.keyOfId && !have.has(s.keyOfId) ? [s.keyOfId] : [])))];
   const snippets = new Map([...found, ...(targets.length ? await read({ id: { in: targets } }) : [])].map((s) => [s.id, s]));
-  const fused = fuseHits(vector, keyword, snippets, time, input.k, { ...RECALL, pool });
-  const messageIds = fused.flatMap((f) => snippets.get(f.id)!.messageIds);
+  const messageIds = [...snippets.values()].flatMap((s) => s.messageIds);
   const seqOf = new Map(
     messageIds.length
       ? (await db.message.findMany({ where: { id: { in: messageIds } }, select: { id: true, seq: true } })).map((m) => [m.id, m.seq])
       : [],
   );
+  const fused = fuseHits(vector, keyword, withNeighbours(snippets, seqOf), time, input.k, { ...RECALL, pool });
   const candidates = fused.map(({ id, ...scores }) => {
     const s = snippets.get(id)!;
     return {
@@ -189,6 +191,32 @@ export async function searchSnippets(
     };
   });
   return { candidates, degraded, time };
+}
+
+/**
+ * Each found turn with the found turns right before and after it in its conversation (its first
+ * message follows the other's last), for fusion's neighbour weight.
+ */
+export function withNeighbours<S extends { id: string; kind: string; conversationId: string; messageIds: string[] }>(
+  snippets: Map<string, S>,
+  seqOf: Map<string, number>,
+): Map<string, S & { neighbourIds: string[] }> {
+  const span = (s: S) => s.messageIds.map((m) => seqOf.get(m) ?? 0);
+  const byStart = new Map<string, string>();
+  const byEnd = new Map<string, string>();
+  for (const s of snippets.values()) {
+    if (s.kind !== "TURN" || s.messageIds.length === 0) continue;
+    byStart.set(`${s.conversationId}:${Math.min(...span(s))}`, s.id);
+    byEnd.set(`${s.conversationId}:${Math.max(...span(s))}`, s.id);
+  }
+  return new Map(
+    [...snippets.values()].map((s) => {
+      if (s.kind !== "TURN" || s.messageIds.length === 0) return [s.id, { ...s, neighbourIds: [] }];
+      const before = byEnd.get(`${s.conversationId}:${Math.min(...span(s)) - 1}`);
+      const after = byStart.get(`${s.conversationId}:${Math.max(...span(s)) + 1}`);
+      return [s.id, { ...s, neighbourIds: [before, after].filter((id): id is string => id !== undefined) }];
+    }),
+  );
 }
 
 /** Without the judge: the fused top 3 that are close enough, or strong keyword matches. */

@@ -90,34 +90,84 @@ export async function createSnippetsOfTurns(db: TenantDb, turns: TurnRange[]) {
 }
 
 /**
- * Keeps one SUMMARY snippet per conversation in step with its accepted summary; returns its id
- * when it changed (to be indexed again), else null.
+ * Keeps a conversation's SUMMARY keys in step with its accepted summary: one key per sentence,
+ * pointing (keyOfId) to the covered turn that shares the most distinctive words with it, so a hit
+ * on the summary is credited to a turn the summary covers, as a fact's sentence is to its source
+ * turn (fusion.ts). A sentence no covered turn shares a word with stays a SUMMARY snippet of its
+ * own. Unchanged keys are left alone; returns the ids to index.
  */
-export async function syncSummarySnippet(db: TenantDb, conversationId: string): Promise<string | null> {
+export async function syncSummaryKeys(db: TenantDb, deps: Pick<Deps, "vectors">, conversationId: string): Promise<string[]> {
   const conversation = await db.conversation.findUnique({
     where: { id: conversationId },
     select: { endUserId: true, summary: true, summaryThroughSeq: true },
   });
-  if (!conversation?.summary) return null;
-  const covered = await db.message.findFirst({
-    where: { conversationId, seq: conversation.summaryThroughSeq },
-    select: { occurredAt: true },
+  if (!conversation?.summary) return [];
+  const [covered, turns, existing] = await Promise.all([
+    db.message.findMany({
+      where: { conversationId, seq: { lte: conversation.summaryThroughSeq } },
+      select: { id: true, occurredAt: true },
+      orderBy: { seq: "asc" },
+    }),
+    db.recallSnippet.findMany({
+      where: { conversationId, kind: "TURN" },
+      select: { id: true, text: true, messageIds: true, occurredAt: true },
+      orderBy: { occurredAt: "asc" },
+    }),
+    db.recallSnippet.findMany({ where: { conversationId, kind: "SUMMARY" }, select: { id: true, text: true, keyOfId: true } }),
+  ]);
+  const coveredIds = new Set(covered.map((m) => m.id));
+  const coveredTurns = turns.filter((t) => t.messageIds.length && coveredIds.has(t.messageIds[0]));
+  const fallbackAt = covered.at(-1)?.occurredAt ?? new Date();
+  const wanted = summarySentences(conversation.summary.slice(0, SNIPPET_MAX_CHARS)).map((text) => {
+    const turn = closestTurn(text, coveredTurns);
+    return { text, keyOfId: turn?.id ?? null, occurredAt: turn?.occurredAt ?? fallbackAt };
   });
-  const existing = await db.recallSnippet.findFirst({ where: { conversationId, kind: "SUMMARY" } });
-  if (existing?.text === conversation.summary) return null;
-  const data = {
-    text: conversation.summary.slice(0, SNIPPET_MAX_CHARS),
-    occurredAt: covered?.occurredAt ?? new Date(),
-    indexedAt: null,
-  };
-  if (existing) {
-    await db.recallSnippet.update({ where: { id: existing.id }, data });
-    return existing.id;
-  }
-  const created = await db.recallSnippet.create({
-    data: { ...data, tenantId: db.$tenantId(), endUserId: conversation.endUserId, conversationId, kind: "SUMMARY", messageIds: [] },
+  const same = (a: { text: string; keyOfId: string | null }) => `${a.keyOfId ?? ""}|${a.text}`;
+  const have = new Set(existing.map(same));
+  if (existing.length === wanted.length && wanted.every((w) => have.has(same(w)))) return [];
+  await forgetSnippets(db, deps, existing.map((k) => k.id));
+  const created = await db.recallSnippet.createManyAndReturn({
+    data: wanted.map((w) => ({ ...w, tenantId: db.$tenantId(), endUserId: conversation.endUserId, conversationId, kind: "SUMMARY" as const, messageIds: [] })),
+    select: { id: true },
   });
-  return created.id;
+  return created.map((c) => c.id);
+}
+
+/** A summary's sentences (Intl's sentence breaks), each a key of its own. */
+export function summarySentences(summary: string): string[] {
+  const segments = new Intl.Segmenter("en", { granularity: "sentence" }).segment(summary);
+  return [...segments].map((s) => s.segment.trim()).filter((s) => s.length > 0);
+}
+
+// Words that say nothing about which turn a sentence came from.
+const FILLER = new Set(
+  "the and for with that this was were are has have had its his her their they them she him you your our not but from about into also then than there what when which who will would could should been being some very just more most other such only over after before while both each".split(" "),
+);
+/** The distinctive words of a text: lower-cased, no filler words, a plural s cut. */
+export const contentWords = (text: string) =>
+  new Set((text.toLowerCase().match(/[a-z0-9]+/g) ?? []).filter((w) => w.length > 2 && !FILLER.has(w)).map((w) => w.replace(/(?<=\w{3})s$/, "")));
+
+/**
+ * The turn sharing the most distinctive words with a sentence: each shared word weighs by how
+ * few of the turns hold it (a word in every turn, such as a speaker's name, weighs nothing). Null
+ * when none shares a word; the earlier turn on a tie.
+ */
+export function closestTurn<T extends { text: string }>(sentence: string, turns: T[]): T | null {
+  const bags = turns.map((t) => contentWords(t.text));
+  const df = new Map<string, number>();
+  for (const bag of bags) for (const w of bag) df.set(w, (df.get(w) ?? 0) + 1);
+  const words = [...contentWords(sentence)].filter((w) => df.has(w));
+  const weight = (n: number) => (turns.length === 1 ? 1 : Math.log(turns.length / n));
+  let best: T | null = null;
+  let bestScore = 0;
+  bags.forEach((bag, i) => {
+    const score = words.reduce((sum, w) => sum + (bag.has(w) ? weight(df.get(w)!) : 0), 0);
+    if (score > bestScore) {
+      bestScore = score;
+      best = turns[i];
+    }
+  });
+  return best;
 }
 
 /**

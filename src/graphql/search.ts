@@ -38,7 +38,7 @@ builder.queryFields((t) => ({
       "By user: their facts and snippets, and entries and events whose scopeRef is their own id. By agent: facts of " +
       "the users it talks with and snippets of its conversations (entries and events have no agent and are left out).",
     args: {
-      text: t.arg.string({ required: true, description: "2–200 characters: every word must match (stemmed), or the text as typed." }),
+      text: t.arg.string({ required: true, description: "2–200 characters. Every English word must match (stemmed); a text with no words (stop words, punctuation) is matched as typed." }),
       endUserId: t.arg.id(),
       agentId: t.arg.id(),
       kinds: t.arg({ type: [MemoryKindEnum] }),

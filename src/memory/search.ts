@@ -44,8 +44,8 @@ const likePattern = (text: string) => `%${text.replace(/[\\%_]/g, (c) => `\\${c}
 
 /**
  * Facts, entries, events and recall snippets matching a text, across the tenant's users, best
- * first. A match is every English word of the text (stemmed, ranked by ts_rank) or the text as
- * typed (an id, a URL). By user: their facts and snippets, and entries and events whose scopeRef
+ * first. A match holds every English word of the text (stemmed, ranked by ts_rank, through GIN
+ * indexes); a text with no such word (stop words, punctuation, `%%`) is matched as typed. By user: their facts and snippets, and entries and events whose scopeRef
  * is their own id. By agent: facts of the users it talks with and snippets of its conversations
  * (entries and events belong to no agent, so they are left out).
  */
@@ -63,21 +63,26 @@ export async function searchMemory(db: TenantDb, input: z.input<typeof searchMem
     ...(filter.since ? [Prisma.sql`${column} >= ${filter.since}`] : []),
     ...(filter.until ? [Prisma.sql`${column} < ${filter.until}`] : []),
   ];
-  const user = filter.endUserId
-    ? await db.endUser.findUnique({ where: { id: filter.endUserId }, select: { externalId: true } })
-    : null;
+  // One statement: whether the text has words to search by, and the chosen user's own id.
+  const [{ words, externalId }] = await db.$queryRaw<{ words: boolean; externalId: string | null }[]>`
+    SELECT numnode(${q}) > 0 AS "words",
+           (SELECT u."externalId" FROM "EndUser" u WHERE u."id" = ${filter.endUserId ?? null} AND u."tenantId" = ${tenantId}) AS "externalId"`;
   // An unknown user matches nothing (and says nothing about other tenants' ids).
-  if (filter.endUserId && !user) return [];
+  if (filter.endUserId && externalId === null) return [];
+  const user = externalId === null ? null : { externalId };
+  const matches = (vector: Prisma.Sql, ...columns: Prisma.Sql[]) =>
+    words ? Prisma.sql`${vector} @@ ${q}` : Prisma.sql`(${Prisma.join(columns.map((c) => Prisma.sql`${c} ILIKE ${like}`), " OR ")})`;
+  const rank = (vector: Prisma.Sql) => (words ? Prisma.sql`ts_rank(${vector}, ${q}) + 0.01` : Prisma.sql`0.01`);
   const limit = filter.first;
   const queries: Promise<MemoryHit[]>[] = [];
   const run = (kind: MemoryKind, rows: Promise<Row[]>) =>
     queries.push(rows.then((found) => found.map((row) => ({ ...row, kind, rank: Number(row.rank), at: new Date(row.at) }))));
 
   if (kinds.has("FACT")) {
-    const vector = Prisma.sql`to_tsvector('english', f."text")`;
+    const vector = Prisma.sql`f."search"`;
     const where = [
       Prisma.sql`f."tenantId" = ${tenantId}`,
-      Prisma.sql`(${vector} @@ ${q} OR f."text" ILIKE ${like})`,
+      matches(vector, Prisma.sql`f."text"`),
       ...(filter.endUserId ? [Prisma.sql`f."endUserId" = ${filter.endUserId}`] : []),
       ...(filter.agentId
         ? [Prisma.sql`EXISTS (SELECT 1 FROM "Conversation" a WHERE a."tenantId" = ${tenantId} AND a."endUserId" = f."endUserId" AND a."agentId" = ${filter.agentId})`]
@@ -85,7 +90,7 @@ export async function searchMemory(db: TenantDb, input: z.input<typeof searchMem
       ...range(Prisma.sql`f."confirmedAt"`),
     ];
     run("FACT", db.$queryRaw<Row[]>`
-      SELECT f."id", ts_rank(${vector}, ${q}) + 0.01 AS "rank", f."confirmedAt" AS "at", NULL AS "title", f."text",
+      SELECT f."id", ${rank(vector)} AS "rank", f."confirmedAt" AS "at", NULL AS "title", f."text",
              f."endUserId", coalesce(u."displayName", u."externalId") AS "endUserName",
              m."conversationId", c."externalId" AS "conversationName", f."sourceMessageId" AS "messageId", m."seq" AS "messageSeq",
              NULL AS "scope", NULL AS "scopeRef"
@@ -101,7 +106,7 @@ export async function searchMemory(db: TenantDb, input: z.input<typeof searchMem
       Prisma.sql`s."tenantId" = ${tenantId}`,
       // A FACT snippet is a fact's sentence again: the fact itself is the hit.
       Prisma.sql`s."kind" <> 'FACT'::"SnippetKind"`,
-      Prisma.sql`(s."search" @@ ${q} OR s."text" ILIKE ${like})`,
+      matches(Prisma.sql`s."search"`, Prisma.sql`s."text"`),
       ...(filter.endUserId ? [Prisma.sql`s."endUserId" = ${filter.endUserId}`] : []),
       ...(filter.agentId
         ? [Prisma.sql`c."agentId" = ${filter.agentId}`]
@@ -109,7 +114,7 @@ export async function searchMemory(db: TenantDb, input: z.input<typeof searchMem
       ...range(Prisma.sql`s."occurredAt"`),
     ];
     run("SNIPPET", db.$queryRaw<Row[]>`
-      SELECT s."id", ts_rank(coalesce(s."search", ''::tsvector), ${q}) + 0.01 AS "rank", s."occurredAt" AS "at", NULL AS "title", s."text",
+      SELECT s."id", ${rank(Prisma.sql`s."search"`)} AS "rank", s."occurredAt" AS "at", NULL AS "title", s."text",
              s."endUserId", coalesce(u."displayName", u."externalId") AS "endUserName",
              s."conversationId", c."externalId" AS "conversationName", s."messageIds"[1] AS "messageId", m."seq" AS "messageSeq",
              NULL AS "scope", NULL AS "scopeRef"
@@ -123,12 +128,12 @@ export async function searchMemory(db: TenantDb, input: z.input<typeof searchMem
   if (kinds.has("ENTRY")) {
     const where = [
       Prisma.sql`e."tenantId" = ${tenantId}`,
-      Prisma.sql`(e."search" @@ ${q} OR e."title" ILIKE ${like} OR e."summary" ILIKE ${like})`,
+      matches(Prisma.sql`e."search"`, Prisma.sql`e."title"`, Prisma.sql`e."summary"`),
       ...(user ? [Prisma.sql`e."scopeRef" = ${user.externalId}`] : []),
       ...range(Prisma.sql`e."updatedAt"`),
     ];
     run("ENTRY", db.$queryRaw<Row[]>`
-      SELECT e."id", ts_rank(coalesce(e."search", ''::tsvector), ${q}) + 0.01 AS "rank", e."updatedAt" AS "at", e."title", e."summary" AS "text",
+      SELECT e."id", ${rank(Prisma.sql`e."search"`)} AS "rank", e."updatedAt" AS "at", e."title", e."summary" AS "text",
              NULL AS "endUserId", NULL AS "endUserName", NULL AS "conversationId", NULL AS "conversationName",
              NULL AS "messageId", NULL::int AS "messageSeq", e."scope"::text AS "scope", e."scopeRef"
       FROM "MemoryEntry" e
@@ -136,15 +141,15 @@ export async function searchMemory(db: TenantDb, input: z.input<typeof searchMem
       ORDER BY 2 DESC, 3 DESC LIMIT ${limit}`);
   }
   if (kinds.has("EVENT")) {
-    const vector = Prisma.sql`to_tsvector('english', v."kind" || ' ' || v."body")`;
+    const vector = Prisma.sql`v."search"`;
     const where = [
       Prisma.sql`v."tenantId" = ${tenantId}`,
-      Prisma.sql`(${vector} @@ ${q} OR v."body" ILIKE ${like})`,
+      matches(vector, Prisma.sql`v."body"`),
       ...(user ? [Prisma.sql`v."scopeRef" = ${user.externalId}`] : []),
       ...range(Prisma.sql`v."occurredAt"`),
     ];
     run("EVENT", db.$queryRaw<Row[]>`
-      SELECT v."id", ts_rank(${vector}, ${q}) + 0.01 AS "rank", v."occurredAt" AS "at", v."kind" AS "title", v."body" AS "text",
+      SELECT v."id", ${rank(vector)} AS "rank", v."occurredAt" AS "at", v."kind" AS "title", v."body" AS "text",
              NULL AS "endUserId", NULL AS "endUserName", NULL AS "conversationId", NULL AS "conversationName",
              NULL AS "messageId", NULL::int AS "messageSeq", v."scope"::text AS "scope", v."scopeRef"
       FROM "MemoryEvent" v

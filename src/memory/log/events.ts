@@ -51,7 +51,7 @@ async function insertEvent(db: TenantDb, input: AppendEventInput): Promise<{ eve
     VALUES (gen_random_uuid()::text, ${data.tenantId}, ${data.scope}::"Scope", ${data.scopeRef}, ${data.kind}, ${data.body},
             ${data.source}, ${data.sourceRef}, ${data.occurredAt.toISOString()}::timestamp(3))
     ON CONFLICT ("tenantId", "source", "sourceRef") DO NOTHING
-    RETURNING *`;
+    RETURNING "id", "tenantId", "scope", "scopeRef", "kind", "body", "source", "sourceRef", "occurredAt", "createdAt", "compressedAt", "entryId"`;
   if (inserted) return { event: inserted, created: true };
   const first = await db.memoryEvent.findFirstOrThrow({
     where: { source: data.source, sourceRef: data.sourceRef },

@@ -109,7 +109,7 @@ export function createKeyCache(
     const lookup = lookUpKey(db, hash).then(
       (principal) => {
         if (inFlight.get(hash) === lookup) inFlight.delete(hash);
-        if (started === generation && ttlMs > 0) {
+        if (started === generation) {
           byHash.delete(hash);
           if (byHash.size >= maxEntries) byHash.delete(byHash.keys().next().value!);
           byHash.set(hash, { principal, until: now() + ttlMs });
@@ -130,6 +130,8 @@ export function createKeyCache(
       const key = bearerKey(authorization);
       if (!key) return null;
       const hash = hashKey(key);
+      // Off: every request asks the database (no sharing of concurrent lookups either).
+      if (ttlMs === 0) return lookUpKey(db, hash);
       const cached = byHash.get(hash);
       if (cached && cached.until > now()) return cached.principal;
       if (cached) byHash.delete(hash);

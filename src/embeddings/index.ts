@@ -1,4 +1,4 @@
-import type { Embeddings } from "@langchain/core/embeddings";
+import { Embeddings } from "@langchain/core/embeddings";
 import type { Env } from "../env.ts";
 import type { ModelProvider } from "../models/provider.ts";
 import { OFFLINE_MODEL, OfflineEmbeddings } from "./offline.ts";
@@ -24,6 +24,41 @@ export function usesOpenAIEmbeddings(env: Env): boolean {
   return Boolean(env.OPENAI_API_KEY || env.OPENAI_BASE_URL);
 }
 
+// Query vectors kept per process (a message is often embedded again: context then recall, a retry,
+// an eval replaying its questions); about 2 KB each at 512 dimensions.
+const QUERY_CACHE_SIZE = 2_000;
+
+/** An embedder whose embedQuery answers a text it has embedded before from memory (least recently used go first). */
+class CachedQueries extends Embeddings {
+  constructor(
+    private readonly inner: Embeddings,
+    private readonly cache: Map<string, Promise<number[]>>,
+    private readonly prefix: string,
+  ) {
+    super({});
+  }
+
+  embedDocuments(documents: string[]): Promise<number[][]> {
+    return this.inner.embedDocuments(documents);
+  }
+
+  embedQuery(document: string): Promise<number[]> {
+    const key = `${this.prefix}\u0000${document}`;
+    const hit = this.cache.get(key);
+    if (hit) {
+      this.cache.delete(key);
+      this.cache.set(key, hit);
+      return hit;
+    }
+    const vector = this.inner.embedQuery(document);
+    this.cache.set(key, vector);
+    // A failure is not kept: the next call asks again.
+    vector.catch(() => this.cache.get(key) === vector && this.cache.delete(key));
+    if (this.cache.size > QUERY_CACHE_SIZE) this.cache.delete(this.cache.keys().next().value!);
+    return vector;
+  }
+}
+
 // Measured on paraphrase pairs: the encoder's related pairs sit well above these, unrelated below.
 const FLOOR = { offline: 0.3, openai: 0.25 };
 
@@ -35,12 +70,14 @@ const FLOOR = { offline: 0.3, openai: 0.25 };
  */
 export function createEmbeddingsProvider(env: Env, models: Pick<ModelProvider, "embeddings">): EmbeddingsProvider {
   let offline: OfflineEmbeddings | undefined;
+  const queries = new Map<string, Promise<number[]>>();
   return {
     async forTenant(tenantId) {
       const remote = usesOpenAIEmbeddings(env) ? await models.embeddings(tenantId) : null;
+      // A remote route's vectors are not kept: its redaction rules, budget and base URL may change between calls.
       if (remote) return { embeddings: remote, model: remote.model, similarityFloor: FLOOR.openai };
       offline ??= new OfflineEmbeddings();
-      return { embeddings: offline, model: OFFLINE_MODEL, similarityFloor: FLOOR.offline };
+      return { embeddings: new CachedQueries(offline, queries, OFFLINE_MODEL), model: OFFLINE_MODEL, similarityFloor: FLOOR.offline };
     },
     async close() {
       await offline?.close();

@@ -56,8 +56,9 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
     });
     if (!done) break;
     turns += done.claimed;
-    // Still in the outbox: were this enqueue lost, the dispatcher would queue their job.
-    for (const turnId of done.forgetting) await deps.queue.enqueue(turnJob, { tenantId, turnId });
+    // Still in the outbox: were this enqueue lost, the dispatcher would queue their job. Coalesced
+    // per turn, since another round may find the turn again before its job has marked it.
+    for (const turnId of done.forgetting) await deps.queue.enqueueCoalesced(turnJob, { tenantId, turnId }, "turnId", 1_000);
     handedOff.push(...done.forgetting);
     // Extraction may have read these messages before their turn had a snippet: the keys of its
     // facts could not point anywhere yet.

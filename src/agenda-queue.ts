@@ -18,8 +18,12 @@ export type AgendaQueue = JobQueue & {
  */
 export function createAgendaQueue(store: Store, options: { pollMs: number; lockMs: number }, log: Logger): AgendaQueue {
   const pool = createPool(store.url, 3, (error) => log.warn("job queue connection lost", { error }));
+  const backend = new PostgresBackend({ pool, disableNotifications: store.embedded });
+  // Its LISTEN connection re-emits its errors on the channel, which reconnects by itself: unheard,
+  // a PostgreSQL restart would crash the process (test/faults/store-kill).
+  backend.notificationChannel?.on("error", (error) => log.warn("job notifications: connection lost; reconnecting", { error }));
   const agenda = new Agenda({
-    backend: new PostgresBackend({ pool, disableNotifications: store.embedded }),
+    backend,
     processEvery: options.pollMs,
     defaultLockLifetime: options.lockMs,
   });

@@ -274,7 +274,7 @@ export function followUpsPending(storeUrl: string, tenantId: string, options: { 
          (SELECT count(*)::int FROM "Turn" WHERE "tenantId" = $1 AND "followUpsQueuedAt" IS NULL) AS "notDispatched",
          (SELECT count(*)::int FROM "Message" m
            WHERE m."tenantId" = $1 AND NOT m."private"
-             AND NOT EXISTS (SELECT 1 FROM "RecallSnippet" s WHERE s."conversationId" = m."conversationId" AND s."kind" = 'TURN' AND m."id" = ANY(s."messageIds"))) AS "withoutSnippet",
+             AND m."id" NOT IN (SELECT unnest(s."messageIds") FROM "RecallSnippet" s WHERE s."tenantId" = $1 AND s."kind" = 'TURN')) AS "withoutSnippet",
          (SELECT count(*)::int FROM "RecallSnippet" WHERE "tenantId" = $1 AND "indexedAt" IS NULL) AS "notIndexed",
          (SELECT count(*)::int FROM "Conversation" c WHERE c."tenantId" = $1
              AND (SELECT count(*) FROM "Message" m WHERE m."conversationId" = c."id" AND NOT m."private" AND m."seq" > c."summaryThroughSeq") > $2) AS "summaryBehind",

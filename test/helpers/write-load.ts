@@ -188,7 +188,8 @@ export function latencyOf(stats: OperationStats) {
 }
 
 async function withClient<T>(storeUrl: string, work: (client: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString: storeUrl });
+  // A check never hangs on a wedged store: it fails, and untilFollowUpsDone asks again.
+  const client = new pg.Client({ connectionString: storeUrl, connectionTimeoutMillis: 10_000, query_timeout: 60_000 } as pg.ClientConfig);
   client.on("error", () => {});
   await client.connect();
   try {

@@ -1,6 +1,5 @@
 import type { Agenda, Job, JobDefinition as AgendaJobOptions } from "agenda";
 import type { z } from "zod";
-import { JOB_LOCK_MS } from "../src/agenda-queue.ts";
 import type { TenantDb } from "../src/db.ts";
 import type { Deps } from "../src/deps.ts";
 import type { JobDefinition } from "../src/queue.ts";
@@ -56,7 +55,7 @@ function implement<S extends z.ZodType>(
             const touch = job.touch().catch(() => {});
             touches.add(touch);
             void touch.finally(() => touches.delete(touch));
-          }, JOB_LOCK_MS / 4);
+          }, deps.env.ENGRAM_JOB_LOCK_MS / 4);
           try {
             await run(deps, definition.schema.parse(job.attrs.data ?? {}), control);
           } finally {

@@ -14,23 +14,18 @@ export type AgendaQueue = JobQueue & {
 };
 
 /**
- * How long a job's lock holds without a sign of life. The worker running a job renews it every
- * quarter of this (jobs/implement.ts), so a slow job keeps it; on PostgreSQL the jobs a crashed
- * worker had locked run elsewhere within this time, instead of Agenda's default 10 minutes (the
- * embedded store frees them at the next start: services.ts). 60 s was too short for a saturated
- * store, whose renewals waited in line (bench/soak).
- */
-export const JOB_LOCK_MS = 120_000;
-
-/**
  * On PGlite, LISTEN/NOTIFY does not reach other connections, so jobs wait for the poll there.
  */
-export function createAgendaQueue(store: Store, pollMs: number, log: Logger): AgendaQueue {
+export function createAgendaQueue(store: Store, options: { pollMs: number; lockMs: number }, log: Logger): AgendaQueue {
   const pool = createPool(store.url, 3, (error) => log.warn("job queue connection lost", { error }));
+  const backend = new PostgresBackend({ pool, disableNotifications: store.embedded });
+  // Its LISTEN connection re-emits its errors on the channel, which reconnects by itself: unheard,
+  // a PostgreSQL restart would crash the process (test/faults/store-kill).
+  backend.notificationChannel?.on("error", (error) => log.warn("job notifications: connection lost; reconnecting", { error }));
   const agenda = new Agenda({
-    backend: new PostgresBackend({ pool, disableNotifications: store.embedded }),
-    processEvery: pollMs,
-    defaultLockLifetime: JOB_LOCK_MS,
+    backend,
+    processEvery: options.pollMs,
+    defaultLockLifetime: options.lockMs,
   });
   // Agenda's debounce reads then writes; chaining one key's submissions in this process keeps
   // a burst from one API instance from racing itself into several jobs.

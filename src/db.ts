@@ -13,6 +13,9 @@ export type Db = PrismaClient;
 export function createPool(url: string, max: number, onError: (error: Error) => void): pg.Pool {
   const pool = new pg.Pool({ connectionString: url, max, allowExitOnIdle: true });
   pool.on("error", onError);
+  // A client checked out (a transaction, Agenda's lock) when PostgreSQL ends its connection emits
+  // an error no pool listener hears: unheard, it would crash the process (test/faults/store-kill).
+  pool.on("connect", (client) => client.on("error", onError));
   return pool;
 }
 

@@ -39,6 +39,13 @@ const schema = z.object({
   ENGRAM_MODEL_CALLS_PER_REQUEST: z.coerce.number().int().min(1).max(1_000).default(10),
   ENGRAM_JOBS: z.enum(["on", "off"]).default("on"),
   ENGRAM_JOB_POLL_MS: z.coerce.number().int().positive().default(2_000),
+  /**
+   * How long a job's lock holds without a sign of life (running jobs renew it every quarter of
+   * this). On PostgreSQL, the jobs a crashed worker had locked wait this long; the embedded store
+   * frees them at the next start. Agenda cancels a job whose lock lapsed, and under a saturated
+   * store (bench/soak) a short one lapsed before the job could even start: keep it generous.
+   */
+  ENGRAM_JOB_LOCK_MS: z.coerce.number().int().min(10_000).default(600_000),
   ENGRAM_LOG_LEVEL: z.enum(["debug", "info", "warn", "error", "silent"]).default("info"),
   /** Set by npm for `npm start` / `npx engram start`: the server then exits when npm does. */
   npm_execpath: z.string().optional(),

@@ -95,7 +95,7 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
   const tenants = tenantDirectory(db);
   const pubsub = recordingActivity(createEngramPubSub(env.REDIS_URL, log), tenants, log);
   const models = createModelProvider({ tenants, env, createModel: options.createModel });
-  const queue = createAgendaQueue(store, env.ENGRAM_JOB_POLL_MS, log);
+  const queue = createAgendaQueue(store, { pollMs: env.ENGRAM_JOB_POLL_MS, lockMs: env.ENGRAM_JOB_LOCK_MS }, log);
   const chroma = lazyChroma({
     url: env.CHROMA_URL,
     dataDir: env.ENGRAM_DATA_DIR,

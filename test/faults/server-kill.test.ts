@@ -45,7 +45,9 @@ async function start(port: number) {
   const server = await startServer({
     via: "node",
     dataDir: store.vars.ENGRAM_DATA_DIR,
-    env: { ...store.vars, ...modelEnv(model), ENGRAM_EMBEDDINGS: "openai", PORT: String(port) },
+    // On PostgreSQL the dead server's job locks lapse after ENGRAM_JOB_LOCK_MS: short here, so
+    // the test sees them taken over (the embedded store frees them at the next start).
+    env: { ...store.vars, ...modelEnv(model), ENGRAM_EMBEDDINGS: "openai", ENGRAM_JOB_LOCK_MS: "60000", PORT: String(port) },
   });
   started.push(server);
   return server;

@@ -13,7 +13,9 @@ vi.setConfig({ testTimeout: 300_000, hookTimeout: 120_000 });
 
 let fault: Awaited<ReturnType<typeof startFaultEngram>>;
 beforeAll(async () => {
-  fault = await startFaultEngram();
+  // Jobs whose last save failed while the store was down stay locked until ENGRAM_JOB_LOCK_MS
+  // lapses: short here, for a test's light load.
+  fault = await startFaultEngram({ env: { ENGRAM_JOB_LOCK_MS: "60000" } });
 });
 afterAll(() => fault?.stop());
 

@@ -188,7 +188,8 @@ export function latencyOf(stats: OperationStats) {
 }
 
 async function withClient<T>(storeUrl: string, work: (client: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString: storeUrl });
+  // A check never hangs on a wedged store: it fails, and untilFollowUpsDone asks again.
+  const client = new pg.Client({ connectionString: storeUrl, connectionTimeoutMillis: 10_000, query_timeout: 60_000 } as pg.ClientConfig);
   client.on("error", () => {});
   await client.connect();
   try {
@@ -274,7 +275,7 @@ export function followUpsPending(storeUrl: string, tenantId: string, options: { 
          (SELECT count(*)::int FROM "Turn" WHERE "tenantId" = $1 AND "followUpsQueuedAt" IS NULL) AS "notDispatched",
          (SELECT count(*)::int FROM "Message" m
            WHERE m."tenantId" = $1 AND NOT m."private"
-             AND NOT EXISTS (SELECT 1 FROM "RecallSnippet" s WHERE s."conversationId" = m."conversationId" AND s."kind" = 'TURN' AND m."id" = ANY(s."messageIds"))) AS "withoutSnippet",
+             AND m."id" NOT IN (SELECT unnest(s."messageIds") FROM "RecallSnippet" s WHERE s."tenantId" = $1 AND s."kind" = 'TURN')) AS "withoutSnippet",
          (SELECT count(*)::int FROM "RecallSnippet" WHERE "tenantId" = $1 AND "indexedAt" IS NULL) AS "notIndexed",
          (SELECT count(*)::int FROM "Conversation" c WHERE c."tenantId" = $1
              AND (SELECT count(*) FROM "Message" m WHERE m."conversationId" = c."id" AND NOT m."private" AND m."seq" > c."summaryThroughSeq") > $2) AS "summaryBehind",

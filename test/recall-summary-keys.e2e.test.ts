@@ -5,7 +5,7 @@ import { closestTurn, summarySentences, syncSummaryKeys } from "../src/memory/re
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import { bagOfWords } from "./helpers/fake-embeddings.ts";
 import type { ChatRequest, ModelServer } from "./helpers/model-server.ts";
-import { RECALL, say } from "./helpers/recall.ts";
+import { allIndexed, INDEXING_TIMEOUT_MS, RECALL, say } from "./helpers/recall.ts";
 import { factsScript, memoryScript } from "./helpers/scripted-memory-model.ts";
 import { until } from "./helpers/until.ts";
 
@@ -38,8 +38,9 @@ beforeAll(async () => {
     // (A rewrite that covered only the first turn would point both sentences at it.)
     const turns = new Set(keys.map((k) => k.keyOfId));
     return conversation.summaryThroughSeq === 4 && keys.length === 2 && turns.size === 2 && keys.every((k) => k.indexedAt);
-  });
-}, 180_000);
+  }, INDEXING_TIMEOUT_MS);
+  await allIndexed(engram, engram.tenant.tenantId, INDEXING_TIMEOUT_MS);
+}, 2 * INDEXING_TIMEOUT_MS);
 afterAll(async () => {
   await engram?.stop();
   await model?.stop();

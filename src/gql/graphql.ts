@@ -218,7 +218,7 @@ export type Scope =
   | 'PROJECT'
   | 'TEAM';
 
-/** TURN: a user message with its replies; SUMMARY: a conversation's summary; FACT: a fact's sentence (a key: a hit on it is credited to its turn, never returned itself). */
+/** TURN: a user message with its replies; SUMMARY: a sentence of a conversation's accepted summary (a key: a hit on it is credited to the covered turn it points to, and it is returned itself only when it points to none); FACT: a fact's sentence (a key: a hit on it is credited to its turn, never returned itself). */
 export type SnippetKind =
   | 'FACT'
   | 'SUMMARY'

@@ -22,24 +22,26 @@ export type { RecallCandidate, RecallEvent };
 
 /**
  * The product's numbers: 10 candidates (30 when a judge chooses), at most 3 injected, judge
- * score 2 or more. The ranking constants (rrfK, keywordWeight, pool, perConversation, timeBoost)
- * were chosen on the tuning half of LoCoMo only (bench/README.md, "LoCoMo evidence recall"): a
- * small k lets each retriever's first ranks count, BM25 weighs 2 against the offline encoder's 1,
- * a snippet in the time the message names gains 0.2, and capping one conversation's snippets
- * cost more evidence than it bought there, so the cap is 10 (off within a top 10).
+ * score 2 or more. The ranking constants were chosen on the tuning half of LoCoMo only
+ * (bench/README.md, "LoCoMo evidence recall"), as the sweep's best that keeps 3.5 distinct
+ * conversations in the top 5: RRF k 1 lets each retriever's first ranks count, BM25 weighs 2.5
+ * against the offline encoder's 1, each retriever brings 40, a snippet in the time the message
+ * names gains 0.2, keyword hits under 5% of the best one's BM25 are dropped, a found turn gains
+ * 0.2 of its best found neighbour's score (the answer is often one turn away), and the cap of 10
+ * per conversation is off within a top 10.
  */
 export const RECALL = {
   candidates: 10,
   judgeCandidates: 30,
   inject: 3,
   minJudgeScore: 2,
-  rrfK: 2,
-  keywordWeight: 2,
-  pool: 30,
+  rrfK: 1,
+  keywordWeight: 2.5,
+  pool: 40,
   perConversation: 10,
   timeBoost: 0.2,
-  keywordFloor: 0,
-  neighbourWeight: 0,
+  keywordFloor: 0.05,
+  neighbourWeight: 0.2,
 } as const;
 
 export type SearchInput = {

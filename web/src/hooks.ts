@@ -114,6 +114,33 @@ export function useSearchParams(): URLSearchParams {
   return new URLSearchParams(path.split("?")[1] ?? "");
 }
 
+type UrlFilter = Record<string, string | string[] | undefined>;
+
+/**
+ * A view's filter kept in the query string: each field under its parameter's name (`names`),
+ * the fields in `lists` as comma-separated lists. Returns the filter and its setter.
+ */
+export function useFilterInUrl<F extends UrlFilter>(names: { [K in keyof F]?: string }, lists: (keyof F)[] = []): [F, (next: F) => void] {
+  const params = useSearchParams();
+  const fields = Object.entries(names) as [keyof F & string, string][];
+  const filter = Object.fromEntries(
+    fields.map(([field, name]) => {
+      const value = params.get(name) ?? undefined;
+      return [field, lists.includes(field) ? value?.split(",").filter(Boolean) : value];
+    }),
+  ) as F;
+  const set = (next: F) =>
+    setSearchParams(
+      new URLSearchParams(
+        fields.map(([field, name]) => {
+          const value = next[field] as string | string[] | undefined;
+          return [name, Array.isArray(value) ? value.join(",") : (value ?? "")];
+        }),
+      ),
+    );
+  return [filter, set];
+}
+
 /** Replaces the query string (a filter change is not a new page in the history). */
 export function setSearchParams(params: URLSearchParams) {
   for (const [key, value] of [...params]) if (!value) params.delete(key);

@@ -9,7 +9,7 @@ import {
 import { useCallback, useEffect, useState } from "react";
 import type { ApiError } from "../api.ts";
 import { clip, Empty, Failure, Link, Prose, time } from "../components.tsx";
-import { setSearchParams, useQuery, useSearchParams, useSession, useSubscription } from "../hooks.ts";
+import { useFilterInUrl, useQuery, useSession, useSubscription } from "../hooks.ts";
 
 type Item = InspectorFeedItemFragment;
 const PAGE = 50;
@@ -313,29 +313,11 @@ export function useFeed(filter: FeedFilter, onItem?: (item: Item) => void) {
 }
 
 /** The feed's filters as the URL holds them: ?agent=&user=&conversation=&kinds=TURN,FACT&since=&until= */
-export function useFeedFilterInUrl(): [FeedFilter, (filter: FeedFilter) => void] {
-  const params = useSearchParams();
-  const filter: FeedFilter = {
-    agentId: params.get("agent") ?? undefined,
-    endUserId: params.get("user") ?? undefined,
-    conversationId: params.get("conversation") ?? undefined,
-    kinds: (params.get("kinds")?.split(",").filter(Boolean) as FeedKind[] | undefined) ?? undefined,
-    since: params.get("since") ?? undefined,
-    until: params.get("until") ?? undefined,
-  };
-  const set = (next: FeedFilter) =>
-    setSearchParams(
-      new URLSearchParams({
-        agent: next.agentId ?? "",
-        user: next.endUserId ?? "",
-        conversation: next.conversationId ?? "",
-        kinds: next.kinds?.join(",") ?? "",
-        since: next.since ?? "",
-        until: next.until ?? "",
-      }),
-    );
-  return [filter, set];
-}
+export const useFeedFilterInUrl = () =>
+  useFilterInUrl<FeedFilter>(
+    { agentId: "agent", endUserId: "user", conversationId: "conversation", kinds: "kinds", since: "since", until: "until" },
+    ["kinds"],
+  );
 
 function KindAndTimeFilters({ value, onChange }: { value: FeedFilter; onChange(v: FeedFilter): void }) {
   const kinds = value.kinds ?? [];

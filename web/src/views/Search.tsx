@@ -1,7 +1,7 @@
 import { InspectorSearchDocument, type InspectorSearchQuery, type MemoryKind } from "@gql/graphql.ts";
 import { useState, type FormEvent } from "react";
 import { clip, Empty, Failure, Link, Loading, Prose, time } from "../components.tsx";
-import { setSearchParams, useQuery, useSearchParams } from "../hooks.ts";
+import { useFilterInUrl, useQuery } from "../hooks.ts";
 import { FilterBar, type FeedFilter } from "./Feed.tsx";
 
 type Hit = InspectorSearchQuery["searchMemory"][number];
@@ -18,29 +18,11 @@ const KIND_LABEL: Record<MemoryKind, string> = { FACT: "fact", ENTRY: "entry", E
 type SearchFilter = FeedFilter & { text?: string; memoryKinds?: MemoryKind[] };
 
 /** The search as the URL holds it: ?q=&user=&agent=&kinds=FACT,EVENT&since=&until= */
-function useSearchInUrl(): [SearchFilter, (next: SearchFilter) => void] {
-  const params = useSearchParams();
-  const filter: SearchFilter = {
-    text: params.get("q") ?? undefined,
-    agentId: params.get("agent") ?? undefined,
-    endUserId: params.get("user") ?? undefined,
-    memoryKinds: (params.get("kinds")?.split(",").filter(Boolean) as MemoryKind[] | undefined) ?? undefined,
-    since: params.get("since") ?? undefined,
-    until: params.get("until") ?? undefined,
-  };
-  const set = (next: SearchFilter) =>
-    setSearchParams(
-      new URLSearchParams({
-        q: next.text ?? "",
-        agent: next.agentId ?? "",
-        user: next.endUserId ?? "",
-        kinds: next.memoryKinds?.join(",") ?? "",
-        since: next.since ?? "",
-        until: next.until ?? "",
-      }),
-    );
-  return [filter, set];
-}
+const useSearchInUrl = () =>
+  useFilterInUrl<SearchFilter>(
+    { text: "q", agentId: "agent", endUserId: "user", memoryKinds: "kinds", since: "since", until: "until" },
+    ["memoryKinds"],
+  );
 
 const dayStart = (day: string) => new Date(`${day}T00:00:00`).toISOString();
 const dayAfter = (day: string) => new Date(new Date(`${day}T00:00:00`).getTime() + 86_400_000).toISOString();

@@ -106,6 +106,8 @@ describe("recall with the offline encoder", () => {
   });
 
   it("retrieves nothing when the message does not need earlier conversations (one embedding, for the local gate)", async () => {
+    // The worker's indexing asks for the tenant's embeddings too: let it finish first.
+    await allIndexed(engram);
     const forTenant = vi.spyOn(engram.services.embeddings, "forTenant");
     const query = vi.spyOn(engram.services.deps.vectors, "query");
     const { data } = await engram.gql(CONTEXT, {
@@ -155,9 +157,12 @@ describe("recall with the offline encoder", () => {
     // ts_rank_cd would put the snippets that say "Carol" three times first; BM25 weighs "carol"
     // (in every snippet of this user) near zero and "marathon" (in one) high.
     const { data } = await engram.gql(RECALL, { input: { endUserId: rare.endUserId, text: "Carol, how did the marathon go?", mode: "KEYWORD" } });
-    expect(data.recall.candidates[0]).toMatchObject({ conversationId: rare.conversationId, keywordRank: 1 });
-    expect(data.recall.candidates).toHaveLength(4);
-    expect(data.recall.candidates[0].keywordScore).toBeGreaterThan(2 * data.recall.candidates[1].keywordScore);
+    const [top, ...rest] = data.recall.candidates;
+    expect(top).toMatchObject({ conversationId: rare.conversationId, keywordRank: 1 });
+    // The snippets that share only "carol" score far lower; under the keyword floor (a share of
+    // the best match) they are not candidates at all.
+    expect(rest.length).toBeLessThanOrEqual(3);
+    for (const other of rest) expect(other.keywordScore).toBeLessThan(top.keywordScore / 2);
   });
 
   it("resolves the time a text names against `at`, and matches snippets' dates by words (the README's recall query)", async () => {

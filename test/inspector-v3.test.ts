@@ -121,7 +121,8 @@ describe("memory search across users", () => {
     await page.goto(`${url}/inspector/search?q=harbour&user=${ada.endUserId}`);
     await poll(() => hits().count()).toBe(2);
     await hits().filter({ hasText: "Only stays near the harbour." }).getByRole("link", { name: "trip #1" }).click();
-    await page.getByRole("heading", { name: /trip/ }).waitFor();
+    // The conversation view: its own heading (other headings may name the conversation too).
+    await page.getByRole("heading", { name: /trip/ }).first().waitFor();
     const focused = page.locator('table.messages tr[aria-current="true"]');
     await focused.waitFor();
     expect(await focused.textContent()).toContain("I only stay near the harbour.");

@@ -1,7 +1,8 @@
-import { existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
+import { existsSync, mkdirSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import type { Browser, BrowserContext, Page } from "playwright-core";
+import { ensureInspectorBuilt, launchChromium } from "./helpers/browser.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildApp, type App } from "../src/app.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
@@ -14,7 +15,6 @@ import { factsScript, memoryScript, rerankSnippets, seqsIn } from "./helpers/scr
 // The inspector in Debian's chromium, driven by playwright-core, against a real Engram on a free
 // port with its job worker and a scripted model server, so summaries and recalls really happen.
 const root = fileURLToPath(new URL("..", import.meta.url));
-const dist = path.join(root, "web/dist/index.html");
 const artifacts = path.join(root, "test/artifacts");
 const CHROMIUM = process.env.ENGRAM_TEST_CHROMIUM ?? "/usr/bin/chromium";
 // A machine without chromium skips the browser tests, loudly; CI (ENGRAM_REQUIRE_BROWSER=1) fails instead.
@@ -23,20 +23,6 @@ if (browserMissing) {
   const line = `inspector browser tests SKIPPED: no chromium at ${CHROMIUM}. Run \`npm run setup:browser\` (as root it installs Debian's chromium) or set ENGRAM_TEST_CHROMIUM.`;
   if (process.env.ENGRAM_REQUIRE_BROWSER === "1") throw new Error(`ENGRAM_REQUIRE_BROWSER=1 and ${line}`);
   console.warn(`\n!!! ${line}\n`);
-}
-
-const newestIn = (dir: string): number =>
-  readdirSync(dir, { withFileTypes: true }).reduce((newest, entry) => {
-    const full = path.join(dir, entry.name);
-    return Math.max(newest, entry.isDirectory() ? newestIn(full) : statSync(full).mtimeMs);
-  }, 0);
-
-/** Builds web/dist when it is missing or older than the page's sources or the typed documents. */
-async function ensureBuilt() {
-  const sources = Math.max(newestIn(path.join(root, "web/src")), newestIn(path.join(root, "src/gql")));
-  if (existsSync(dist) && statSync(dist).mtimeMs >= sources) return;
-  const { build } = await import("vite");
-  await build({ configFile: path.join(root, "web/vite.config.ts"), logLevel: "warn" });
 }
 
 const isRerank = (r: ChatRequest) => r.chain === "rerank";
@@ -56,7 +42,7 @@ let restarted: App | undefined;
 beforeAll(async () => {
   if (browserMissing) return;
   mkdirSync(artifacts, { recursive: true });
-  await ensureBuilt();
+  await ensureInspectorBuilt();
   model = await startModelServer();
   model.embed((input) => input.map((text) => bagOfWords(text)));
   const memory = memoryScript({ reject: (_r, call) => call === 2, essential: [1] });
@@ -79,20 +65,7 @@ beforeAll(async () => {
   });
   ({ engram } = await startEngramWithModel({ model, worker: true, env: { ENGRAM_EMBEDDING_MODEL: "scripted-embed" } }));
   url = await engram.listen();
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    // Playwright gives each launch a new, empty profile; the rest keeps chromium off the network.
-    args: [
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-    ],
-  });
+  browser = await launchChromium();
   context = await browser.newContext({ viewport: { width: 1366, height: 900 } });
   page = await context.newPage();
 }, 180_000);

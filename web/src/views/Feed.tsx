@@ -319,15 +319,26 @@ export const useFeedFilterInUrl = () =>
     ["kinds"],
   );
 
-function KindAndTimeFilters({ value, onChange }: { value: FeedFilter; onChange(v: FeedFilter): void }) {
-  const kinds = value.kinds ?? [];
-  const toggle = (kind: FeedKind) =>
-    onChange({ ...value, kinds: kinds.includes(kind) ? kinds.filter((k) => k !== kind) : [...kinds, kind] });
+/** Kind checkboxes and a date range: the feed's and the search's filters below their bars. */
+export function KindAndTimeFilters<K extends string>({
+  choices,
+  kinds,
+  since,
+  until,
+  onChange,
+}: {
+  choices: { kind: K; label: string }[];
+  kinds: K[];
+  since?: string;
+  until?: string;
+  onChange(change: { kinds?: K[]; since?: string; until?: string }): void;
+}) {
+  const toggle = (kind: K) => onChange({ kinds: kinds.includes(kind) ? kinds.filter((k) => k !== kind) : [...kinds, kind] });
   return (
     <div className="filters kinds">
       <fieldset>
         <legend>Kinds</legend>
-        {KIND_CHOICES.map(({ kind, label }) => (
+        {choices.map(({ kind, label }) => (
           <label key={kind} className="check">
             <input type="checkbox" checked={kinds.includes(kind)} onChange={() => toggle(kind)} /> {label}
           </label>
@@ -335,11 +346,11 @@ function KindAndTimeFilters({ value, onChange }: { value: FeedFilter; onChange(v
       </fieldset>
       <label>
         From
-        <input type="date" value={value.since ?? ""} onChange={(e) => onChange({ ...value, since: e.target.value || undefined })} />
+        <input type="date" value={since ?? ""} onChange={(e) => onChange({ since: e.target.value || undefined })} />
       </label>
       <label>
         To
-        <input type="date" value={value.until ?? ""} onChange={(e) => onChange({ ...value, until: e.target.value || undefined })} />
+        <input type="date" value={until ?? ""} onChange={(e) => onChange({ until: e.target.value || undefined })} />
       </label>
     </div>
   );
@@ -353,7 +364,13 @@ export function FeedView() {
       <h1 id="feed-title">Live feed</h1>
       <p className="lede">What memory does: turns, summary rewrites, fact changes, recalls, events, entries and job runs, newest first, as it happens and from its history.</p>
       <FilterBar value={filter} onChange={setFilter} />
-      <KindAndTimeFilters value={filter} onChange={setFilter} />
+      <KindAndTimeFilters
+        choices={KIND_CHOICES}
+        kinds={filter.kinds ?? []}
+        since={filter.since}
+        until={filter.until}
+        onChange={(change) => setFilter({ ...filter, ...change })}
+      />
       {error && <Failure error={error} />}
       <h2 className="sr-only">Items, newest first</h2>
       <FeedPaged items={items} loading={loading} hasMore={hasMore} loadOlder={loadOlder} />

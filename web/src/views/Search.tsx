@@ -2,7 +2,7 @@ import { InspectorSearchDocument, type InspectorSearchQuery, type MemoryKind } f
 import { useState, type FormEvent } from "react";
 import { clip, Empty, Failure, Link, Loading, Prose, time } from "../components.tsx";
 import { useFilterInUrl, useQuery } from "../hooks.ts";
-import { FilterBar, type FeedFilter } from "./Feed.tsx";
+import { FilterBar, KindAndTimeFilters, type FeedFilter } from "./Feed.tsx";
 
 type Hit = InspectorSearchQuery["searchMemory"][number];
 
@@ -99,9 +99,6 @@ function Results({ filter }: { filter: SearchFilter }) {
 export function SearchView() {
   const [filter, setFilter] = useSearchInUrl();
   const [draft, setDraft] = useState(filter.text ?? "");
-  const kinds = filter.memoryKinds ?? [];
-  const toggle = (kind: MemoryKind) =>
-    setFilter({ ...filter, memoryKinds: kinds.includes(kind) ? kinds.filter((k) => k !== kind) : [...kinds, kind] });
   const submit = (e: FormEvent) => {
     e.preventDefault();
     setFilter({ ...filter, text: draft.trim() });
@@ -118,24 +115,13 @@ export function SearchView() {
         <button type="submit">Search</button>
       </form>
       <FilterBar value={filter} onChange={(next) => setFilter({ ...filter, ...next })} withConversation={false} />
-      <div className="filters kinds">
-        <fieldset>
-          <legend>Kinds</legend>
-          {KINDS.map(({ kind, label }) => (
-            <label key={kind} className="check">
-              <input type="checkbox" checked={kinds.includes(kind)} onChange={() => toggle(kind)} /> {label}
-            </label>
-          ))}
-        </fieldset>
-        <label>
-          From
-          <input type="date" value={filter.since ?? ""} onChange={(e) => setFilter({ ...filter, since: e.target.value || undefined })} />
-        </label>
-        <label>
-          To
-          <input type="date" value={filter.until ?? ""} onChange={(e) => setFilter({ ...filter, until: e.target.value || undefined })} />
-        </label>
-      </div>
+      <KindAndTimeFilters
+        choices={KINDS}
+        kinds={filter.memoryKinds ?? []}
+        since={filter.since}
+        until={filter.until}
+        onChange={({ kinds, ...dates }) => setFilter({ ...filter, ...dates, ...(kinds && { memoryKinds: kinds }) })}
+      />
       {filter.agentId && <p className="muted small">With an agent chosen, entries and events (which belong to no agent) are left out.</p>}
       <h2 className="sr-only">Results</h2>
       <Results filter={filter} />

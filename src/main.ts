@@ -19,6 +19,9 @@ function startFailure(error: unknown, env?: { HOST: string; PORT: number }): str
   return `Engram failed to start: ${(error as Error)?.stack ?? error}`;
 }
 
+/** Set once shutdown begins; from then on it alone ends the process. */
+let stopping: Promise<void> | undefined;
+
 async function main() {
   let env: ReturnType<typeof readEnv>;
   try {
@@ -30,8 +33,8 @@ async function main() {
   const log = createLogger(env.ENGRAM_LOG_LEVEL);
   if (staleBuild()) log.warn("dist/ is older than the sources: run `npm run build` to run your changes");
 
-  const open: { services?: Services; worker?: Worker; app?: App; bootstrap?: Promise<void> } = {};
-  let stopping: Promise<void> | undefined;
+  // What start-up has opened so far; the worker is its promise, so a signal while it starts waits for it.
+  const open: { services?: Services; worker?: Promise<Worker | undefined>; app?: App; bootstrap?: Promise<void> } = {};
   // Stops whatever is open, in order, from any point of start-up on.
   const shutdown = (reason: string, code = 0, fields?: object) => {
     stopping ??= (async () => {
@@ -44,7 +47,8 @@ async function main() {
       try {
         if (open.app) await open.app.stop().then(() => log.info("API stopped"));
         await open.bootstrap?.catch(() => {});
-        if (open.worker) await open.worker.stop().then(() => log.info("job worker stopped"));
+        const worker = await open.worker?.catch(() => undefined);
+        if (worker) await worker.stop().then(() => log.info("job worker stopped"));
         if (open.services) await open.services.close().then(() => log.info("store closed; bye"));
       } catch (error) {
         log.error("error while shutting down", { error });
@@ -99,7 +103,10 @@ async function main() {
   await open.bootstrap;
   log.info(`Engram is listening on ${url}/graphql (GraphiQL in a browser)`);
   // The worker starts once the API answers: queued work waits a moment, requests do not.
-  if (env.ENGRAM_JOBS === "on" && !stopping) open.worker = await startWorker(services);
+  if (env.ENGRAM_JOBS === "on" && !stopping) {
+    open.worker = startWorker(services);
+    await open.worker;
+  }
 }
 
 async function bootstrapOnce(services: Services, log: Logger) {
@@ -111,6 +118,8 @@ async function bootstrapOnce(services: Services, log: Logger) {
 }
 
 main().catch((error) => {
+  // A step of start-up that fails because shutdown closed what it used is part of that shutdown.
+  if (stopping) return;
   process.stderr.write(`Engram failed: ${(error as Error)?.stack ?? error}\n`);
   process.exit(1);
 });

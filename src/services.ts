@@ -114,15 +114,17 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     queue,
     chroma,
     async close() {
-      // Each step runs even if one before it failed: the store is always stopped last.
+      // Each step runs even if one before it failed, and none waits past CLOSE_STEP_MS. The store
+      // stops last, bounded by its own stop: cutting that short could cut a checkpoint.
+      const bounded = (done: string, step: () => Promise<unknown>): [string, () => Promise<unknown>] => [done, () => withinCloseStep(step(), done)];
       const steps: [string, () => Promise<unknown>][] = [
-        ["job queue closed", () => queue.close()],
-        ["recall embeddings closed", () => embeddings.close()],
-        ["vectors closed", () => vectors.close()],
-        ["Chroma stopped", () => chroma.stop()],
-        ["key cache closed", () => keys.close()],
-        ["pubsub closed", () => pubsub.close()],
-        ["database client closed", () => db.$disconnect()],
+        bounded("job queue closed", () => queue.close()),
+        bounded("recall embeddings closed", () => embeddings.close()),
+        bounded("vectors closed", () => vectors.close()),
+        bounded("Chroma stopped", () => chroma.stop()),
+        bounded("key cache closed", () => keys.close()),
+        bounded("pubsub closed", () => pubsub.close()),
+        bounded("database client closed", () => db.$disconnect()),
         ["store stopped", () => store.stop()],
       ];
       let failure: unknown;
@@ -138,4 +140,18 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
       if (failure) throw failure;
     },
   };
+}
+
+/**
+ * How long one step of close() may take. A pool whose connection the server cut mid-query can
+ * wait forever for it to be released; past this the step is abandoned and the next one runs.
+ */
+const CLOSE_STEP_MS = 5_000;
+
+function withinCloseStep(step: Promise<unknown>, done: string): Promise<unknown> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`not ${done} within ${CLOSE_STEP_MS / 1000} s`)), CLOSE_STEP_MS);
+  });
+  return Promise.race([step, late]).finally(() => clearTimeout(timer));
 }

@@ -3,5 +3,5 @@ import { reconcileRecall } from "../src/work/reconcile.ts";
 import { implementJob } from "./implement.ts";
 
 export const reconcile = implementJob(reconcileJob, (deps, payload) => reconcileRecall(deps, payload), {
-  every: { interval: "5 minutes" },
+  every: { interval: "1 minute" },
 });

@@ -22,6 +22,27 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
   // Its LISTEN connection re-emits its errors on the channel, which reconnects by itself: unheard,
   // a PostgreSQL restart would crash the process (test/faults/store-kill).
   backend.notificationChannel?.on("error", (error) => log.warn("job notifications: connection lost; reconnecting", { error }));
+  // Agenda connects from its constructor and never catches: a store down at that moment was an
+  // unhandled rejection, and `agenda.ready` (which every enqueue and close awaits) never settled.
+  // Connecting is retried until it works, or until the queue is closed.
+  let closed = false;
+  let wake = () => {};
+  const connectOnce = backend.connect.bind(backend);
+  backend.connect = async () => {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await connectOnce();
+      } catch (error) {
+        if (closed) return;
+        if (attempt === 0) log.warn("job queue: cannot reach the database; retrying", { error });
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+          setTimeout(resolve, Math.min(250 * 2 ** attempt, 5_000));
+        });
+        if (closed) return;
+      }
+    }
+  };
   const agenda = new Agenda({
     backend,
     processEvery: options.pollMs,
@@ -71,6 +92,8 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
       await pool.query("SELECT 1");
     },
     async close() {
+      closed = true;
+      wake();
       // Agenda connects from its constructor: ending the pool mid-connect crashes the process.
       await agenda.ready;
       await agenda.stop(true);

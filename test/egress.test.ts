@@ -3,6 +3,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { hostname } from "node:os";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { settingsChanged } from "../src/governance/settings.ts";
 import { compactTenants } from "../src/work/compact-tenants.ts";
 import { baseUrlProblem, guardedFetch, isPrivateAddress, ModelCallError } from "../src/models/egress.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
@@ -56,6 +57,7 @@ async function plantRoute(engram: TestEngram, baseUrl: string) {
     create: { tenantId: engram.tenant.tenantId, modelRouting: { compaction: { baseUrl } } },
     update: { modelRouting: { compaction: { baseUrl } } },
   });
+  settingsChanged(engram.tenant.tenantId); // written past updateTenantSettings
 }
 
 async function compactionErrors(engram: TestEngram, scopeRef: string): Promise<string> {
@@ -161,6 +163,7 @@ describe("tenant model routes cannot reach the operator's network", () => {
     expect(JSON.stringify(data)).not.toContain("hunter2");
     expect(data.tenantSettings.modelRouting.compaction.baseUrl).toBe("https://models.example/v1");
     await engram.services.db.tenantSettings.update({ where: { tenantId: engram.tenant.tenantId }, data: { modelRouting: {} } });
+    settingsChanged(engram.tenant.tenantId); // written past updateTenantSettings
   });
 
   it("keeps the operator's own route (OPENAI_BASE_URL on loopback) working", async () => {

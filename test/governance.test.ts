@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { settingsChanged } from "../src/governance/settings.ts";
 import { compactTenants, compactTenantsUntilDone } from "../src/work/compact-tenants.ts";
 import { forTenant } from "../src/db.ts";
 import { budgetStatus } from "../src/governance/budget.ts";
@@ -324,6 +325,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
       where: { tenantId: engram.tenant.tenantId },
       data: { redaction: { custom: hostile.custom } },
     });
+    settingsChanged(engram.tenant.tenantId); // written past updateTenantSettings
     await appendOld(engram, engram.tenant.writer, "hostile", ["a".repeat(30) + "!", "b", "c"]);
     const from = serverA.requests.length;
     const [run] = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
@@ -335,6 +337,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
       where: { tenantId: engram.tenant.tenantId },
       data: { redaction: {} },
     });
+    settingsChanged(engram.tenant.tenantId); // written past updateTenantSettings
     const [retry] = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
     expect(retry.status).toBe("SUCCEEDED");
   });

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { recordTurn } from "./helpers/turns.ts";
 import { forTenant } from "../src/db.ts";
+import { loadTenantSettings, settingsChanged } from "../src/governance/settings.ts";
 import { followUpsJob } from "../src/queue.ts";
 import { FOLLOW_UPS_WINDOW_MS } from "../src/work/after-turn.ts";
 import { runTurnFollowUps } from "../src/work/follow-ups.ts";
@@ -97,11 +98,28 @@ describe("SQL statements per request on the hot paths", () => {
     expect(many).toBeLessThanOrEqual(6);
   });
 
+  it("the tenant's settings: read once for many uses, and afresh after a change", async () => {
+    const db = forTenant(engram.services.db, engram.tenant.tenantId);
+    settingsChanged(engram.tenant.tenantId);
+    const spy = vi.spyOn(pg.Client.prototype, "query");
+    try {
+      await Promise.all([loadTenantSettings(db), loadTenantSettings(db)]);
+      await loadTenantSettings(db);
+      expect(spy.mock.calls.length).toBe(1);
+      settingsChanged(engram.tenant.tenantId);
+      await loadTenantSettings(db);
+      expect(spy.mock.calls.length).toBe(2);
+    } finally {
+      spy.mockRestore();
+    }
+  });
+
   it("the context for the next turn", async () => {
     const q = `query($input: ContextInput!) { context(input: $input) { totalTokens blocks { kind tokens } } }`;
-    // The conversation, the recent and kept messages, entries, facts, the gate's stored
-    // verdict and the recall lookups: a fixed number, whatever the conversation's length.
-    expect(await statementsOf(q, { input: { conversationId, message: "what about pricing?" } })).toBeLessThanOrEqual(15);
+    // The conversation with its agent and user (3), the recent and kept messages, entries,
+    // facts, the keyword hits and the read-back of the recall candidates: a fixed number,
+    // whatever the conversation's length. The tenant's settings come from the process's cache.
+    expect(await statementsOf(q, { input: { conversationId, message: "what about pricing?" } })).toBeLessThanOrEqual(10);
   });
 
   it("recordTurn on a known conversation: one read, one write, one queue write and the answer", async () => {

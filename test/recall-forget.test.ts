@@ -1,5 +1,6 @@
 import type { ChromaClient } from "chromadb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { settingsChanged } from "../src/governance/settings.ts";
 import { forTenant } from "../src/db.ts";
 import { forgetConversation, forgetSnippets, forgetUser } from "../src/memory/forget.ts";
 import { retentionSweep } from "../src/work/retention.ts";
@@ -129,6 +130,7 @@ describe("nightly retention", () => {
       create: { tenantId, retentionDays: 30 },
       update: { retentionDays: 30 },
     });
+    settingsChanged(engram.tenant.tenantId); // written past updateTenantSettings
     const old = await sayAt("hana", "h-old", 31, "My old order was a red kettle.");
     const recent = await sayAt("hana", "h-recent", 29, "My recent order was a blue toaster.");
     const otherTenant = await sayAt("hana", "h-other", 400, "An ancient order of a teapot.", engram.other.writer);
@@ -156,6 +158,7 @@ describe("nightly retention", () => {
       create: { tenantId: engram.other.tenantId, retentionDays: 0 },
       update: { retentionDays: 0 },
     });
+    settingsChanged(engram.tenant.tenantId); // written past updateTenantSettings
     const runs = await retentionSweep(engram.services.deps, {}, now);
     const mine = runs.find((r) => r.tenantId === tenantId)!;
     expect(mine.status).toBe("SUCCEEDED");

@@ -1,6 +1,6 @@
 import type { TenantDb } from "../db.ts";
 import { EngramError } from "../errors.ts";
-import { loadTenantSettings, type EffectiveSettings } from "./settings.ts";
+import { loadTenantSettings, settingsChanged, type EffectiveSettings } from "./settings.ts";
 
 /** Budget periods are calendar months in UTC. */
 export function budgetPeriod(now = new Date()) {
@@ -47,6 +47,7 @@ export async function budgetStatus(db: TenantDb, now = new Date(), settings?: Ef
       where: { tenantId: db.$tenantId(), OR: [{ budgetPausedSince: null }, { budgetPausedSince: { lt: start } }] },
       data: { budgetPausedSince: now },
     });
+    settingsChanged(db.$tenantId());
   }
   return { spent, limit, periodStart: start, periodEnd: end, paused, pausedSince: paused ? pausedSince : null };
 }

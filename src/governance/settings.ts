@@ -135,9 +135,38 @@ export function effectiveSettings(row: SettingsRow | null): EffectiveSettings {
   };
 }
 
-/** The tenant's settings as they are now; read per job or turn, so changes need no restart. */
-export async function loadTenantSettings(db: TenantDb): Promise<EffectiveSettings> {
+/** The tenant's settings as stored now, read from the database. */
+async function readTenantSettings(db: TenantDb): Promise<EffectiveSettings> {
   return effectiveSettings(await db.tenantSettings.findUnique({ where: { tenantId: db.$tenantId() } }));
+}
+
+/**
+ * How long this process reuses a tenant's settings. A request or job reads them several times
+ * (each model call's route, redaction and budget): without this, six reads per `context`. A
+ * change made here applies at once (settingsChanged); one made by another instance or the CLI
+ * within this long, as a revoked key does.
+ */
+export const SETTINGS_TTL_MS = 1_000;
+
+const settingsCache = new WeakMap<TenantDb, { until: number; generation: number; settings: Promise<EffectiveSettings> }>();
+// Bumped per tenant by every change this process makes: a read running across one is not kept.
+const generations = new Map<string, number>();
+
+/** The tenant's settings as they are now (at most SETTINGS_TTL_MS old); changes need no restart. */
+export function loadTenantSettings(db: TenantDb): Promise<EffectiveSettings> {
+  const tenantId = db.$tenantId();
+  const generation = generations.get(tenantId) ?? 0;
+  const cached = settingsCache.get(db);
+  if (cached && cached.generation === generation && cached.until > performance.now()) return cached.settings;
+  const settings = readTenantSettings(db);
+  settingsCache.set(db, { until: performance.now() + SETTINGS_TTL_MS, generation, settings });
+  settings.catch(() => settingsCache.get(db)?.settings === settings && settingsCache.delete(db));
+  return settings;
+}
+
+/** After a write to a tenant's settings row: this process reads them afresh. */
+export function settingsChanged(tenantId: string) {
+  generations.set(tenantId, (generations.get(tenantId) ?? 0) + 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -273,7 +302,8 @@ export async function updateTenantSettings(
     if (problem) throw badInput(`Invalid input: modelRouting.${role}.baseUrl: ${problem}`, { path: `modelRouting.${role}.baseUrl` });
   }
   const tenantId = db.$tenantId();
-  const current = await loadTenantSettings(db);
+  // Read afresh: the changes below are computed against it.
+  const current = await readTenantSettings(db);
 
   const data: Prisma.TenantSettingsUncheckedUpdateInput = {};
   const changes: Record<string, Change> = {};
@@ -377,6 +407,7 @@ export async function updateTenantSettings(
       data: { tenantId, apiKeyId: actor.apiKeyId, action: "settings.update", changes: changes as Prisma.InputJsonValue },
     });
   });
+  settingsChanged(tenantId);
   return loadTenantSettings(db);
 }
 

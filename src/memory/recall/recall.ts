@@ -134,6 +134,31 @@ export async function retrieveHits(
   return { vector, keyword, degraded: degraded as string | null };
 }
 
+type ReadBack = {
+  id: string;
+  kind: RecallCandidate["kind"];
+  text: string;
+  conversationId: string;
+  messageIds: string[];
+  /** The seq of each of messageIds, in the same order (0 for a message deleted since). */
+  messageSeqs: number[];
+  occurredAt: Date;
+  keyOfId: string | null;
+  indexedAt: Date | null;
+};
+
+/** The user's snippets among `ids`, with their messages' seqs, in one statement. */
+function readBack(db: TenantDb, input: SearchInput, ids: string[]) {
+  return db.$queryRaw<ReadBack[]>`
+    SELECT s."id", s."kind"::text AS "kind", s."text", s."conversationId", s."messageIds", s."occurredAt", s."keyOfId", s."indexedAt",
+           coalesce((SELECT array_agg(coalesce(m."seq", 0) ORDER BY u.ord)
+                     FROM unnest(s."messageIds") WITH ORDINALITY AS u(id, ord)
+                     LEFT JOIN "Message" m ON m."id" = u.id AND m."tenantId" = s."tenantId"), '{}') AS "messageSeqs"
+    FROM "RecallSnippet" s
+    WHERE s."tenantId" = ${db.$tenantId()} AND s."endUserId" = ${input.endUserId} AND s."id" = ANY(${ids}::text[])
+      ${input.excludeConversationId ? Prisma.sql`AND s."conversationId" <> ${input.excludeConversationId}` : Prisma.empty}`;
+}
+
 /**
  * The candidates for a message from one end user's other conversations: the nearest vectors
  * (Chroma), the full-text matches (PostgreSQL), fused by reciprocal rank with a boost for the
@@ -155,26 +180,12 @@ export async function searchSnippets(
   const ids = [...new Set([...vector.map((h) => h.id), ...keyword.map((h) => h.id)])];
   if (ids.length === 0) return { candidates: [], degraded, time };
 
-  const read = (where: Prisma.RecallSnippetWhereInput) =>
-    db.recallSnippet.findMany({
-      where: {
-        ...where,
-        endUserId: input.endUserId,
-        ...(input.excludeConversationId ? { conversationId: { not: input.excludeConversationId } } : {}),
-      },
-      select: { id: true, kind: true, text: true, conversationId: true, messageIds: true, occurredAt: true, keyOfId: true, indexedAt: true },
-    });
-  const found = await read({ id: { in: ids } });
+  const found = await readBack(db, input, ids);
   // The snippets that keys (facts' sentences) point to, when they were not found themselves.
   const have = new Set(found.map((s) => s.id));
   const targets = [...new Set(found.flatMap((s) => (s.keyOfId && !have.has(s.keyOfId) ? [s.keyOfId] : [])))];
-  const snippets = new Map([...found, ...(targets.length ? await read({ id: { in: targets } }) : [])].map((s) => [s.id, s]));
-  const messageIds = [...snippets.values()].flatMap((s) => s.messageIds);
-  const seqOf = new Map(
-    messageIds.length
-      ? (await db.message.findMany({ where: { id: { in: messageIds } }, select: { id: true, seq: true } })).map((m) => [m.id, m.seq])
-      : [],
-  );
+  const snippets = new Map([...found, ...(targets.length ? await readBack(db, input, targets) : [])].map((s) => [s.id, s]));
+  const seqOf = new Map([...snippets.values()].flatMap((s) => s.messageIds.map((m, i) => [m, s.messageSeqs[i]] as const)));
   const fused = fuseHits(vector, keyword, withNeighbours(snippets, seqOf), time, input.k, { ...RECALL, pool });
   const candidates = fused.map(({ id, ...scores }) => {
     const s = snippets.get(id)!;
@@ -184,7 +195,7 @@ export async function searchSnippets(
       text: s.text,
       conversationId: s.conversationId,
       messageIds: s.messageIds,
-      messageSeqs: s.messageIds.map((m) => seqOf.get(m) ?? 0),
+      messageSeqs: s.messageSeqs,
       occurredAt: s.occurredAt,
       indexedAt: s.indexedAt,
       ...scores,

@@ -117,8 +117,7 @@ builder.queryFields((t) => ({
       const endUserId = String(input.endUserId);
       const k = input.k ?? 10;
       if (k < 1 || k > 50) throw badInput("k must be between 1 and 50.");
-      if (!(await ctx.db.endUser.count({ where: { id: endUserId } }))) throw notFound("End user", endUserId);
-      return searchSnippets(ctx.db, ctx.deps, {
+      const found = await searchSnippets(ctx.db, ctx.deps, {
         endUserId,
         text: input.text,
         excludeConversationId: input.excludeConversationId ? String(input.excludeConversationId) : null,
@@ -126,6 +125,10 @@ builder.queryFields((t) => ({
         mode: input.mode ?? "HYBRID",
         at: input.at ?? undefined,
       });
+      // Snippets found are the user's, so the user exists: only an empty answer asks (a statement
+      // less on the path an agent waits on; an unknown id costs its one query embedding).
+      if (found.candidates.length === 0 && !(await ctx.db.endUser.count({ where: { id: endUserId } }))) throw notFound("End user", endUserId);
+      return found;
     },
   }),
 }));

@@ -83,6 +83,8 @@ export async function recordActivity<T extends keyof Topics>(db: TenantDb, topic
 export function recordingActivity(pubsub: PubSub, tenants: Pick<TenantDirectory, "scoped">, log: Logger): PubSub {
   const queues = new Map<string, Promise<void>>();
   const publish = (<T extends keyof Topics>(topic: T, tenantId: string, payload: Payload<T>) => {
+    // Announcements to every instance (a revoked key) are not a tenant's and have no feed row.
+    if (tenantId === "all") return (pubsub.publish as (t: T, id: string, p: unknown) => void)(topic, tenantId, payload);
     const previous = queues.get(tenantId) ?? Promise.resolve();
     const next = previous.then(async () => {
       let activityId: string | undefined;

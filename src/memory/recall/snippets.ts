@@ -193,17 +193,20 @@ export async function syncFactKeys(db: TenantDb, deps: Pick<Deps, "vectors">, en
   const keyOf = new Map(keys.map((k) => [k.factId, k]));
   const wanted = new Set<string>();
   const toIndex: string[] = [];
+  // The facts given a key by this run.
+  const created: string[] = [];
   for (const fact of facts) {
     const turn = turnOf.get(fact.sourceMessageId!);
     if (!turn) continue;
     const key = keyOf.get(fact.id);
     const data = { text: fact.text, keyOfId: turn.id, conversationId: turn.conversationId, occurredAt: turn.occurredAt };
     if (!key) {
-      const created = await db.recallSnippet.create({
+      const made = await db.recallSnippet.create({
         data: { ...data, tenantId, endUserId, kind: "FACT", factId: fact.id, messageIds: [] },
         select: { id: true },
       });
-      toIndex.push(created.id);
+      toIndex.push(made.id);
+      created.push(fact.id);
     } else {
       wanted.add(key.id);
       if (key.text !== fact.text || key.keyOfId !== turn.id) {
@@ -213,7 +216,22 @@ export async function syncFactKeys(db: TenantDb, deps: Pick<Deps, "vectors">, en
     }
   }
   await forgetSnippets(db, deps, keys.filter((k) => !wanted.has(k.id)).map((k) => k.id));
-  return toIndex;
+  // Two runs at once (extraction's and the turn's indexing) may each have made a key for the
+  // same fact: both keep the oldest and drop the others, so one key is left either way.
+  const doubled = created.length ? await doubledKeys(db, created) : [];
+  if (doubled.length) await forgetSnippets(db, deps, doubled);
+  return toIndex.filter((id) => !doubled.includes(id));
+}
+
+/** Of the keys of these facts, all but the oldest of each fact. */
+async function doubledKeys(db: TenantDb, factIds: string[]) {
+  const keys = await db.recallSnippet.findMany({
+    where: { kind: "FACT", factId: { in: factIds } },
+    orderBy: [{ createdAt: "asc" }, { id: "asc" }],
+    select: { id: true, factId: true },
+  });
+  const first = new Set<string>();
+  return keys.flatMap((k) => (first.has(k.factId!) ? [k.id] : (first.add(k.factId!), [])));
 }
 
 /**

@@ -31,7 +31,8 @@ export const INDEXING_TIMEOUT_MS = 150_000;
 /**
  * Waits until every turn of the tenant has its snippets and every snippet its vector: no turn
  * waits for its follow-ups to be queued, no follow-ups or indexing job is queued or running (a
- * queued turn job has yet to make its snippets), and no snippet lacks a vector.
+ * queued turn job has yet to make its snippets; Agenda clears a one-off job's next_run_at when it
+ * starts, so a running one is told by its lock), and no snippet lacks a vector.
  */
 export function allIndexed(engram: TestEngram, tenantId = engram.tenant.tenantId, timeoutMs = 30_000) {
   const db = engram.services.db;
@@ -44,7 +45,8 @@ export function allIndexed(engram: TestEngram, tenantId = engram.tenant.tenantId
         db.turn.count({ where: { tenantId, followUpsQueuedAt: null } }),
         db.$queryRaw<{ queued: number }[]>`
           SELECT count(*)::int AS queued FROM "agenda_jobs"
-          WHERE "name" IN ('recall.index', 'memory.turn', 'memory.follow-ups') AND "data"->>'tenantId' = ${tenantId} AND "next_run_at" IS NOT NULL`,
+          WHERE "name" IN ('recall.index', 'memory.turn', 'memory.follow-ups') AND "data"->>'tenantId' = ${tenantId}
+            AND ("next_run_at" IS NOT NULL OR "locked_at" IS NOT NULL)`,
       ]);
       return total > 0 && pending === 0 && waitingTurns === 0 && queued === 0;
     },

@@ -249,12 +249,15 @@ const BOOLEAN_SETTINGS: { key: keyof Settings; label: string }[] = [
   { key: "allowSensitiveFacts", label: "Keep sensitive facts (health, finances, identity…)" },
 ];
 
-/** The agent's memory settings, editable by a writer; only what changed is sent. */
-function AgentSettingsForm({ agent, onSaved }: { agent: Agent; onSaved(): void }) {
+/**
+ * The agent's memory settings, editable by a writer; only what changed is sent. The form is
+ * made anew when the saved settings come back, so whether it was just saved lives with the
+ * caller: the confirmation stays until the next edit.
+ */
+function AgentSettingsForm({ agent, saved, setSaved }: { agent: Agent; saved: boolean; setSaved(saved: boolean): void }) {
   const { engram } = useSession();
   const [draft, setDraft] = useState<Settings>(agent.settings);
   const [error, setError] = useState<ApiError>();
-  const [saved, setSaved] = useState(false);
   const changed = Object.fromEntries(Object.entries(draft).filter(([k, v]) => agent.settings[k as keyof Settings] !== v));
   const save = async (e: FormEvent) => {
     e.preventDefault();
@@ -262,7 +265,6 @@ function AgentSettingsForm({ agent, onSaved }: { agent: Agent; onSaved(): void }
       await engram.request(InspectorUpdateAgentDocument, { input: { externalId: agent.externalId, settings: changed } });
       setError(undefined);
       setSaved(true);
-      onSaved();
     } catch (failure) {
       setError(failure as ApiError);
     }
@@ -385,6 +387,7 @@ function ConversationPage({
   onDeleted(what: { name: string; endUserId: string; messages: number; snippets: number }): void;
 }) {
   const [refresh, setRefresh] = useState(0);
+  const [settingsSaved, setSettingsSaved] = useState(false);
   const [shown, setShown] = useState(40);
   const [through, setThrough] = useState<number>();
   // A linked message older than the last 40 loads the messages back to it.
@@ -445,7 +448,15 @@ function ConversationPage({
           <section aria-labelledby="settings-title">
             <h2 id="settings-title">Memory settings of {c.agent.name}</h2>
             {writable ? (
-              <AgentSettingsForm key={JSON.stringify(c.agent.settings)} agent={c.agent} onSaved={conversation.refetch} />
+              <AgentSettingsForm
+                key={JSON.stringify(c.agent.settings)}
+                agent={c.agent}
+                saved={settingsSaved}
+                setSaved={(saved) => {
+                  setSettingsSaved(saved);
+                  if (saved) conversation.refetch();
+                }}
+              />
             ) : (
               <p className="muted">
                 Summary {c.agent.settings.summaryOn ? "on" : "off"} · recall {c.agent.settings.recallOn ? "on" : "off"} · extraction{" "}

@@ -11,6 +11,8 @@ export type AgendaQueue = JobQueue & {
   agenda: Agenda;
   /** Resolves when the queue's database answers (for /healthz). */
   ping(): Promise<void>;
+  /** Gives up connecting, if it still is (shutdown, before it waits for a worker that is starting). */
+  stopConnecting(): void;
 };
 
 /**
@@ -36,8 +38,9 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
         if (closed) return;
         if (attempt === 0) log.warn("job queue: cannot reach the database; retrying", { error });
         await new Promise<void>((resolve) => {
-          wake = resolve;
-          setTimeout(resolve, Math.min(250 * 2 ** attempt, 5_000));
+          const timer = setTimeout(resolve, Math.min(250 * 2 ** attempt, 5_000));
+          timer.unref();
+          wake = () => (clearTimeout(timer), resolve());
         });
         if (closed) return;
       }
@@ -90,6 +93,10 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
     },
     async ping() {
       await pool.query("SELECT 1");
+    },
+    stopConnecting() {
+      closed = true;
+      wake();
     },
     async close() {
       closed = true;

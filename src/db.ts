@@ -16,8 +16,26 @@ export function createPool(url: string, max: number, onError: (error: Error) => 
   // A client checked out (a transaction, Agenda's lock) when PostgreSQL ends its connection emits
   // an error no pool listener hears: unheard, it would crash the process (test/faults/store-kill).
   pool.on("connect", (client) => client.on("error", onError));
+  // Ending waits for every checked-out client. One whose connection died mid-query (the store
+  // killed under it) may never be handed back: past POOL_END_GRACE_MS its connection is ended.
+  const clients = new Set<pg.PoolClient>();
+  pool.on("connect", (client) => clients.add(client));
+  pool.on("remove", (client) => clients.delete(client));
+  const end = pool.end.bind(pool);
+  pool.end = (async () => {
+    const timer = setTimeout(() => {
+      for (const client of clients) void (client as unknown as pg.Client).end().catch(() => {});
+    }, POOL_END_GRACE_MS);
+    try {
+      await end();
+    } finally {
+      clearTimeout(timer);
+    }
+  }) as typeof pool.end;
   return pool;
 }
+
+const POOL_END_GRACE_MS = 2_000;
 
 /** The one Prisma client of a process, always over pg + @prisma/adapter-pg. */
 export function createDb(url: string, onPoolError: (error: Error) => void, poolSize = 8): Db {

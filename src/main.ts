@@ -9,6 +9,8 @@ import { openServices, type Services } from "./services.ts";
 
 /** Shutdown never takes longer than this: past it, the process exits and its children follow. */
 const SHUTDOWN_DEADLINE_MS = 9_000;
+/** Running jobs get this long to finish at shutdown (one still running is retried later); the store's close has the rest. */
+const WORKER_GRACE_MS = 4_000;
 
 /** A one-line reason for the failures a user can fix; anything else keeps its stack. */
 function startFailure(error: unknown, env?: { HOST: string; PORT: number }): string {
@@ -47,8 +49,10 @@ async function main() {
       try {
         if (open.app) await open.app.stop().then(() => log.info("API stopped"));
         await open.bootstrap?.catch(() => {});
+        // A worker still starting waits for the queue's connection: a store that is not up stops it.
+        open.services?.queue.stopConnecting();
         const worker = await open.worker?.catch(() => undefined);
-        if (worker) await worker.stop().then(() => log.info("job worker stopped"));
+        if (worker) await worker.stop(WORKER_GRACE_MS).then(() => log.info("job worker stopped"));
         if (open.services) await open.services.close().then(() => log.info("store closed; bye"));
       } catch (error) {
         log.error("error while shutting down", { error });

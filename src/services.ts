@@ -114,37 +114,38 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     queue,
     chroma,
     async close() {
-      // Each step runs even if one before it failed, and none waits past CLOSE_STEP_MS. The store
-      // stops last, bounded by its own stop: cutting that short could cut a checkpoint.
-      const bounded = (done: string, step: () => Promise<unknown>): [string, () => Promise<unknown>] => [done, () => withinCloseStep(step(), done)];
-      const steps: [string, () => Promise<unknown>][] = [
-        bounded("job queue closed", () => queue.close()),
-        bounded("recall embeddings closed", () => embeddings.close()),
-        bounded("vectors closed", () => vectors.close()),
-        bounded("Chroma stopped", () => chroma.stop()),
-        bounded("key cache closed", () => keys.close()),
-        bounded("pubsub closed", () => pubsub.close()),
-        bounded("database client closed", () => db.$disconnect()),
-        ["store stopped", () => store.stop()],
-      ];
+      // In stages, each waiting at most CLOSE_STEP_MS and run even if one before it failed: the
+      // queue, then at once the parts that may still write through the database client (the
+      // pubsub's history rows) or hold a child, then that client, then the store, bounded by its
+      // own stop (cutting that short could cut a checkpoint).
       let failure: unknown;
-      for (const [done, step] of steps) {
+      const run = async (done: string, step: () => Promise<unknown>, bounded = true) => {
         try {
-          await step();
+          await (bounded ? withinCloseStep(step(), done) : step());
           log.debug(done);
         } catch (error) {
           log.warn(`while closing: ${done.split(" ")[0]} failed`, { error });
           failure ??= error;
         }
-      }
+      };
+      await run("job queue closed", () => queue.close());
+      await Promise.all([
+        run("recall embeddings closed", () => embeddings.close()),
+        run("vectors closed", () => vectors.close()),
+        run("Chroma stopped", () => chroma.stop()),
+        run("key cache closed", () => keys.close()),
+        run("pubsub closed", () => pubsub.close()),
+      ]);
+      await run("database client closed", () => db.$disconnect());
+      await run("store stopped", () => store.stop(), false);
       if (failure) throw failure;
     },
   };
 }
 
 /**
- * How long one step of close() may take. A pool whose connection the server cut mid-query can
- * wait forever for it to be released; past this the step is abandoned and the next one runs.
+ * How long one stage of close() may take. A pool whose connection the server cut mid-query can
+ * wait forever for it to be released; past this the step is abandoned and the next stage runs.
  */
 const CLOSE_STEP_MS = 5_000;
 

@@ -158,7 +158,7 @@ describe("nightly retention", () => {
       create: { tenantId: engram.other.tenantId, retentionDays: 0 },
       update: { retentionDays: 0 },
     });
-    settingsChanged(engram.tenant.tenantId); // written past updateTenantSettings
+    settingsChanged(engram.other.tenantId); // written past updateTenantSettings
     const runs = await retentionSweep(engram.services.deps, {}, now);
     const mine = runs.find((r) => r.tenantId === tenantId)!;
     expect(mine.status).toBe("SUCCEEDED");

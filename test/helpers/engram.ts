@@ -103,11 +103,14 @@ export async function startTestEngram(
       return app.start(0, "127.0.0.1");
     },
     async stop() {
-      if (listening) await app.stop();
-      else await app.yoga.dispose();
-      await worker?.stop();
-      await services.close();
-      if (!options.store) await store.drop();
+      try {
+        if (listening) await app.stop();
+        else await app.yoga.dispose();
+        await worker?.stop();
+        await services.close();
+      } finally {
+        if (!options.store) await store.drop();
+      }
     },
   };
 }

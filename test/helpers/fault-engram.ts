@@ -21,9 +21,20 @@ export async function startFaultEngram(options: { env?: Record<string, string>; 
   return { model, faults, engram, url, stop: () => stopFaultEngram(engram, model) };
 }
 
+/**
+ * After the store was killed under load, a database client caught mid-query can stay checked
+ * out, and close() gives up on it after its 5 s, saying so: that is logged here, not failed,
+ * since what these suites check (no write lost or doubled) was checked before.
+ */
 async function stopFaultEngram(engram: TestEngram, model: ModelServer) {
-  await engram.stop();
-  await model.stop();
+  try {
+    await engram.stop().catch((error: Error) => {
+      if (!/^not .* within \d+ s$/.test(error.message)) throw error;
+      console.warn(`fault suite: closing after the fault: ${error.message}`);
+    });
+  } finally {
+    await model.stop();
+  }
 }
 
 /** Write load from 6 clients on 6 conversations; a failed write is retried with its id for a while. */

@@ -235,14 +235,20 @@ async function doubledKeys(db: TenantDb, factIds: string[]) {
 }
 
 /**
- * Embeds snippets and upserts their vectors, then marks them indexed. Idempotent: running it
- * twice re-upserts the same vectors. A snippet forgotten meanwhile leaves no vector behind.
+ * Embeds snippets and upserts their vectors, then marks them indexed. Idempotent: a snippet
+ * already indexed by the tenant's model is skipped. A snippet forgotten meanwhile leaves no
+ * vector behind.
  */
 export async function indexSnippets(db: TenantDb, deps: SnippetDeps, snippetIds: string[]) {
   const tenantId = db.$tenantId();
-  const snippets = await db.recallSnippet.findMany({ where: { id: { in: snippetIds } } });
-  if (snippets.length === 0) return { indexed: 0 };
+  if (snippetIds.length === 0) return { indexed: 0 };
   const { embeddings, model } = await deps.embeddings.forTenant(tenantId);
+  // Those with their vector by this model already are left alone: a reconcile sweep that found
+  // them waiting, or a retried job, pays no second embedding for them.
+  const snippets = await db.recallSnippet.findMany({
+    where: { id: { in: snippetIds }, OR: [{ indexedAt: null }, { embeddingModel: null }, { embeddingModel: { not: model } }] },
+  });
+  if (snippets.length === 0) return { indexed: 0 };
   const vectors = await embeddings.embedDocuments(snippets.map((s) => s.text));
   await deps.vectors.upsert(
     { tenantId, model },

@@ -371,7 +371,8 @@ function ConversationDetail({ id }: { id: string }) {
       </section>
     );
   }
-  return <ConversationPage id={id} focus={Number(params.get("message")) || undefined} writable={canWrite(role)} onDeleted={setDeleted} />;
+  // Keyed by id: nothing of one conversation's page (a "Saved." confirmation) carries to the next.
+  return <ConversationPage key={id} id={id} focus={Number(params.get("message")) || undefined} writable={canWrite(role)} onDeleted={setDeleted} />;
 }
 
 function ConversationPage({

@@ -1,15 +1,13 @@
 import { spawn } from "node:child_process";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DESKTOP, ensureInspectorBuilt, launchChromium, ROOT } from "./helpers/browser.ts";
+import { DESKTOP, ensureInspectorBuilt, launchChromium, poll, ROOT, signIn } from "./helpers/browser.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { say } from "./helpers/recall.ts";
 
 // The feed's history (issue 16, bugs 1, 2 and 4): what was announced before the page opened is
 // there, filters are in the URL and survive a reload, older items page in, and a CLI run (another
 // process with its own pubsub) reaches the feed through the activity log.
-/** The machine is shared: a page may take seconds to show what it loaded. */
-const poll = <T>(read: () => Promise<T> | T) => expect.poll(read, { timeout: 20_000 });
 
 let engram: TestEngram;
 let browser: Browser;
@@ -30,15 +28,6 @@ afterAll(async () => {
   await browser?.close();
   await engram?.stop();
 });
-
-async function signIn(key: string) {
-  await page.goto(`${url}/inspector/`);
-  await page.evaluate(() => (localStorage.clear(), sessionStorage.clear()));
-  await page.reload();
-  await page.getByLabel("API key").fill(key);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await page.getByRole("navigation", { name: "Sections" }).waitFor();
-}
 
 /** Runs the CLI to its end against the test's store. */
 function cli(args: string[]) {
@@ -65,7 +54,7 @@ describe("the feed's history", () => {
     ada = await say(engram, { user: "ada", conversation: "trip", agent: "concierge" }, "A quiet room, please.", "Noted.", engram.tenant.writer);
     await say(engram, { user: "ada", conversation: "trip", agent: "concierge" }, "Near the harbour.", "Sure.", engram.tenant.writer);
     bea = await say(engram, { user: "bea", conversation: "flat", agent: "concierge" }, "Two bedrooms.", "Fine.", engram.tenant.writer);
-    await signIn(engram.tenant.writer);
+    await signIn(page, url, engram.tenant.writer);
 
     await poll(() => page.locator('[data-kind="turn"]').count()).toBe(3);
     expect(await page.locator(".feed-item").first().textContent()).toContain("Two bedrooms.");

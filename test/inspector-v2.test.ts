@@ -1,12 +1,10 @@
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { axeViolations, DESKTOP, ensureInspectorBuilt, horizontalOverflow, launchChromium, PHONE } from "./helpers/browser.ts";
+import { axeViolations, DESKTOP, ensureInspectorBuilt, horizontalOverflow, launchChromium, PHONE, poll, signIn } from "./helpers/browser.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 
 // Issue 16 in Chromium: a conversation opens without calling a model, older messages and
 // private-step gaps, safe fact edits, one sign-in per origin, a revoked key, and phones.
-/** The machine is shared: a page may take seconds to show what it loaded. */
-const poll = <T>(read: () => Promise<T> | T) => expect.poll(read, { timeout: 20_000 });
 
 let engram: TestEngram;
 let browser: Browser;
@@ -38,15 +36,6 @@ async function record(user: string, conversation: string, userMessage: string, p
   return { conversationId: data.recordTurn.conversation.id as string, endUserId: data.recordTurn.conversation.endUser.id as string };
 }
 
-async function signIn(p: Page, key: string) {
-  await p.goto(`${url}/inspector/`);
-  await p.evaluate(() => (localStorage.clear(), sessionStorage.clear()));
-  await p.reload();
-  await p.getByLabel("API key").fill(key);
-  await p.getByRole("button", { name: "Sign in" }).click();
-  await p.getByRole("navigation", { name: "Sections" }).waitFor();
-}
-
 let trip = { conversationId: "", endUserId: "" };
 
 beforeAll(async () => {
@@ -58,7 +47,7 @@ beforeAll(async () => {
   browser = await launchChromium();
   context = await browser.newContext({ viewport: DESKTOP });
   page = await context.newPage();
-  await signIn(page, engram.tenant.writer);
+  await signIn(page, url, engram.tenant.writer);
 }, 180_000);
 
 afterAll(async () => {
@@ -151,12 +140,12 @@ describe("the inspector, issue 16", () => {
     } finally {
       await second.close();
     }
-    await signIn(page, engram.tenant.writer);
+    await signIn(page, url, engram.tenant.writer);
   });
 
   it("returns to sign-in with one clear message when the key is revoked", async () => {
     const created = await engram.gql(`mutation { createApiKey(name: "temp", role: READER) { id key } }`, {}, engram.tenant.admin);
-    await signIn(page, created.data.createApiKey.key);
+    await signIn(page, url, created.data.createApiKey.key);
     await engram.gql(`mutation($id: ID!) { revokeApiKey(id: $id) { id } }`, { id: created.data.createApiKey.id }, engram.tenant.admin);
     // The next call refused (the page's own, or this click's) sends the page back to sign-in.
     const users = page.getByRole("link", { name: "Users" });
@@ -166,7 +155,7 @@ describe("the inspector, issue 16", () => {
     expect(await page.getByRole("alert").textContent()).toContain("Your key no longer works");
     expect(await page.getByRole("button", { name: "Try again" }).count()).toBe(0);
     expect(await page.evaluate(() => localStorage.length)).toBe(0);
-    await signIn(page, engram.tenant.writer);
+    await signIn(page, url, engram.tenant.writer);
   });
 });
 
@@ -201,7 +190,7 @@ describe("on a phone (390 × 844)", () => {
       await p.getByLabel("API key").waitFor();
       expect(await horizontalOverflow(p), "sign-in").toBe(0);
       expect(await axeViolations(p), "sign-in").toEqual([]);
-      await signIn(p, engram.tenant.writer);
+      await signIn(p, url, engram.tenant.writer);
       await engram.gql(
         `mutation { appendEvent(input: { scope: ENTITY, scopeRef: "acme", kind: "decision", body: "**Moved** the target: see ${LONG_URL}", source: "crm" }) { id } }`,
         {},

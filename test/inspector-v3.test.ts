@@ -3,15 +3,13 @@ import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant } from "../src/db.ts";
 import { applyCandidate } from "../src/memory/facts/facts.ts";
-import { axeViolations, DESKTOP, ensureInspectorBuilt, horizontalOverflow, launchChromium, PHONE } from "./helpers/browser.ts";
+import { axeViolations, DESKTOP, ensureInspectorBuilt, horizontalOverflow, launchChromium, PHONE, poll, signIn } from "./helpers/browser.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { say } from "./helpers/recall.ts";
 
 // Issue 16's additions in Chromium: memory search across users, contradiction resolution,
 // provenance links, export, entry and agent-settings editing, deleting a conversation, and the
 // context-window bar; at desktop and phone sizes, with axe.
-/** The machine is shared: a page may take seconds to show what it loaded. */
-const poll = <T>(read: () => Promise<T> | T) => expect.poll(read, { timeout: 20_000 });
 
 let engram: TestEngram;
 let browser: Browser;
@@ -24,15 +22,6 @@ let cy = { endUserId: "", conversationId: "" };
 let scratch = { conversationId: "" };
 let pair = { older: "", newer: "" };
 let entryId = "";
-
-async function signIn(p: Page, key: string) {
-  await p.goto(`${url}/inspector/`);
-  await p.evaluate(() => (localStorage.clear(), sessionStorage.clear()));
-  await p.reload();
-  await p.getByLabel("API key").fill(key);
-  await p.getByRole("button", { name: "Sign in" }).click();
-  await p.getByRole("navigation", { name: "Sections" }).waitFor();
-}
 
 /** A fact as the extractor writes it, from one of the user's messages. */
 async function extracted(endUserId: string, conversationId: string, text: string, seq: number | null, contradicts?: string) {
@@ -83,7 +72,7 @@ beforeAll(async () => {
   browser = await launchChromium();
   context = await browser.newContext({ viewport: DESKTOP, acceptDownloads: true });
   page = await context.newPage();
-  await signIn(page, w);
+  await signIn(page, url, w);
 }, 180_000);
 
 afterAll(async () => {
@@ -178,7 +167,7 @@ describe("on the user's page", () => {
 
   it("exports the user's memory as a JSON file for an admin key, and shows no export to a writer", async () => {
     expect(await page.getByRole("button", { name: "Export as JSON" }).count()).toBe(0);
-    await signIn(page, engram.tenant.admin);
+    await signIn(page, url, engram.tenant.admin);
     await page.goto(`${url}/inspector/users/${ada.endUserId}`);
     const [download] = await Promise.all([page.waitForEvent("download"), page.getByRole("button", { name: "Export as JSON" }).click()]);
     expect(download.suggestedFilename()).toBe("engram-export-ada.json");
@@ -187,7 +176,7 @@ describe("on the user's page", () => {
     expect(exported.facts.map((f: { text: string }) => f.text)).toContain("Eats fish now.");
     expect(exported.conversations.map((c: { externalId: string }) => c.externalId).sort()).toEqual(["scratch", "trip"]);
     expect(exported.entries.map((e: { title: string }) => e.title)).toEqual(["Harbour hotels"]);
-    await signIn(page, engram.tenant.writer);
+    await signIn(page, url, engram.tenant.writer);
   });
 });
 
@@ -239,14 +228,14 @@ describe("editing where people expect it", () => {
     const { data } = await engram.gql(`query($id: ID!) { entry(id: $id) { title tags importance } }`, { id: entryId });
     expect(data.entry).toEqual({ title: "Harbour hotels, checked", tags: ["travel", "quiet"], importance: 5 });
 
-    await signIn(page, engram.tenant.reader);
+    await signIn(page, url, engram.tenant.reader);
     await page.goto(`${url}/inspector/memory`);
     await page.getByTestId("entry").first().waitFor();
     expect(await page.getByTestId("entry").getByRole("button", { name: "Edit" }).count()).toBe(0);
     await page.goto(`${url}/inspector/conversations/${ada.conversationId}`);
     await page.getByRole("heading", { name: "Memory settings of concierge" }).waitFor();
     expect(await page.getByRole("button", { name: "Save settings" }).count()).toBe(0);
-    await signIn(page, engram.tenant.writer);
+    await signIn(page, url, engram.tenant.writer);
   });
 
   it("changes the agent's memory settings from the conversation view, sending only what changed", async () => {
@@ -361,7 +350,7 @@ describe("sizes and axe", () => {
     const phone = await browser.newContext({ viewport: PHONE, isMobile: true, hasTouch: true });
     const p = await phone.newPage();
     try {
-      await signIn(p, engram.tenant.writer);
+      await signIn(p, url, engram.tenant.writer);
       for (const [name, path, ready] of newViews(p)) {
         await p.goto(`${url}/inspector${path}`);
         await ready();

@@ -2,7 +2,7 @@ import { existsSync, mkdirSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Browser, BrowserContext, Page } from "playwright-core";
-import { ensureInspectorBuilt, launchChromium } from "./helpers/browser.ts";
+import { ensureInspectorBuilt, launchChromium, signIn } from "./helpers/browser.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildApp, type App } from "../src/app.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
@@ -83,15 +83,6 @@ async function shot(name: string) {
   await page.screenshot({ path: path.join(artifacts, `${name}.screen.png`) });
 }
 
-async function signIn(key: string) {
-  await page.goto(`${url}/inspector/`);
-  await page.evaluate(() => (localStorage.clear(), sessionStorage.clear()));
-  await page.reload();
-  await page.getByLabel("API key").fill(key);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await page.getByRole("navigation", { name: "Sections" }).waitFor();
-}
-
 const turn = (conversation: string, n: number, user = "ada") =>
   say(
     engram,
@@ -130,14 +121,13 @@ describe.skipIf(browserMissing)("the inspector", () => {
     await shot("sign-in-refused");
     expect(await page.evaluate(() => localStorage.length + sessionStorage.length)).toBe(0);
 
-    await signIn(engram.tenant.writer);
+    await signIn(page, url, engram.tenant.writer);
     expect(await page.getByTestId("role").textContent()).toBe("writer");
     await expect.poll(() => page.getByTestId("live-status").textContent()).toBe("Live");
     // The key survives a reload (it is in this origin's local storage).
     await page.reload();
     await page.getByRole("navigation", { name: "Sections" }).waitFor();
   });
-
 
   it("shows recorded turns, their summary revisions (accepted and rejected) and a recall live, without a reload", async () => {
     await page.getByRole("link", { name: "Live feed" }).click();
@@ -223,7 +213,7 @@ describe.skipIf(browserMissing)("the inspector", () => {
     const writerPage = page;
     page = readerPage;
     try {
-      await signIn(engram.tenant.reader);
+      await signIn(page, url, engram.tenant.reader);
       await page.goto(`${url}/inspector/users/${endUserId}`);
       await page.getByTestId("fact").first().waitFor();
       expect(await page.getByRole("button", { name: "Edit" }).count()).toBe(0);
@@ -234,7 +224,7 @@ describe.skipIf(browserMissing)("the inspector", () => {
       page = writerPage;
     }
     // The sign-in is shared by the origin's tabs: this one followed the reader's; sign back in as the writer.
-    await signIn(engram.tenant.writer);
+    await signIn(page, url, engram.tenant.writer);
   });
 
   it("forgets everything about a user after a confirmation, and the facts are gone", async () => {

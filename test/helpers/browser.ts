@@ -2,6 +2,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium, type Browser, type Page } from "playwright-core";
+import { expect } from "vitest";
 
 // Debian's chromium, driven by playwright-core (no browser download anywhere).
 export const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -63,4 +64,17 @@ export async function axeViolations(page: Page): Promise<AxeViolation[]> {
       targets: v.nodes.slice(0, 3).map((n: { target: string[] }) => n.target.join(" ")),
     }));
   });
+}
+
+/** expect.poll with room for a shared machine: a page may take seconds to show what it loaded. */
+export const poll = <T>(read: () => Promise<T> | T) => expect.poll(read, { timeout: 20_000 });
+
+/** Signs the page in to the inspector at `url` with a key, from a clean storage. */
+export async function signIn(page: Page, url: string, key: string) {
+  await page.goto(`${url}/inspector/`);
+  await page.evaluate(() => (localStorage.clear(), sessionStorage.clear()));
+  await page.reload();
+  await page.getByLabel("API key").fill(key);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("navigation", { name: "Sections" }).waitFor();
 }

@@ -11,12 +11,27 @@ import {
   type TriageVerdict,
 } from "../../chains/triage.ts";
 import type { TenantDb } from "../../db.ts";
+import type { GateVerdict as GateVerdictRow } from "../../generated/prisma/client.ts";
 import { EngramError, parseInput } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { ModelCallError } from "../../models/egress.ts";
 import { needsRecallByKeywords } from "./keywords.ts";
 
 export type StoredVerdict = TriageVerdict & { decidedBy: "MODEL" | "KEYWORDS" | "CALLER" };
+
+type VerdictRow = Pick<GateVerdictRow, "remember" | "forget" | "forgetTargets" | "needsRecall" | "decidedBy">;
+
+/** A verdict as the gate stored it. */
+function storedVerdict(row: VerdictRow): StoredVerdict {
+  return {
+    remember: row.remember,
+    forget: row.forget as TriageVerdict["forget"],
+    forgetTargets: row.forgetTargets,
+    needsRecall: row.needsRecall,
+    decidedBy: row.decidedBy as StoredVerdict["decidedBy"],
+  };
+}
+
 export type { GateVerdict };
 
 /** What an agent runtime appends to its own model call so the gate rides on it (gateInstructions). */
@@ -96,15 +111,7 @@ export async function gateMessage(
   const cached = await db.gateVerdict.findUnique({
     where: { conversationId_messageHash: { conversationId: input.conversationId, messageHash } },
   });
-  if (cached) {
-    return {
-      remember: cached.remember,
-      forget: cached.forget as TriageVerdict["forget"],
-      forgetTargets: cached.forgetTargets,
-      needsRecall: cached.needsRecall,
-      decidedBy: cached.decidedBy as StoredVerdict["decidedBy"],
-    };
-  }
+  if (cached) return storedVerdict(cached);
   let verdict: StoredVerdict = { ...keywordGate(input.message), decidedBy: "KEYWORDS" };
   if (deps.triage) {
     try {
@@ -146,14 +153,7 @@ export async function gateByKeywords(
   const byKey = new Map(stored.map((v) => [`${v.conversationId}:${v.messageHash}`, v]));
   const verdicts = messages.map((m, i): StoredVerdict => {
     const found = byKey.get(`${m.conversationId}:${hashes[i]}`);
-    if (!found) return { ...keywordGate(m.message), decidedBy: "KEYWORDS" };
-    return {
-      remember: found.remember,
-      forget: found.forget as TriageVerdict["forget"],
-      forgetTargets: found.forgetTargets,
-      needsRecall: found.needsRecall,
-      decidedBy: found.decidedBy as StoredVerdict["decidedBy"],
-    };
+    return found ? storedVerdict(found) : { ...keywordGate(m.message), decidedBy: "KEYWORDS" };
   });
   const fresh = messages.flatMap((m, i) =>
     byKey.has(`${m.conversationId}:${hashes[i]}`)

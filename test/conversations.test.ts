@@ -81,6 +81,21 @@ describe("recordTurn", () => {
     ranges.forEach(([first, last], i) => expect([first, last]).toEqual([2 * i + 1, 2 * i + 2]));
   });
 
+  it("starts 40 new conversations at once (new agents and users among them), each once, with every turn", async () => {
+    const inputs = Array.from({ length: 80 }, (_, i) =>
+      turn(`c-new-${i % 40}`, { agentExternalId: `new-agent-${i % 40 % 3}`, endUserExternalId: `new-user-${i % 40 % 7}` }),
+    );
+    const results = await Promise.all(inputs.map((input) => engram.gql(RECORD, { input })));
+    for (const r of results) expect(r.errors).toBeUndefined();
+    const db = engram.services.db;
+    expect(await db.conversation.count({ where: { externalId: { startsWith: "c-new-" } } })).toBe(40);
+    expect(await db.agent.count({ where: { externalId: { startsWith: "new-agent-" } } })).toBe(3);
+    expect(await db.endUser.count({ where: { externalId: { startsWith: "new-user-" } } })).toBe(7);
+    for (const c of await db.conversation.findMany({ where: { externalId: { startsWith: "c-new-" } }, include: { messages: true } })) {
+      expect(c.messages.map((m) => m.seq).sort((a, b) => a - b)).toEqual([1, 2, 3, 4]);
+    }
+  });
+
   it("refuses a clientTurnId already used in another conversation instead of swallowing the turn", async () => {
     const first = await engram.gql(RECORD, { input: turn("c-id-a", { clientTurnId: "shared-turn-id" }) });
     expect(first.errors).toBeUndefined();

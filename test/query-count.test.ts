@@ -134,6 +134,14 @@ describe("SQL statements per request on the hot paths", () => {
     expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-2", gate } }, engram.tenant.writer)).toBe(6);
   });
 
+  it("the first turn of a new conversation: no transaction, one statement creates what is new", async () => {
+    const q = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id firstSeq lastSeq } }`;
+    const input = { agentExternalId: "qa-new", endUserExternalId: "qu-new", conversationExternalId: "qc-new", userMessage: "hello", assistantMessage: "hi" };
+    // The lookup that finds nothing, the statement that creates the agent, the user and the
+    // conversation, the lookup again, the append, the turn's job, the re-read and the feed's row.
+    expect(await statementsOf(q, { input: { ...input, clientTurnId: "first-1" } }, engram.tenant.writer)).toBe(7);
+  });
+
   it("recordTurn of an agent with no model work, within its tenant's follow-ups window: no queue write", async () => {
     await engram.gql(`mutation { upsertAgent(input: { externalId: "quiet", settings: { summaryOn: false, extractionOn: false } }) { id } }`);
     const q = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id firstSeq lastSeq } }`;

@@ -104,25 +104,27 @@ type KnownConversation = {
 /**
  * The hot path, for a conversation that exists: one statement reads the conversation and any
  * earlier turn with this clientTurnId, and one statement (atomic on its own, so no transaction)
- * bumps lastSeq under the conversation's row lock, inserts the messages and the turn. Null when
- * the conversation is new, belongs to someone else, or the turn id was used: the caller's
- * transactional path then decides.
+ * bumps lastSeq under the conversation's row lock, inserts the messages and the turn. "new" when
+ * there is no such conversation yet; null when it belongs to someone else or the turn id was
+ * used: the caller's transactional path then decides.
  */
 async function appendToKnownConversation(
   db: TenantDb,
   parsed: z.infer<typeof recordTurnInput>,
   messages: NewMessage[],
   occurredAt: Date,
-) {
+): Promise<RecordedTurn | "new" | null> {
   const tenantId = db.$tenantId();
-  const [known] = await db.$queryRaw<(KnownConversation & { turnTaken: boolean })[]>`
+  // Always one row: the conversation's columns are null when it does not exist.
+  const [known] = await db.$queryRaw<({ [K in keyof KnownConversation]: KnownConversation[K] | null } & { turnTaken: boolean })[]>`
     SELECT c."id", c."agentId", c."endUserId", a."externalId" AS "agentExternalId", u."externalId" AS "endUserExternalId", a."settings" AS "agentSettings",
            EXISTS (SELECT 1 FROM "Turn" t WHERE t."tenantId" = ${tenantId} AND t."clientTurnId" = ${parsed.clientTurnId}) AS "turnTaken"
-    FROM "Conversation" c JOIN "Agent" a ON a."id" = c."agentId" JOIN "EndUser" u ON u."id" = c."endUserId"
-    WHERE c."tenantId" = ${tenantId} AND c."externalId" = ${parsed.conversationExternalId}`;
+    FROM (SELECT 1) AS one
+    LEFT JOIN ("Conversation" c JOIN "Agent" a ON a."id" = c."agentId" JOIN "EndUser" u ON u."id" = c."endUserId")
+      ON c."tenantId" = ${tenantId} AND c."externalId" = ${parsed.conversationExternalId}`;
+  if (known.turnTaken) return null;
+  if (!known.id) return "new";
   if (
-    !known ||
-    known.turnTaken ||
     known.agentExternalId !== parsed.agentExternalId ||
     known.endUserExternalId !== parsed.endUserExternalId
   ) {
@@ -148,8 +150,44 @@ async function appendToKnownConversation(
     FROM conv
     RETURNING *`;
   if (!turn) return null;
-  const { agentExternalId: _a, endUserExternalId: _u, agentSettings, ...conversation } = known;
-  return { turn, conversation, created: true, agentSettings };
+  return {
+    turn,
+    conversation: { id: known.id, agentId: known.agentId!, endUserId: known.endUserId! },
+    created: true,
+    agentSettings: known.agentSettings,
+  };
+}
+
+/**
+ * Creates what a first turn needs and does not exist yet (the agent, the end user, the
+ * conversation) in one statement, each insert skipping a row that is there: no transaction is
+ * held open across round trips, which on the embedded store would hold its one session while
+ * every other request waits. Creates nothing when the agent or the end user appeared after the
+ * statement began (a concurrent first use): the caller then takes the transactional path.
+ */
+async function createConversation(db: TenantDb, ids: z.infer<z.ZodObject<typeof participants>>) {
+  const tenantId = db.$tenantId();
+  const now = Prisma.sql`(now() AT TIME ZONE 'UTC')`;
+  await db.$executeRaw`
+    WITH new_agent AS (
+      INSERT INTO "Agent" ("id", "tenantId", "externalId", "name", "createdAt", "updatedAt")
+      VALUES (gen_random_uuid()::text, ${tenantId}, ${ids.agentExternalId}, ${ids.agentExternalId}, ${now}, ${now})
+      ON CONFLICT ("tenantId", "externalId") DO NOTHING RETURNING "id"
+    ), agent AS (
+      SELECT "id" FROM new_agent
+      UNION ALL SELECT "id" FROM "Agent" WHERE "tenantId" = ${tenantId} AND "externalId" = ${ids.agentExternalId}
+    ), new_user AS (
+      INSERT INTO "EndUser" ("id", "tenantId", "externalId", "createdAt", "updatedAt")
+      VALUES (gen_random_uuid()::text, ${tenantId}, ${ids.endUserExternalId}, ${now}, ${now})
+      ON CONFLICT ("tenantId", "externalId") DO NOTHING RETURNING "id"
+    ), end_user AS (
+      SELECT "id" FROM new_user
+      UNION ALL SELECT "id" FROM "EndUser" WHERE "tenantId" = ${tenantId} AND "externalId" = ${ids.endUserExternalId}
+    )
+    INSERT INTO "Conversation" ("id", "tenantId", "externalId", "agentId", "endUserId", "createdAt", "updatedAt")
+    SELECT gen_random_uuid()::text, ${tenantId}, ${ids.conversationExternalId}, agent."id", end_user."id", ${now}, ${now}
+    FROM agent, end_user LIMIT 1
+    ON CONFLICT ("tenantId", "externalId") DO NOTHING`;
 }
 
 export type RecordedTurn = {
@@ -185,7 +223,12 @@ export async function recordTurn(
       : []),
   ];
   const attempt = async () => {
-    const recorded = (await appendToKnownConversation(db, parsed, messages, occurredAt)) ?? (await firstUse());
+    let fast = await appendToKnownConversation(db, parsed, messages, occurredAt);
+    if (fast === "new") {
+      await createConversation(db, parsed);
+      fast = await appendToKnownConversation(db, parsed, messages, occurredAt);
+    }
+    const recorded = fast && fast !== "new" ? fast : await firstUse();
     // The caller's verdict, stored before the turn's follow-ups are queued (afterTurnRecorded),
     // so the background gate finds it. Were this write lost, that gate would decide instead.
     if (parsed.gate && recorded.created) {
@@ -193,8 +236,8 @@ export async function recordTurn(
     }
     return recorded;
   };
-  // The first turn of a conversation (or a clash) takes the careful path: one transaction that
-  // creates the agent, the user and the conversation as needed and says what clashed.
+  // A retried turn, a clash, or a first use that raced another takes the careful path: one
+  // transaction that finds the earlier turn, creates what is missing and says what clashed.
   const firstUse = () =>
     db.$transaction(async (tx) => {
       const existing = await tx.turn.findFirst({

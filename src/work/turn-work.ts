@@ -32,9 +32,11 @@ async function runExtraction(db: TenantDb, deps: TurnWorkDeps, conversationId: s
   return result;
 }
 
-class ExtractionBusy extends Error {
+/** Another run holds the conversation's extraction lease: the job is retried soon (jobs/backoff.ts). */
+export class ExtractionBusy extends Error {
   constructor() {
     super("extraction of this conversation is running; retrying later");
+    this.name = "ExtractionBusy";
   }
 }
 

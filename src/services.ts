@@ -94,7 +94,7 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
   if (store.kind === "embedded" && !options.attach) await releaseClaimsOfTheDead(db, log);
   const tenants = tenantDirectory(db);
   const pubsub = recordingActivity(createEngramPubSub(env.REDIS_URL, log), tenants, log);
-  const models = createModelProvider({ tenants, env, createModel: options.createModel });
+  const models = createModelProvider({ tenants, env, createModel: options.createModel, log });
   const queue = createAgendaQueue(store, { pollMs: env.ENGRAM_JOB_POLL_MS, lockMs: env.ENGRAM_JOB_LOCK_MS }, log);
   const chroma = lazyChroma({
     url: env.CHROMA_URL,
@@ -116,7 +116,7 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     async close() {
       // In stages, each waiting at most CLOSE_STEP_MS and run even if one before it failed: the
       // queue, then at once the parts that may still write through the database client (the
-      // pubsub's history rows) or hold a child, then that client, then the store, bounded by its
+      // pubsub's history rows, the usage rows of searches) or hold a child, then that client, then the store, bounded by its
       // own stop (cutting that short could cut a checkpoint).
       let failure: unknown;
       const run = async (done: string, step: () => Promise<unknown>, bounded = true) => {
@@ -135,6 +135,7 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
         run("Chroma stopped", () => chroma.stop()),
         run("key cache closed", () => keys.close()),
         run("pubsub closed", () => pubsub.close()),
+        run("usage rows stored", () => models.settled()),
       ]);
       await run("database client closed", () => db.$disconnect());
       await run("store stopped", () => store.stop(), false);

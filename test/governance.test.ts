@@ -270,6 +270,11 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
       where: { tenantId: engram.other.tenantId, chain: "embed" },
     });
     expect(usage).toMatchObject({ purpose: "memory:b-embed", redactions: 2, outputTokens: 0 });
+    // A query (a search) is metered too, its row written just after the vector is handed back.
+    expect(await embeddings!.embedQuery("call 203.0.113.42")).toEqual([0.1, 0.2, 0.3]);
+    await engram.services.models.settled();
+    const rows = await engram.services.db.modelUsage.findMany({ where: { tenantId: engram.other.tenantId, chain: "embed" } });
+    expect(rows.map((r) => r.redactions).sort()).toEqual([1, 2]);
   });
 
   it("custom patterns run on a linear-time engine: backtracking bombs are harmless, and a run-time limit stays", async () => {

@@ -3,6 +3,7 @@ import type { BaseChatModel } from "@langchain/core/language_models/chat_models"
 import { OpenAIEmbeddings } from "@langchain/openai";
 import type { TenantDirectory } from "../db.ts";
 import type { Env } from "../env.ts";
+import type { Logger } from "../log.ts";
 import { assertBudgetLeft, budgetStatus, type BudgetStatus } from "../governance/budget.ts";
 import { redactTexts, type RedactionResult } from "../governance/redaction.ts";
 import { loadTenantSettings, tenantApiKey, type EffectiveSettings } from "../governance/settings.ts";
@@ -44,6 +45,8 @@ export type ModelProvider = {
   /** Records a model call made outside `chat` (e.g. embeddings) under memory:<model>. */
   recordUsage(tenantId: string, usage: ModelUsageRecord): Promise<void>;
   budget(tenantId: string): Promise<BudgetStatus>;
+  /** Resolves once the usage rows written after a search's reply are stored (shutdown, tests). */
+  settled(): Promise<void>;
 };
 
 /**
@@ -65,37 +68,43 @@ export function resolveRoute(env: Env, settings: EffectiveSettings, tenantId: st
   };
 }
 
-/** Embeddings that redact what they send and record what they used. */
+/**
+ * Embeddings that redact what they send and record what they used. A query's usage row is
+ * written after its vector is handed back (`recordAfter`): a search waits on its vector, not on
+ * its meter. Documents (indexing, in the worker) are recorded before they return.
+ */
 export class TenantEmbeddings extends Embeddings {
   constructor(
     private readonly inner: Embeddings,
     readonly model: string,
     private readonly redact: (texts: string[]) => Promise<RedactionResult>,
     private readonly record: (usage: ModelUsageRecord) => Promise<void>,
+    private readonly recordAfter: (usage: ModelUsageRecord) => void,
   ) {
     super({});
   }
 
-  async embedDocuments(documents: string[]): Promise<number[][]> {
+  private async embed(documents: string[]): Promise<{ vectors: number[][]; usage: ModelUsageRecord }> {
     const { texts, redactions } = await this.redact(documents);
-    let vectors: number[][];
     try {
-      vectors = await this.inner.embedDocuments(texts);
+      const vectors = await this.inner.embedDocuments(texts);
+      const inputTokens = texts.reduce((sum, text) => sum + countTokens(text), 0);
+      return { vectors, usage: { chain: "embed", model: this.model, inputTokens, outputTokens: 0, redactions } };
     } catch (error) {
       throw asModelCallError(error);
     }
-    await this.record({
-      chain: "embed",
-      model: this.model,
-      inputTokens: texts.reduce((sum, text) => sum + countTokens(text), 0),
-      outputTokens: 0,
-      redactions,
-    });
+  }
+
+  async embedDocuments(documents: string[]): Promise<number[][]> {
+    const { vectors, usage } = await this.embed(documents);
+    await this.record(usage);
     return vectors;
   }
 
   async embedQuery(document: string): Promise<number[]> {
-    return (await this.embedDocuments([document]))[0];
+    const { vectors, usage } = await this.embed([document]);
+    this.recordAfter(usage);
+    return vectors[0];
   }
 }
 
@@ -104,6 +113,7 @@ export function createModelProvider(deps: {
   env: Env;
   /** Tests pass a scripted model here; production builds ChatOpenAI from the route. */
   createModel?: (route: ModelRoute, chain: string) => BaseChatModel;
+  log: Pick<Logger, "warn">;
 }): ModelProvider {
   const { tenants, env } = deps;
   // Every OpenAI client, chat and embeddings, connects through this.
@@ -120,6 +130,35 @@ export function createModelProvider(deps: {
   const redactWith = (settings: EffectiveSettings, tenant: string) => (texts: string[]) =>
     redactTexts(settings.redaction, texts, { tenant });
   const recordFor = (tenantId: string) => (usage: ModelUsageRecord) => recordModelUsage(tenants.scoped(tenantId), usage);
+  // Usage rows written after the reply they belong to, until they are stored.
+  const pendingUsage = new Set<Promise<void>>();
+  const recordAfterFor = (tenantId: string) => (usage: ModelUsageRecord) => {
+    const write = recordFor(tenantId)(usage).catch((error) => deps.log.warn("could not record a query embedding's usage", { tenantId, error }));
+    pendingUsage.add(write);
+    void write.finally(() => pendingUsage.delete(write));
+  };
+  // One OpenAI client per route (its connection pool is reused across requests), not one per search.
+  const embedders = new Map<string, OpenAIEmbeddings>();
+  const embedderFor = (route: ModelRoute) => {
+    const key = JSON.stringify([route.baseUrl, route.model, route.apiKey]);
+    let embedder = embedders.get(key);
+    if (!embedder) {
+      embedder = new OpenAIEmbeddings({
+        model: route.model,
+        apiKey: route.apiKey ?? "not-needed",
+        configuration: { baseURL: route.baseUrl, fetch },
+        // The openai client asks for base64 by default; OpenAI-compatible servers that ignore the
+        // field answer floats, which it then decodes to empty vectors. Floats work everywhere.
+        encodingFormat: "float",
+        timeout: env.ENGRAM_MODEL_TIMEOUT_MS,
+        maxRetries: env.ENGRAM_MODEL_MAX_RETRIES,
+      });
+      embedders.set(key, embedder);
+      // Routes change rarely; a tenant cycling keys must not grow this without bound.
+      if (embedders.size > 1_000) embedders.delete(embedders.keys().next().value!);
+    }
+    return embedder;
+  };
 
   return {
     async chat(tenantId, role, chain) {
@@ -145,22 +184,15 @@ export function createModelProvider(deps: {
       const settings = await loadTenantSettings(tenants.scoped(tenantId));
       const route = resolveRoute(env, settings, tenantId, "embedding");
       if (!route) return null;
-      const inner = new OpenAIEmbeddings({
-        model: route.model,
-        apiKey: route.apiKey ?? "not-needed",
-        configuration: { baseURL: route.baseUrl, fetch },
-        // The openai client asks for base64 by default; OpenAI-compatible servers that ignore the
-        // field answer floats, which it then decodes to empty vectors. Floats work everywhere.
-        encodingFormat: "float",
-        timeout: env.ENGRAM_MODEL_TIMEOUT_MS,
-        maxRetries: env.ENGRAM_MODEL_MAX_RETRIES,
-      });
-      return new TenantEmbeddings(inner, route.model, redactWith(settings, tenantId), recordFor(tenantId));
+      return new TenantEmbeddings(embedderFor(route), route.model, redactWith(settings, tenantId), recordFor(tenantId), recordAfterFor(tenantId));
     },
     async redactForTenant(tenantId, texts) {
       return redactWith(await loadTenantSettings(tenants.scoped(tenantId)), tenantId)(texts);
     },
     recordUsage: (tenantId, usage) => recordFor(tenantId)(usage),
     budget: (tenantId) => budgetStatus(tenants.scoped(tenantId)),
+    async settled() {
+      await Promise.all([...pendingUsage]);
+    },
   };
 }

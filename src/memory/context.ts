@@ -2,7 +2,7 @@ import { formatTranscript } from "../chains/transcript.ts";
 import type { TenantDb } from "../db.ts";
 import { z } from "zod";
 import { EngramError, notFound, parseInput } from "../errors.ts";
-import type { Message } from "../generated/prisma/client.ts";
+import { Prisma, type Message } from "../generated/prisma/client.ts";
 import { agentSettings, DEFAULT_AGENT_SETTINGS, externalIdSchema, type AgentSettings } from "./conversations/agents.ts";
 import { relevantEntries } from "./log/entries.ts";
 import { MESSAGE_LIMITS } from "../limits.ts";
@@ -119,30 +119,43 @@ type Target = {
  * not an error: its context is what Engram knows of the user beyond it (facts, recall, entries),
  * or nothing when the user is new as well (null).
  */
+type ConversationRow = NonNullable<Target["conversation"]> & {
+  agentExternalId: string;
+  endUserExternalId: string;
+  agentSettings: Prisma.JsonValue;
+};
+
+/** A conversation with its agent's and user's external ids and the agent's settings: one statement. */
+async function conversationRow(db: TenantDb, where: { id: string } | { externalId: string }) {
+  const [row] = await db.$queryRaw<ConversationRow[]>`
+    SELECT c."id", c."endUserId", c."summary", c."summaryThroughSeq",
+           a."externalId" AS "agentExternalId", a."settings" AS "agentSettings", u."externalId" AS "endUserExternalId"
+    FROM "Conversation" c JOIN "Agent" a ON a."id" = c."agentId" JOIN "EndUser" u ON u."id" = c."endUserId"
+    WHERE c."tenantId" = ${db.$tenantId()}
+      AND ${"id" in where ? Prisma.sql`c."id" = ${where.id}` : Prisma.sql`c."externalId" = ${where.externalId}`}`;
+  if (!row) return null;
+  const { agentExternalId, endUserExternalId, agentSettings: settings, ...conversation } = row;
+  return { conversation, agentExternalId, endUserExternalId, settings: agentSettings({ settings }) };
+}
+
 async function contextTarget(db: TenantDb, input: z.output<typeof contextInput>): Promise<Target | null> {
   if (input.conversationId != null) {
-    const conversation = await db.conversation.findUnique({
-      where: { id: input.conversationId },
-      include: { agent: true, endUser: true },
-    });
-    if (!conversation) throw notFound("Conversation", input.conversationId);
+    const found = await conversationRow(db, { id: input.conversationId });
+    if (!found) throw notFound("Conversation", input.conversationId);
     return {
-      conversation,
-      endUserId: conversation.endUserId,
-      settings: agentSettings(conversation.agent),
-      scopeRefs: [conversation.agent.externalId, conversation.endUser.externalId],
+      conversation: found.conversation,
+      endUserId: found.conversation.endUserId,
+      settings: found.settings,
+      scopeRefs: [found.agentExternalId, found.endUserExternalId],
     };
   }
   const ids = { agent: input.agentExternalId!, endUser: input.endUserExternalId!, conversation: input.conversationExternalId! };
-  const conversation = await db.conversation.findFirst({
-    where: { externalId: ids.conversation },
-    include: { agent: true, endUser: true },
-  });
-  if (conversation && (conversation.agent.externalId !== ids.agent || conversation.endUser.externalId !== ids.endUser)) {
+  const found = await conversationRow(db, { externalId: ids.conversation });
+  if (found && (found.agentExternalId !== ids.agent || found.endUserExternalId !== ids.endUser)) {
     throw new EngramError("CONFLICT", `Conversation ${ids.conversation} belongs to another agent or end user.`);
   }
-  if (conversation) {
-    return { conversation, endUserId: conversation.endUserId, settings: agentSettings(conversation.agent), scopeRefs: [ids.agent, ids.endUser] };
+  if (found) {
+    return { conversation: found.conversation, endUserId: found.conversation.endUserId, settings: found.settings, scopeRefs: [ids.agent, ids.endUser] };
   }
   const [agent, endUser] = await Promise.all([
     db.agent.findFirst({ where: { externalId: ids.agent }, select: { settings: true } }),

@@ -401,7 +401,9 @@ function report(results: StoreResult[], skipped: string[]): string {
       `${fmt(r.tokenizeMsPerQuery, " ms")} counting the tokens of the returned texts (the 20-message baseline ` +
       "is counted on top); " +
       (m - d >= 1
-        ? `the GraphQL layer adds ${fmt(m - d, " ms")} (\`assembleContext\` called directly averaged ${fmt(d, " ms")})`
+        ? `the \`context\` query adds ${fmt(m - d, " ms")} to \`assembleContext\` called directly (${fmt(d, " ms")}): ` +
+          "the key check, GraphQL, and above all the local recall decision, which embeds the message with the " +
+          "offline encoder, and the recall search when it says yes (a direct call has neither)"
         : `the GraphQL layer is lost in the noise (\`assembleContext\` called directly averaged ${fmt(d, " ms")}, ` +
           "no faster)")
     );
@@ -412,9 +414,10 @@ function report(results: StoreResult[], skipped: string[]): string {
       ? `With ${fmt(CONVERSATIONS * MESSAGES)} messages stored, ${results.map(describeStore).join("; ")}.`
       : "",
     first
-      ? `The statements are the key look-up, the conversation with its agent and end user (Prisma's \`include\` ` +
-        "runs as three queries), the newest 20 messages and the kept ones (both on the unique index " +
-        "`(conversationId, seq)`), and the entry search (GIN index on the tenant's entries) with its re-read; none " +
+      ? "The statements are the conversation with its agent's settings and both external ids (one join), the " +
+        "newest 20 messages and the kept ones (both on the unique index `(conversationId, seq)`), the entry search " +
+        "(GIN index on the tenant's entries) with its re-read, the facts, the recall search's statements when the " +
+        "message needs recall, and the feed's row after the answer (the key look-up is cached); none " +
         "scans the messages of other conversations, so from the code and the indexes the latency should not grow " +
         "with the number of conversations (this run does not vary it; `BENCH_CONVERSATIONS` does)." +
         results

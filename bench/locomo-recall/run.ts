@@ -251,6 +251,12 @@ if (TUNE) {
     const input = { endUserId, text: q.text, excludeConversationId: probeId, k: DEPTH };
     hits.push({ q, time: resolveTimeHint(q.text, askedAt), ...(await retrieveHits(tenantDb, engram.services.deps, input, DEPTH)) });
   }
+  if (process.env.BENCH_LOCOMO_DUMP) {
+    writeFileSync(process.env.BENCH_LOCOMO_DUMP, JSON.stringify({
+      hits: hits.map(({ q, vector, keyword, time }) => ({ q: { ...q, evidence: [...q.evidence] }, vector, keyword, time })),
+      meta: [...meta.values()],
+    }));
+  }
   const evaluate = (options: FusionOptions) => {
     const scores = hits.map(({ q, vector, keyword, time }) =>
       score(q, fuseHits(vector, keyword, meta, time, 10, options).map((f) => meta.get(f.id)!)),
@@ -529,7 +535,7 @@ ${depthText}
 
 ${tuningText}
 
-Reproduce: \`npx tsx bench/locomo-recall/run.ts\` (env \`LOCOMO_PATH\`, default \`../shared/data/locomo/locomo10.json\`, read at run time and never copied; \`BENCH_LOCOMO_HALVES=tuning\` to run one half; \`BENCH_LOCOMO_TUNE=1\` for the sweep; \`BENCH_EMBEDDINGS_CACHE\`, default \`/tmp/engram-locomo-embeddings.jsonl\`, where the encoder's vectors are kept between runs).`;
+Reproduce: \`npx tsx bench/locomo-recall/run.ts\` (env \`LOCOMO_PATH\`, default \`../shared/data/locomo/locomo10.json\`, read at run time and never copied; \`BENCH_LOCOMO_HALVES=tuning\` to run one half; \`BENCH_LOCOMO_TUNE=1\` for the sweep, with \`BENCH_LOCOMO_DUMP=FILE\` to write the tuning half's retriever hits for trying other fusions; \`BENCH_EMBEDDINGS_CACHE\`, default \`/tmp/engram-locomo-embeddings.jsonl\`, where the encoder's vectors are kept between runs).`;
 if (process.env.BENCH_LOCOMO_WRITE !== "0") writeReadmeSection("locomo-recall", body);
 console.log(hybridTable);
 console.log(goals);

@@ -21,5 +21,7 @@ ENV NODE_ENV=production \
     PORT=4000
 
 EXPOSE 4000
-# node itself, no npm or shell in between: SIGTERM from the runtime reaches the server.
-CMD ["node", "dist/main.js"]
+# node itself, no npm or shell in between: SIGTERM from the runtime reaches the server. The V8
+# flag lets the heap grow by half its live size between full collections, not several times it
+# (README, "Memory").
+CMD ["node", "--heap-growing-percent=50", "dist/main.js"]

@@ -23,5 +23,5 @@ ENV NODE_ENV=production \
 EXPOSE 4000
 # node itself, no npm or shell in between: SIGTERM from the runtime reaches the server. The V8
 # flag lets the heap grow by half its live size between full collections, not several times it
-# (README, "Memory").
+# (README, "Under a supervisor").
 CMD ["node", "--heap-growing-percent=50", "dist/main.js"]

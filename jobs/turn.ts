@@ -1,23 +1,44 @@
 import { extractJob, followUpsJob, quietExtractJob, turnJob } from "../src/queue.ts";
 import { runTurnFollowUps } from "../src/work/follow-ups.ts";
-import { runExtractAll, runQuietExtraction, runTurnWork } from "../src/work/turn-work.ts";
+import { ExtractionBusy, runExtractAll, runQuietExtraction, runTurnWork } from "../src/work/turn-work.ts";
 import { untilItWorks } from "./backoff.ts";
-import { implementTenantJob } from "./implement.ts";
+import { implementTenantJob, type JobControl } from "./implement.ts";
 
-export const turn = implementTenantJob(turnJob, (db, deps, payload) => runTurnWork(db, deps, payload), {
+// A lease is held for the seconds one extraction takes; a crashed holder's runs out (LEASE_MS).
+const BUSY_RETRY_MS = 2_000;
+
+/**
+ * The conversation's extraction is running elsewhere: no outage, so the same job runs again in
+ * 2–4 s, not after the growing backoff (which left a soak's turns waiting minutes behind a lease
+ * long free), and without counting a failure (which would shorten the next real outage's
+ * retries and the unreadable-answer tries).
+ */
+export async function againSoonWhenBusy(control: Pick<JobControl, "runAgainIn">, work: Promise<unknown>) {
+  try {
+    return await work;
+  } catch (error) {
+    if (!(error instanceof ExtractionBusy)) throw error;
+    control.runAgainIn(BUSY_RETRY_MS * (1 + Math.random()));
+    return { status: "BUSY" as const };
+  }
+}
+
+export const turn = implementTenantJob(turnJob, (db, deps, payload, control) => againSoonWhenBusy(control, runTurnWork(db, deps, payload)), {
   backoff: untilItWorks,
   concurrency: 4,
 });
 
 export const extract = implementTenantJob(
   extractJob,
-  (db, deps, payload, control) => runExtractAll(db, deps, payload, control.stillAlive),
+  (db, deps, payload, control) => againSoonWhenBusy(control, runExtractAll(db, deps, payload, control.stillAlive)),
   { backoff: untilItWorks },
 );
 
-export const quietExtract = implementTenantJob(quietExtractJob, (db, deps, payload) => runQuietExtraction(db, deps, payload), {
-  backoff: untilItWorks,
-});
+export const quietExtract = implementTenantJob(
+  quietExtractJob,
+  (db, deps, payload, control) => againSoonWhenBusy(control, runQuietExtraction(db, deps, payload)),
+  { backoff: untilItWorks },
+);
 
 // One batch at a time per worker: a round claims its turns, so a second would find few.
 export const followUps = implementTenantJob(followUpsJob, (db, deps, _payload, control) => runTurnFollowUps(db, deps, control.stillAlive), {

@@ -1,6 +1,5 @@
 import type { AgendaQueue } from "../src/agenda-queue.ts";
 import type { Deps } from "../src/deps.ts";
-import { ExtractionBusy } from "../src/work/turn-work.ts";
 import { compact } from "./compact.ts";
 import { dispatch } from "./dispatch.ts";
 import type { ImplementedJob } from "./implement.ts";
@@ -20,10 +19,7 @@ export async function startWorker({ queue, deps }: { queue: AgendaQueue; deps: D
   const { log } = deps;
   const { agenda } = queue;
   agenda.on("error", (error) => log.error("job queue error", { error }));
-  agenda.on("fail", (error, job) =>
-    // Waiting for a conversation's lease is expected under load, not a failure worth a warning.
-    (error instanceof ExtractionBusy ? log.debug : log.warn)("job failed; it will be retried", { job: job.attrs.name, error }),
-  );
+  agenda.on("fail", (error, job) => log.warn("job failed; it will be retried", { job: job.attrs.name, error }));
   for (const job of JOBS) job.register(agenda, deps);
   await agenda.start();
   for (const job of JOBS) {

@@ -1,6 +1,6 @@
 import { PrismaPg } from "@prisma/adapter-pg";
 import pg from "pg";
-import { PrismaClient } from "./generated/prisma/client.ts";
+import { Prisma, PrismaClient } from "./generated/prisma/client.ts";
 import { getDatamodel } from "./generated/pothos-types.ts";
 
 export type Db = PrismaClient;
@@ -127,3 +127,14 @@ export type TenantDirectory = {
   /** Active tenants, or just the one named; with their settings row. */
   active(tenantId?: string): Promise<{ id: string; name: string; createdAt: Date }[]>;
 };
+
+/**
+ * A duplicate key: Prisma's own queries report it as P2002, a raw statement's reaches us as
+ * P2010 with PostgreSQL's code 23505 in the driver adapter's error.
+ */
+export function isUniqueViolation(error: unknown): boolean {
+  if (!(error instanceof Prisma.PrismaClientKnownRequestError)) return false;
+  if (error.code === "P2002") return true;
+  const meta = error.meta as { driverAdapterError?: { cause?: { originalCode?: string } } } | undefined;
+  return error.code === "P2010" && meta?.driverAdapterError?.cause?.originalCode === "23505";
+}

@@ -1,22 +1,25 @@
 import { describe, expect, it } from "vitest";
 import { untilItWorks } from "../jobs/backoff.ts";
+import { againSoonWhenBusy } from "../jobs/turn.ts";
 import { ExtractionBusy } from "../src/work/turn-work.ts";
-
-const context = (attempt: number, error: Error) => ({ attempt, error, jobName: "memory.turn", jobData: {} });
 
 describe("job retries", () => {
   it("grow for outages, without end", () => {
-    const outage = new Error("connect ECONNREFUSED 127.0.0.1:1");
-    expect(untilItWorks(context(1, outage))).toBe(1_000);
-    expect(untilItWorks(context(5, outage))).toBe(16_000);
-    expect(untilItWorks(context(40, outage))).toBe(300_000);
+    const context = (attempt: number) => ({ attempt, error: new Error("connect ECONNREFUSED"), jobName: "memory.turn", jobData: {} });
+    expect(untilItWorks(context(1))).toBe(1_000);
+    expect(untilItWorks(context(5))).toBe(16_000);
+    expect(untilItWorks(context(40))).toBe(300_000);
   });
 
-  it("stay at 2–4 s while a conversation's extraction runs elsewhere, however often it was busy", () => {
-    for (const attempt of [1, 10, 40]) {
-      const delay = untilItWorks(context(attempt, new ExtractionBusy()))!;
-      expect(delay).toBeGreaterThanOrEqual(2_000);
-      expect(delay).toBeLessThanOrEqual(4_000);
-    }
+  it("run the same job again in 2–4 s, not as a failure, while a conversation's extraction runs elsewhere", async () => {
+    const delays: number[] = [];
+    const control = { runAgainIn: (ms: number) => delays.push(ms) };
+    expect(await againSoonWhenBusy(control, Promise.reject(new ExtractionBusy()))).toEqual({ status: "BUSY" });
+    expect(delays).toHaveLength(1);
+    expect(delays[0]).toBeGreaterThanOrEqual(2_000);
+    expect(delays[0]).toBeLessThanOrEqual(4_000);
+    await expect(againSoonWhenBusy(control, Promise.reject(new Error("model down")))).rejects.toThrow("model down");
+    expect(await againSoonWhenBusy(control, Promise.resolve({ status: "DONE" }))).toEqual({ status: "DONE" });
+    expect(delays).toHaveLength(1);
   });
 });

@@ -85,8 +85,11 @@ describe("recordTurn", () => {
     const inputs = Array.from({ length: 80 }, (_, i) =>
       turn(`c-new-${i % 40}`, { agentExternalId: `new-agent-${i % 40 % 3}`, endUserExternalId: `new-user-${i % 40 % 7}` }),
     );
-    const results = await Promise.all(inputs.map((input) => engram.gql(RECORD, { input })));
+    // Each conversation's first turn also arrives twice at once (a client's retry racing it).
+    const retries = inputs.slice(0, 40);
+    const results = await Promise.all([...inputs, ...retries].map((input) => engram.gql(RECORD, { input })));
     for (const r of results) expect(r.errors).toBeUndefined();
+    results.slice(80).forEach((retry, i) => expect(retry.data.recordTurn.id).toBe(results[i].data.recordTurn.id));
     const db = engram.services.db;
     expect(await db.conversation.count({ where: { externalId: { startsWith: "c-new-" } } })).toBe(40);
     expect(await db.agent.count({ where: { externalId: { startsWith: "new-agent-" } } })).toBe(3);

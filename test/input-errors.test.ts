@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { isUniqueViolation } from "../src/db.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { collect, wsClient } from "./helpers/ws.ts";
 
@@ -73,3 +74,21 @@ function nest(levels: number): string {
   for (let i = 0; i < levels; i++) inner = `ofType { ${inner} }`;
   return `__type(name: "Query") { ${inner} }`;
 }
+
+describe("a duplicate key, however it is reported", () => {
+  it("is recognised from Prisma's own query (P2002) and from a raw statement (P2010, 23505)", async () => {
+    const engram = await startTestEngram();
+    try {
+      const db = engram.services.db;
+      const tenantId = engram.tenant.tenantId;
+      await db.agent.create({ data: { tenantId, externalId: "dup-agent", name: "dup" } });
+      const viaPrisma = await db.agent.create({ data: { tenantId, externalId: "dup-agent", name: "dup" } }).catch((e) => e);
+      const viaRaw = await db.$executeRaw`INSERT INTO "Agent" ("id", "tenantId", "externalId", "name", "updatedAt") VALUES ('dup-raw', ${tenantId}, 'dup-agent', 'dup', now())`.catch((e) => e);
+      expect(isUniqueViolation(viaPrisma)).toBe(true);
+      expect(isUniqueViolation(viaRaw)).toBe(true);
+      expect(isUniqueViolation(new Error("duplicate key"))).toBe(false);
+    } finally {
+      await engram.stop();
+    }
+  });
+});

@@ -192,7 +192,8 @@ export function createModelProvider(deps: {
     recordUsage: (tenantId, usage) => recordFor(tenantId)(usage),
     budget: (tenantId) => budgetStatus(tenants.scoped(tenantId)),
     async settled() {
-      await Promise.all([...pendingUsage]);
+      // Writes started while waiting (a job finishing during shutdown) are waited for too.
+      while (pendingUsage.size) await Promise.all([...pendingUsage]);
     },
   };
 }

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import type { TenantDb } from "../../db.ts";
+import { isUniqueViolation, type TenantDb } from "../../db.ts";
 import { EngramError, notFound, parseInput } from "../../errors.ts";
 import { Prisma, type Conversation, type MessageRole, type Turn } from "../../generated/prisma/client.ts";
 import { callerVerdictSchema, storeCallerVerdict } from "../gate/gate.ts";
@@ -45,9 +45,6 @@ type NewMessage = { role: MessageRole; content: string; private: boolean; occurr
 
 // Many turns of one conversation may arrive at once; each waits its turn for the row lock.
 const TX = { maxWait: 30_000, timeout: 30_000 } as const;
-
-const isUniqueViolation = (error: unknown) =>
-  error instanceof Prisma.PrismaClientKnownRequestError && error.code === "P2002";
 
 /** Finds or creates the agent, the end user and the conversation a message belongs to. */
 async function conversationFor(tx: TenantDb, tenantId: string, ids: z.infer<z.ZodObject<typeof participants>>) {
@@ -139,14 +136,14 @@ async function appendToKnownConversation(
         AND NOT EXISTS (SELECT 1 FROM "Turn" t WHERE t."tenantId" = ${tenantId} AND t."clientTurnId" = ${parsed.clientTurnId})
       RETURNING "id", "lastSeq"
     ), inserted AS (
-      INSERT INTO "Message" ("id", "tenantId", "conversationId", "seq", "role", "content", "private", "occurredAt")
-      SELECT gen_random_uuid()::text, ${tenantId}, conv."id", conv."lastSeq" - ${n} + m.ord, m.role::"MessageRole", m.content, m.private, ${at}::timestamp(3)
+      INSERT INTO "Message" ("id", "tenantId", "conversationId", "seq", "role", "content", "private", "occurredAt", "createdAt")
+      SELECT gen_random_uuid()::text, ${tenantId}, conv."id", conv."lastSeq" - ${n} + m.ord, m.role::"MessageRole", m.content, m.private, ${at}::timestamp(3), (now() AT TIME ZONE 'UTC')
       FROM conv, unnest(${messages.map((m) => m.role)}::text[], ${messages.map((m) => m.content)}::text[], ${messages.map((m) => m.private)}::boolean[])
         WITH ORDINALITY AS m(role, content, private, ord)
       RETURNING 1
     )
-    INSERT INTO "Turn" ("id", "tenantId", "conversationId", "clientTurnId", "firstSeq", "lastSeq", "occurredAt")
-    SELECT gen_random_uuid()::text, ${tenantId}, conv."id", ${parsed.clientTurnId}, conv."lastSeq" - ${n} + 1, conv."lastSeq", ${at}::timestamp(3)
+    INSERT INTO "Turn" ("id", "tenantId", "conversationId", "clientTurnId", "firstSeq", "lastSeq", "occurredAt", "createdAt")
+    SELECT gen_random_uuid()::text, ${tenantId}, conv."id", ${parsed.clientTurnId}, conv."lastSeq" - ${n} + 1, conv."lastSeq", ${at}::timestamp(3), (now() AT TIME ZONE 'UTC')
     FROM conv
     RETURNING *`;
   if (!turn) return null;
@@ -162,23 +159,30 @@ async function appendToKnownConversation(
  * Creates what a first turn needs and does not exist yet (the agent, the end user, the
  * conversation) in one statement, each insert skipping a row that is there: no transaction is
  * held open across round trips, which on the embedded store would hold its one session while
- * every other request waits. Creates nothing when the agent or the end user appeared after the
- * statement began (a concurrent first use): the caller then takes the transactional path.
+ * every other request waits. Nothing is inserted when the conversation or the turn id exists by
+ * the time the statement starts (the transactional path then says what clashed). The conversation
+ * is not inserted when its agent or end user appeared after the statement began (a concurrent
+ * first use): the caller then takes the transactional path. Only a clash that commits while this
+ * statement runs can leave a new agent or end user without the conversation (ids, no content).
  */
-async function createConversation(db: TenantDb, ids: z.infer<z.ZodObject<typeof participants>>) {
+async function createConversation(db: TenantDb, ids: z.infer<z.ZodObject<typeof participants>> & { clientTurnId: string }) {
   const tenantId = db.$tenantId();
   const now = Prisma.sql`(now() AT TIME ZONE 'UTC')`;
+  const free = Prisma.sql`NOT EXISTS (SELECT 1 FROM "Conversation" WHERE "tenantId" = ${tenantId} AND "externalId" = ${ids.conversationExternalId})
+    AND NOT EXISTS (SELECT 1 FROM "Turn" WHERE "tenantId" = ${tenantId} AND "clientTurnId" = ${ids.clientTurnId})`;
   await db.$executeRaw`
     WITH new_agent AS (
       INSERT INTO "Agent" ("id", "tenantId", "externalId", "name", "createdAt", "updatedAt")
-      VALUES (gen_random_uuid()::text, ${tenantId}, ${ids.agentExternalId}, ${ids.agentExternalId}, ${now}, ${now})
+      SELECT gen_random_uuid()::text, ${tenantId}, ${ids.agentExternalId}, ${ids.agentExternalId}, ${now}, ${now}
+      WHERE ${free}
       ON CONFLICT ("tenantId", "externalId") DO NOTHING RETURNING "id"
     ), agent AS (
       SELECT "id" FROM new_agent
       UNION ALL SELECT "id" FROM "Agent" WHERE "tenantId" = ${tenantId} AND "externalId" = ${ids.agentExternalId}
     ), new_user AS (
       INSERT INTO "EndUser" ("id", "tenantId", "externalId", "createdAt", "updatedAt")
-      VALUES (gen_random_uuid()::text, ${tenantId}, ${ids.endUserExternalId}, ${now}, ${now})
+      SELECT gen_random_uuid()::text, ${tenantId}, ${ids.endUserExternalId}, ${now}, ${now}
+      WHERE ${free}
       ON CONFLICT ("tenantId", "externalId") DO NOTHING RETURNING "id"
     ), end_user AS (
       SELECT "id" FROM new_user
@@ -186,7 +190,7 @@ async function createConversation(db: TenantDb, ids: z.infer<z.ZodObject<typeof 
     )
     INSERT INTO "Conversation" ("id", "tenantId", "externalId", "agentId", "endUserId", "createdAt", "updatedAt")
     SELECT gen_random_uuid()::text, ${tenantId}, ${ids.conversationExternalId}, agent."id", end_user."id", ${now}, ${now}
-    FROM agent, end_user LIMIT 1
+    FROM agent, end_user WHERE ${free} LIMIT 1
     ON CONFLICT ("tenantId", "externalId") DO NOTHING`;
 }
 

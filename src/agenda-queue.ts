@@ -15,7 +15,7 @@ export type AgendaQueue = JobQueue & {
   stopConnecting(): void;
 };
 
-const QUEUE_POOL_SIZE = 8;
+const QUEUE_POOL_SIZE = 8; // on PostgreSQL
 
 /**
  * On PGlite, LISTEN/NOTIFY does not reach other connections, so jobs wait for the poll there.
@@ -23,8 +23,9 @@ const QUEUE_POOL_SIZE = 8;
 export function createAgendaQueue(store: Store, options: { pollMs: number; lockMs: number }, log: Logger): AgendaQueue {
   // On PostgreSQL the LISTEN connection holds one of these for good; producers (every recordTurn's
   // enqueue) and the worker's polls, locks and saves share the rest. With 3, a soak's recordTurn
-  // waited seconds for a connection on PostgreSQL (bench/README.md, "Soak").
-  const pool = createPool(store.url, QUEUE_POOL_SIZE, (error) => log.warn("job queue connection lost", { error }));
+  // waited seconds for a connection on PostgreSQL (bench/README.md, "Soak"). The embedded store
+  // runs one statement at a time whatever the pool, so it keeps 3.
+  const pool = createPool(store.url, store.embedded ? 3 : QUEUE_POOL_SIZE, (error) => log.warn("job queue connection lost", { error }));
   const backend = new PostgresBackend({ pool, disableNotifications: store.embedded });
   // Its LISTEN connection re-emits its errors on the channel, which reconnects by itself: unheard,
   // a PostgreSQL restart would crash the process (test/faults/store-kill).

@@ -17,6 +17,35 @@ export type AgendaQueue = JobQueue & {
 
 const QUEUE_POOL_SIZE = 8; // on PostgreSQL
 
+/** How long a job's state write is retried while the store refuses it (a full disk, a restart). */
+const STATE_SAVE_RETRY_MS = 120_000;
+
+/**
+ * Agenda ignores a failed write of a job's end (the one that unlocks it), and a failed write of
+ * its start leaves the lock it has just taken: either way the job's row stays locked until the
+ * lock lifetime (10 minutes by default) lapses. After a full disk under load that held turns'
+ * follow-ups and the outbox's dispatcher for those minutes (test/faults/disk-full). These
+ * writes are retried with backoff instead, for up to 2 minutes; a job that no longer exists
+ * (forgotten meanwhile) is not.
+ */
+function retryJobStateSaves(backend: PostgresBackend, log: Logger, closed: () => boolean) {
+  const repository = backend.repository;
+  const save = repository.saveJobState.bind(repository);
+  repository.saveJobState = async (...args) => {
+    const deadline = Date.now() + STATE_SAVE_RETRY_MS;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await save(...args);
+      } catch (error) {
+        const gone = /cannot be updated in the database/.test((error as Error).message);
+        if (gone || closed() || Date.now() > deadline) throw error;
+        if (attempt === 0) log.warn("job queue: could not save a job's state; retrying", { job: args[0].name, error });
+        await new Promise((resolve) => setTimeout(resolve, Math.min(250 * 2 ** attempt, 5_000)).unref());
+      }
+    }
+  };
+}
+
 /**
  * On PGlite, LISTEN/NOTIFY does not reach other connections, so jobs wait for the poll there.
  */
@@ -52,6 +81,7 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
       }
     }
   };
+  retryJobStateSaves(backend, log, () => closed);
   const agenda = new Agenda({
     backend,
     processEvery: options.pollMs,

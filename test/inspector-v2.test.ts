@@ -73,7 +73,9 @@ describe("the inspector, issue 16", () => {
     // 44 public messages (and one private step): the newest 40 first, then the rest.
     expect(await page.locator("table.messages tbody tr:not(.gap)").count()).toBe(40);
     await page.getByRole("button", { name: "Load older messages" }).click();
-    await poll(() => page.locator("table.messages tbody tr:not(.gap)").count()).toBe(44);
+    // A failed load shows its error (role alert): the poll then says what it was.
+    const rowsOrAlert = async () => (await page.getByRole("alert").allTextContents()).join(" ") || page.locator("table.messages tbody tr:not(.gap)").count();
+    await poll(rowsOrAlert).toBe(44);
     expect(await page.getByRole("button", { name: "Load older messages" }).count()).toBe(0);
     expect(await page.getByTestId("message-gap").textContent()).toMatch(/#2.*1 message not shown: private steps/);
   });

@@ -523,6 +523,8 @@ function ConversationPage({
                 })}
               </tbody>
             </table>
+            {/* A refresh or "Load older messages" that failed says so, over what was shown before. */}
+            {conversation.error && <Failure error={conversation.error} retry={conversation.refetch} />}
             {c.messages.pageInfo.hasPreviousPage && (
               <button type="button" className="more" onClick={() => setShown((n) => Math.max(n, through ?? 0) + 40)} disabled={conversation.loading}>
                 {conversation.loading ? "Loading…" : "Load older messages"}

@@ -5,10 +5,19 @@ import type { SnippetVector, VectorHit, VectorSelector, VectorSpace, VectorStore
 
 const PREFIX = "engram-";
 
-/** Chroma names allow [a-zA-Z0-9._-], 3–512 characters, alphanumeric at both ends. */
-export function collectionName(space: VectorSpace): string {
-  const model = space.model.toLowerCase().replace(/[^a-z0-9._-]+/g, "-").replace(/^[^a-z0-9]+|[^a-z0-9]+$/g, "");
-  return `${PREFIX}${space.tenantId}-${model || "default"}`;
+function modelPart(model: string) {
+  return model.toLowerCase().replace(/[^a-z0-9._-]+/g, "-").replace(/^[^a-z0-9]+|[^a-z0-9]+$/g, "") || "default";
+}
+
+/**
+ * One collection per tenant, embedding model and end user. A search is always one end user's,
+ * and Chroma filters metadata by scanning a collection: with one collection per tenant the
+ * `endUserId` filter cost 21 ms of a 26 ms query at 10k vectors and 90 ms at 100k, against 5 ms
+ * unfiltered (bench/README.md, "Recall latency"). Chroma names allow [a-zA-Z0-9._-], 3–512
+ * characters, alphanumeric at both ends; ids are UUIDs.
+ */
+export function collectionName(space: VectorSpace, endUserId: string): string {
+  return `${PREFIX}${space.tenantId}-${modelPart(space.model)}-${endUserId}`;
 }
 
 const epoch = (date: Date) => Math.floor(date.getTime() / 1000);
@@ -23,13 +32,32 @@ function whereOf(selector: Omit<VectorSelector, "ids">): Where | undefined {
   return clauses.length === 1 ? clauses[0] : { $and: clauses };
 }
 
+/** Map.groupBy (Node 21+), for Node 20. */
+function groupBy<T>(items: T[], key: (item: T) => string): Map<string, T[]> {
+  const groups = new Map<string, T[]>();
+  for (const item of items) {
+    const group = groups.get(key(item));
+    if (group) group.push(item);
+    else groups.set(key(item), [item]);
+  }
+  return groups;
+}
+
+const isNotFound = (error: unknown) => (error as Error).name === "ChromaNotFoundError";
+const HANDLES = 10_000;
+const MOVE_PAGE = 500;
+
 /**
  * Recall vectors in Chroma, with our own embeddings (`embeddingFunction: null`) and cosine
  * distance. `server()` resolves the Chroma to talk to; the embedded one is started on first use.
+ * Collections of the earlier layout (one per tenant and model, filtered by `endUserId`) are
+ * moved into the per-user ones the first time this process touches their tenant.
  */
 export function createChromaVectorStore(server: () => Promise<ChromaServer>, log: Logger): VectorStore {
   let client: { url: string; chroma: ChromaClient } | undefined;
+  // Handles by name, most recently used last (a handle is a name and an id: no round trip to use).
   const collections = new Map<string, Collection>();
+  const moved = new Map<string, Promise<void>>();
 
   async function chroma(): Promise<ChromaClient> {
     const { url } = await server();
@@ -44,99 +72,177 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
         }),
       };
       collections.clear();
+      moved.clear();
     }
     return client.chroma;
   }
 
-  async function collection(space: VectorSpace): Promise<Collection> {
-    const name = collectionName(space);
-    const c = await chroma();
-    let found = collections.get(name);
-    if (!found) {
-      found = await c.getOrCreateCollection({
-        name,
-        embeddingFunction: null,
-        configuration: { hnsw: { space: "cosine" } },
-        metadata: { tenantId: space.tenantId, model: space.model },
-      });
-      collections.set(name, found);
-    }
+  function remember(found: Collection) {
+    collections.delete(found.name);
+    collections.set(found.name, found);
+    if (collections.size > HANDLES) collections.delete(collections.keys().next().value!);
     return found;
   }
 
-  /** Every collection of the tenant, whatever embedding model filled it. */
-  async function tenantCollections(tenantId: string): Promise<Collection[]> {
+  /** The end user's collection; created when `create`, else null when it does not exist. */
+  async function userCollection(space: VectorSpace, endUserId: string, create: true): Promise<Collection>;
+  async function userCollection(space: VectorSpace, endUserId: string, create: false): Promise<Collection | null>;
+  async function userCollection(space: VectorSpace, endUserId: string, create: boolean) {
+    const name = collectionName(space, endUserId);
+    const known = collections.get(name);
+    if (known) return remember(known);
+    const c = await chroma();
+    if (create) {
+      return remember(
+        await c.getOrCreateCollection({
+          name,
+          embeddingFunction: null,
+          configuration: { hnsw: { space: "cosine" } },
+          metadata: { tenantId: space.tenantId, model: space.model, endUserId },
+        }),
+      );
+    }
+    try {
+      return remember(await c.getCollection({ name, embeddingFunction: null as never }));
+    } catch (error) {
+      if (isNotFound(error)) return null;
+      throw error;
+    }
+  }
+
+  /** Every collection of the tenant (of any model), of one end user when given, and the earlier layout's. */
+  async function tenantCollections(tenantId: string, endUserId?: string): Promise<Collection[]> {
     const c = await chroma();
     const prefix = `${PREFIX}${tenantId}-`;
     const found: Collection[] = [];
     for (let offset = 0; ; offset += 100) {
       const page = await c.listCollections({ limit: 100, offset });
-      found.push(...page.filter((col) => col.name.startsWith(prefix)));
+      found.push(
+        ...page.filter((col) => {
+          if (!col.name.startsWith(prefix)) return false;
+          const owner = col.metadata?.endUserId;
+          return owner === undefined || endUserId === undefined || owner === endUserId;
+        }),
+      );
       if (page.length < 100) return found;
     }
   }
 
-  // A collection deleted or recreated behind our back: forget the handle and go again once.
-  async function withCollection<T>(space: VectorSpace, work: (c: Collection) => Promise<T>): Promise<T> {
-    try {
-      return await work(await collection(space));
-    } catch (error) {
-      if ((error as Error).name !== "ChromaNotFoundError") throw error;
-      collections.delete(collectionName(space));
-      return work(await collection(space));
+  /** Moves the vectors of the tenant's earlier-layout collections into per-user ones, once per process. */
+  function movedToUserCollections(tenantId: string): Promise<void> {
+    let done = moved.get(tenantId);
+    if (!done) {
+      done = (async () => {
+        for (const legacy of await tenantCollections(tenantId)) {
+          if (legacy.metadata?.endUserId !== undefined) continue;
+          const model = String(legacy.metadata?.model ?? "");
+          let total = 0;
+          for (;;) {
+            const page = await legacy.get({ limit: MOVE_PAGE, include: ["embeddings", "metadatas"] as never });
+            if (page.ids.length === 0) break;
+            const rows = page.ids.map((_, i) => i);
+            for (const [endUserId, mine] of groupBy(rows, (i) => String(page.metadatas[i]?.endUserId))) {
+              const target = await userCollection({ tenantId, model }, endUserId, true);
+              await target.upsert({
+                ids: mine.map((i) => page.ids[i]),
+                embeddings: mine.map((i) => page.embeddings[i] as number[]),
+                metadatas: mine.map((i) => page.metadatas[i]!),
+              });
+            }
+            await legacy.delete({ ids: page.ids });
+            total += page.ids.length;
+          }
+          await (await chroma()).deleteCollection({ name: legacy.name }).catch((error) => {
+            if (!isNotFound(error)) throw error;
+          });
+          log.info("moved a collection's vectors into per-user collections", { collection: legacy.name, vectors: total });
+        }
+      })();
+      moved.set(tenantId, done);
+      // A failed move is tried again by the next call.
+      done.catch(() => moved.get(tenantId) === done && moved.delete(tenantId));
     }
+    return done;
   }
 
   return {
     async upsert(space, vectors: SnippetVector[]) {
       if (vectors.length === 0) return;
-      await withCollection(space, (c) =>
-        c.upsert({
-          ids: vectors.map((v) => v.id),
-          embeddings: vectors.map((v) => v.vector),
-          metadatas: vectors.map((v) => ({
-            endUserId: v.endUserId,
-            conversationId: v.conversationId,
-            kind: v.kind,
-            occurredAt: epoch(v.occurredAt),
-          })),
-        }),
-      );
+      await movedToUserCollections(space.tenantId);
+      for (const [endUserId, own] of groupBy(vectors, (v) => v.endUserId)) {
+        const write = async () =>
+          (await userCollection(space, endUserId, true)).upsert({
+            ids: own.map((v) => v.id),
+            embeddings: own.map((v) => v.vector),
+            metadatas: own.map((v) => ({
+              endUserId: v.endUserId,
+              conversationId: v.conversationId,
+              kind: v.kind,
+              occurredAt: epoch(v.occurredAt),
+            })),
+          });
+        try {
+          await write();
+        } catch (error) {
+          // Deleted behind our back (the user forgotten by another process): forget the handle, go again once.
+          if (!isNotFound(error)) throw error;
+          collections.delete(collectionName(space, endUserId));
+          await write();
+        }
+      }
     },
 
     async query(space, vector, filter, k): Promise<VectorHit[]> {
-      const where: Where = filter.excludeConversationId
-        ? { $and: [{ endUserId: filter.endUserId }, { conversationId: { $ne: filter.excludeConversationId } }] }
-        : { endUserId: filter.endUserId };
-      const result = await withCollection(space, (c) =>
-        c.query({ queryEmbeddings: [vector], nResults: k, where, include: ["metadatas", "distances"] }),
-      );
-      const ids = result.ids[0] ?? [];
-      return ids.map((id, i) => {
-        const meta = result.metadatas[0]?.[i] ?? {};
-        return {
-          id,
-          similarity: 1 - (result.distances[0]?.[i] ?? 1),
-          endUserId: String(meta.endUserId),
-          conversationId: String(meta.conversationId),
-        };
-      });
+      await movedToUserCollections(space.tenantId);
+      const search = async () => {
+        const c = await userCollection(space, filter.endUserId, false);
+        if (!c) return null;
+        return c.query({
+          queryEmbeddings: [vector],
+          nResults: k,
+          ...(filter.excludeConversationId ? { where: { conversationId: { $ne: filter.excludeConversationId } } } : {}),
+          // Distances only: the snippets are read back from the database anyway.
+          include: ["distances"] as never,
+        });
+      };
+      let result;
+      try {
+        result = await search();
+      } catch (error) {
+        if (!isNotFound(error)) throw error;
+        collections.delete(collectionName(space, filter.endUserId));
+        result = await search();
+      }
+      if (!result) return [];
+      const distances = result.distances[0] ?? [];
+      return (result.ids[0] ?? []).map((id, i) => ({ id, similarity: 1 - (distances[i] ?? 1) }));
     },
 
     async delete(tenantId, selector) {
       const where = whereOf(selector);
       if (!where && !selector.ids) throw new Error("Refusing to delete every vector of a tenant without a selector.");
       if (selector.ids && selector.ids.length === 0) return;
-      for (const c of await tenantCollections(tenantId)) {
-        await c.delete({ ...(selector.ids ? { ids: [...new Set(selector.ids)] } : {}), ...(where ? { where } : {}) });
-        log.debug("deleted vectors", { collection: c.name, ...selector, ids: selector.ids?.length });
+      await movedToUserCollections(tenantId);
+      const c = await chroma();
+      for (const col of await tenantCollections(tenantId, selector.endUserId)) {
+        const onlyTheUser = selector.endUserId && !selector.ids && !selector.conversationId && !selector.occurredBefore;
+        if (onlyTheUser && col.metadata?.endUserId === selector.endUserId) {
+          // Forgetting a person takes their collection, name and all.
+          await c.deleteCollection({ name: col.name }).catch((error) => {
+            if (!isNotFound(error)) throw error;
+          });
+          collections.delete(col.name);
+        } else {
+          await col.delete({ ...(selector.ids ? { ids: [...new Set(selector.ids)] } : {}), ...(where ? { where } : {}) });
+        }
+        log.debug("deleted vectors", { collection: col.name, ...selector, ids: selector.ids?.length });
       }
     },
 
     async count(tenantId, selector) {
       const where = whereOf(selector);
       let total = 0;
-      for (const c of await tenantCollections(tenantId)) {
+      for (const c of await tenantCollections(tenantId, selector.endUserId)) {
         if (!where && !selector.ids) total += await c.count();
         else total += (await c.get({ ...(selector.ids ? { ids: selector.ids } : {}), ...(where ? { where } : {}), include: [] })).ids.length;
       }
@@ -145,6 +251,7 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
 
     async close() {
       collections.clear();
+      moved.clear();
       client = undefined;
     },
   };

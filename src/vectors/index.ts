@@ -8,7 +8,7 @@ export type SnippetVector = {
   occurredAt: Date;
 };
 
-export type VectorHit = { id: string; similarity: number; endUserId: string; conversationId: string };
+export type VectorHit = { id: string; similarity: number };
 
 /** Vectors live per tenant and embedding model: a search never crosses either. */
 export type VectorSpace = { tenantId: string; model: string };

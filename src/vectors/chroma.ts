@@ -58,6 +58,7 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
   // Handles by name, most recently used last (a handle is a name and an id: no round trip to use).
   const collections = new Map<string, Collection>();
   const moved = new Map<string, Promise<void>>();
+  let earlierLayout: Promise<Collection[]> | undefined;
 
   async function chroma(): Promise<ChromaClient> {
     const { url } = await server();
@@ -73,6 +74,7 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
       };
       collections.clear();
       moved.clear();
+      earlierLayout = undefined;
     }
     return client.chroma;
   }
@@ -128,34 +130,58 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
     }
   }
 
+  /** Every tenant's collections of the earlier layout (no `endUserId`), listed once per process. */
+  function earlierLayoutCollections(): Promise<Collection[]> {
+    if (!earlierLayout) {
+      const listing = (async () => {
+        const c = await chroma();
+        const found: Collection[] = [];
+        for (let offset = 0; ; offset += 100) {
+          const page = await c.listCollections({ limit: 100, offset });
+          found.push(...page.filter((col) => col.name.startsWith(PREFIX) && col.metadata?.endUserId === undefined));
+          if (page.length < 100) return found;
+        }
+      })();
+      earlierLayout = listing;
+      listing.catch(() => earlierLayout === listing && (earlierLayout = undefined));
+    }
+    return earlierLayout;
+  }
+
+  /** Moves one earlier-layout collection's vectors into per-user collections (resumable: upserts, then deletes). */
+  async function moveCollection(legacy: Collection, tenantId: string) {
+    const model = String(legacy.metadata?.model ?? "");
+    let total = 0;
+    for (;;) {
+      const page = await legacy.get({ limit: MOVE_PAGE, include: ["embeddings", "metadatas"] as never });
+      if (page.ids.length === 0) break;
+      const rows = page.ids.map((_, i) => i);
+      for (const [endUserId, mine] of groupBy(rows, (i) => String(page.metadatas[i]?.endUserId))) {
+        const target = await userCollection({ tenantId, model }, endUserId, true);
+        await target.upsert({
+          ids: mine.map((i) => page.ids[i]),
+          embeddings: mine.map((i) => page.embeddings[i] as number[]),
+          metadatas: mine.map((i) => page.metadatas[i]!),
+        });
+      }
+      await legacy.delete({ ids: page.ids });
+      total += page.ids.length;
+    }
+    await (await chroma()).deleteCollection({ name: legacy.name });
+    log.info("moved a collection's vectors into per-user collections", { collection: legacy.name, vectors: total });
+  }
+
   /** Moves the vectors of the tenant's earlier-layout collections into per-user ones, once per process. */
   function movedToUserCollections(tenantId: string): Promise<void> {
     let done = moved.get(tenantId);
     if (!done) {
       done = (async () => {
-        for (const legacy of await tenantCollections(tenantId)) {
-          if (legacy.metadata?.endUserId !== undefined) continue;
-          const model = String(legacy.metadata?.model ?? "");
-          let total = 0;
-          for (;;) {
-            const page = await legacy.get({ limit: MOVE_PAGE, include: ["embeddings", "metadatas"] as never });
-            if (page.ids.length === 0) break;
-            const rows = page.ids.map((_, i) => i);
-            for (const [endUserId, mine] of groupBy(rows, (i) => String(page.metadatas[i]?.endUserId))) {
-              const target = await userCollection({ tenantId, model }, endUserId, true);
-              await target.upsert({
-                ids: mine.map((i) => page.ids[i]),
-                embeddings: mine.map((i) => page.embeddings[i] as number[]),
-                metadatas: mine.map((i) => page.metadatas[i]!),
-              });
-            }
-            await legacy.delete({ ids: page.ids });
-            total += page.ids.length;
-          }
-          await (await chroma()).deleteCollection({ name: legacy.name }).catch((error) => {
+        for (const legacy of await earlierLayoutCollections()) {
+          if (!legacy.name.startsWith(`${PREFIX}${tenantId}-`)) continue;
+          // Another process may have moved it meanwhile.
+          await moveCollection(legacy, tenantId).catch((error) => {
             if (!isNotFound(error)) throw error;
           });
-          log.info("moved a collection's vectors into per-user collections", { collection: legacy.name, vectors: total });
         }
       })();
       moved.set(tenantId, done);

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant } from "../src/db.ts";
 import { Prisma } from "../src/generated/prisma/client.ts";
 import { createEntry, relevantEntries, searchEntryIds } from "../src/memory/log/entries.ts";
+import { searchSnippets } from "../src/memory/recall/recall.ts";
 import { matchesAnyPhrase } from "../src/memory/text-search.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 
@@ -67,6 +68,19 @@ describe("full-text queries from user text", () => {
     for (const text of texts) {
       await expect(relevantEntries(db, { text, scopeRefs: ["concierge"], limit: 3 }), JSON.stringify(text)).resolves.toBeDefined();
       await expect(searchEntryIds(db, { search: text || "x" }, { limit: 3, offset: 0 }), JSON.stringify(text)).resolves.toBeDefined();
+    }
+    // Recall's keyword side, over a user with a snippet holding the URL: no text fails it, and the URL finds it.
+    const { id: endUserId } = await db.endUser.findFirstOrThrow({ where: { externalId: "guest" } });
+    const conversation = await db.conversation.findFirstOrThrow({ where: { externalId: "urls" } });
+    const snippet = await db.recallSnippet.create({
+      data: { tenantId: engram.tenant.tenantId, endUserId, conversationId: conversation.id, kind: "TURN", text: `user: see ${URL_TEXT} (it's O'Brien's)`, occurredAt: new Date(), messageIds: [] },
+    });
+    for (const text of texts) {
+      await expect(searchSnippets(db, engram.services.deps, { endUserId, text, k: 3, mode: "KEYWORD" }), JSON.stringify(text)).resolves.toBeDefined();
+    }
+    for (const text of [URL_TEXT, "O'Brien", "booking.example.com"]) {
+      const { candidates } = await searchSnippets(db, engram.services.deps, { endUserId, text, k: 3, mode: "KEYWORD" });
+      expect(candidates.map((c) => c.snippetId), text).toEqual([snippet.id]);
     }
     // Forgetting's phrase match: every text is tried at once, and each one with words matches itself.
     for (let i = 0; i < texts.length; i += 50) {

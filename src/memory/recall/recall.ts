@@ -13,6 +13,7 @@ import type { SnippetDeps } from "./snippets.ts";
 import { countTokens } from "../tokens.ts";
 import { fuseHits } from "./fusion.ts";
 import { resolveTimeHint, type TimeHint } from "./time.ts";
+import { lexemeQuery } from "../text-search.ts";
 
 export type RecallDeps = SnippetDeps & { models: ModelProvider; pubsub: PubSub };
 
@@ -69,23 +70,21 @@ const BM25 = { k1: 1.2, b: 0.75 } as const;
  */
 async function keywordHits(db: TenantDb, input: SearchInput, limit: number) {
   const tenantId = db.$tenantId();
+  const own = Prisma.sql`s."tenantId" = ${tenantId} AND s."endUserId" = ${input.endUserId}
+    ${input.excludeConversationId ? Prisma.sql`AND s."conversationId" <> ${input.excludeConversationId}` : Prisma.empty}`;
+  // Only the snippets holding one of the lexemes are unnested (the GIN index finds them): the
+  // same hits and scores as unnesting every snippet of the user, for less as the user grows.
   return db.$queryRaw<{ id: string; rank: number }[]>`
     WITH q AS (SELECT tsvector_to_array(to_tsvector('english', ${input.text})) AS terms),
-    docs AS (
-      SELECT s."id", s."search", s."occurredAt"
-      FROM "RecallSnippet" s
-      WHERE s."tenantId" = ${tenantId}
-        AND s."endUserId" = ${input.endUserId}
-        ${input.excludeConversationId ? Prisma.sql`AND s."conversationId" <> ${input.excludeConversationId}` : Prisma.empty}
-    ),
+    tsq AS (SELECT ${lexemeQuery(input.text, "|")} AS query),
     stats AS (
-      SELECT count(*)::float8 AS n, greatest(avg(length(d."search")), 1)::float8 AS avglen FROM docs d
+      SELECT count(*)::float8 AS n, greatest(avg(length(s."search")), 1)::float8 AS avglen FROM "RecallSnippet" s WHERE ${own}
     ),
     matches AS (
-      SELECT d."id", d."occurredAt", u.lexeme, coalesce(array_length(u.positions, 1), 1)::float8 AS tf,
-             length(d."search")::float8 AS len
-      FROM docs d, q, unnest(d."search") u
-      WHERE u.lexeme = ANY (q.terms)
+      SELECT s."id", s."occurredAt", u.lexeme, coalesce(array_length(u.positions, 1), 1)::float8 AS tf,
+             length(s."search")::float8 AS len
+      FROM "RecallSnippet" s, q, tsq, unnest(s."search") u
+      WHERE ${own} AND s."search" @@ tsq.query AND u.lexeme = ANY (q.terms)
     ),
     df AS (SELECT lexeme, count(*)::float8 AS df FROM matches GROUP BY lexeme)
     SELECT m."id", sum(

@@ -46,6 +46,7 @@ function groupBy<T>(items: T[], key: (item: T) => string): Map<string, T[]> {
 const isNotFound = (error: unknown) => (error as Error).name === "ChromaNotFoundError";
 const HANDLES = 10_000;
 const MOVE_PAGE = 500;
+const UPSERTS_AT_ONCE = 4;
 
 /**
  * Recall vectors in Chroma, with our own embeddings (`embeddingFunction: null`) and cosine
@@ -195,7 +196,7 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
     async upsert(space, vectors: SnippetVector[]) {
       if (vectors.length === 0) return;
       await movedToUserCollections(space.tenantId);
-      for (const [endUserId, own] of groupBy(vectors, (v) => v.endUserId)) {
+      const writeOwn = async ([endUserId, own]: [string, SnippetVector[]]) => {
         const write = async () =>
           (await userCollection(space, endUserId, true)).upsert({
             ids: own.map((v) => v.id),
@@ -215,7 +216,10 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
           collections.delete(collectionName(space, endUserId));
           await write();
         }
-      }
+      };
+      // A batch of many users' snippets: a few users' collections at a time.
+      const groups = [...groupBy(vectors, (v) => v.endUserId)];
+      for (let i = 0; i < groups.length; i += UPSERTS_AT_ONCE) await Promise.all(groups.slice(i, i + UPSERTS_AT_ONCE).map(writeOwn));
     },
 
     async query(space, vector, filter, k): Promise<VectorHit[]> {

@@ -20,27 +20,40 @@ const QUEUE_POOL_SIZE = 8; // on PostgreSQL
 /** How long a job's state write is retried while the store refuses it (a full disk, a restart). */
 const STATE_SAVE_RETRY_MS = 120_000;
 
+/** A store that is away or out of room (SQLSTATE 08 connection, 53 resources, 57P shutdown), not a bad statement. */
+function isTransient(error: unknown): boolean {
+  const { code, message } = error as { code?: unknown; message?: string };
+  if (typeof code === "string" && /^(08|53|57P)/.test(code)) return true;
+  if (typeof code === "string" && /^E(CONN|PIPE|TIMEDOUT|HOSTUNREACH|NETUNREACH)/.test(code)) return true;
+  return /Connection terminated|connection (is )?closed|Client has encountered a connection error|timeout exceeded when trying to connect/i.test(message ?? "");
+}
+
 /**
  * Agenda ignores a failed write of a job's end (the one that unlocks it), and a failed write of
  * its start leaves the lock it has just taken: either way the job's row stays locked until the
- * lock lifetime (10 minutes by default) lapses. After a full disk under load that held turns'
- * follow-ups and the outbox's dispatcher for those minutes (test/faults/disk-full). These
- * writes are retried with backoff instead, for up to 2 minutes; a job that no longer exists
- * (forgotten meanwhile) is not.
+ * lock lifetime lapses (10 minutes by default), which after a full disk under load held turns'
+ * follow-ups and the outbox's dispatcher that long (test/faults/disk-full). These writes are
+ * retried with backoff while the store is away or full, for at most half the lock lifetime (and
+ * 2 minutes): never so long that the lock lapses and another worker's run is overwritten.
  */
-function retryJobStateSaves(backend: PostgresBackend, log: Logger, closed: () => boolean) {
+function retryJobStateSaves(backend: PostgresBackend, options: { lockMs: number }, log: Logger, pause: (ms: number) => Promise<boolean>) {
   const repository = backend.repository;
   const save = repository.saveJobState.bind(repository);
+  const retryFor = Math.min(STATE_SAVE_RETRY_MS, options.lockMs / 2);
   repository.saveJobState = async (...args) => {
-    const deadline = Date.now() + STATE_SAVE_RETRY_MS;
+    const deadline = Date.now() + retryFor;
     for (let attempt = 0; ; attempt++) {
       try {
-        return await save(...args);
+        const saved = await save(...args);
+        if (attempt > 0) log.info("job queue: saved a job's state after the store came back", { job: args[0].name, attempts: attempt + 1 });
+        return saved;
       } catch (error) {
-        const gone = /cannot be updated in the database/.test((error as Error).message);
-        if (gone || closed() || Date.now() > deadline) throw error;
+        if (!isTransient(error)) throw error;
+        if (Date.now() > deadline || !(await pause(Math.min(250 * 2 ** attempt, 5_000)))) {
+          log.error("job queue: gave up saving a job's state; it runs again once its lock lapses", { job: args[0].name, error });
+          throw error;
+        }
         if (attempt === 0) log.warn("job queue: could not save a job's state; retrying", { job: args[0].name, error });
-        await new Promise((resolve) => setTimeout(resolve, Math.min(250 * 2 ** attempt, 5_000)).unref());
       }
     }
   };
@@ -81,7 +94,17 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
       }
     }
   };
-  retryJobStateSaves(backend, log, () => closed);
+  // Waits ms, or until the queue closes; false once it has.
+  const sleepers = new Set<() => void>();
+  const pause = (ms: number) =>
+    new Promise<boolean>((resolve) => {
+      if (closed) return resolve(false);
+      const done = () => (clearTimeout(timer), sleepers.delete(done), resolve(!closed));
+      const timer = setTimeout(done, ms);
+      timer.unref();
+      sleepers.add(done);
+    });
+  retryJobStateSaves(backend, options, log, pause);
   const agenda = new Agenda({
     backend,
     processEvery: options.pollMs,
@@ -133,10 +156,12 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
     stopConnecting() {
       closed = true;
       wake();
+      for (const done of sleepers) done();
     },
     async close() {
       closed = true;
       wake();
+      for (const done of sleepers) done();
       // Agenda connects from its constructor: ending the pool mid-connect crashes the process.
       await agenda.ready;
       await agenda.stop(true);

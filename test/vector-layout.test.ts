@@ -58,20 +58,31 @@ describe("the vector layout", () => {
       metadatas: before.map((v) => ({ endUserId: v.endUserId, conversationId: v.conversationId, kind: v.kind, occurredAt: 1 })),
     });
 
+    const owner = new Map(before.map((v) => [v.id, v]));
+    const expectOwn = (hits: { id: string }[], endUserId: string) => expect(hits.every((h) => owner.get(h.id)?.endUserId === endUserId)).toBe(true);
     store = createChromaVectorStore(async () => server, createLogger("error"));
-    const hits = await store.query(space, unit(5), { endUserId: users[0] }, 3);
-    expect(hits[0]).toMatchObject({ id: vector(5, users[0]).id });
-    expect(hits[0].similarity).toBeCloseTo(1, 5);
+    // Searched while the move runs in the background (it reads the earlier collection too), and after.
+    for (let round = 0; round < 2; round++) {
+      const hits = await store.query(space, unit(5), { endUserId: users[0] }, 3);
+      expect(hits[0]).toMatchObject({ id: vector(5, users[0]).id });
+      expect(hits[0].similarity).toBeCloseTo(1, 5);
+      expectOwn(hits, users[0]);
+      expect(await store.count(space.tenantId, {})).toBe(1_200); // waits for the move
+    }
     expect(await names()).toEqual(users.map((u) => `engram-${space.tenantId}-${space.model}-${u}`).sort());
-    expect(await store.count(space.tenantId, {})).toBe(1_200);
     expect(await store.count(space.tenantId, { endUserId: users[1] })).toBe(600);
 
-    // Only the user's own vectors answer, and the excluded conversation stays out.
-    const other = await store.query(space, unit(5), { endUserId: users[1] }, 10);
-    expect(other.map((h) => h.id)).not.toContain(vector(5, users[0]).id);
-    const excluded = await store.query(space, unit(4), { endUserId: users[1], excludeConversationId: "c2" }, 50);
+    // Only the user's own vectors answer, and the excluded conversation stays out; a new process
+    // (no handles yet) finds the collection by name.
+    const fresh = createChromaVectorStore(async () => server, createLogger("error"));
+    const other = await fresh.query(space, unit(5), { endUserId: users[1] }, 10);
+    expect(other).toHaveLength(10);
+    expectOwn(other, users[1]);
+    const excluded = await fresh.query(space, unit(4), { endUserId: users[1], excludeConversationId: "c2" }, 50);
     expect(excluded).toHaveLength(50);
-    expect(excluded.map((h) => h.id)).not.toContain(vector(4, users[1]).id); // n = 3: conversation c2
+    expectOwn(excluded, users[1]);
+    expect(excluded.every((h) => owner.get(h.id)?.conversationId !== "c2")).toBe(true);
+    await fresh.close();
   });
 
   it("writes a new user's vectors to their own collection, and forgetting the user takes the collection", async () => {

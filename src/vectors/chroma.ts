@@ -51,14 +51,15 @@ const UPSERTS_AT_ONCE = 4;
 /**
  * Recall vectors in Chroma, with our own embeddings (`embeddingFunction: null`) and cosine
  * distance. `server()` resolves the Chroma to talk to; the embedded one is started on first use.
- * Collections of the earlier layout (one per tenant and model, filtered by `endUserId`) are
- * moved into the per-user ones the first time this process touches their tenant.
+ * Collections of the earlier layout (one per tenant and model) are moved into per-user ones in
+ * the background once this process touches their tenant; until then searches read them too.
  */
 export function createChromaVectorStore(server: () => Promise<ChromaServer>, log: Logger): VectorStore {
   let client: { url: string; chroma: ChromaClient } | undefined;
   // Handles by name, most recently used last (a handle is a name and an id: no round trip to use).
   const collections = new Map<string, Collection>();
-  const moved = new Map<string, Promise<void>>();
+  // tenant -> the move of its earlier-layout collections (settled once done).
+  const moves = new Map<string, { done: boolean; settled: Promise<void> }>();
   let earlierLayout: Promise<Collection[]> | undefined;
 
   async function chroma(): Promise<ChromaClient> {
@@ -74,7 +75,7 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
         }),
       };
       collections.clear();
-      moved.clear();
+      moves.clear();
       earlierLayout = undefined;
     }
     return client.chroma;
@@ -106,43 +107,53 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
       );
     }
     try {
-      return remember(await c.getCollection({ name, embeddingFunction: null as never }));
+      return remember(await c.getCollection({ name }));
     } catch (error) {
       if (isNotFound(error)) return null;
       throw error;
     }
   }
 
-  /** Every collection of the tenant (of any model), of one end user when given, and the earlier layout's. */
-  async function tenantCollections(tenantId: string, endUserId?: string): Promise<Collection[]> {
+  /** Runs work on the user's collection; one deleted behind our back (by another process) is looked up again, once. */
+  async function onUserCollection<T>(space: VectorSpace, endUserId: string, create: boolean, work: (c: Collection | null) => Promise<T>) {
+    const run = async () => work(create ? await userCollection(space, endUserId, true) : await userCollection(space, endUserId, false));
+    try {
+      return await run();
+    } catch (error) {
+      if (!isNotFound(error)) throw error;
+      collections.delete(collectionName(space, endUserId));
+      return run();
+    }
+  }
+
+  /** Every collection whose name passes `keep`, paging through Chroma's list. */
+  async function listCollections(keep: (c: Collection) => boolean): Promise<Collection[]> {
     const c = await chroma();
-    const prefix = `${PREFIX}${tenantId}-`;
     const found: Collection[] = [];
     for (let offset = 0; ; offset += 100) {
       const page = await c.listCollections({ limit: 100, offset });
-      found.push(
-        ...page.filter((col) => {
-          if (!col.name.startsWith(prefix)) return false;
-          const owner = col.metadata?.endUserId;
-          return owner === undefined || endUserId === undefined || owner === endUserId;
-        }),
-      );
+      found.push(...page.filter(keep));
       if (page.length < 100) return found;
     }
+  }
+
+  /**
+   * The tenant's collections (of any model): one end user's and the earlier layout's when
+   * `endUserId` is given. Deletes only: Chroma cannot list by prefix, so this pages through all.
+   */
+  function tenantCollections(tenantId: string, endUserId?: string): Promise<Collection[]> {
+    const prefix = `${PREFIX}${tenantId}-`;
+    return listCollections((col) => {
+      if (!col.name.startsWith(prefix)) return false;
+      const owner = col.metadata?.endUserId;
+      return owner === undefined || endUserId === undefined || owner === endUserId;
+    });
   }
 
   /** Every tenant's collections of the earlier layout (no `endUserId`), listed once per process. */
   function earlierLayoutCollections(): Promise<Collection[]> {
     if (!earlierLayout) {
-      const listing = (async () => {
-        const c = await chroma();
-        const found: Collection[] = [];
-        for (let offset = 0; ; offset += 100) {
-          const page = await c.listCollections({ limit: 100, offset });
-          found.push(...page.filter((col) => col.name.startsWith(PREFIX) && col.metadata?.endUserId === undefined));
-          if (page.length < 100) return found;
-        }
-      })();
+      const listing = listCollections((col) => col.name.startsWith(PREFIX) && col.metadata?.endUserId === undefined);
       earlierLayout = listing;
       listing.catch(() => earlierLayout === listing && (earlierLayout = undefined));
     }
@@ -154,7 +165,7 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
     const model = String(legacy.metadata?.model ?? "");
     let total = 0;
     for (;;) {
-      const page = await legacy.get({ limit: MOVE_PAGE, include: ["embeddings", "metadatas"] as never });
+      const page = await legacy.get({ limit: MOVE_PAGE, include: ["embeddings", "metadatas"] });
       if (page.ids.length === 0) break;
       const rows = page.ids.map((_, i) => i);
       for (const [endUserId, mine] of groupBy(rows, (i) => String(page.metadatas[i]?.endUserId))) {
@@ -172,11 +183,16 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
     log.info("moved a collection's vectors into per-user collections", { collection: legacy.name, vectors: total });
   }
 
-  /** Moves the vectors of the tenant's earlier-layout collections into per-user ones, once per process. */
-  function movedToUserCollections(tenantId: string): Promise<void> {
-    let done = moved.get(tenantId);
-    if (!done) {
-      done = (async () => {
+  /**
+   * The move of the tenant's earlier-layout collections, started on the first call and run in
+   * the background; searches do not wait for it, deletes do (a page read before a delete must
+   * not bring a forgotten vector back). A failed move starts again on the next call.
+   */
+  function moveOf(tenantId: string) {
+    let move = moves.get(tenantId);
+    if (!move) {
+      const started = { done: false, settled: Promise.resolve() };
+      started.settled = (async () => {
         for (const legacy of await earlierLayoutCollections()) {
           if (!legacy.name.startsWith(`${PREFIX}${tenantId}-`)) continue;
           // Another process may have moved it meanwhile.
@@ -184,21 +200,32 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
             if (!isNotFound(error)) throw error;
           });
         }
+        started.done = true;
       })();
-      moved.set(tenantId, done);
-      // A failed move is tried again by the next call.
-      done.catch(() => moved.get(tenantId) === done && moved.delete(tenantId));
+      started.settled.catch((error) => {
+        if (moves.get(tenantId) === started) moves.delete(tenantId);
+        log.warn("could not move a tenant's vectors into per-user collections; trying again on the next call", { tenantId, error });
+      });
+      moves.set(tenantId, started);
+      move = started;
     }
-    return done;
+    return move;
+  }
+
+  /** The earlier layout's collections of this tenant and model while its move runs (searched with a filter). */
+  async function notMovedYet(space: VectorSpace): Promise<Collection[]> {
+    if (moveOf(space.tenantId).done) return [];
+    const name = `${PREFIX}${space.tenantId}-${modelPart(space.model)}`;
+    return (await earlierLayoutCollections()).filter((c) => c.name === name);
   }
 
   return {
     async upsert(space, vectors: SnippetVector[]) {
       if (vectors.length === 0) return;
-      await movedToUserCollections(space.tenantId);
-      const writeOwn = async ([endUserId, own]: [string, SnippetVector[]]) => {
-        const write = async () =>
-          (await userCollection(space, endUserId, true)).upsert({
+      moveOf(space.tenantId);
+      const writeOwn = ([endUserId, own]: [string, SnippetVector[]]) =>
+        onUserCollection(space, endUserId, true, (c) =>
+          c!.upsert({
             ids: own.map((v) => v.id),
             embeddings: own.map((v) => v.vector),
             metadatas: own.map((v) => ({
@@ -207,55 +234,49 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
               kind: v.kind,
               occurredAt: epoch(v.occurredAt),
             })),
-          });
-        try {
-          await write();
-        } catch (error) {
-          // Deleted behind our back (the user forgotten by another process): forget the handle, go again once.
-          if (!isNotFound(error)) throw error;
-          collections.delete(collectionName(space, endUserId));
-          await write();
-        }
-      };
+          }),
+        );
       // A batch of many users' snippets: a few users' collections at a time.
       const groups = [...groupBy(vectors, (v) => v.endUserId)];
       for (let i = 0; i < groups.length; i += UPSERTS_AT_ONCE) await Promise.all(groups.slice(i, i + UPSERTS_AT_ONCE).map(writeOwn));
     },
 
     async query(space, vector, filter, k): Promise<VectorHit[]> {
-      await movedToUserCollections(space.tenantId);
-      const search = async () => {
-        const c = await userCollection(space, filter.endUserId, false);
-        if (!c) return null;
-        return c.query({
-          queryEmbeddings: [vector],
-          nResults: k,
-          ...(filter.excludeConversationId ? { where: { conversationId: { $ne: filter.excludeConversationId } } } : {}),
-          // Distances only: the snippets are read back from the database anyway.
-          include: ["distances"] as never,
+      const excluded = filter.excludeConversationId ? { conversationId: { $ne: filter.excludeConversationId } } : undefined;
+      // Distances only: the snippets are read back from the database anyway.
+      const search = (c: Collection, where: Where | undefined) =>
+        c.query({ queryEmbeddings: [vector], nResults: k, ...(where ? { where } : {}), include: ["distances"] });
+      const [own, ...earlier] = await Promise.all([
+        onUserCollection(space, filter.endUserId, false, (c) => (c ? search(c, excluded) : Promise.resolve(null))),
+        ...(await notMovedYet(space)).map((legacy) =>
+          search(legacy, excluded ? { $and: [{ endUserId: filter.endUserId }, excluded] } : { endUserId: filter.endUserId }).catch((error) => {
+            if (isNotFound(error)) return null; // moved meanwhile
+            throw error;
+          }),
+        ),
+      ]);
+      const best = new Map<string, number>();
+      for (const result of [own, ...earlier]) {
+        const distances = result?.distances[0] ?? [];
+        (result?.ids[0] ?? []).forEach((id, i) => {
+          const similarity = 1 - (distances[i] ?? 1);
+          if (similarity > (best.get(id) ?? -Infinity)) best.set(id, similarity);
         });
-      };
-      let result;
-      try {
-        result = await search();
-      } catch (error) {
-        if (!isNotFound(error)) throw error;
-        collections.delete(collectionName(space, filter.endUserId));
-        result = await search();
       }
-      if (!result) return [];
-      const distances = result.distances[0] ?? [];
-      return (result.ids[0] ?? []).map((id, i) => ({ id, similarity: 1 - (distances[i] ?? 1) }));
+      return [...best]
+        .map(([id, similarity]) => ({ id, similarity }))
+        .sort((a, b) => b.similarity - a.similarity)
+        .slice(0, k);
     },
 
     async delete(tenantId, selector) {
       const where = whereOf(selector);
       if (!where && !selector.ids) throw new Error("Refusing to delete every vector of a tenant without a selector.");
       if (selector.ids && selector.ids.length === 0) return;
-      await movedToUserCollections(tenantId);
+      await moveOf(tenantId).settled;
       const c = await chroma();
+      const onlyTheUser = selector.endUserId && !selector.ids && !selector.conversationId && !selector.occurredBefore;
       for (const col of await tenantCollections(tenantId, selector.endUserId)) {
-        const onlyTheUser = selector.endUserId && !selector.ids && !selector.conversationId && !selector.occurredBefore;
         if (onlyTheUser && col.metadata?.endUserId === selector.endUserId) {
           // Forgetting a person takes their collection, name and all.
           await c.deleteCollection({ name: col.name }).catch((error) => {
@@ -263,13 +284,16 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
           });
           collections.delete(col.name);
         } else {
-          await col.delete({ ...(selector.ids ? { ids: [...new Set(selector.ids)] } : {}), ...(where ? { where } : {}) });
+          await col.delete({ ...(selector.ids ? { ids: [...new Set(selector.ids)] } : {}), ...(where ? { where } : {}) }).catch((error) => {
+            if (!isNotFound(error)) throw error;
+          });
         }
         log.debug("deleted vectors", { collection: col.name, ...selector, ids: selector.ids?.length });
       }
     },
 
     async count(tenantId, selector) {
+      await moveOf(tenantId).settled;
       const where = whereOf(selector);
       let total = 0;
       for (const c of await tenantCollections(tenantId, selector.endUserId)) {
@@ -281,7 +305,7 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
 
     async close() {
       collections.clear();
-      moved.clear();
+      moves.clear();
       client = undefined;
     },
   };

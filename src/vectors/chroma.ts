@@ -246,9 +246,10 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
       // Distances only: the snippets are read back from the database anyway.
       const search = (c: Collection, where: Where | undefined) =>
         c.query({ queryEmbeddings: [vector], nResults: k, ...(where ? { where } : {}), include: ["distances"] });
+      const legacies = await notMovedYet(space);
       const [own, ...earlier] = await Promise.all([
         onUserCollection(space, filter.endUserId, false, (c) => (c ? search(c, excluded) : Promise.resolve(null))),
-        ...(await notMovedYet(space)).map((legacy) =>
+        ...legacies.map((legacy) =>
           search(legacy, excluded ? { $and: [{ endUserId: filter.endUserId }, excluded] } : { endUserId: filter.endUserId }).catch((error) => {
             if (isNotFound(error)) return null; // moved meanwhile
             throw error;

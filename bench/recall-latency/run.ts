@@ -75,8 +75,7 @@ for await (const store of benchStores(skipped)) {
     }
     const fillSeconds = (performance.now() - fillStarted) / 1000;
 
-    // One untimed search per user first: Chroma loads a collection's index on its first query,
-    // and each user has a collection of their own (the first search after a restart pays it).
+    // One untimed search per user first, so no timed call is a user's first (caches, Chroma's index load).
     for (const user of users) {
       await searchSnippets(forTenant(services.db, tenantId), services.deps, { endUserId: user.id, text: "warm up", k: 10 });
     }
@@ -113,7 +112,7 @@ for await (const store of benchStores(skipped)) {
 
 const body = `## Recall latency
 
-The search behind recall (\`searchSnippets\`, what the \`recall\` query and \`recallForTurn\` run before the judge): embed the message with the offline encoder (worker thread), Chroma's 10 nearest of one end user's vectors leaving one conversation out, PostgreSQL full-text top 10 over the same user's snippets ranked by BM25 (its statistics computed per query from that user's tsvectors, so the keyword cost grows with the user's snippet count), reciprocal rank fusion, and the read-back of the snippets and their message seqs. ${QUERIES} calls one at a time per row after one untimed search per user (Chroma loads a collection's index on its first query) and 10 warm-up calls; ${USERS} end users with ${CONVERSATIONS_PER_USER} conversations each, the snippets spread evenly over them (so a user has size/${USERS} snippets). The corpus is synthetic: random texts over a 3,000-word vocabulary and random 512-d unit vectors (embedding 100k real snippets with the offline encoder would take ~15 minutes per store); the query is embedded for real. Chroma is the embedded one (\`chroma run\` child process) in both rows; *fill* is the time to insert the rows and upsert the vectors up to that size.
+The search behind recall (\`searchSnippets\`, what the \`recall\` query and \`recallForTurn\` run before the judge): embed the message with the offline encoder (worker thread), Chroma's 10 nearest of one end user's vectors leaving one conversation out, PostgreSQL full-text top 10 over the same user's snippets ranked by BM25 (its statistics computed per query from that user's tsvectors, so the keyword cost grows with the user's snippet count), reciprocal rank fusion, and the read-back of the snippets and their message seqs. ${QUERIES} calls one at a time per row after one untimed search per user and 10 warm-up calls; ${USERS} end users with ${CONVERSATIONS_PER_USER} conversations each, the snippets spread evenly over them (so a user has size/${USERS} snippets). The corpus is synthetic: random texts over a 3,000-word vocabulary and random 512-d unit vectors (embedding 100k real snippets with the offline encoder would take ~15 minutes per store); the query is embedded for real. Chroma is the embedded one (\`chroma run\` child process) in both rows; *fill* is the time to insert the rows and upsert the vectors up to that size.
 
 Measured on ${machineLine()}; total run ${fmt((performance.now() - started) / 1000, " s")}.
 

@@ -58,17 +58,11 @@ export async function forgetSnippets(db: TenantDb, deps: Pick<Deps, "vectors">, 
   if (ids.length === 0) return 0;
   const tenantId = db.$tenantId();
   // A turn's keys (its facts' sentences) go with it: their rows cascade, their vectors would not.
-  const rows = await db.recallSnippet.findMany({ where: { OR: [{ id: { in: ids } }, { keyOfId: { in: ids } }] }, select: { id: true, endUserId: true } });
-  const snippetIds = [...new Set([...ids, ...rows.map((k) => k.id)])];
-  // Each person's vectors are in their own collections.
-  const deleteVectors = async () => {
-    for (const endUserId of new Set(rows.map((r) => r.endUserId))) {
-      await deps.vectors.delete(tenantId, { endUserId, ids: rows.filter((r) => r.endUserId === endUserId).map((r) => r.id) });
-    }
-  };
-  await deleteVectors();
+  const keys = await db.recallSnippet.findMany({ where: { keyOfId: { in: ids } }, select: { id: true } });
+  const snippetIds = [...new Set([...ids, ...keys.map((k) => k.id)])];
+  await deps.vectors.delete(tenantId, { ids: snippetIds });
   const { count } = await db.recallSnippet.deleteMany({ where: { id: { in: snippetIds } } });
-  await deleteVectors();
+  await deps.vectors.delete(tenantId, { ids: snippetIds });
   return count;
 }
 
@@ -244,10 +238,9 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
   if (!conversation) throw notFound("Conversation", conversationId);
   const receipt = emptyReceipt();
   const tenantId = db.$tenantId();
-  const theirs = { endUserId: conversation.endUserId, conversationId };
-  await deps.vectors.delete(tenantId, theirs);
+  await deps.vectors.delete(tenantId, { conversationId });
   receipt.snippets = (await db.recallSnippet.deleteMany({ where: { conversationId } })).count;
-  await deps.vectors.delete(tenantId, theirs);
+  await deps.vectors.delete(tenantId, { conversationId });
   receipt.summaryRevisions = await db.summaryRevision.count({ where: { conversationId } });
   receipt.summaries = conversation.summary ? 1 : 0;
   receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId } })).count;

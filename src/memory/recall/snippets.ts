@@ -268,7 +268,7 @@ export async function indexSnippets(db: TenantDb, deps: SnippetDeps, snippetIds:
   if (count < snippets.length) {
     // Forgotten between the read and the upsert: take their vectors back out.
     const left = new Set((await db.recallSnippet.findMany({ where: { id: { in: snippetIds } }, select: { id: true } })).map((s) => s.id));
-    for (const gone of snippets.filter((s) => !left.has(s.id))) await deps.vectors.delete(tenantId, { endUserId: gone.endUserId, ids: [gone.id] });
+    await deps.vectors.delete(tenantId, { ids: snippets.filter((s) => !left.has(s.id)).map((s) => s.id) });
   }
   return { indexed: count };
 }

@@ -17,6 +17,9 @@ export type AgendaQueue = JobQueue & {
 
 const QUEUE_POOL_SIZE = 8; // on PostgreSQL
 
+/** The wait before a retry: 250 ms, doubling, at most 5 s. */
+const backoff = (attempt: number) => Math.min(250 * 2 ** attempt, 5_000);
+
 /** How long a job's state write is retried while the store refuses it (a full disk, a restart). */
 const STATE_SAVE_RETRY_MS = 120_000;
 
@@ -49,7 +52,7 @@ function retryJobStateSaves(backend: PostgresBackend, options: { lockMs: number 
         return saved;
       } catch (error) {
         if (!isTransient(error)) throw error;
-        if (Date.now() > deadline || !(await pause(Math.min(250 * 2 ** attempt, 5_000)))) {
+        if (Date.now() > deadline || !(await pause(backoff(attempt)))) {
           log.error("job queue: gave up saving a job's state; it runs again once its lock lapses", { job: args[0].name, error });
           throw error;
         }
@@ -76,25 +79,7 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
   // unhandled rejection, and `agenda.ready` (which every enqueue and close awaits) never settled.
   // Connecting is retried until it works, or until the queue is closed.
   let closed = false;
-  let wake = () => {};
-  const connectOnce = backend.connect.bind(backend);
-  backend.connect = async () => {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await connectOnce();
-      } catch (error) {
-        if (closed) return;
-        if (attempt === 0) log.warn("job queue: cannot reach the database; retrying", { error });
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, Math.min(250 * 2 ** attempt, 5_000));
-          timer.unref();
-          wake = () => (clearTimeout(timer), resolve());
-        });
-        if (closed) return;
-      }
-    }
-  };
-  // Waits ms, or until the queue closes; false once it has.
+  // The retries' sleeps (connecting, job-state writes): ms, or until the queue closes; false once it has.
   const sleepers = new Set<() => void>();
   const pause = (ms: number) =>
     new Promise<boolean>((resolve) => {
@@ -104,6 +89,21 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
       timer.unref();
       sleepers.add(done);
     });
+  const wakeSleepers = () => {
+    for (const done of sleepers) done();
+  };
+  const connectOnce = backend.connect.bind(backend);
+  backend.connect = async () => {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await connectOnce();
+      } catch (error) {
+        if (closed) return;
+        if (attempt === 0) log.warn("job queue: cannot reach the database; retrying", { error });
+        if (!(await pause(backoff(attempt)))) return;
+      }
+    }
+  };
   retryJobStateSaves(backend, options, log, pause);
   const agenda = new Agenda({
     backend,
@@ -155,13 +155,11 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
     },
     stopConnecting() {
       closed = true;
-      wake();
-      for (const done of sleepers) done();
+      wakeSleepers();
     },
     async close() {
       closed = true;
-      wake();
-      for (const done of sleepers) done();
+      wakeSleepers();
       // Agenda connects from its constructor: ending the pool mid-connect crashes the process.
       await agenda.ready;
       await agenda.stop(true);

@@ -74,4 +74,20 @@ describe("with Chroma down", () => {
     await allIndexed(engram);
     expect(await engram.services.vectors.count(engram.tenant.tenantId, { ids: [snippet.id] })).toBe(1);
   });
+
+  it("reconcile re-indexes a snippet marked indexed whose vector Chroma lost", async () => {
+    const turn = await say(engram, { user: "ivan", conversation: "i-4" }, "My scooter is a red Vespa.", "Lovely.");
+    await allIndexed(engram);
+    const snippet = await engram.services.db.recallSnippet.findFirstOrThrow({ where: { conversationId: turn.conversationId } });
+    expect(snippet.indexedAt).not.toBeNull();
+    // An upsert Chroma acknowledged, then lost as it died: the row still says indexed.
+    await engram.services.vectors.delete(engram.tenant.tenantId, { ids: [snippet.id] });
+
+    const requeued = await reconcileRecall(engram.services.deps, {}, { graceMs: 0 });
+    expect(requeued[engram.tenant.tenantId]).toBe(1);
+    await allIndexed(engram);
+    expect(await engram.services.vectors.count(engram.tenant.tenantId, { ids: [snippet.id] })).toBe(1);
+    // Nothing lost, nothing re-queued.
+    expect(await reconcileRecall(engram.services.deps, {}, { graceMs: 0 })).toEqual({});
+  });
 });

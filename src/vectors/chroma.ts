@@ -124,6 +124,12 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
       }
     },
 
+    async present(space, ids) {
+      if (ids.length === 0) return new Set();
+      const found = await withCollection(space, (c) => c.get({ ids: [...new Set(ids)], include: [] }));
+      return new Set(found.ids);
+    },
+
     async count(tenantId, selector) {
       const where = whereOf(selector);
       let total = 0;

@@ -33,6 +33,8 @@ export type VectorStore = {
   ): Promise<VectorHit[]>;
   /** Deletes in every embedding model's collection of the tenant. */
   delete(tenantId: string, selector: VectorSelector): Promise<void>;
+  /** Which of these snippets have a vector in the space. */
+  present(space: VectorSpace, ids: string[]): Promise<Set<string>>;
   /** How many vectors match (tests and checks). */
   count(tenantId: string, selector: VectorSelector): Promise<number>;
   close(): Promise<void>;

@@ -291,6 +291,36 @@ export async function snippetsToReindex(db: TenantDb, model: string, options: { 
 }
 
 
+/**
+ * Of the snippets marked indexed by this model since `since`, those whose vector the vector
+ * store no longer has: marked not indexed again and returned, for the caller to re-queue. A
+ * vector store can lose an upsert it had acknowledged when it dies straight after (seen with
+ * the embedded Chroma under kill -9), and `indexedAt` alone would never tell.
+ */
+export async function unmarkLostVectors(
+  db: TenantDb,
+  vectors: Pick<Deps["vectors"], "present">,
+  model: string,
+  options: { since: Date; limit: number },
+) {
+  const rows = await db.recallSnippet.findMany({
+    where: { indexedAt: { gte: options.since }, embeddingModel: model },
+    orderBy: { indexedAt: "asc" },
+    take: options.limit,
+    select: { id: true },
+  });
+  const lost: string[] = [];
+  for (let i = 0; i < rows.length; i += LOST_CHECK_BATCH) {
+    const ids = rows.slice(i, i + LOST_CHECK_BATCH).map((r) => r.id);
+    const present = await vectors.present({ tenantId: db.$tenantId(), model }, ids);
+    lost.push(...ids.filter((id) => !present.has(id)));
+  }
+  if (lost.length) await db.recallSnippet.updateMany({ where: { id: { in: lost }, embeddingModel: model }, data: { indexedAt: null } });
+  return lost;
+}
+
+const LOST_CHECK_BATCH = 500;
+
 export type RecallIndexStatus = { pending: number; oldestPendingAt: Date | null };
 
 /**

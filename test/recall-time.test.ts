@@ -54,7 +54,7 @@ describe("time expressions in a recall message", () => {
 });
 
 describe("fusion", () => {
-  const options: FusionOptions = { rrfK: 5, keywordWeight: 1, pool: 10, perConversation: 10, timeBoost: 0.1, keywordFloor: 0, neighbourWeight: 0 };
+  const options: FusionOptions = { rrfK: 5, keywordWeight: 1, pool: 10, perConversation: 10, diversityWindow: 10, timeBoost: 0.1, keywordFloor: 0, neighbourWeight: 0 };
   const snippets = new Map<string, FusionSnippet>([
     ["a1", { id: "a1", conversationId: "A", occurredAt: day("2023-05-02") }],
     ["a2", { id: "a2", conversationId: "A", occurredAt: day("2023-05-02") }],
@@ -71,6 +71,9 @@ describe("fusion", () => {
     expect(all[0]).toMatchObject({ vectorRank: 2, keywordRank: 1 });
     const diverse = fuseHits(vector, keyword, snippets, null, 5, { ...options, perConversation: 1 });
     expect(diverse.map((f) => f.id)).toEqual(["a2", "b1", "c1", "a1", "a3"]);
+    // The rule fills only the first places: after them, the fused order.
+    const head = fuseHits(vector, keyword, snippets, null, 5, { ...options, perConversation: 1, diversityWindow: 2 });
+    expect(head.map((f) => f.id)).toEqual(["a2", "b1", "a1", "a3", "c1"]);
   });
 
   it("ranks snippets in the span the message names higher, and the newest conversation for 'the last time'", () => {

@@ -18,8 +18,10 @@ export type FusionOptions = {
   keywordWeight: number;
   /** How many hits each retriever brings. */
   pool: number;
-  /** At most this many snippets of one conversation before the others have had their turn. */
+  /** At most this many snippets of one conversation among the first `diversityWindow`, while others wait. */
   perConversation: number;
+  /** How many of the first places the diversity rule fills (the rest follow in fused order). */
+  diversityWindow: number;
   /** Added to the fused score of a snippet in the span the message names. */
   timeBoost: number;
   /**
@@ -46,10 +48,10 @@ export type FusedScores = {
 
 /**
  * Reciprocal rank fusion of the two retrievers' hits, plus a boost for snippets in the time the
- * message names ("in May", "last Tuesday", "the last time"), then the diversity rule: a
- * conversation places at most `perConversation` snippets while another conversation's snippet
- * is waiting, so one session cannot fill the top of the list. Pure, so the LoCoMo bench tunes
- * it over cached retriever hits (bench/README.md).
+ * message names ("in May", "last Tuesday", "the last time"), then the diversity rule: among the
+ * first `diversityWindow` places a conversation takes at most `perConversation` while another
+ * conversation's snippet is waiting, so one session cannot fill the top of the list. Pure, so
+ * the LoCoMo bench tunes it over cached retriever hits (bench/README.md).
  */
 export function fuseHits(
   vector: { id: string; similarity: number }[],
@@ -105,7 +107,7 @@ export function fuseHits(
   }
   if (hint && options.timeBoost > 0) boostByTime(fused, snippets, hint, options.timeBoost);
   fused.sort((a, b) => b.fusedScore - a.fusedScore || (b.vectorScore ?? 0) - (a.vectorScore ?? 0));
-  return diversify(fused, snippets, k, options.perConversation);
+  return diversify(fused, snippets, k, options);
 }
 
 function boostByTime(fused: (FusedScores & { id: string })[], snippets: Map<string, FusionSnippet>, hint: TimeHint, boost: number) {
@@ -128,19 +130,24 @@ function boostByTime(fused: (FusedScores & { id: string })[], snippets: Map<stri
   }
 }
 
-/** The first k of a ranked list, at most `cap` per conversation until no other is left. */
-function diversify<T extends { id: string }>(ranked: T[], snippets: Map<string, FusionSnippet>, k: number, cap: number): T[] {
-  const taken: T[] = [];
-  const waiting: T[] = [];
+/** The first k of a ranked list: the first `window` places at most `cap` per conversation, then the rest in order. */
+function diversify<T extends { id: string }>(
+  ranked: T[],
+  snippets: Map<string, FusionSnippet>,
+  k: number,
+  { perConversation: cap, diversityWindow: window }: Pick<FusionOptions, "perConversation" | "diversityWindow">,
+): T[] {
+  const head: T[] = [];
+  const rest: T[] = [];
   const placed = new Map<string, number>();
   for (const s of ranked) {
-    if (taken.length === k) break;
+    if (head.length === k) break;
     const conversation = snippets.get(s.id)!.conversationId;
     const n = placed.get(conversation) ?? 0;
-    if (n < cap) {
+    if (head.length < window && n < cap) {
       placed.set(conversation, n + 1);
-      taken.push(s);
-    } else waiting.push(s);
+      head.push(s);
+    } else rest.push(s);
   }
-  return [...taken, ...waiting].slice(0, k);
+  return [...head, ...rest].slice(0, k);
 }

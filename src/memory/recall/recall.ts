@@ -39,8 +39,9 @@ export const RECALL = {
   rrfK: 1,
   keywordWeight: 2.5,
   pool: 40,
-  perConversation: 10,
-  timeBoost: 0.2,
+  perConversation: 3,
+  diversityWindow: 5,
+  timeBoost: 0.3,
   keywordFloor: 0.05,
   neighbourWeight: 0.2,
 } as const;
@@ -164,9 +165,9 @@ function readBack(db: TenantDb, input: SearchInput, ids: string[]) {
 /**
  * The candidates for a message from one end user's other conversations: the nearest vectors
  * (Chroma), the full-text matches (PostgreSQL), fused by reciprocal rank with a boost for the
- * time the message names and at most RECALL.perConversation snippets per conversation ahead of
- * the others (fusion.ts). Snippets are read back from the database, so a vector whose snippet
- * was forgotten is never returned. When vector search fails (Chroma down), the keyword side
+ * time the message names and at most RECALL.perConversation snippets per conversation among the
+ * first RECALL.diversityWindow while the others wait (fusion.ts). Snippets are read back from the
+ * database, so a vector whose snippet was forgotten is never returned. When vector search fails (Chroma down), the keyword side
  * still answers and `degraded` says why.
  */
 export async function searchSnippets(

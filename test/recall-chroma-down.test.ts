@@ -90,4 +90,17 @@ describe("with Chroma down", () => {
     // Nothing lost, nothing re-queued.
     expect(await reconcileRecall(engram.services.deps, {}, { graceMs: 0 })).toEqual({});
   });
+
+  it("reconcile still re-queues a snippet waiting for its vector while Chroma cannot be asked", async () => {
+    await chroma.stop();
+    const turn = await say(engram, { user: "ivan", conversation: "i-5" }, "My kayak is a yellow Dagger.", "Fun.");
+    const pending = await until("the new turn's snippet", () =>
+      engram.services.db.recallSnippet.findFirst({ where: { conversationId: turn.conversationId } }),
+    );
+    const requeued = await reconcileRecall(engram.services.deps, {}, { graceMs: 0 });
+    expect(requeued[engram.tenant.tenantId]).toBeGreaterThanOrEqual(1);
+    chroma = await startEmbeddedChroma(chromaDir, { port: Number(new URL(chroma.url).port) });
+    await allIndexed(engram, engram.tenant.tenantId, 60_000);
+    expect(await engram.services.vectors.count(engram.tenant.tenantId, { ids: [pending.id] })).toBe(1);
+  });
 });

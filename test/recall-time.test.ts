@@ -74,6 +74,11 @@ describe("fusion", () => {
     // The rule fills only the first places: after them, the fused order.
     const head = fuseHits(vector, keyword, snippets, null, 5, { ...options, perConversation: 1, diversityWindow: 2 });
     expect(head.map((f) => f.id)).toEqual(["a2", "b1", "a1", "a3", "c1"]);
+    // The product's rule, 3 in the first 5: a fourth snippet of A waits for B.
+    const four = new Map([...snippets, ["a4", { id: "a4", conversationId: "A", occurredAt: day("2023-05-02") }]]);
+    const ranked = ["a1", "a2", "a3", "a4", "b1"].map((id, i) => ({ id, similarity: 0.9 - i / 10 }));
+    const product = fuseHits(ranked, [], four, null, 5, { ...options, perConversation: 3, diversityWindow: 5 });
+    expect(product.map((f) => f.id)).toEqual(["a1", "a2", "a3", "b1", "a4"]);
   });
 
   it("ranks snippets in the span the message names higher, and the newest conversation for 'the last time'", () => {

@@ -6,9 +6,16 @@ import { indexJob } from "../queue.ts";
 const GRACE_MS = 60_000;
 const MAX_PER_TENANT = 2_000;
 const PER_JOB = 256;
-// A vector lost by a vector store that died is missed within this long of its indexing; the
-// sweep runs every minute, so each snippet is checked a few times.
-const LOST_CHECK_MS = 5 * 60_000;
+// The lost-vector check reads the snippets indexed since its last successful run began, less
+// this overlap (a vector store dying takes the upserts it acknowledged just before with it);
+// a process's first check reaches back an hour, to cover a crash that took the worker down too.
+const LOST_CHECK_OVERLAP_MS = 2 * 60_000;
+const LOST_CHECK_FIRST_MS = 60 * 60_000;
+// A vector store that hangs instead of refusing must not hold the sweep of every other tenant.
+const LOST_CHECK_TIMEOUT_MS = 30_000;
+
+/** Per tenant, when this process's last lost-vector check that succeeded began. */
+const lostCheckedAt = new Map<string, number>();
 
 /**
  * Re-queues indexing for snippets without a vector (a crash between the database and Chroma, a
@@ -24,16 +31,12 @@ export async function reconcileRecall(
   for (const { id: tenantId } of await deps.tenants.active(payload.tenantId)) {
     const { model } = await deps.embeddings.forTenant(tenantId);
     const db = deps.tenants.scoped(tenantId);
-    // Chroma away: nothing to check against now, and what waits for a vector is re-queued below.
-    const lost = await unmarkLostVectors(db, deps.vectors, model, { since: new Date(Date.now() - LOST_CHECK_MS), limit: MAX_PER_TENANT }).catch(
-      (error: Error) => (deps.log.warn("recall reconcile could not check vectors", { tenantId, error: error.message }), []),
-    );
-    if (lost.length) deps.log.warn("recall reconcile found indexed snippets without their vector", { tenantId, lost: lost.length });
     const waiting = await snippetsToReindex(db, model, {
       olderThan: new Date(Date.now() - (options.graceMs ?? GRACE_MS)),
       limit: MAX_PER_TENANT,
     });
-    const ids = [...new Set([...lost, ...waiting])];
+    const lost = await findLostVectors(deps, tenantId, model);
+    const ids = [...new Set([...waiting, ...lost])];
     for (let i = 0; i < ids.length; i += PER_JOB) {
       await deps.queue.enqueue(indexJob, { tenantId, snippetIds: ids.slice(i, i + PER_JOB) });
     }
@@ -41,4 +44,27 @@ export async function reconcileRecall(
   }
   if (Object.keys(requeued).length) deps.log.info("recall reconcile re-queued indexing", { requeued });
   return requeued;
+}
+
+/** The tenant's snippets marked indexed whose vector the vector store no longer has (none when it cannot be asked now). */
+async function findLostVectors(deps: Pick<Deps, "tenants" | "vectors" | "log">, tenantId: string, model: string) {
+  const began = Date.now();
+  const last = lostCheckedAt.get(tenantId);
+  const since = new Date(last === undefined ? began - LOST_CHECK_FIRST_MS : last - LOST_CHECK_OVERLAP_MS);
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${LOST_CHECK_TIMEOUT_MS / 1000} s`)), LOST_CHECK_TIMEOUT_MS);
+  });
+  try {
+    const lost = await Promise.race([unmarkLostVectors(deps.tenants.scoped(tenantId), deps.vectors, model, { since }), timeout]);
+    lostCheckedAt.set(tenantId, began);
+    if (lost.length) deps.log.warn("recall reconcile found indexed snippets without their vector", { tenantId, lost: lost.length });
+    return lost;
+  } catch (error) {
+    // Checked again from the same point next time: the window grows until a check succeeds.
+    deps.log.warn("recall reconcile could not check for lost vectors", { tenantId, error: (error as Error).message });
+    return [];
+  } finally {
+    clearTimeout(timer);
+  }
 }

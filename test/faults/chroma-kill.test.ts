@@ -37,8 +37,8 @@ describe("kill -9 of the Chroma wrapper under write load", () => {
       // Every snippet's vector is there. An upsert Chroma acknowledged just before the kill can die
       // with it (seen once in 50): the reconcile sweep (every minute) finds it and indexes it again.
       const ids = (await engram.services.db.recallSnippet.findMany({ where: { tenantId: engram.tenant.tenantId }, select: { id: true } })).map((s) => s.id);
-      const lost = await reconcileRecall(engram.services.deps, { tenantId: engram.tenant.tenantId }, { graceMs: 0 });
-      if (lost[engram.tenant.tenantId]) console.warn(`chroma-kill: reconcile re-queued ${lost[engram.tenant.tenantId]} snippets`);
+      const requeued = await reconcileRecall(engram.services.deps, { tenantId: engram.tenant.tenantId }, { graceMs: 0 });
+      if (requeued[engram.tenant.tenantId]) console.warn(`chroma-kill: reconcile re-queued ${requeued[engram.tenant.tenantId]} snippets`);
       await until("every snippet's vector in Chroma", async () => (await engram.services.vectors.count(engram.tenant.tenantId, { ids })) === ids.length, 60_000);
     } finally {
       await load.stop();

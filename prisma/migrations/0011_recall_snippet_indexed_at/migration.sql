@@ -1,3 +1,3 @@
--- The reconcile sweep's two questions, every minute: which snippets wait for a vector
--- ("indexedAt" IS NULL) and which were indexed in the last few minutes (checked against Chroma).
+-- The reconcile sweep's lost-vector check, every minute: the snippets indexed since its last run
+-- (a range on "indexedAt"), to ask Chroma whether it still has their vectors.
 CREATE INDEX "RecallSnippet_tenantId_indexedAt_idx" ON "RecallSnippet"("tenantId", "indexedAt");

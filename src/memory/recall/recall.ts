@@ -27,9 +27,9 @@ export type { RecallCandidate, RecallEvent };
  * (bench/README.md, "LoCoMo evidence recall"), as the sweep's best that keeps 3.5 distinct
  * conversations in the top 5: RRF k 1 lets each retriever's first ranks count, BM25 weighs 2.5
  * against the offline encoder's 1, each retriever brings 40, a snippet in the time the message
- * names gains 0.2, keyword hits under 5% of the best one's BM25 are dropped, a found turn gains
- * 0.2 of its best found neighbour's score (the answer is often one turn away), and the cap of 10
- * per conversation is off within a top 10.
+ * names gains 0.3, keyword hits under 5% of the best one's BM25 are dropped, a found turn gains
+ * 0.2 of its best found neighbour's score (the answer is often one turn away), and one
+ * conversation takes at most 3 of the first 5 places while another's snippet waits.
  */
 export const RECALL = {
   candidates: 10,
@@ -168,8 +168,8 @@ function readBack(db: TenantDb, input: SearchInput, ids: string[]) {
  * (Chroma), the full-text matches (PostgreSQL), fused by reciprocal rank with a boost for the
  * time the message names and at most RECALL.perConversation snippets per conversation among the
  * first RECALL.diversityWindow while the others wait (fusion.ts). Snippets are read back from the
- * database, so a vector whose snippet was forgotten is never returned. When vector search fails (Chroma down), the keyword side
- * still answers and `degraded` says why.
+ * database, so a vector whose snippet was forgotten is never returned. When vector search fails
+ * (Chroma down), the keyword side still answers and `degraded` says why.
  */
 export async function searchSnippets(
   db: TenantDb,

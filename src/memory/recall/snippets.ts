@@ -291,35 +291,46 @@ export async function snippetsToReindex(db: TenantDb, model: string, options: { 
 }
 
 
+const LOST_CHECK_BATCH = 500;
+
 /**
  * Of the snippets marked indexed by this model since `since`, those whose vector the vector
  * store no longer has: marked not indexed again and returned, for the caller to re-queue. A
  * vector store can lose an upsert it had acknowledged when it dies straight after (seen with
- * the embedded Chroma under kill -9), and `indexedAt` alone would never tell.
+ * the embedded Chroma under kill -9), and `indexedAt` alone would never tell. Read in pages of
+ * LOST_CHECK_BATCH, oldest first.
  */
 export async function unmarkLostVectors(
   db: TenantDb,
   vectors: Pick<Deps["vectors"], "present">,
   model: string,
-  options: { since: Date; limit: number },
+  options: { since: Date },
 ) {
-  const rows = await db.recallSnippet.findMany({
-    where: { indexedAt: { gte: options.since }, embeddingModel: model },
-    orderBy: { indexedAt: "asc" },
-    take: options.limit,
-    select: { id: true },
-  });
   const lost: string[] = [];
-  for (let i = 0; i < rows.length; i += LOST_CHECK_BATCH) {
-    const ids = rows.slice(i, i + LOST_CHECK_BATCH).map((r) => r.id);
+  let after: { id: string; indexedAt: Date } | undefined;
+  for (;;) {
+    const page: { id: string; indexedAt: Date | null }[] = await db.recallSnippet.findMany({
+      where: {
+        embeddingModel: model,
+        indexedAt: { gte: options.since },
+        ...(after ? { OR: [{ indexedAt: { gt: after.indexedAt } }, { indexedAt: after.indexedAt, id: { gt: after.id } }] } : {}),
+      },
+      orderBy: [{ indexedAt: "asc" }, { id: "asc" }],
+      take: LOST_CHECK_BATCH,
+      select: { id: true, indexedAt: true },
+    });
+    const ids = page.map((r) => r.id);
     const present = await vectors.present({ tenantId: db.$tenantId(), model }, ids);
-    lost.push(...ids.filter((id) => !present.has(id)));
+    const missing = ids.filter((id) => !present.has(id));
+    if (missing.length) {
+      await db.recallSnippet.updateMany({ where: { id: { in: missing }, embeddingModel: model }, data: { indexedAt: null } });
+      lost.push(...missing);
+    }
+    if (page.length < LOST_CHECK_BATCH) return lost;
+    const last = page.at(-1)!;
+    after = { id: last.id, indexedAt: last.indexedAt! };
   }
-  if (lost.length) await db.recallSnippet.updateMany({ where: { id: { in: lost }, embeddingModel: model }, data: { indexedAt: null } });
-  return lost;
 }
-
-const LOST_CHECK_BATCH = 500;
 
 export type RecallIndexStatus = { pending: number; oldestPendingAt: Date | null };
 

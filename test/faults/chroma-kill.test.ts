@@ -36,10 +36,34 @@ describe("kill -9 of the Chroma wrapper under write load", () => {
       expect(again.pid).not.toBe(first.pid);
       // Every snippet's vector is there. An upsert Chroma acknowledged just before the kill can die
       // with it (seen once in 50): the reconcile sweep (every minute) finds it and indexes it again.
-      const ids = (await engram.services.db.recallSnippet.findMany({ where: { tenantId: engram.tenant.tenantId }, select: { id: true } })).map((s) => s.id);
-      const requeued = await reconcileRecall(engram.services.deps, { tenantId: engram.tenant.tenantId }, { graceMs: 0 });
-      if (requeued[engram.tenant.tenantId]) console.warn(`chroma-kill: reconcile re-queued ${requeued[engram.tenant.tenantId]} snippets`);
-      await until("every snippet's vector in Chroma", async () => (await engram.services.vectors.count(engram.tenant.tenantId, { ids })) === ids.length, 60_000);
+      const tenantId = engram.tenant.tenantId;
+      const snippets = await engram.services.db.recallSnippet.findMany({ where: { tenantId }, select: { id: true } });
+      const ids = snippets.map((s) => s.id);
+      const { model } = await engram.services.deps.embeddings.forTenant(tenantId);
+      const missing = async () => {
+        const present = await engram.services.vectors.present({ tenantId, model }, ids);
+        return ids.filter((id) => !present.has(id));
+      };
+      // The sweep runs every minute in production; here every 5 s until every vector is there.
+      let swept = 0;
+      try {
+        await until("every snippet's vector in Chroma", async () => {
+          if (Date.now() - swept > 5_000) {
+            swept = Date.now();
+            const requeued = await reconcileRecall(engram.services.deps, { tenantId }, { graceMs: 0 });
+            if (requeued[tenantId]) console.warn(`chroma-kill: reconcile re-queued ${requeued[tenantId]} snippets`);
+          }
+          return (await missing()).length === 0;
+        }, 60_000);
+      } catch (error) {
+        // What is left says which step did not happen: re-queued, indexed, or the vector stored.
+        const left = await engram.services.db.recallSnippet.findMany({
+          where: { id: { in: await missing() } },
+          select: { id: true, indexedAt: true, embeddingModel: true, createdAt: true },
+        });
+        console.warn(`chroma-kill: without a vector after 60 s: ${JSON.stringify(left)}`);
+        throw error;
+      }
     } finally {
       await load.stop();
     }

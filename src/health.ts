@@ -1,4 +1,5 @@
 import type { Store } from "./embedded/embedded.ts";
+import { withTimeout } from "./timeout.ts";
 
 /** One component's state as /healthz reports it. */
 export type ComponentHealth = { status: "ok" | "down"; detail?: string };
@@ -11,20 +12,12 @@ export type Health = {
 
 const CHECK_TIMEOUT_MS = 3_000;
 
-/** Resolves with the check's verdict, or "down" when it throws or takes longer than 2 s. */
+/** Resolves with the check's verdict, or "down" when it throws or takes longer than CHECK_TIMEOUT_MS. */
 async function timed(check: () => Promise<ComponentHealth>): Promise<ComponentHealth> {
-  let timer: NodeJS.Timeout | undefined;
   try {
-    return await Promise.race([
-      check(),
-      new Promise<ComponentHealth>((resolve) => {
-        timer = setTimeout(() => resolve({ status: "down", detail: `no answer within ${CHECK_TIMEOUT_MS} ms` }), CHECK_TIMEOUT_MS);
-      }),
-    ]);
+    return await withTimeout(check(), CHECK_TIMEOUT_MS, `no answer within ${CHECK_TIMEOUT_MS} ms`);
   } catch (error) {
     return { status: "down", detail: (error as Error).message.split("\n")[0] };
-  } finally {
-    clearTimeout(timer);
   }
 }
 

@@ -20,6 +20,7 @@ import {
 } from "./embedded/embedded.ts";
 import { migrate } from "./embedded/migrate.ts";
 import { createKeyCache, type KeyCache } from "./auth.ts";
+import { withTimeout } from "./timeout.ts";
 
 /**
  * The composition root of a process (the API, the worker, the CLI): the store, the one raw
@@ -121,7 +122,7 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
       let failure: unknown;
       const run = async (done: string, step: () => Promise<unknown>, bounded = true) => {
         try {
-          await (bounded ? withinCloseStep(step(), done) : step());
+          await (bounded ? withTimeout(step(), CLOSE_STEP_MS, `not ${done} within ${CLOSE_STEP_MS / 1000} s`) : step());
           log.debug(done);
         } catch (error) {
           log.warn(`while closing: ${done.split(" ")[0]} failed`, { error });
@@ -150,10 +151,3 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
  */
 const CLOSE_STEP_MS = 5_000;
 
-function withinCloseStep(step: Promise<unknown>, done: string): Promise<unknown> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`not ${done} within ${CLOSE_STEP_MS / 1000} s`)), CLOSE_STEP_MS);
-  });
-  return Promise.race([step, late]).finally(() => clearTimeout(timer));
-}

@@ -1,6 +1,8 @@
+import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { snippetsToReindex, unmarkLostVectors } from "../memory/recall/snippets.ts";
 import { indexJob } from "../queue.ts";
+import { withTimeout } from "../timeout.ts";
 
 // Younger snippets most likely still have their indexing job queued.
 const GRACE_MS = 60_000;
@@ -35,7 +37,7 @@ export async function reconcileRecall(
       olderThan: new Date(Date.now() - (options.graceMs ?? GRACE_MS)),
       limit: MAX_PER_TENANT,
     });
-    const lost = await findLostVectors(deps, tenantId, model);
+    const lost = await findLostVectors(deps, db, tenantId, model);
     const ids = [...new Set([...waiting, ...lost])];
     for (let i = 0; i < ids.length; i += PER_JOB) {
       await deps.queue.enqueue(indexJob, { tenantId, snippetIds: ids.slice(i, i + PER_JOB) });
@@ -47,16 +49,16 @@ export async function reconcileRecall(
 }
 
 /** The tenant's snippets marked indexed whose vector the vector store no longer has (none when it cannot be asked now). */
-async function findLostVectors(deps: Pick<Deps, "tenants" | "vectors" | "log">, tenantId: string, model: string) {
+async function findLostVectors(deps: Pick<Deps, "vectors" | "log">, db: TenantDb, tenantId: string, model: string) {
   const began = Date.now();
   const last = lostCheckedAt.get(tenantId);
   const since = new Date(last === undefined ? began - LOST_CHECK_FIRST_MS : last - LOST_CHECK_OVERLAP_MS);
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${LOST_CHECK_TIMEOUT_MS / 1000} s`)), LOST_CHECK_TIMEOUT_MS);
-  });
   try {
-    const lost = await Promise.race([unmarkLostVectors(deps.tenants.scoped(tenantId), deps.vectors, model, { since }), timeout]);
+    const lost = await withTimeout(
+      unmarkLostVectors(db, deps.vectors, model, { since }),
+      LOST_CHECK_TIMEOUT_MS,
+      `no answer within ${LOST_CHECK_TIMEOUT_MS / 1000} s`,
+    );
     lostCheckedAt.set(tenantId, began);
     if (lost.length) deps.log.warn("recall reconcile found indexed snippets without their vector", { tenantId, lost: lost.length });
     return lost;
@@ -64,7 +66,5 @@ async function findLostVectors(deps: Pick<Deps, "tenants" | "vectors" | "log">, 
     // Checked again from the same point next time: the window grows until a check succeeds.
     deps.log.warn("recall reconcile could not check for lost vectors", { tenantId, error: (error as Error).message });
     return [];
-  } finally {
-    clearTimeout(timer);
   }
 }

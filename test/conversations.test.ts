@@ -125,6 +125,16 @@ describe("recordTurn", () => {
     const messages = await engram.services.db.message.findMany({ where: { conversationId: data.recordTurn.conversation.id } });
     expect(messages.every((m) => m.occurredAt.toISOString() === "2025-03-01T09:00:00.000Z")).toBe(true);
   });
+
+  it("answers a selection of the turn's own fields from the write, as a re-read would", async () => {
+    const OWN = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id clientTurnId occurredAt firstSeq lastSeq } }`;
+    const first = await engram.gql(OWN, { input: turn("c-own", { occurredAt: "2025-03-01T09:00:00.250Z" }) });
+    const second = await engram.gql(OWN, { input: turn("c-own", { occurredAt: "2025-03-01T09:05:00Z" }) });
+    expect(first.data.recordTurn).toMatchObject({ occurredAt: "2025-03-01T09:00:00.250Z", firstSeq: 1, lastSeq: 2 });
+    expect(second.data.recordTurn).toMatchObject({ occurredAt: "2025-03-01T09:05:00.000Z", firstSeq: 3, lastSeq: 4 });
+    const stored = await engram.services.db.turn.findUniqueOrThrow({ where: { id: second.data.recordTurn.id } });
+    expect(second.data.recordTurn).toEqual({ id: stored.id, clientTurnId: stored.clientTurnId, occurredAt: stored.occurredAt.toISOString(), firstSeq: stored.firstSeq, lastSeq: stored.lastSeq });
+  });
 });
 
 describe("importConversation", () => {

@@ -124,24 +124,27 @@ describe("SQL statements per request on the hot paths", () => {
     expect(await statementsOf(q, { input: { conversationId, message: "what about pricing?" } })).toBeLessThanOrEqual(8);
   });
 
-  it("recordTurn on a known conversation: one read, one write, one queue write and the answer", async () => {
+  it("recordTurn on a known conversation: one statement reads and writes, one queue write, the feed's row", async () => {
     const q = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id firstSeq lastSeq } }`;
     const input = { agentExternalId: "qa", endUserExternalId: "qu", conversationExternalId: "qc", userMessage: "and the price?", assistantMessage: "12 EUR" };
-    // The conversation with any earlier use of the turn id, the one statement that appends
-    // the messages and the turn, the turn's follow-up job, the re-read for the selection, and the
-    // feed's history row.
-    expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-1" } }, engram.tenant.writer)).toBe(5);
+    // The one statement that finds the conversation and any earlier use of the turn id and
+    // appends the messages and the turn, the turn's follow-up job, and the feed's history row. A
+    // selection of the turn's own fields needs no re-read.
+    expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-1" } }, engram.tenant.writer)).toBe(3);
     // With the caller's gate verdict: one more, its upsert.
     const gate = { remember: false, forget: "NONE", forgetTargets: [], needsRecall: false };
-    expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-2", gate } }, engram.tenant.writer)).toBe(6);
+    expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-2", gate } }, engram.tenant.writer)).toBe(4);
+    // A selection that reaches the conversation and its end user: one more, the re-read (one statement, joined).
+    const nested = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id firstSeq conversation { id endUser { id externalId } } } }`;
+    expect(await statementsOf(nested, { input: { ...input, clientTurnId: "pinned-3" } }, engram.tenant.writer)).toBe(4);
   });
 
   it("the first turn of a new conversation: no transaction, one statement creates what is new", async () => {
     const q = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id firstSeq lastSeq } }`;
     const input = { agentExternalId: "qa-new", endUserExternalId: "qu-new", conversationExternalId: "qc-new", userMessage: "hello", assistantMessage: "hi" };
-    // The lookup that finds nothing, the statement that creates the agent, the user and the
-    // conversation, the lookup again, the append, the turn's job, the re-read and the feed's row.
-    expect(await statementsOf(q, { input: { ...input, clientTurnId: "first-1" } }, engram.tenant.writer)).toBe(7);
+    // The append that finds no conversation, the statement that creates the agent, the user and
+    // the conversation, the append again, the turn's job and the feed's row.
+    expect(await statementsOf(q, { input: { ...input, clientTurnId: "first-1" } }, engram.tenant.writer)).toBe(5);
   });
 
   it("recordTurn of an agent with no model work, within its tenant's follow-ups window: no queue write", async () => {
@@ -151,8 +154,8 @@ describe("SQL statements per request on the hot paths", () => {
     await engram.gql(q, { input: { ...input, clientTurnId: "quiet-0" } }, engram.tenant.writer);
     // Hold the window open (as a burst of turns finds it), so the count does not depend on timing.
     await engram.services.queue.enqueueSoon(followUpsJob, { tenantId: engram.tenant.tenantId }, "tenantId", 600_000);
-    // The conversation (with its agent's settings), the append, the re-read, the feed's row (the key is cached).
-    expect(await statementsOf(q, { input: { ...input, clientTurnId: "quiet-1" } }, engram.tenant.writer)).toBe(4);
+    // The append (which reads the agent's settings) and the feed's row (the key is cached).
+    expect(await statementsOf(q, { input: { ...input, clientTurnId: "quiet-1" } }, engram.tenant.writer)).toBe(2);
     expect(FOLLOW_UPS_WINDOW_MS).toBeLessThanOrEqual(1_000);
   });
 

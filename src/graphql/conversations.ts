@@ -196,6 +196,8 @@ builder.mutationFields((t) => ({
     resolve: async (query, _root, { input }, ctx) => {
       const recorded = await recordTurn(ctx.db, input);
       await afterTurnRecorded(ctx.db, ctx.deps, recorded);
+      // The turn's own fields are at hand; a selection that reaches its relations reads them (one statement).
+      if (!("include" in query) && !("select" in query)) return recorded.turn;
       return ctx.db.turn.findUniqueOrThrow({ ...query, where: { id: recorded.turn.id } });
     },
   }),

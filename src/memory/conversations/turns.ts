@@ -89,6 +89,8 @@ async function appendMessages(tx: TenantDb, tenantId: string, conversationId: st
   return { firstSeq, lastSeq };
 }
 
+type Nullable<T> = { [K in keyof T]: T[K] | null };
+
 type KnownConversation = {
   id: string;
   agentId: string;
@@ -99,11 +101,12 @@ type KnownConversation = {
 };
 
 /**
- * The hot path, for a conversation that exists: one statement reads the conversation and any
- * earlier turn with this clientTurnId, and one statement (atomic on its own, so no transaction)
- * bumps lastSeq under the conversation's row lock, inserts the messages and the turn. "new" when
- * there is no such conversation yet; null when it belongs to someone else or the turn id was
- * used: the caller's transactional path then decides.
+ * The hot path, for a conversation that exists: one statement (atomic on its own, so no
+ * transaction) reads the conversation and any earlier turn with this clientTurnId and, when the
+ * conversation is the caller's and the turn id is free, bumps lastSeq under the conversation's
+ * row lock and inserts the messages and the turn. "new" when there is no such conversation yet;
+ * null when it belongs to someone else or the turn id was used: the caller's transactional path
+ * then decides.
  */
 async function appendToKnownConversation(
   db: TenantDb,
@@ -112,48 +115,59 @@ async function appendToKnownConversation(
   occurredAt: Date,
 ): Promise<RecordedTurn | "new" | null> {
   const tenantId = db.$tenantId();
-  // Always one row: the conversation's columns are null when it does not exist.
-  const [known] = await db.$queryRaw<({ [K in keyof KnownConversation]: KnownConversation[K] | null } & { turnTaken: boolean })[]>`
-    SELECT c."id", c."agentId", c."endUserId", a."externalId" AS "agentExternalId", u."externalId" AS "endUserExternalId", a."settings" AS "agentSettings",
-           EXISTS (SELECT 1 FROM "Turn" t WHERE t."tenantId" = ${tenantId} AND t."clientTurnId" = ${parsed.clientTurnId}) AS "turnTaken"
-    FROM (SELECT 1) AS one
-    LEFT JOIN ("Conversation" c JOIN "Agent" a ON a."id" = c."agentId" JOIN "EndUser" u ON u."id" = c."endUserId")
-      ON c."tenantId" = ${tenantId} AND c."externalId" = ${parsed.conversationExternalId}`;
-  if (known.turnTaken) return null;
-  if (!known.id) return "new";
-  if (
-    known.agentExternalId !== parsed.agentExternalId ||
-    known.endUserExternalId !== parsed.endUserExternalId
-  ) {
-    return null;
-  }
   const n = messages.length;
   const at = occurredAt.toISOString();
-  const [turn] = await db.$queryRaw<Turn[]>`
-    WITH conv AS (
+  // Always one row: the conversation's columns are null when it does not exist, the turn's when
+  // nothing was written.
+  const [row] = await db.$queryRaw<(Nullable<KnownConversation> & { turnTaken: boolean; turn: Nullable<Turn> })[]>`
+    WITH known AS (
+      SELECT c."id", c."agentId", c."endUserId", a."externalId" AS "agentExternalId", u."externalId" AS "endUserExternalId", a."settings" AS "agentSettings",
+             EXISTS (SELECT 1 FROM "Turn" t WHERE t."tenantId" = ${tenantId} AND t."clientTurnId" = ${parsed.clientTurnId}) AS "turnTaken"
+      FROM (SELECT 1) AS one
+      LEFT JOIN ("Conversation" c JOIN "Agent" a ON a."id" = c."agentId" JOIN "EndUser" u ON u."id" = c."endUserId")
+        ON c."tenantId" = ${tenantId} AND c."externalId" = ${parsed.conversationExternalId}
+    ), conv AS (
       UPDATE "Conversation" SET "lastSeq" = "lastSeq" + ${n}, "updatedAt" = (now() AT TIME ZONE 'UTC')
-      WHERE "tenantId" = ${tenantId} AND "id" = ${known.id}
+      FROM known
+      WHERE "Conversation"."tenantId" = ${tenantId} AND "Conversation"."id" = known."id" AND NOT known."turnTaken"
+        AND known."agentExternalId" = ${parsed.agentExternalId} AND known."endUserExternalId" = ${parsed.endUserExternalId}
         AND NOT EXISTS (SELECT 1 FROM "Turn" t WHERE t."tenantId" = ${tenantId} AND t."clientTurnId" = ${parsed.clientTurnId})
-      RETURNING "id", "lastSeq"
+      RETURNING "Conversation"."id", "Conversation"."lastSeq"
     ), inserted AS (
       INSERT INTO "Message" ("id", "tenantId", "conversationId", "seq", "role", "content", "private", "occurredAt", "createdAt")
       SELECT gen_random_uuid()::text, ${tenantId}, conv."id", conv."lastSeq" - ${n} + m.ord, m.role::"MessageRole", m.content, m.private, ${at}::timestamp(3), (now() AT TIME ZONE 'UTC')
       FROM conv, unnest(${messages.map((m) => m.role)}::text[], ${messages.map((m) => m.content)}::text[], ${messages.map((m) => m.private)}::boolean[])
         WITH ORDINALITY AS m(role, content, private, ord)
       RETURNING 1
+    ), turn AS (
+      INSERT INTO "Turn" ("id", "tenantId", "conversationId", "clientTurnId", "firstSeq", "lastSeq", "occurredAt", "createdAt")
+      SELECT gen_random_uuid()::text, ${tenantId}, conv."id", ${parsed.clientTurnId}, conv."lastSeq" - ${n} + 1, conv."lastSeq", ${at}::timestamp(3), (now() AT TIME ZONE 'UTC')
+      FROM conv
+      RETURNING *
     )
-    INSERT INTO "Turn" ("id", "tenantId", "conversationId", "clientTurnId", "firstSeq", "lastSeq", "occurredAt", "createdAt")
-    SELECT gen_random_uuid()::text, ${tenantId}, conv."id", ${parsed.clientTurnId}, conv."lastSeq" - ${n} + 1, conv."lastSeq", ${at}::timestamp(3), (now() AT TIME ZONE 'UTC')
-    FROM conv
-    RETURNING *`;
-  if (!turn) return null;
-  return {
-    turn,
-    conversation: { id: known.id, agentId: known.agentId!, endUserId: known.endUserId! },
-    created: true,
-    agentSettings: known.agentSettings,
-  };
+    SELECT known.*, (SELECT row_to_json(turn) FROM turn) AS "turn" FROM known`;
+  if (row.turn?.id) {
+    const turn = row.turn as unknown as Record<keyof Turn, string | number | null>;
+    return {
+      turn: {
+        ...(turn as unknown as Turn),
+        occurredAt: utc(turn.occurredAt as string),
+        createdAt: utc(turn.createdAt as string),
+        followUpsQueuedAt: turn.followUpsQueuedAt === null ? null : utc(turn.followUpsQueuedAt as string),
+      },
+      conversation: { id: row.id!, agentId: row.agentId!, endUserId: row.endUserId! },
+      created: true,
+      agentSettings: row.agentSettings,
+    };
+  }
+  if (row.turnTaken) return null;
+  if (!row.id) return "new";
+  // Someone else's conversation (another agent or end user): the transactional path says so.
+  return null;
 }
+
+/** A timestamp(3) column as row_to_json writes it (no zone: the columns hold UTC). */
+const utc = (text: string) => new Date(`${text}Z`);
 
 /**
  * Creates what a first turn needs and does not exist yet (the agent, the end user, the

@@ -12,6 +12,13 @@ export async function recordModelUsage(db: TenantDb, usage: ModelUsageRecord & {
   });
 }
 
+/** Several calls' rows in one statement. */
+export async function recordModelUsages(db: TenantDb, usages: (ModelUsageRecord & { redactions?: number })[]) {
+  await db.modelUsage.createMany({
+    data: usages.map((usage) => ({ ...usage, tenantId: db.$tenantId(), purpose: purposeOf(usage.model) })),
+  });
+}
+
 export const USAGE_GROUPS = ["PURPOSE", "CHAIN", "MODEL", "DAY", "TENANT"] as const;
 export type UsageGroup = (typeof USAGE_GROUPS)[number];
 

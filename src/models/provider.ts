@@ -9,7 +9,7 @@ import { redactTexts, type RedactionResult } from "../governance/redaction.ts";
 import { loadTenantSettings, tenantApiKey, type EffectiveSettings } from "../governance/settings.ts";
 import { countTokens } from "../memory/tokens.ts";
 import { egressPolicy, guardedFetch, asModelCallError } from "./egress.ts";
-import { recordModelUsage } from "../governance/usage.ts";
+import { recordModelUsage, recordModelUsages } from "../governance/usage.ts";
 import {
   defaultModelName,
   defaultRoute,
@@ -108,6 +108,9 @@ export class TenantEmbeddings extends Embeddings {
   }
 }
 
+/** How long a search's query-embedding usage row waits to be stored with the others of that moment. */
+const USAGE_AFTER_MS = 250;
+
 export function createModelProvider(deps: {
   tenants: Pick<TenantDirectory, "scoped">;
   env: Env;
@@ -130,12 +133,28 @@ export function createModelProvider(deps: {
   const redactWith = (settings: EffectiveSettings, tenant: string) => (texts: string[]) =>
     redactTexts(settings.redaction, texts, { tenant });
   const recordFor = (tenantId: string) => (usage: ModelUsageRecord) => recordModelUsage(tenants.scoped(tenantId), usage);
-  // Usage rows written after the reply they belong to, until they are stored.
+  // Usage rows written after the reply they belong to (a search's query embedding): gathered for
+  // USAGE_AFTER_MS and stored per tenant in one statement, since on the embedded store every
+  // statement waits its turn with the next request's.
   const pendingUsage = new Set<Promise<void>>();
+  const afterRows = new Map<string, ModelUsageRecord[]>();
+  let afterTimer: NodeJS.Timeout | undefined;
+  const storeAfterRows = () => {
+    clearTimeout(afterTimer);
+    afterTimer = undefined;
+    for (const [tenantId, rows] of afterRows) {
+      const write = recordModelUsages(tenants.scoped(tenantId), rows).catch((error) =>
+        deps.log.warn("could not record query embeddings' usage", { tenantId, rows: rows.length, error }),
+      );
+      pendingUsage.add(write);
+      void write.finally(() => pendingUsage.delete(write));
+    }
+    afterRows.clear();
+  };
   const recordAfterFor = (tenantId: string) => (usage: ModelUsageRecord) => {
-    const write = recordFor(tenantId)(usage).catch((error) => deps.log.warn("could not record a query embedding's usage", { tenantId, error }));
-    pendingUsage.add(write);
-    void write.finally(() => pendingUsage.delete(write));
+    const rows = afterRows.get(tenantId) ?? afterRows.set(tenantId, []).get(tenantId)!;
+    rows.push(usage);
+    afterTimer ??= setTimeout(storeAfterRows, USAGE_AFTER_MS);
   };
   // One OpenAI client per route (its connection pool is reused across requests), not one per search.
   const embedders = new Map<string, OpenAIEmbeddings>();
@@ -193,6 +212,7 @@ export function createModelProvider(deps: {
     budget: (tenantId) => budgetStatus(tenants.scoped(tenantId)),
     async settled() {
       // Writes started while waiting (a job finishing during shutdown) are waited for too.
+      storeAfterRows();
       while (pendingUsage.size) await Promise.all([...pendingUsage]);
     },
   };

@@ -21,6 +21,17 @@ beforeAll(async () => {
 afterAll(() => engram?.stop());
 
 describe("appendEvent", () => {
+  it("answers the event's own fields from the write, as reading it back does", async () => {
+    const fields = `id scope scopeRef kind body source sourceRef occurredAt createdAt compressedAt`;
+    const append = `mutation($input: AppendEventInput!) { appendEvent(input: $input) { ${fields} } }`;
+    for (const input of [event({ occurredAt: "2026-01-02T03:04:05.678Z" }), event({ sourceRef: "own-fields-1" })]) {
+      const { data, errors } = await engram.gql(append, { input }, engram.tenant.writer);
+      expect(errors).toBeUndefined();
+      const read = await engram.gql(`query($id: ID!) { event(id: $id) { ${fields} } }`, { id: data.appendEvent.id }, engram.tenant.reader);
+      expect(data.appendEvent).toEqual(read.data.event);
+    }
+  });
+
   it("appends an event and reads it back", async () => {
     const { data, errors } = await engram.gql(APPEND, { input: event({ sourceRef: "call-1" }) }, engram.tenant.writer);
     expect(errors).toBeUndefined();

@@ -192,9 +192,11 @@ describe("SQL statements per request on the hot paths", () => {
     expect(await db.gateVerdict.count({ where: { decidedBy: "KEYWORDS", conversationId: { in: conversations.map((c) => c.id) } } })).toBe(33);
   }, 120_000);
 
-  it("appendEvent: the insert, the answer and the feed's history row", async () => {
+  it("appendEvent: the insert and the feed's history row; a selection of a relation re-reads", async () => {
     const q = `mutation($input: AppendEventInput!) { appendEvent(input: $input) { id } }`;
     const input = { scope: "ENTITY", scopeRef: "acme", kind: "note", body: "pinned", source: "qc", sourceRef: "pinned-event" };
-    expect(await statementsOf(q, { input }, engram.tenant.writer)).toBe(3);
+    expect(await statementsOf(q, { input }, engram.tenant.writer)).toBe(2);
+    const nested = `mutation($input: AppendEventInput!) { appendEvent(input: $input) { id entry { id } } }`;
+    expect(await statementsOf(nested, { input: { ...input, sourceRef: "pinned-event-2" } }, engram.tenant.writer)).toBe(3);
   });
 });

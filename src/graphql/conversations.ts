@@ -5,6 +5,7 @@ import { LIMITS } from "../limits.ts";
 import { importConversation, recordTurn } from "../memory/conversations/turns.ts";
 import { forgetConversation } from "../memory/forget.ts";
 import { afterTurnRecorded } from "../work/after-turn.ts";
+import { rowOrReread } from "./answer.ts";
 
 const MessageRoleEnum = builder.enumType("MessageRole", {
   values: ["USER", "ASSISTANT", "SYSTEM", "TOOL"] as const,
@@ -196,9 +197,7 @@ builder.mutationFields((t) => ({
     resolve: async (query, _root, { input }, ctx) => {
       const recorded = await recordTurn(ctx.db, input);
       await afterTurnRecorded(ctx.db, ctx.deps, recorded);
-      // The turn's own fields are at hand; a selection that reaches its relations reads them (one statement).
-      if (!("include" in query) && !("select" in query)) return recorded.turn;
-      return ctx.db.turn.findUniqueOrThrow({ ...query, where: { id: recorded.turn.id } });
+      return rowOrReread(query, recorded.turn, () => ctx.db.turn.findUniqueOrThrow({ ...query, where: { id: recorded.turn.id } }));
     },
   }),
   importConversation: t.prismaField({

@@ -4,6 +4,7 @@ import { notFound } from "../errors.ts";
 import { appendEvent, eventsWhere } from "../memory/log/events.ts";
 import { LIMITS } from "../limits.ts";
 import { ScopeEnum } from "./enums.ts";
+import { rowOrReread } from "./answer.ts";
 
 builder.prismaObject("MemoryEvent", {
   description: "An immutable raw moment: a call summary, a decision, a campaign change…",
@@ -80,7 +81,7 @@ builder.mutationFields((t) => ({
     args: { input: t.arg({ type: AppendEventInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
       const { event } = await appendEvent(ctx.db, ctx.deps, input);
-      return ctx.db.memoryEvent.findUniqueOrThrow({ ...query, where: { id: event.id } });
+      return rowOrReread(query, event, () => ctx.db.memoryEvent.findUniqueOrThrow({ ...query, where: { id: event.id } }));
     },
   }),
 }));

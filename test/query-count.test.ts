@@ -192,6 +192,29 @@ describe("SQL statements per request on the hot paths", () => {
     expect(await db.gateVerdict.count({ where: { decidedBy: "KEYWORDS", conversationId: { in: conversations.map((c) => c.id) } } })).toBe(33);
   }, 120_000);
 
+  it("a burst of appends: the feed's history rows of the announcements made while one is stored go in together, in order", async () => {
+    const append = `mutation($input: AppendEventInput!) { appendEvent(input: $input) { id } }`;
+    const spy = vi.spyOn(pg.Client.prototype, "query");
+    let ids: string[];
+    try {
+      const answers = await Promise.all(
+        Array.from({ length: 20 }, (_, i) =>
+          engram.gql(append, { input: { scope: "ENTITY", scopeRef: "burst", kind: "note", body: `burst ${i}`, source: "qc" } }, engram.tenant.writer),
+        ),
+      );
+      ids = answers.map((a) => a.data.appendEvent.id);
+      await engram.services.pubsub.settled();
+    } finally {
+      spy.mockRestore();
+    }
+    const feedInserts = spy.mock.calls.filter(([q]) => /INSERT INTO "public"."ActivityLog"/.test(typeof q === "string" ? q : (q as { text: string }).text));
+    expect(feedInserts.length).toBeLessThan(20);
+    const rows = await engram.services.db.activityLog.findMany({ where: { kind: "EVENT", refId: { in: ids } }, orderBy: { at: "asc" } });
+    expect(rows).toHaveLength(20);
+    // One row per event, each a millisecond at least after the one announced before it.
+    expect(new Set(rows.map((r) => r.at.getTime())).size).toBe(20);
+  });
+
   it("appendEvent: the insert and the feed's history row; a selection of a relation re-reads", async () => {
     const q = `mutation($input: AppendEventInput!) { appendEvent(input: $input) { id } }`;
     const input = { scope: "ENTITY", scopeRef: "acme", kind: "note", body: "pinned", source: "qc", sourceRef: "pinned-event" };

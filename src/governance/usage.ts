@@ -12,8 +12,9 @@ export async function recordModelUsage(db: TenantDb, usage: ModelUsageRecord & {
   });
 }
 
-/** Several calls' rows in one statement. */
+/** Several calls' rows in one insert (createMany is wrapped in a transaction: one row goes alone). */
 export async function recordModelUsages(db: TenantDb, usages: (ModelUsageRecord & { redactions?: number })[]) {
+  if (usages.length === 1) return recordModelUsage(db, usages[0]);
   await db.modelUsage.createMany({
     data: usages.map((usage) => ({ ...usage, tenantId: db.$tenantId(), purpose: purposeOf(usage.model) })),
   });

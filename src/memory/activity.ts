@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import type { TenantDb, TenantDirectory } from "../db.ts";
 import type { Prisma } from "../generated/prisma/client.ts";
 import type { Logger } from "../log.ts";
@@ -68,38 +69,81 @@ function rowOf<T extends keyof Topics>(topic: T, payload: Payload<T>): Row {
   throw new Error(`No feed kind for topic ${String(topic)}`);
 }
 
-/** Records one announcement; a job run keeps one row, its latest. */
-export async function recordActivity<T extends keyof Topics>(db: TenantDb, topic: T, payload: Payload<T>) {
-  const row = rowOf(topic, payload);
-  if (row.kind === "JOB_RUN") await db.activityLog.deleteMany({ where: { kind: "JOB_RUN", refId: row.refId } });
-  return db.activityLog.create({ data: { ...row, tenantId: db.$tenantId() } });
+/**
+ * Stores announcements' rows in one statement (two when job runs are among them: a job run
+ * keeps one row, its latest).
+ */
+async function recordActivities(db: TenantDb, rows: (Row & { id: string })[]) {
+  const jobRuns = rows.filter((row) => row.kind === "JOB_RUN").map((row) => row.refId!);
+  const latest = new Map(rows.map((row, i) => [row.kind === "JOB_RUN" ? `job:${row.refId}` : `row:${i}`, row]));
+  if (jobRuns.length) await db.activityLog.deleteMany({ where: { kind: "JOB_RUN", refId: { in: jobRuns } } });
+  const data = [...latest.values()].map((row) => ({ ...row, tenantId: db.$tenantId() }));
+  // createMany is wrapped in a transaction (two statements more): worth it for a burst only.
+  if (data.length === 1) await db.activityLog.create({ data: data[0], select: { id: true } });
+  else await db.activityLog.createMany({ data });
 }
+
+type Announcement = { topic: keyof Topics; payload: unknown; row: (Row & { id: string }) | null };
 
 /**
  * A pubsub that records each announcement before passing it on (with `activityId`, the history
- * row's id, so a live item and its history row are one item). Per tenant the writes run in
- * order, so subscribers hear announcements in the order they were made.
+ * row's id, so a live item and its history row are one item). Per tenant the writes run one at
+ * a time and in order, so subscribers hear announcements in the order they were made; the
+ * announcements made while a write is out are stored together by the next one (one statement
+ * for a burst, none added when they come one by one). Each row's `at` is taken when it is
+ * announced, a millisecond after the tenant's previous one at least, so the history's order is
+ * the announcements' order.
  */
 export function recordingActivity(pubsub: PubSub, tenants: Pick<TenantDirectory, "scoped">, log: Logger): PubSub {
-  const queues = new Map<string, Promise<void>>();
+  const pass = pubsub.publish as (topic: keyof Topics, tenantId: string, payload: unknown) => void;
+  const waiting = new Map<string, Announcement[]>();
+  const writing = new Map<string, Promise<void>>();
+  const lastAt = new Map<string, number>();
+  // Runs until the tenant has nothing waiting, and stops being the tenant's write in the same
+  // step as it finds nothing, so an announcement made after that starts the next one.
+  const write = async (tenantId: string) => {
+    for (;;) {
+      const batch = waiting.get(tenantId);
+      if (!batch?.length) {
+        writing.delete(tenantId);
+        return;
+      }
+      waiting.delete(tenantId);
+      const rows = batch.flatMap((a) => (a.row ? [a.row] : []));
+      let stored = false;
+      try {
+        if (rows.length) await recordActivities(tenants.scoped(tenantId), rows);
+        stored = true;
+      } catch (error) {
+        log.warn("could not record announcements in the feed's history", { rows: rows.length, error });
+      }
+      for (const { topic, payload, row } of batch) {
+        try {
+          pass(topic, tenantId, stored && row ? { ...(payload as object), activityId: row.id } : payload);
+        } catch (error) {
+          log.warn("could not pass an announcement on", { topic, error });
+        }
+      }
+    }
+  };
   const publish = (<T extends keyof Topics>(topic: T, tenantId: string, payload: Payload<T>) => {
     // Announcements to every instance (a revoked key) are not a tenant's and have no feed row.
-    if (tenantId === "all") return (pubsub.publish as (t: T, id: string, p: unknown) => void)(topic, tenantId, payload);
-    const previous = queues.get(tenantId) ?? Promise.resolve();
-    const next = previous.then(async () => {
-      let activityId: string | undefined;
-      try {
-        activityId = (await recordActivity(tenants.scoped(tenantId), topic, payload)).id;
-      } catch (error) {
-        log.warn("could not record an announcement in the feed's history", { topic, error });
-      }
-      (pubsub.publish as (t: T, id: string, p: unknown) => void)(topic, tenantId, activityId ? { ...payload, activityId } : payload);
-    });
-    queues.set(tenantId, next);
-    void next.finally(() => queues.get(tenantId) === next && queues.delete(tenantId));
+    if (tenantId === "all") return pass(topic, tenantId, payload);
+    const at = Math.max(Date.now(), (lastAt.get(tenantId) ?? 0) + 1);
+    lastAt.set(tenantId, at);
+    let row: Announcement["row"] = null;
+    try {
+      row = { ...rowOf(topic, payload), id: randomUUID(), at: new Date(at) };
+    } catch (error) {
+      log.warn("an announcement has no feed row", { topic, error });
+    }
+    const queue = waiting.get(tenantId) ?? waiting.set(tenantId, []).get(tenantId)!;
+    queue.push({ topic, payload, row });
+    // Started on the next microtask, so it is the tenant's write before it can finish.
+    if (!writing.has(tenantId)) writing.set(tenantId, Promise.resolve().then(() => write(tenantId)));
   }) as PubSub["publish"];
   const settled = async () => {
-    await Promise.all([...queues.values()]);
+    while (writing.size) await Promise.all([...writing.values()]);
   };
   return {
     ...pubsub,

@@ -238,7 +238,7 @@ the server is unreachable). Each script rewrites only its own section of this fi
 
 | Benchmark | Measures | Run |
 | --- | --- | --- |
-| Append | \`appendEvent\` over HTTP (auth, validation, insert, re-read, publish) against the same rows inserted straight through the Prisma client: events/s, p50/p95 latency, HTTP/raw and embedded/PostgreSQL ratios | \`npx tsx bench/append/run.ts\` |
+| Append | \`appendEvent\` over HTTP (auth, validation, insert, answer, publish with the feed row) against the same rows inserted straight through the Prisma client: events/s, p50/p95 latency, HTTP/raw and embedded/PostgreSQL ratios | \`npx tsx bench/append/run.ts\` |
 | Context | the \`context\` query (in-process \`yoga.fetch\`, reader key) over 1,000 conversations × 200 messages with summaries, kept messages and curated entries: p50/p95/p99/mean, SQL statements per query | \`npx tsx bench/context/run.ts\` |
 | Tokens | prompt tokens per turn on the LoCoMo conversations: Engram's summary + tail against the last 20 messages and the full history (a replay of the window rules in pure functions, checked turn by turn against the real code on the embedded store; no PostgreSQL run) | \`npx tsx bench/tokens/run.ts\` |
 

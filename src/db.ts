@@ -132,6 +132,15 @@ export type TenantDirectory = {
  * A duplicate key: Prisma's own queries report it as P2002, a raw statement's reaches us as
  * P2010 with PostgreSQL's code 23505 in the driver adapter's error.
  */
+/**
+ * Inserts rows gathered together: up to two one by one, more with createMany, which Prisma wraps
+ * in a transaction (two statements more), so it pays from three rows on.
+ */
+export async function insertRows<T>(rows: T[], one: (row: T) => Promise<unknown>, many: (rows: T[]) => Promise<unknown>) {
+  if (rows.length >= 3) await many(rows);
+  else for (const row of rows) await one(row);
+}
+
 export function isUniqueViolation(error: unknown): boolean {
   if (!(error instanceof Prisma.PrismaClientKnownRequestError)) return false;
   if (error.code === "P2002") return true;

@@ -275,6 +275,14 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     await engram.services.models.settled();
     const rows = await engram.services.db.modelUsage.findMany({ where: { tenantId: engram.other.tenantId, chain: "embed" } });
     expect(rows.map((r) => r.redactions).sort()).toEqual([1, 2]);
+
+    // The rows of searches made together are stored together: three queries, one insert (its
+    // rows share the statement's time), and settled() stores a gathering before its time is up.
+    await Promise.all(["one", "two", "three"].map((text) => embeddings!.embedQuery(text)));
+    await engram.services.models.settled();
+    const together = await engram.services.db.modelUsage.findMany({ where: { tenantId: engram.other.tenantId, chain: "embed" }, orderBy: { createdAt: "desc" }, take: 3 });
+    expect(new Set(together.map((r) => r.createdAt.getTime())).size).toBe(1);
+    expect(await engram.services.db.modelUsage.count({ where: { tenantId: engram.other.tenantId, chain: "embed" } })).toBe(5);
   });
 
   it("custom patterns run on a linear-time engine: backtracking bombs are harmless, and a run-time limit stays", async () => {

@@ -155,7 +155,7 @@ function report(results: StoreResult[], skipped: string[]): string {
     "",
     `${fmt(N)} appends per measurement after ${fmt(WARMUP)} warm-up appends, ${CONCURRENCY} in flight. ` +
       "**HTTP** is the `appendEvent` mutation posted with `fetch` to the server on a loopback port " +
-      "(API key lookup, validation, insert, re-read of the selected fields, in-process publish). " +
+      "(API key lookup, validation, insert, the answer from the inserted row, in-process publish with the feed's history row). " +
       "**Raw** is `services.db.memoryEvent.create` with the same data through the same Prisma client " +
       "and pool (8 connections). Latency is per append, measured at the caller while the others are " +
       `in flight, so it includes waiting for a connection; the *alone* columns are ${fmt(ALONE_N)} more ` +

@@ -1,4 +1,4 @@
-import type { TenantDb } from "../db.ts";
+import { insertRows, type TenantDb } from "../db.ts";
 import { badInput } from "../errors.ts";
 import type { ModelUsageRecord } from "../models/metered.ts";
 import type { ModelPrice } from "./settings.ts";
@@ -12,12 +12,10 @@ export async function recordModelUsage(db: TenantDb, usage: ModelUsageRecord & {
   });
 }
 
-/** Several calls' rows in one insert (createMany is wrapped in a transaction: one row goes alone). */
+/** Several calls' rows, stored together (insertRows). */
 export async function recordModelUsages(db: TenantDb, usages: (ModelUsageRecord & { redactions?: number })[]) {
-  if (usages.length === 1) return recordModelUsage(db, usages[0]);
-  await db.modelUsage.createMany({
-    data: usages.map((usage) => ({ ...usage, tenantId: db.$tenantId(), purpose: purposeOf(usage.model) })),
-  });
+  const rows = usages.map((usage) => ({ ...usage, tenantId: db.$tenantId(), purpose: purposeOf(usage.model) }));
+  await insertRows(rows, (data) => db.modelUsage.create({ data, select: { id: true } }), (data) => db.modelUsage.createMany({ data }));
 }
 
 export const USAGE_GROUPS = ["PURPOSE", "CHAIN", "MODEL", "DAY", "TENANT"] as const;

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import type { TenantDb, TenantDirectory } from "../db.ts";
+import { insertRows, type TenantDb, type TenantDirectory } from "../db.ts";
 import type { Prisma } from "../generated/prisma/client.ts";
 import type { Logger } from "../log.ts";
 import type { PubSub, RecallCandidate, Topics } from "../pubsub.ts";
@@ -24,7 +24,7 @@ type RecallDetail = {
   candidates: (Omit<RecallCandidate, "text" | "occurredAt"> & { occurredAt: string })[];
 };
 
-/** One insert per announcement and no reads: a conversation's agent and user are looked up when the history is read. */
+/** One row per announcement and no reads: a conversation's agent and user are looked up when the history is read. */
 function rowOf<T extends keyof Topics>(topic: T, payload: Payload<T>): Row {
   switch (topic) {
     case "summaryChanged": {
@@ -69,18 +69,13 @@ function rowOf<T extends keyof Topics>(topic: T, payload: Payload<T>): Row {
   throw new Error(`No feed kind for topic ${String(topic)}`);
 }
 
-/**
- * Stores announcements' rows in one statement (two when job runs are among them: a job run
- * keeps one row, its latest).
- */
+/** Stores announcements' rows together (insertRows); a job run keeps one row, its latest. */
 async function recordActivities(db: TenantDb, rows: (Row & { id: string })[]) {
   const jobRuns = rows.filter((row) => row.kind === "JOB_RUN").map((row) => row.refId!);
   const latest = new Map(rows.map((row, i) => [row.kind === "JOB_RUN" ? `job:${row.refId}` : `row:${i}`, row]));
   if (jobRuns.length) await db.activityLog.deleteMany({ where: { kind: "JOB_RUN", refId: { in: jobRuns } } });
   const data = [...latest.values()].map((row) => ({ ...row, tenantId: db.$tenantId() }));
-  // createMany is wrapped in a transaction (two statements more): worth it for a burst only.
-  if (data.length === 1) await db.activityLog.create({ data: data[0], select: { id: true } });
-  else await db.activityLog.createMany({ data });
+  await insertRows(data, (row) => db.activityLog.create({ data: row, select: { id: true } }), (rows) => db.activityLog.createMany({ data: rows }));
 }
 
 type Announcement = { topic: keyof Topics; payload: unknown; row: (Row & { id: string }) | null };
@@ -89,8 +84,7 @@ type Announcement = { topic: keyof Topics; payload: unknown; row: (Row & { id: s
  * A pubsub that records each announcement before passing it on (with `activityId`, the history
  * row's id, so a live item and its history row are one item). Per tenant the writes run one at
  * a time and in order, so subscribers hear announcements in the order they were made; the
- * announcements made while a write is out are stored together by the next one (one statement
- * for a burst, none added when they come one by one). Each row's `at` is taken when it is
+ * announcements made while a write is out are stored together by the next one (insertRows). Each row's `at` is taken when it is
  * announced, a millisecond after the tenant's previous one at least, so the history's order is
  * the announcements' order.
  */

@@ -134,7 +134,7 @@ export function createModelProvider(deps: {
     redactTexts(settings.redaction, texts, { tenant });
   const recordFor = (tenantId: string) => (usage: ModelUsageRecord) => recordModelUsage(tenants.scoped(tenantId), usage);
   // Usage rows written after the reply they belong to (a search's query embedding): gathered for
-  // USAGE_AFTER_MS and stored per tenant in one statement, since on the embedded store every
+  // USAGE_AFTER_MS and stored per tenant together (insertRows), since on the embedded store every
   // statement waits its turn with the next request's.
   const pendingUsage = new Set<Promise<void>>();
   const afterRows = new Map<string, ModelUsageRecord[]>();
@@ -211,9 +211,11 @@ export function createModelProvider(deps: {
     recordUsage: (tenantId, usage) => recordFor(tenantId)(usage),
     budget: (tenantId) => budgetStatus(tenants.scoped(tenantId)),
     async settled() {
-      // Writes started while waiting (a job finishing during shutdown) are waited for too.
-      storeAfterRows();
-      while (pendingUsage.size) await Promise.all([...pendingUsage]);
+      // Rows gathered or writes started while waiting (a job finishing during shutdown) are waited for too.
+      do {
+        storeAfterRows();
+        await Promise.all([...pendingUsage]);
+      } while (pendingUsage.size || afterRows.size);
     },
   };
 }

@@ -119,7 +119,7 @@ async function appendToKnownConversation(
   const at = occurredAt.toISOString();
   // Always one row: the conversation's columns are null when it does not exist, the turn's when
   // nothing was written.
-  const [row] = await db.$queryRaw<(Nullable<KnownConversation> & { turnTaken: boolean; turn: Nullable<Turn> })[]>`
+  const [row] = await db.$queryRaw<(Nullable<KnownConversation> & { turnTaken: boolean } & { [K in keyof Turn as `turn_${K}`]: Turn[K] | null })[]>`
     WITH known AS (
       SELECT c."id", c."agentId", c."endUserId", a."externalId" AS "agentExternalId", u."externalId" AS "endUserExternalId", a."settings" AS "agentSettings",
              EXISTS (SELECT 1 FROM "Turn" t WHERE t."tenantId" = ${tenantId} AND t."clientTurnId" = ${parsed.clientTurnId}) AS "turnTaken"
@@ -131,7 +131,6 @@ async function appendToKnownConversation(
       FROM known
       WHERE "Conversation"."tenantId" = ${tenantId} AND "Conversation"."id" = known."id" AND NOT known."turnTaken"
         AND known."agentExternalId" = ${parsed.agentExternalId} AND known."endUserExternalId" = ${parsed.endUserExternalId}
-        AND NOT EXISTS (SELECT 1 FROM "Turn" t WHERE t."tenantId" = ${tenantId} AND t."clientTurnId" = ${parsed.clientTurnId})
       RETURNING "Conversation"."id", "Conversation"."lastSeq"
     ), inserted AS (
       INSERT INTO "Message" ("id", "tenantId", "conversationId", "seq", "role", "content", "private", "occurredAt", "createdAt")
@@ -145,15 +144,24 @@ async function appendToKnownConversation(
       FROM conv
       RETURNING *
     )
-    SELECT known.*, (SELECT row_to_json(turn) FROM turn) AS "turn" FROM known`;
-  if (row.turn?.id) {
-    const turn = row.turn as unknown as Record<keyof Turn, string | number | null>;
+    SELECT known.*, turn."id" AS "turn_id", turn."tenantId" AS "turn_tenantId", turn."conversationId" AS "turn_conversationId",
+           turn."clientTurnId" AS "turn_clientTurnId", turn."firstSeq" AS "turn_firstSeq", turn."lastSeq" AS "turn_lastSeq",
+           turn."occurredAt" AS "turn_occurredAt", turn."createdAt" AS "turn_createdAt", turn."followUpsQueuedAt" AS "turn_followUpsQueuedAt"
+    FROM known LEFT JOIN turn ON true`;
+  // A concurrent turn with the same id makes the turn's insert fail on the unique index; the
+  // caller's retry then finds it.
+  if (row.turn_id) {
     return {
       turn: {
-        ...(turn as unknown as Turn),
-        occurredAt: utc(turn.occurredAt as string),
-        createdAt: utc(turn.createdAt as string),
-        followUpsQueuedAt: turn.followUpsQueuedAt === null ? null : utc(turn.followUpsQueuedAt as string),
+        id: row.turn_id,
+        tenantId: row.turn_tenantId!,
+        conversationId: row.turn_conversationId!,
+        clientTurnId: row.turn_clientTurnId!,
+        firstSeq: row.turn_firstSeq!,
+        lastSeq: row.turn_lastSeq!,
+        occurredAt: row.turn_occurredAt!,
+        createdAt: row.turn_createdAt!,
+        followUpsQueuedAt: row.turn_followUpsQueuedAt,
       },
       conversation: { id: row.id!, agentId: row.agentId!, endUserId: row.endUserId! },
       created: true,
@@ -165,9 +173,6 @@ async function appendToKnownConversation(
   // Someone else's conversation (another agent or end user): the transactional path says so.
   return null;
 }
-
-/** A timestamp(3) column as row_to_json writes it (no zone: the columns hold UTC). */
-const utc = (text: string) => new Date(`${text}Z`);
 
 /**
  * Creates what a first turn needs and does not exist yet (the agent, the end user, the

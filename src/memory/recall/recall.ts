@@ -77,7 +77,8 @@ async function keywordHits(db: TenantDb, input: SearchInput, limit: number) {
   // (none for a snippet that holds none), so a snippet yields a row per lexeme it shares with the
   // message, with its positions, instead of a row per lexeme it holds. The same hits, scores and
   // order as unnesting every lexeme, 11.4 -> 3.4 ms per statement in PGlite on the peers
-  // harness's LoCoMo store (bench/README.md, "Recall latency").
+  // harness's LoCoMo store (bench/README.md, "Recall latency: goal and what remains"). Were the
+  // column ever given weights, setweight's marks would need another weight than any stored.
   return db.$queryRaw<{ id: string; rank: number }[]>`
     WITH q AS (SELECT tsvector_to_array(to_tsvector('english', ${input.text})) AS terms),
     docs AS MATERIALIZED (SELECT s."id", s."search", s."occurredAt" FROM "RecallSnippet" s WHERE ${own}),
@@ -85,7 +86,7 @@ async function keywordHits(db: TenantDb, input: SearchInput, limit: number) {
       SELECT count(*)::float8 AS n, greatest(avg(length(d."search")), 1)::float8 AS avglen FROM docs d
     ),
     matches AS (
-      SELECT d."id", d."occurredAt", u.lexeme, coalesce(array_length(u.positions, 1), 1)::float8 AS tf,
+      SELECT d."id", d."occurredAt", u.lexeme, array_length(u.positions, 1)::float8 AS tf,
              length(d."search")::float8 AS len
       FROM docs d, q, unnest(ts_filter(setweight(d."search", 'A', q.terms), '{a}')) u
     ),

@@ -125,8 +125,11 @@ describe("access", () => {
 });
 
 describe("subscriptions", () => {
+  let listening: Promise<string> | undefined;
+  const serverUrl = () => (listening ??= engram.listen());
+
   it("delivers an appended event to a graphql-ws subscriber, filtered by scope", async () => {
-    const url = await engram.listen();
+    const url = await serverUrl();
     const client = wsClient(url, engram.tenant.reader);
     const sub = collect(client, `subscription { eventAppended(scope: ENTITY, scopeRef: "acme") { id body scopeRef } }`);
     await settle();
@@ -135,6 +138,20 @@ describe("subscriptions", () => {
     const first = await sub.next(1);
     expect(first.data?.eventAppended).toMatchObject({ scopeRef: "acme", body: "Acme renewed" });
     expect(sub.received).toHaveLength(1);
+    sub.dispose();
+    await client.dispose();
+  });
+
+  it("a live feed item and its history row are one item: the same id and time", async () => {
+    const url = await serverUrl();
+    const client = wsClient(url, engram.tenant.reader);
+    const sub = collect(client, `subscription { memoryFeed { id at ... on EventFeedItem { event { id } } } }`);
+    await settle();
+    await engram.gql(APPEND, { input: event({ scopeRef: "feed-time", body: "live and history" }) });
+    await sub.next(1);
+    const live = sub.received[0].data.memoryFeed;
+    const history = await engram.gql(`{ memoryFeed(first: 5, kinds: [EVENT]) { items { id at ... on EventFeedItem { event { id } } } } }`, {}, engram.tenant.reader);
+    expect(history.data.memoryFeed.items.find((i: { id: string }) => i.id === live.id)).toEqual(live);
     sub.dispose();
     await client.dispose();
   });

@@ -154,9 +154,9 @@ function topic<T extends keyof Topics>(ctx: GraphQLContext, name: T, kind: FeedK
       ctx.principal.tenantId,
     ),
     map((ref: Payload<T>) => {
-      const at = new Date();
-      // The history row's id when it was recorded, so a live item and its history row are one item.
-      const activityId = (ref as { activityId?: string }).activityId;
+      // The history row's id and time when it was recorded, so a live item and its history row are one item.
+      const { activityId, activityAt } = ref as { activityId?: string; activityAt?: string };
+      const at = activityAt ? new Date(activityAt) : new Date();
       return { kind, ref, at, key: activityId ?? `${kind}:${keyOf(ref)}:${at.getTime()}` } as FeedPayload;
     }),
   );

@@ -82,11 +82,11 @@ type Announcement = { topic: keyof Topics; payload: unknown; row: (Row & { id: s
 
 /**
  * A pubsub that records each announcement before passing it on (with `activityId`, the history
- * row's id, so a live item and its history row are one item). Per tenant the writes run one at
- * a time and in order, so subscribers hear announcements in the order they were made; the
- * announcements made while a write is out are stored together by the next one (insertRows). Each row's `at` is taken when it is
- * announced, a millisecond after the tenant's previous one at least, so the history's order is
- * the announcements' order.
+ * row's id and `activityAt` its time, so a live item and its history row are one item). Per
+ * tenant the writes run one at a time and in order, so subscribers hear announcements in the
+ * order they were made; the announcements made while a write is out are stored together by the
+ * next one (insertRows). Each row's `at` is taken when it is announced, a millisecond after the
+ * tenant's previous one at least, so within a process the history's order is the announcements'.
  */
 export function recordingActivity(pubsub: PubSub, tenants: Pick<TenantDirectory, "scoped">, log: Logger): PubSub {
   const pass = pubsub.publish as (topic: keyof Topics, tenantId: string, payload: unknown) => void;
@@ -113,7 +113,8 @@ export function recordingActivity(pubsub: PubSub, tenants: Pick<TenantDirectory,
       }
       for (const { topic, payload, row } of batch) {
         try {
-          pass(topic, tenantId, stored && row ? { ...(payload as object), activityId: row.id } : payload);
+          const recorded = stored && row ? { activityId: row.id, activityAt: (row.at as Date).toISOString() } : {};
+          pass(topic, tenantId, { ...(payload as object), ...recorded });
         } catch (error) {
           log.warn("could not pass an announcement on", { topic, error });
         }

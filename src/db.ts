@@ -129,10 +129,6 @@ export type TenantDirectory = {
 };
 
 /**
- * A duplicate key: Prisma's own queries report it as P2002, a raw statement's reaches us as
- * P2010 with PostgreSQL's code 23505 in the driver adapter's error.
- */
-/**
  * Inserts rows gathered together: up to two one by one, more with createMany, which Prisma wraps
  * in a transaction (two statements more), so it pays from three rows on.
  */
@@ -141,6 +137,10 @@ export async function insertRows<T>(rows: T[], one: (row: T) => Promise<unknown>
   else for (const row of rows) await one(row);
 }
 
+/**
+ * A duplicate key: Prisma's own queries report it as P2002, a raw statement's reaches us as
+ * P2010 with PostgreSQL's code 23505 in the driver adapter's error.
+ */
 export function isUniqueViolation(error: unknown): boolean {
   if (!(error instanceof Prisma.PrismaClientKnownRequestError)) return false;
   if (error.code === "P2002") return true;

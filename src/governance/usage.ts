@@ -7,9 +7,7 @@ import type { ModelPrice } from "./settings.ts";
 export const purposeOf = (model: string) => `memory:${model}`;
 
 export async function recordModelUsage(db: TenantDb, usage: ModelUsageRecord & { redactions?: number }) {
-  await db.modelUsage.create({
-    data: { ...usage, tenantId: db.$tenantId(), purpose: purposeOf(usage.model) },
-  });
+  await recordModelUsages(db, [usage]);
 }
 
 /** Several calls' rows, stored together (insertRows). */

@@ -1,25 +1,27 @@
 import type { TenantDb } from "../db.ts";
+import { Prisma } from "../generated/prisma/client.ts";
 import type { Deps } from "../deps.ts";
 import { DEFAULT_AGENT_SETTINGS } from "../memory/conversations/agents.ts";
 import { gateByKeywords } from "../memory/gate/gate.ts";
-import { createSnippetsOfTurns, indexSnippets, syncFactKeys, type TurnRange } from "../memory/recall/snippets.ts";
+import { indexSnippets, planSnippetsOfTurns, syncFactKeys, type TurnRange } from "../memory/recall/snippets.ts";
 import { indexJob, turnJob } from "../queue.ts";
 
 type FollowUpsDeps = Pick<Deps, "queue" | "embeddings" | "vectors" | "log">;
 
-// Turns claimed per round; a round holds its turns' rows for a handful of statements.
+// Turns claimed per round.
 const PER_ROUND = 200;
 // Snippets per embedding call and Chroma upsert.
 const PER_EMBEDDING = 128;
 
 /**
  * The outbox of turns that need no model (batchedFollowUps), drained in batches: each round of
- * up to 200 turns, of any conversations, gets in one short transaction its TURN snippets and the
- * keyword gate's verdicts, and is marked dispatched; then the round's snippets are embedded
- * together and upserted in one call. A turn whose verdict forgets something is left in the
- * outbox for its own turn job, which forgets. Rows are claimed with SKIP LOCKED, so two workers
- * never take the same turn. Nothing is queued inside the transaction: on the embedded store a
- * transaction has the database to itself, and the queue shares it.
+ * up to 200 turns, of any conversations, reads what it needs (the turns, their messages, the
+ * snippets and verdicts they have), then writes their TURN snippets and the keyword gate's
+ * verdicts and marks them dispatched in one statement (writeRound); then the round's snippets
+ * are embedded together and upserted in one call. No transaction is held across round trips:
+ * on the embedded store an open transaction has the database's one session to itself, and every
+ * recordTurn waited behind the round's nine statements. A turn whose verdict forgets something is
+ * left in the outbox for its own turn job, which forgets.
  */
 export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillAlive: () => Promise<unknown> = async () => {}) {
   const tenantId = db.$tenantId();
@@ -27,44 +29,47 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
   let turns = 0;
   let indexed = 0;
   for (let round = 0; round < 1_000; round++) {
-    const done = await db.$transaction(async (tx) => {
-      const claimed = await tx.$queryRaw<(TurnRange & { id: string })[]>`
-        SELECT t."id", t."conversationId", t."firstSeq", t."lastSeq", c."endUserId"
-        FROM "Turn" t JOIN "Conversation" c ON c."id" = t."conversationId" JOIN "Agent" a ON a."id" = c."agentId"
-        WHERE t."tenantId" = ${tenantId} AND t."followUpsQueuedAt" IS NULL AND t."clientTurnId" NOT LIKE 'import:%'
-          AND NOT coalesce((a."settings"->>'summaryOn')::boolean, ${DEFAULT_AGENT_SETTINGS.summaryOn})
-          AND NOT coalesce((a."settings"->>'extractionOn')::boolean, ${DEFAULT_AGENT_SETTINGS.extractionOn})
-          AND NOT (t."id" = ANY(${handedOff}::text[]))
-        ORDER BY t."createdAt"
-        LIMIT ${PER_ROUND}
-        FOR UPDATE OF t SKIP LOCKED`;
-      if (claimed.length === 0) return null;
-      const { ids, messages } = await createSnippetsOfTurns(tx as TenantDb, claimed);
-      // The user message that opens each turn, for the gate.
-      const opening = new Map(messages.filter((m) => m.role === "USER").map((m) => [`${m.conversationId}:${m.seq}`, m.content]));
-      const gated = claimed.filter((t) => opening.has(`${t.conversationId}:${t.firstSeq}`));
-      const verdicts = await gateByKeywords(
-        tx as TenantDb,
-        gated.map((t) => ({ conversationId: t.conversationId, message: opening.get(`${t.conversationId}:${t.firstSeq}`)! })),
-      );
-      const forgetting = new Set(gated.filter((_, i) => verdicts[i].forget !== "NONE").map((t) => t.id));
-      await tx.turn.updateMany({
-        where: { id: { in: claimed.filter((t) => !forgetting.has(t.id)).map((t) => t.id) } },
-        data: { followUpsQueuedAt: new Date() },
-      });
-      return { claimed: claimed.length, ids, messageIds: messages.map((m) => m.id), forgetting: [...forgetting], endUsers: new Set(claimed.map((t) => t.endUserId)) };
+    const waiting = await db.$queryRaw<(TurnRange & { id: string })[]>`
+      SELECT t."id", t."conversationId", t."firstSeq", t."lastSeq", c."endUserId"
+      FROM "Turn" t JOIN "Conversation" c ON c."id" = t."conversationId" JOIN "Agent" a ON a."id" = c."agentId"
+      WHERE t."tenantId" = ${tenantId} AND t."followUpsQueuedAt" IS NULL AND t."clientTurnId" NOT LIKE 'import:%'
+        AND NOT coalesce((a."settings"->>'summaryOn')::boolean, ${DEFAULT_AGENT_SETTINGS.summaryOn})
+        AND NOT coalesce((a."settings"->>'extractionOn')::boolean, ${DEFAULT_AGENT_SETTINGS.extractionOn})
+        AND NOT (t."id" = ANY(${handedOff}::text[]))
+      ORDER BY t."createdAt"
+      LIMIT ${PER_ROUND}`;
+    if (waiting.length === 0) break;
+    const planned = await planSnippetsOfTurns(db, waiting);
+    // The user message that opens each turn, for the gate.
+    const opening = new Map(planned.messages.filter((m) => m.role === "USER").map((m) => [`${m.conversationId}:${m.seq}`, m.content]));
+    const gated = waiting.filter((t) => opening.has(`${t.conversationId}:${t.firstSeq}`));
+    const gate = await gateByKeywords(
+      db,
+      gated.map((t) => ({ conversationId: t.conversationId, message: opening.get(`${t.conversationId}:${t.firstSeq}`)! })),
+    );
+    const forgetting = gated.filter((_, i) => gate.verdicts[i].forget !== "NONE").map((t) => t.id);
+    const written = await writeRound(db, {
+      turnIds: waiting.map((t) => t.id),
+      snippets: planned.rows.map(({ turn, ...row }) => ({ ...row, turnId: waiting[turn].id })),
+      verdicts: gate.fresh.map(({ index, ...row }) => ({ ...row, turnId: gated[index].id })),
+      forgetting,
     });
-    if (!done) break;
-    turns += done.claimed;
+    const claimed = new Set(written.claimed);
+    const ofRound = waiting.filter((t) => claimed.has(t.id));
+    turns += ofRound.length;
     // Still in the outbox: were this enqueue lost, the dispatcher would queue their job. Coalesced
     // per turn, since another round may find the turn again before its job has marked it.
-    for (const turnId of done.forgetting) await deps.queue.enqueueCoalesced(turnJob, { tenantId, turnId }, "turnId", 1_000);
-    handedOff.push(...done.forgetting);
+    const handing = forgetting.filter((id) => claimed.has(id));
+    for (const turnId of handing) await deps.queue.enqueueCoalesced(turnJob, { tenantId, turnId }, "turnId", 1_000);
+    handedOff.push(...handing);
     // Extraction may have read these messages before their turn had a snippet: the keys of its
     // facts could not point anywhere yet.
-    const ids = [...done.ids];
-    if (done.messageIds.length && (await db.fact.count({ where: { sourceMessageId: { in: done.messageIds } } }))) {
-      for (const endUserId of done.endUsers) ids.push(...(await syncFactKeys(db, deps, endUserId)));
+    const ids = [...planned.waiting, ...written.snippetIds];
+    const messageIds = planned.messages
+      .filter((m) => ofRound.some((t) => t.conversationId === m.conversationId && m.seq >= t.firstSeq && m.seq <= t.lastSeq))
+      .map((m) => m.id);
+    if (messageIds.length && (await db.fact.count({ where: { sourceMessageId: { in: messageIds } } }))) {
+      for (const endUserId of new Set(ofRound.map((t) => t.endUserId))) ids.push(...(await syncFactKeys(db, deps, endUserId)));
     }
     for (let i = 0; i < ids.length; i += PER_EMBEDDING) {
       const batch = ids.slice(i, i + PER_EMBEDDING);
@@ -78,8 +83,59 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
       }
     }
     await stillAlive();
-    if (done.claimed < PER_ROUND) break;
+    // Fewer than a round's worth waited, or another worker holds them.
+    if (waiting.length < PER_ROUND || ofRound.length === 0) break;
   }
   deps.log.debug("turn follow-ups done", { tenantId, turns, indexed });
   return { turns, indexed };
+}
+
+type RoundRows = {
+  turnIds: string[];
+  snippets: { turnId: string; endUserId: string; conversationId: string; kind: "TURN"; text: string; messageIds: string[]; occurredAt: Date }[];
+  verdicts: { turnId: string; conversationId: string; messageHash: string; remember: boolean; forget: string; forgetTargets: string[]; needsRecall: boolean; decidedBy: string }[];
+  forgetting: string[];
+};
+
+/**
+ * A round's writes in one statement (atomic on its own): it claims those of the turns still in
+ * the outbox (SKIP LOCKED, so two workers never take the same turn; a turn another worker
+ * dispatched meanwhile is no longer waiting), inserts the snippets and verdicts of the claimed
+ * turns, and marks them dispatched, except those left for their own turn job. Returns the claimed
+ * turns' ids and the new snippets'.
+ */
+async function writeRound(db: TenantDb, rows: RoundRows): Promise<{ claimed: string[]; snippetIds: string[] }> {
+  const tenantId = db.$tenantId();
+  const now = Prisma.sql`(now() AT TIME ZONE 'UTC')`;
+  const [written] = await db.$queryRaw<{ claimed: string[]; snippetIds: string[] }[]>`
+    WITH claimed AS (
+      SELECT "id" FROM "Turn"
+      WHERE "tenantId" = ${tenantId} AND "id" = ANY(${rows.turnIds}::text[]) AND "followUpsQueuedAt" IS NULL
+      FOR UPDATE SKIP LOCKED
+    ), snippets AS (
+      INSERT INTO "RecallSnippet" ("id", "tenantId", "endUserId", "conversationId", "kind", "text", "messageIds", "occurredAt", "createdAt")
+      SELECT gen_random_uuid()::text, ${tenantId}, r."endUserId", r."conversationId", r."kind"::"SnippetKind", r."text", r."messageIds", r."occurredAt", ${now}
+      FROM jsonb_to_recordset(${JSON.stringify(rows.snippets)}::jsonb)
+        AS r("turnId" text, "endUserId" text, "conversationId" text, "kind" text, "text" text, "messageIds" text[], "occurredAt" timestamp(3))
+      WHERE r."turnId" IN (SELECT "id" FROM claimed)
+        -- A turn left for its own job stays waiting, so another worker may claim it again: its
+        -- snippet is written once.
+        AND NOT (r."turnId" = ANY(${rows.forgetting}::text[]) AND EXISTS (
+          SELECT 1 FROM "RecallSnippet" s
+          WHERE s."tenantId" = ${tenantId} AND s."endUserId" = r."endUserId" AND s."kind" = 'TURN' AND s."messageIds" && r."messageIds"))
+      RETURNING "id"
+    ), verdicts AS (
+      INSERT INTO "GateVerdict" ("id", "tenantId", "conversationId", "messageHash", "remember", "forget", "forgetTargets", "needsRecall", "decidedBy", "createdAt")
+      SELECT gen_random_uuid()::text, ${tenantId}, v."conversationId", v."messageHash", v."remember", v."forget", v."forgetTargets", v."needsRecall", v."decidedBy", ${now}
+      FROM jsonb_to_recordset(${JSON.stringify(rows.verdicts)}::jsonb)
+        AS v("turnId" text, "conversationId" text, "messageHash" text, "remember" boolean, "forget" text, "forgetTargets" text[], "needsRecall" boolean, "decidedBy" text)
+      WHERE v."turnId" IN (SELECT "id" FROM claimed)
+      ON CONFLICT ("conversationId", "messageHash") DO NOTHING
+    ), marked AS (
+      UPDATE "Turn" SET "followUpsQueuedAt" = ${now}
+      WHERE "id" IN (SELECT "id" FROM claimed) AND NOT ("id" = ANY(${rows.forgetting}::text[]))
+    )
+    SELECT coalesce((SELECT array_agg("id") FROM claimed), '{}') AS "claimed",
+           coalesce((SELECT array_agg("id") FROM snippets), '{}') AS "snippetIds"`;
+  return written;
 }

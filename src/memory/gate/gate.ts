@@ -138,14 +138,15 @@ export async function gateMessage(
 
 /**
  * The gate of many user messages at once where no model is to decide (the agent's extraction is
- * off): a stored verdict (the caller's) as it is, else the keyword gate's, stored. One read and
- * one write for the whole batch; the verdicts come back in the order of the messages.
+ * off): a stored verdict (the caller's) as it is, else the keyword gate's. One read for the whole
+ * batch; the verdicts come back in the order of the messages, with the rows still to store (the
+ * caller writes them with the rest of its batch: work/follow-ups.ts).
  */
 export async function gateByKeywords(
   db: TenantDb,
   messages: { conversationId: string; message: string }[],
-): Promise<StoredVerdict[]> {
-  if (messages.length === 0) return [];
+): Promise<{ verdicts: StoredVerdict[]; fresh: (Omit<GateVerdictRow, "id" | "tenantId" | "createdAt"> & { index: number })[] }> {
+  if (messages.length === 0) return { verdicts: [], fresh: [] };
   const hashes = messages.map((m) => hashOf(m.message));
   const stored = await db.gateVerdict.findMany({
     where: { OR: messages.map((m, i) => ({ conversationId: m.conversationId, messageHash: hashes[i] })) },
@@ -156,10 +157,7 @@ export async function gateByKeywords(
     return found ? storedVerdict(found) : { ...keywordGate(m.message), decidedBy: "KEYWORDS" };
   });
   const fresh = messages.flatMap((m, i) =>
-    byKey.has(`${m.conversationId}:${hashes[i]}`)
-      ? []
-      : [{ tenantId: db.$tenantId(), conversationId: m.conversationId, messageHash: hashes[i], ...verdicts[i] }],
+    byKey.has(`${m.conversationId}:${hashes[i]}`) ? [] : [{ index: i, conversationId: m.conversationId, messageHash: hashes[i], ...verdicts[i] }],
   );
-  if (fresh.length) await db.gateVerdict.createMany({ data: fresh, skipDuplicates: true });
-  return verdicts;
+  return { verdicts, fresh };
 }

@@ -36,19 +36,25 @@ export async function createTurnSnippets(
 ): Promise<string[]> {
   const conversation = await db.conversation.findUnique({ where: { id: conversationId }, select: { endUserId: true } });
   if (!conversation) return [];
-  const { ids } = await createSnippetsOfTurns(db, [{ conversationId, endUserId: conversation.endUserId, ...range }]);
-  return ids;
+  const { rows, waiting } = await planSnippetsOfTurns(db, [{ conversationId, endUserId: conversation.endUserId, ...range }]);
+  if (rows.length === 0) return waiting;
+  const created = await db.recallSnippet.createManyAndReturn({
+    data: rows.map(({ turn: _, ...row }) => ({ tenantId: db.$tenantId(), ...row })),
+    select: { id: true },
+  });
+  return [...waiting, ...created.map((row) => row.id)];
 }
 
 export type TurnRange = { conversationId: string; endUserId: string; firstSeq: number; lastSeq: number };
 
 /**
- * The TURN snippets of many turns at once (of any conversations): one read of their messages,
- * one of the snippets they already have, one insert. Returns the ids still to embed and the
- * messages read (by conversation, in seq order), which the caller's gate needs too.
+ * The TURN snippets of many turns at once (of any conversations), not yet written: one read of
+ * their messages, one of the snippets they already have. Returns the rows to insert (each with
+ * the index of its turn), the ids of existing snippets still to embed, and the messages read (by
+ * conversation, in seq order), which the caller's gate needs too.
  */
-export async function createSnippetsOfTurns(db: TenantDb, turns: TurnRange[]) {
-  if (turns.length === 0) return { ids: [] as string[], messages: [] as Message[] };
+export async function planSnippetsOfTurns(db: TenantDb, turns: TurnRange[]) {
+  if (turns.length === 0) return { rows: [], waiting: [] as string[], messages: [] as Message[] };
   const messages = await db.message.findMany({
     where: {
       private: false,
@@ -68,15 +74,14 @@ export async function createSnippetsOfTurns(db: TenantDb, turns: TurnRange[]) {
   });
   const indexed = new Set(existing.flatMap((s) => s.messageIds));
   const waiting = existing.filter((s) => !s.indexedAt).map((s) => s.id);
-  const endUserOf = new Map(turns.map((t) => [t.conversationId, t.endUserId]));
-  const rows = turns.flatMap((turn) => {
+  const rows = turns.flatMap((turn, index) => {
     const ofTurn = messages.filter(
       (m) => m.conversationId === turn.conversationId && m.seq >= turn.firstSeq && m.seq <= turn.lastSeq && !indexed.has(m.id),
     );
     // A reply recorded on its own continues the turn its user message began.
     return groupTurns(ofTurn).map((group) => ({
-      tenantId: db.$tenantId(),
-      endUserId: endUserOf.get(turn.conversationId)!,
+      turn: index,
+      endUserId: turn.endUserId,
       conversationId: turn.conversationId,
       kind: "TURN" as const,
       text: group.map(line).join("\n").slice(0, SNIPPET_MAX_CHARS),
@@ -84,10 +89,9 @@ export async function createSnippetsOfTurns(db: TenantDb, turns: TurnRange[]) {
       occurredAt: group[0].occurredAt,
     }));
   });
-  if (rows.length === 0) return { ids: waiting, messages };
-  const created = await db.recallSnippet.createManyAndReturn({ data: rows, select: { id: true } });
-  return { ids: [...waiting, ...created.map((row) => row.id)], messages };
+  return { rows, waiting, messages };
 }
+
 
 /**
  * Keeps a conversation's SUMMARY keys in step with its accepted summary: one key per sentence,
@@ -261,10 +265,11 @@ export async function indexSnippets(db: TenantDb, deps: SnippetDeps, snippetIds:
       occurredAt: s.occurredAt,
     })),
   );
-  const { count } = await db.recallSnippet.updateMany({
-    where: { id: { in: snippets.map((s) => s.id) } },
-    data: { indexedAt: new Date(), embeddingModel: model },
-  });
+  // One statement: Prisma's updateMany wraps its UPDATE in BEGIN/COMMIT, three round trips that on
+  // the embedded store hold its one session.
+  const count = await db.$executeRaw`
+    UPDATE "RecallSnippet" SET "indexedAt" = (now() AT TIME ZONE 'UTC'), "embeddingModel" = ${model}
+    WHERE "tenantId" = ${tenantId} AND "id" = ANY(${snippets.map((s) => s.id)}::text[])`;
   if (count < snippets.length) {
     // Forgotten between the read and the upsert: take their vectors back out.
     const left = new Set((await db.recallSnippet.findMany({ where: { id: { in: snippetIds } }, select: { id: true } })).map((s) => s.id));

@@ -410,6 +410,7 @@ function ConversationPage({
   if (!conversation.data) return <Loading />;
   const { conversation: c, contextTimeline } = conversation.data;
   const messages = c.messages.edges.map((e) => e.node);
+  const loadingOlder = conversation.loading && messages.length < Math.max(shown, through ?? 0);
   return (
     <section aria-labelledby="conversation-title" className="conversation">
       <p className="crumbs">
@@ -526,8 +527,10 @@ function ConversationPage({
             {/* A refresh or "Load older messages" that failed says so, over what was shown before. */}
             {conversation.error && <Failure error={conversation.error} retry={conversation.refetch} />}
             {c.messages.pageInfo.hasPreviousPage && (
-              <button type="button" className="more" onClick={() => setShown((n) => Math.max(n, through ?? 0) + 40)} disabled={conversation.loading}>
-                {conversation.loading ? "Loading…" : "Load older messages"}
+              // Busy only while older messages are on their way: a live refresh of the newest ones
+              // (any turn, rewrite or fact of this conversation) does not swallow the click.
+              <button type="button" className="more" onClick={() => setShown((n) => Math.max(n, through ?? 0) + 40)} disabled={loadingOlder}>
+                {loadingOlder ? "Loading…" : "Load older messages"}
               </button>
             )}
           </section>

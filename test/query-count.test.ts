@@ -216,6 +216,9 @@ describe("SQL statements per request on the hot paths", () => {
     const messageIds = snippets.flatMap((s) => s.messageIds);
     expect(messageIds).toHaveLength(48);
     expect(new Set(messageIds).size).toBe(48);
+    // Written by the round's one statement: each snippet carries its turn's time as the messages do.
+    const occurred = new Map((await db.message.findMany({ where: { id: { in: messageIds } } })).map((m) => [m.id, m.occurredAt.getTime()]));
+    expect(snippets.every((s) => s.occurredAt.getTime() === occurred.get(s.messageIds[0]))).toBe(true);
     expect(await db.turn.count({ where: { id: { in: ids }, followUpsQueuedAt: null } })).toBe(1);
   }, 120_000);
 

@@ -202,7 +202,8 @@ describe("SQL statements per request on the hot paths", () => {
     const ids: string[] = [];
     for (let i = 0; i < 24; i++) {
       // One forget request among them: a round leaves its turn waiting for its own job, so every worker may claim it.
-      const userMessage = i === 10 ? "Please forget my bike." : `My bike number ${i} is blue.`;
+      // And one long enough to be cut (at 4,000 characters) through an emoji's surrogate pair.
+      const userMessage = i === 10 ? "Please forget my bike." : i === 5 ? `${"a".repeat(3_993)}🚲` : `My bike number ${i} is blue.`;
       const turn = await recordTurn(engram, { agentExternalId: "quiet", endUserExternalId: "qw", conversationExternalId: `qw-${i % 3}`, clientTurnId: `qw-${i}`, userMessage, assistantMessage: "Noted." }, engram.tenant.writer);
       ids.push(turn.id);
     }

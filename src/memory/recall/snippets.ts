@@ -84,7 +84,8 @@ export async function planSnippetsOfTurns(db: TenantDb, turns: TurnRange[]) {
       endUserId: turn.endUserId,
       conversationId: turn.conversationId,
       kind: "TURN" as const,
-      text: group.map(line).join("\n").slice(0, SNIPPET_MAX_CHARS),
+      // A cut through a surrogate pair drops its lone half: the round sends the text as jsonb, which refuses one.
+      text: group.map(line).join("\n").slice(0, SNIPPET_MAX_CHARS).replace(/[\uD800-\uDBFF]$/, ""),
       messageIds: group.map((m) => m.id),
       occurredAt: group[0].occurredAt,
     }));

@@ -1,5 +1,5 @@
 import type { TenantDb } from "../db.ts";
-import { Prisma } from "../generated/prisma/client.ts";
+import { Prisma, type GateVerdict, type RecallSnippet } from "../generated/prisma/client.ts";
 import type { Deps } from "../deps.ts";
 import { DEFAULT_AGENT_SETTINGS } from "../memory/conversations/agents.ts";
 import { gateByKeywords } from "../memory/gate/gate.ts";
@@ -92,8 +92,8 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
 
 type RoundRows = {
   turnIds: string[];
-  snippets: { turnId: string; endUserId: string; conversationId: string; kind: "TURN"; text: string; messageIds: string[]; occurredAt: Date }[];
-  verdicts: { turnId: string; conversationId: string; messageHash: string; remember: boolean; forget: string; forgetTargets: string[]; needsRecall: boolean; decidedBy: string }[];
+  snippets: (Pick<RecallSnippet, "endUserId" | "conversationId" | "kind" | "text" | "messageIds" | "occurredAt"> & { turnId: string })[];
+  verdicts: (Omit<GateVerdict, "id" | "tenantId" | "createdAt"> & { turnId: string })[];
   forgetting: string[];
 };
 

@@ -93,7 +93,6 @@ export async function planSnippetsOfTurns(db: TenantDb, turns: TurnRange[]) {
   return { rows, waiting, messages };
 }
 
-
 /**
  * Keeps a conversation's SUMMARY keys in step with its accepted summary: one key per sentence,
  * pointing (keyOfId) to the covered turn that shares the most distinctive words with it, so a hit

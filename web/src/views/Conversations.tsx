@@ -392,7 +392,8 @@ function ConversationPage({
   const [shown, setShown] = useState(40);
   const [through, setThrough] = useState<number>();
   // A linked message older than the last 40 loads the messages back to it.
-  const conversation = useQuery(InspectorConversationDocument, { id, lastMessages: Math.max(shown, through ?? 0) });
+  const wanted = Math.max(shown, through ?? 0);
+  const conversation = useQuery(InspectorConversationDocument, { id, lastMessages: wanted });
   const lastSeq = conversation.data?.conversation.lastSeq;
   useEffect(() => {
     if (focus && lastSeq) setThrough(Math.min(200, lastSeq - focus + 1));
@@ -410,7 +411,7 @@ function ConversationPage({
   if (!conversation.data) return <Loading />;
   const { conversation: c, contextTimeline } = conversation.data;
   const messages = c.messages.edges.map((e) => e.node);
-  const loadingOlder = conversation.loading && messages.length < Math.max(shown, through ?? 0);
+  const loadingOlder = conversation.loading && messages.length < wanted;
   return (
     <section aria-labelledby="conversation-title" className="conversation">
       <p className="crumbs">

@@ -147,3 +147,13 @@ export function isUniqueViolation(error: unknown): boolean {
   const meta = error.meta as { driverAdapterError?: { cause?: { originalCode?: string } } } | undefined;
   return error.code === "P2010" && meta?.driverAdapterError?.cause?.originalCode === "23505";
 }
+
+/**
+ * The time a raw statement writes, from the application's clock as Prisma's `@default(now())`
+ * and every `new Date()` are: with the database's `now()` instead, a database on another host
+ * with a skewed clock would put rows outside the windows the worker reads by its own time (the
+ * reconcile sweep's lost-vector check reads snippets indexed since it last looked).
+ */
+export function appNow(): Prisma.Sql {
+  return Prisma.sql`${new Date().toISOString()}::timestamp(3)`;
+}

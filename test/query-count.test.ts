@@ -201,7 +201,8 @@ describe("SQL statements per request on the hot paths", () => {
     await runTurnFollowUps(db, engram.services.deps);
     const ids: string[] = [];
     for (let i = 0; i < 24; i++) {
-      // One forget request among them: a round leaves its turn waiting for its own job, so every worker may claim it.
+      // One forget request among them: a round leaves its turn waiting for its own job, so every worker may claim it
+      // (on PostgreSQL two could each see no snippet of it yet, so a round writes none).
       // And one long enough to be cut (at 4,000 characters) through an emoji's surrogate pair.
       const userMessage = i === 10 ? "Please forget my bike." : i === 5 ? `${"a".repeat(3_993)}🚲` : `My bike number ${i} is blue.`;
       const turn = await recordTurn(engram, { agentExternalId: "quiet", endUserExternalId: "qw", conversationExternalId: `qw-${i % 3}`, clientTurnId: `qw-${i}`, userMessage, assistantMessage: "Noted." }, engram.tenant.writer);
@@ -215,12 +216,34 @@ describe("SQL statements per request on the hot paths", () => {
     const conversations = await db.conversation.findMany({ where: { externalId: { startsWith: "qw-" } }, select: { id: true } });
     const snippets = await db.recallSnippet.findMany({ where: { conversationId: { in: conversations.map((c) => c.id) }, kind: "TURN" } });
     const messageIds = snippets.flatMap((s) => s.messageIds);
-    expect(messageIds).toHaveLength(48);
-    expect(new Set(messageIds).size).toBe(48);
+    // Every turn's two messages once, but the forget request's: its own turn job makes its snippet.
+    expect(messageIds).toHaveLength(46);
+    expect(new Set(messageIds).size).toBe(46);
+    const forgetting = await db.message.findMany({ where: { content: "Please forget my bike." }, select: { id: true } });
+    expect(messageIds).not.toContain(forgetting[0].id);
     // Written by the round's one statement: each snippet carries its turn's time as the messages do.
     const occurred = new Map((await db.message.findMany({ where: { id: { in: messageIds } } })).map((m) => [m.id, m.occurredAt.getTime()]));
     expect(snippets.every((s) => s.occurredAt.getTime() === occurred.get(s.messageIds[0]))).toBe(true);
     expect(await db.turn.count({ where: { id: { in: ids }, followUpsQueuedAt: null } })).toBe(1);
+  }, 120_000);
+
+  it("the rows a turn and its follow-ups write carry the application's clock, as Prisma's defaults do, not the database's", async () => {
+    // A database on another host with a skewed clock would put them outside the windows the
+    // worker reads by its own time (the reconcile sweep's check for lost vectors).
+    await engram.gql(`mutation { upsertAgent(input: { externalId: "quiet", settings: { summaryOn: false, extractionOn: false } }) { id } }`);
+    const db = forTenant(engram.services.db, engram.tenant.tenantId);
+    await runTurnFollowUps(db, engram.services.deps);
+    const skewed = new Date("2031-03-04T05:06:07.000Z");
+    vi.useFakeTimers({ toFake: ["Date"], now: skewed });
+    try {
+      const turn = await recordTurn(engram, { agentExternalId: "quiet", endUserExternalId: "qk", conversationExternalId: "qk-1", clientTurnId: "qk-1", userMessage: "My kite is orange.", assistantMessage: "Nice." }, engram.tenant.writer);
+      await runTurnFollowUps(db, engram.services.deps);
+      const row = await db.turn.findUniqueOrThrow({ where: { id: turn.id } });
+      const snippet = await db.recallSnippet.findFirstOrThrow({ where: { conversationId: row.conversationId, kind: "TURN" } });
+      for (const at of [row.createdAt, row.followUpsQueuedAt, snippet.createdAt, snippet.indexedAt]) expect(at?.getUTCFullYear()).toBe(2031);
+    } finally {
+      vi.useRealTimers();
+    }
   }, 120_000);
 
   it("a burst of appends: the feed's history rows of the announcements made while one is stored go in together, in order", async () => {

@@ -1,5 +1,5 @@
-import type { TenantDb } from "../db.ts";
-import { Prisma, type GateVerdict, type RecallSnippet } from "../generated/prisma/client.ts";
+import { appNow, type TenantDb } from "../db.ts";
+import type { GateVerdict, RecallSnippet } from "../generated/prisma/client.ts";
 import type { Deps } from "../deps.ts";
 import { DEFAULT_AGENT_SETTINGS } from "../memory/conversations/agents.ts";
 import { gateByKeywords } from "../memory/gate/gate.ts";
@@ -21,7 +21,7 @@ const PER_EMBEDDING = 128;
  * are embedded together and upserted in one call. No transaction is held across round trips:
  * on the embedded store an open transaction has the database's one session to itself, and every
  * recordTurn waited behind the round's nine statements. A turn whose verdict forgets something is
- * left in the outbox for its own turn job, which forgets.
+ * left in the outbox for its own turn job, which makes its snippet and forgets.
  */
 export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillAlive: () => Promise<unknown> = async () => {}) {
   const tenantId = db.$tenantId();
@@ -50,7 +50,11 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
     const forgetting = gated.filter((_, i) => gate.verdicts[i].forget !== "NONE").map((t) => t.id);
     const written = await writeRound(db, {
       turnIds: waiting.map((t) => t.id),
-      snippets: planned.rows.map(({ turn, ...row }) => ({ ...row, turnId: waiting[turn].id })),
+      // A turn left for its own job gets its snippet there (another worker may claim it again
+      // before that job marks it, and a snippet written twice would be a duplicate).
+      snippets: planned.rows
+        .map(({ turn, ...row }) => ({ ...row, turnId: waiting[turn].id }))
+        .filter((row) => !forgetting.includes(row.turnId)),
       verdicts: gate.fresh.map(({ index, ...row }) => ({ ...row, turnId: gated[index].id })),
       forgetting,
     });
@@ -106,7 +110,7 @@ type RoundRows = {
  */
 async function writeRound(db: TenantDb, rows: RoundRows): Promise<{ claimed: string[]; snippetIds: string[] }> {
   const tenantId = db.$tenantId();
-  const now = Prisma.sql`(now() AT TIME ZONE 'UTC')`;
+  const now = appNow();
   const [written] = await db.$queryRaw<{ claimed: string[]; snippetIds: string[] }[]>`
     WITH claimed AS (
       SELECT "id" FROM "Turn"
@@ -118,11 +122,6 @@ async function writeRound(db: TenantDb, rows: RoundRows): Promise<{ claimed: str
       FROM jsonb_to_recordset(${JSON.stringify(rows.snippets)}::jsonb)
         AS r("turnId" text, "endUserId" text, "conversationId" text, "kind" text, "text" text, "messageIds" text[], "occurredAt" timestamp(3))
       WHERE r."turnId" IN (SELECT "id" FROM claimed)
-        -- A turn left for its own job stays waiting, so another worker may claim it again: its
-        -- snippet is written once.
-        AND NOT (r."turnId" = ANY(${rows.forgetting}::text[]) AND EXISTS (
-          SELECT 1 FROM "RecallSnippet" s
-          WHERE s."tenantId" = ${tenantId} AND s."endUserId" = r."endUserId" AND s."kind" = 'TURN' AND s."messageIds" && r."messageIds"))
       RETURNING "id"
     ), verdicts AS (
       INSERT INTO "GateVerdict" ("id", "tenantId", "conversationId", "messageHash", "remember", "forget", "forgetTargets", "needsRecall", "decidedBy", "createdAt")

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { isUniqueViolation, type TenantDb } from "../../db.ts";
+import { appNow, isUniqueViolation, type TenantDb } from "../../db.ts";
 import { EngramError, notFound, parseInput } from "../../errors.ts";
 import { Prisma, type Conversation, type MessageRole, type Turn } from "../../generated/prisma/client.ts";
 import { callerVerdictSchema, storeCallerVerdict } from "../gate/gate.ts";
@@ -117,6 +117,7 @@ async function appendToKnownConversation(
   const tenantId = db.$tenantId();
   const n = messages.length;
   const at = occurredAt.toISOString();
+  const now = appNow();
   // Always one row: the conversation's columns are null when it does not exist, the turn's when
   // nothing was written.
   const [row] = await db.$queryRaw<(Nullable<KnownConversation> & { turnTaken: boolean } & { [K in keyof Turn as `turn_${K}`]: Turn[K] | null })[]>`
@@ -127,20 +128,20 @@ async function appendToKnownConversation(
       LEFT JOIN ("Conversation" c JOIN "Agent" a ON a."id" = c."agentId" JOIN "EndUser" u ON u."id" = c."endUserId")
         ON c."tenantId" = ${tenantId} AND c."externalId" = ${parsed.conversationExternalId}
     ), conv AS (
-      UPDATE "Conversation" SET "lastSeq" = "lastSeq" + ${n}, "updatedAt" = (now() AT TIME ZONE 'UTC')
+      UPDATE "Conversation" SET "lastSeq" = "lastSeq" + ${n}, "updatedAt" = ${now}
       FROM known
       WHERE "Conversation"."tenantId" = ${tenantId} AND "Conversation"."id" = known."id" AND NOT known."turnTaken"
         AND known."agentExternalId" = ${parsed.agentExternalId} AND known."endUserExternalId" = ${parsed.endUserExternalId}
       RETURNING "Conversation"."id", "Conversation"."lastSeq"
     ), inserted AS (
       INSERT INTO "Message" ("id", "tenantId", "conversationId", "seq", "role", "content", "private", "occurredAt", "createdAt")
-      SELECT gen_random_uuid()::text, ${tenantId}, conv."id", conv."lastSeq" - ${n} + m.ord, m.role::"MessageRole", m.content, m.private, ${at}::timestamp(3), (now() AT TIME ZONE 'UTC')
+      SELECT gen_random_uuid()::text, ${tenantId}, conv."id", conv."lastSeq" - ${n} + m.ord, m.role::"MessageRole", m.content, m.private, ${at}::timestamp(3), ${now}
       FROM conv, unnest(${messages.map((m) => m.role)}::text[], ${messages.map((m) => m.content)}::text[], ${messages.map((m) => m.private)}::boolean[])
         WITH ORDINALITY AS m(role, content, private, ord)
       RETURNING 1
     ), turn AS (
       INSERT INTO "Turn" ("id", "tenantId", "conversationId", "clientTurnId", "firstSeq", "lastSeq", "occurredAt", "createdAt")
-      SELECT gen_random_uuid()::text, ${tenantId}, conv."id", ${parsed.clientTurnId}, conv."lastSeq" - ${n} + 1, conv."lastSeq", ${at}::timestamp(3), (now() AT TIME ZONE 'UTC')
+      SELECT gen_random_uuid()::text, ${tenantId}, conv."id", ${parsed.clientTurnId}, conv."lastSeq" - ${n} + 1, conv."lastSeq", ${at}::timestamp(3), ${now}
       FROM conv
       RETURNING *
     )
@@ -186,7 +187,7 @@ async function appendToKnownConversation(
  */
 async function createConversation(db: TenantDb, ids: z.infer<z.ZodObject<typeof participants>> & { clientTurnId: string }) {
   const tenantId = db.$tenantId();
-  const now = Prisma.sql`(now() AT TIME ZONE 'UTC')`;
+  const now = appNow();
   const free = Prisma.sql`NOT EXISTS (SELECT 1 FROM "Conversation" WHERE "tenantId" = ${tenantId} AND "externalId" = ${ids.conversationExternalId})
     AND NOT EXISTS (SELECT 1 FROM "Turn" WHERE "tenantId" = ${tenantId} AND "clientTurnId" = ${ids.clientTurnId})`;
   await db.$executeRaw`

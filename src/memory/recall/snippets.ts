@@ -1,4 +1,4 @@
-import type { TenantDb } from "../../db.ts";
+import { appNow, type TenantDb } from "../../db.ts";
 import type { Deps } from "../../deps.ts";
 import type { Message } from "../../generated/prisma/client.ts";
 import { forgetSnippets } from "../forget.ts";
@@ -268,7 +268,7 @@ export async function indexSnippets(db: TenantDb, deps: SnippetDeps, snippetIds:
   // One statement: Prisma's updateMany wraps its UPDATE in BEGIN/COMMIT, three round trips that on
   // the embedded store hold its one session.
   const count = await db.$executeRaw`
-    UPDATE "RecallSnippet" SET "indexedAt" = (now() AT TIME ZONE 'UTC'), "embeddingModel" = ${model}
+    UPDATE "RecallSnippet" SET "indexedAt" = ${appNow()}, "embeddingModel" = ${model}
     WHERE "tenantId" = ${tenantId} AND "id" = ANY(${snippets.map((s) => s.id)}::text[])`;
   if (count < snippets.length) {
     // Forgotten between the read and the upsert: take their vectors back out.

@@ -157,3 +157,17 @@ export function isUniqueViolation(error: unknown): boolean {
 export function appNow(): Prisma.Sql {
   return Prisma.sql`${new Date().toISOString()}::timestamp(3)`;
 }
+
+/**
+ * A row a raw statement read as `to_jsonb(t)`, typed as the model's: its DateTime fields (which
+ * JSON carries as text, without a zone for `timestamp(3)`) become Dates. Every scalar the table
+ * has comes along, so it answers what plugin-prisma's `include: true` of the model asks for.
+ */
+export function rowFromJson<T>(model: "Conversation" | "Agent" | "EndUser", json: Record<string, unknown>): T {
+  const row: Record<string, unknown> = { ...json };
+  for (const field of datamodel[model].fields) {
+    const value = row[field.name];
+    if (field.type === "DateTime" && typeof value === "string") row[field.name] = new Date(/Z|[+-]\d\d:?\d\d$/.test(value) ? value : `${value}Z`);
+  }
+  return row as T;
+}

@@ -134,9 +134,26 @@ describe("SQL statements per request on the hot paths", () => {
     // With the caller's gate verdict: one more, its upsert.
     const gate = { remember: false, forget: "NONE", forgetTargets: [], needsRecall: false };
     expect(await statementsOf(q, { input: { ...input, clientTurnId: "pinned-2", gate } }, engram.tenant.writer)).toBe(4);
-    // A selection that reaches the conversation and its end user: one more, the re-read (one statement, joined).
+    // A selection that reaches the conversation, its agent and end user: answered from the rows
+    // the append read (as it left them), no re-read.
     const nested = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id firstSeq conversation { id endUser { id externalId } } } }`;
-    expect(await statementsOf(nested, { input: { ...input, clientTurnId: "pinned-3" } }, engram.tenant.writer)).toBe(4);
+    expect(await statementsOf(nested, { input: { ...input, clientTurnId: "pinned-3" } }, engram.tenant.writer)).toBe(3);
+    // Beyond them (the conversation's messages): one more, the re-read (one statement, joined).
+    const deeper = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id conversation { messages(first: 1) { edges { node { id } } } } } }`;
+    expect(await statementsOf(deeper, { input: { ...input, clientTurnId: "pinned-4" } }, engram.tenant.writer)).toBe(4);
+  });
+
+  it("recordTurn's conversation, agent and end user, answered without a re-read, are what a read right after gives", async () => {
+    const fields = `id externalId summary summaryThroughSeq lastSeq createdAt updatedAt
+      agent { id externalId name createdAt settings { summaryOn extractionOn } } endUser { id externalId displayName createdAt }`;
+    const q = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { lastSeq conversation { ${fields} } } }`;
+    const input = { agentExternalId: "qa", endUserExternalId: "qu", conversationExternalId: "qc", userMessage: "and shipping?", assistantMessage: "free" };
+    const recorded = await engram.gql(q, { input: { ...input, clientTurnId: "known-rows-1" } }, engram.tenant.writer);
+    expect(recorded.errors).toBeUndefined();
+    const conversation = recorded.data.recordTurn.conversation;
+    expect(conversation.lastSeq).toBe(recorded.data.recordTurn.lastSeq);
+    const read = await engram.gql(`query($id: ID!) { conversation(id: $id) { ${fields} } }`, { id: conversation.id });
+    expect(conversation).toEqual(read.data.conversation);
   });
 
   it("the first turn of a new conversation: no transaction, one statement creates what is new", async () => {

@@ -197,7 +197,10 @@ builder.mutationFields((t) => ({
     resolve: async (query, _root, { input }, ctx) => {
       const recorded = await recordTurn(ctx.db, input);
       await afterTurnRecorded(ctx.db, ctx.deps, recorded);
-      return rowOrReread(query, recorded.turn, () => ctx.db.turn.findUniqueOrThrow({ ...query, where: { id: recorded.turn.id } }));
+      const known = recorded.rows && {
+        conversation: { row: recorded.rows.conversation, relations: { agent: { row: recorded.rows.agent }, endUser: { row: recorded.rows.endUser } } },
+      };
+      return rowOrReread(query, recorded.turn, () => ctx.db.turn.findUniqueOrThrow({ ...query, where: { id: recorded.turn.id } }), known);
     },
   }),
   importConversation: t.prismaField({

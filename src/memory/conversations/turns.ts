@@ -1,7 +1,7 @@
 import { z } from "zod";
-import { appNow, isUniqueViolation, type TenantDb } from "../../db.ts";
+import { appNow, isUniqueViolation, rowFromJson, type TenantDb } from "../../db.ts";
 import { EngramError, notFound, parseInput } from "../../errors.ts";
-import { Prisma, type Conversation, type MessageRole, type Turn } from "../../generated/prisma/client.ts";
+import { Prisma, type Agent, type Conversation, type EndUser, type MessageRole, type Turn } from "../../generated/prisma/client.ts";
 import { callerVerdictSchema, storeCallerVerdict } from "../gate/gate.ts";
 import { externalIdSchema } from "./agents.ts";
 import { MESSAGE_LIMITS } from "../../limits.ts";
@@ -98,6 +98,9 @@ type KnownConversation = {
   agentExternalId: string;
   endUserExternalId: string;
   agentSettings: Prisma.JsonValue;
+  conversationRow: Record<string, unknown>;
+  agentRow: Record<string, unknown>;
+  endUserRow: Record<string, unknown>;
 };
 
 /**
@@ -120,9 +123,10 @@ async function appendToKnownConversation(
   const now = appNow();
   // Always one row: the conversation's columns are null when it does not exist, the turn's when
   // nothing was written.
-  const [row] = await db.$queryRaw<(Nullable<KnownConversation> & { turnTaken: boolean } & { [K in keyof Turn as `turn_${K}`]: Turn[K] | null })[]>`
+  const [row] = await db.$queryRaw<(Nullable<KnownConversation> & { turnTaken: boolean } & { [K in keyof Turn as `turn_${K}`]: Turn[K] | null } & { conv_lastSeq: number | null; conv_updatedAt: Date | null })[]>`
     WITH known AS (
       SELECT c."id", c."agentId", c."endUserId", a."externalId" AS "agentExternalId", u."externalId" AS "endUserExternalId", a."settings" AS "agentSettings",
+             to_jsonb(c) AS "conversationRow", to_jsonb(a) AS "agentRow", to_jsonb(u) AS "endUserRow",
              EXISTS (SELECT 1 FROM "Turn" t WHERE t."tenantId" = ${tenantId} AND t."clientTurnId" = ${parsed.clientTurnId}) AS "turnTaken"
       FROM (SELECT 1) AS one
       LEFT JOIN ("Conversation" c JOIN "Agent" a ON a."id" = c."agentId" JOIN "EndUser" u ON u."id" = c."endUserId")
@@ -132,7 +136,7 @@ async function appendToKnownConversation(
       FROM known
       WHERE "Conversation"."tenantId" = ${tenantId} AND "Conversation"."id" = known."id" AND NOT known."turnTaken"
         AND known."agentExternalId" = ${parsed.agentExternalId} AND known."endUserExternalId" = ${parsed.endUserExternalId}
-      RETURNING "Conversation"."id", "Conversation"."lastSeq"
+      RETURNING "Conversation"."id", "Conversation"."lastSeq", "Conversation"."updatedAt"
     ), inserted AS (
       INSERT INTO "Message" ("id", "tenantId", "conversationId", "seq", "role", "content", "private", "occurredAt", "createdAt")
       SELECT gen_random_uuid()::text, ${tenantId}, conv."id", conv."lastSeq" - ${n} + m.ord, m.role::"MessageRole", m.content, m.private, ${at}::timestamp(3), ${now}
@@ -147,8 +151,9 @@ async function appendToKnownConversation(
     )
     SELECT known.*, turn."id" AS "turn_id", turn."tenantId" AS "turn_tenantId", turn."conversationId" AS "turn_conversationId",
            turn."clientTurnId" AS "turn_clientTurnId", turn."firstSeq" AS "turn_firstSeq", turn."lastSeq" AS "turn_lastSeq",
-           turn."occurredAt" AS "turn_occurredAt", turn."createdAt" AS "turn_createdAt", turn."followUpsQueuedAt" AS "turn_followUpsQueuedAt"
-    FROM known LEFT JOIN turn ON true`;
+           turn."occurredAt" AS "turn_occurredAt", turn."createdAt" AS "turn_createdAt", turn."followUpsQueuedAt" AS "turn_followUpsQueuedAt",
+           conv."lastSeq" AS "conv_lastSeq", conv."updatedAt" AS "conv_updatedAt"
+    FROM known LEFT JOIN turn ON true LEFT JOIN conv ON true`;
   // A concurrent turn with the same id makes the turn's insert fail on the unique index; the
   // caller's retry then finds it.
   if (row.turn_id) {
@@ -167,6 +172,12 @@ async function appendToKnownConversation(
       conversation: { id: row.id!, agentId: row.agentId!, endUserId: row.endUserId! },
       created: true,
       agentSettings: row.agentSettings,
+      // As they stand after this write, for an answer that selects them (the statement's snapshot).
+      rows: {
+        conversation: { ...rowFromJson<Conversation>("Conversation", row.conversationRow!), lastSeq: row.conv_lastSeq!, updatedAt: row.conv_updatedAt! },
+        agent: rowFromJson<Agent>("Agent", row.agentRow!),
+        endUser: rowFromJson<EndUser>("EndUser", row.endUserRow!),
+      },
     };
   }
   if (row.turnTaken) return null;
@@ -220,6 +231,8 @@ export type RecordedTurn = {
   created: boolean;
   /** The agent's stored settings, when the write read them (its follow-ups depend on them). */
   agentSettings?: Prisma.JsonValue;
+  /** The conversation, its agent and end user as the write left them, when one statement did it all. */
+  rows?: { conversation: Conversation; agent: Agent; endUser: EndUser };
 };
 
 /**

@@ -41,9 +41,12 @@ const withoutNulls = (value: unknown) =>
 /** A partial change of settings; nulls mean "leave as is". */
 export const agentSettingsPatch = z.preprocess(withoutNulls, settingFields.partial().strict());
 
+// Built once: a zod schema built per call cost more than the parse (every recorded turn reads its agent's settings).
+const storedSettings = settingFields.partial();
+
 /** Stored settings with defaults filled in (stored JSON only holds what was set). */
 export function agentSettings(agent: Pick<Agent, "settings">): AgentSettings {
-  const stored = settingFields.partial().safeParse(agent.settings ?? {});
+  const stored = storedSettings.safeParse(agent.settings ?? {});
   return { ...DEFAULT_AGENT_SETTINGS, ...(stored.success ? stored.data : {}) };
 }
 

@@ -66,12 +66,15 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
     const handing = forgetting.filter((id) => claimed.has(id));
     for (const turnId of handing) await deps.queue.enqueueCoalesced(turnJob, { tenantId, turnId }, "turnId", 1_000);
     handedOff.push(...handing);
-    // Extraction may have read these messages before their turn had a snippet: the keys of its
-    // facts could not point anywhere yet.
-    const ids = [...planned.waiting, ...written.snippetIds];
     const messageIds = planned.messages
       .filter((m) => ofRound.some((t) => t.conversationId === m.conversationId && m.seq >= t.firstSeq && m.seq <= t.lastSeq))
       .map((m) => m.id);
+    // Snippets left without a vector (a crash between the write and the embedding) of the turns
+    // this round took: those of turns another worker took are that worker's to embed.
+    const ours = new Set(messageIds);
+    const ids = [...planned.waiting.filter((s) => s.messageIds.some((id) => ours.has(id))).map((s) => s.id), ...written.snippetIds];
+    // Extraction may have read these messages before their turn had a snippet: the keys of its
+    // facts could not point anywhere yet.
     if (messageIds.length && (await db.fact.count({ where: { sourceMessageId: { in: messageIds } } }))) {
       for (const endUserId of new Set(ofRound.map((t) => t.endUserId))) ids.push(...(await syncFactKeys(db, deps, endUserId)));
     }

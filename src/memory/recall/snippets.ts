@@ -36,7 +36,9 @@ export async function createTurnSnippets(
 ): Promise<string[]> {
   const conversation = await db.conversation.findUnique({ where: { id: conversationId }, select: { endUserId: true } });
   if (!conversation) return [];
-  const { rows, waiting } = await planSnippetsOfTurns(db, [{ conversationId, endUserId: conversation.endUserId, ...range }]);
+  const planned = await planSnippetsOfTurns(db, [{ conversationId, endUserId: conversation.endUserId, ...range }]);
+  const waiting = planned.waiting.map((s) => s.id);
+  const rows = planned.rows;
   if (rows.length === 0) return waiting;
   const created = await db.recallSnippet.createManyAndReturn({
     data: rows.map(({ turn: _, ...row }) => ({ tenantId: db.$tenantId(), ...row })),
@@ -50,11 +52,11 @@ export type TurnRange = { conversationId: string; endUserId: string; firstSeq: n
 /**
  * The TURN snippets of many turns at once (of any conversations), not yet written: one read of
  * their messages, one of the snippets they already have. Returns the rows to insert (each with
- * the index of its turn), the ids of existing snippets still to embed, and the messages read (by
+ * the index of its turn), the existing snippets still to embed, and the messages read (by
  * conversation, in seq order), which the caller's gate needs too.
  */
 export async function planSnippetsOfTurns(db: TenantDb, turns: TurnRange[]) {
-  if (turns.length === 0) return { rows: [], waiting: [] as string[], messages: [] as Message[] };
+  if (turns.length === 0) return { rows: [], waiting: [] as { id: string; messageIds: string[] }[], messages: [] as Message[] };
   const messages = await db.message.findMany({
     where: {
       private: false,
@@ -73,7 +75,7 @@ export async function planSnippetsOfTurns(db: TenantDb, turns: TurnRange[]) {
     select: { id: true, messageIds: true, indexedAt: true },
   });
   const indexed = new Set(existing.flatMap((s) => s.messageIds));
-  const waiting = existing.filter((s) => !s.indexedAt).map((s) => s.id);
+  const waiting = existing.filter((s) => !s.indexedAt).map(({ id, messageIds }) => ({ id, messageIds }));
   const rows = turns.flatMap((turn, index) => {
     const ofTurn = messages.filter(
       (m) => m.conversationId === turn.conversationId && m.seq >= turn.firstSeq && m.seq <= turn.lastSeq && !indexed.has(m.id),

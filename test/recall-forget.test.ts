@@ -3,10 +3,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { settingsChanged } from "../src/governance/settings.ts";
 import { forTenant } from "../src/db.ts";
 import { forgetConversation, forgetSnippets, forgetUser } from "../src/memory/forget.ts";
+import { runIndexSnippets } from "../src/work/index-snippets.ts";
 import { retentionSweep } from "../src/work/retention.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { allIndexed, chromaOf, RECALL, say } from "./helpers/recall.ts";
 import { recordTurn } from "./helpers/turns.ts";
+import { until } from "./helpers/until.ts";
 
 // Forgetting and retention remove rows and vectors; Chroma is checked directly.
 let engram: TestEngram;
@@ -102,6 +104,32 @@ describe("forgetting recall", () => {
     expect(await snippetIds({ endUserId: gina.endUserId })).toEqual([]);
     expect(await vectorsOf(engram.tenant.tenantId, { endUserId: gina.endUserId })).toEqual([]);
   });
+
+  it("a forget request's turn indexed after its job forgot (messages kept): no snippet brings back what it named", async () => {
+    const { tenantId, admin, writer } = engram.tenant;
+    const setting = (keep: boolean) =>
+      engram.gql(`mutation($on: Boolean!) { updateTenantSettings(input: { forgetDeletesMessages: $on }) { forgetDeletesMessages } }`, { on: !keep }, admin);
+    await setting(true);
+    // No model work for the agent: its turns are batched, and the forget request goes to its own job.
+    await engram.gql(`mutation { upsertAgent(input: { externalId: "quiet-shop", settings: { summaryOn: false, extractionOn: false } }) { id } }`, {}, admin);
+    try {
+    const db = forTenant(engram.services.db, tenantId);
+    const kept = await recordTurn(engram, { agentExternalId: "quiet-shop", endUserExternalId: "fern", conversationExternalId: "fern-1", userMessage: "My bike is a red Brompton.", assistantMessage: "Nice." }, writer);
+    const asking = await recordTurn(engram, { agentExternalId: "quiet-shop", endUserExternalId: "fern", conversationExternalId: "fern-1", userMessage: "Please forget my bike.", assistantMessage: "Forgotten." }, writer);
+    await until("the forget request's job", async () =>
+      (await db.turn.count({ where: { id: asking.id, followUpsQueuedAt: { not: null } } })) === 1 &&
+      (await db.message.count({ where: { conversationId: asking.conversation.id, forgottenAt: { not: null } } })) === 2,
+    );
+    await allIndexed(engram, tenantId);
+    // Its index job runs late (after the forget): the messages are still there, the snippet is not made.
+    await runIndexSnippets(db, engram.services.deps, { tenantId, conversationId: asking.conversation.id, firstSeq: asking.firstSeq, lastSeq: asking.lastSeq });
+    expect(await db.message.count({ where: { conversationId: asking.conversation.id, content: { contains: "bike" } } })).toBe(2);
+    expect(await db.recallSnippet.count({ where: { conversationId: asking.conversation.id, text: { contains: "bike" } } })).toBe(0);
+    expect(kept.firstSeq).toBe(1);
+    } finally {
+      await setting(false);
+    }
+  }, 120_000);
 
   it("forgetSnippets and forgetConversation delete exactly what they name", async () => {
     const g1 = await say(engram, { user: "gina", conversation: "g-1" }, "I like green tea.", "Noted.");

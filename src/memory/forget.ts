@@ -12,7 +12,8 @@ import { matchesAnyPhrase } from "./text-search.ts";
  * history, recall snippets and their vectors, summaries and their revisions, the verbatim
  * judge's verdicts, the gate's stored verdicts, the finished job records of the user's
  * conversations, and (when the tenant's `forgetDeletesMessages` is on, the default) the raw
- * messages. What stays is a receipt of kinds and counts, never content, kept in the audit log.
+ * messages (when it is off, they are marked forgotten and no snippet is made from them again).
+ * What stays is a receipt of kinds and counts, never content, kept in the audit log.
  */
 export type ForgetDeps = Pick<Deps, "pubsub" | "vectors">;
 
@@ -146,6 +147,7 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
     await db.message.updateMany({ where: { ...inTheirs, keepScore: { not: null } }, data: { keepScore: null } })
   ).count;
   if (settings.forgetDeletesMessages) receipt.messages = (await db.message.deleteMany({ where: inTheirs })).count;
+  else await db.message.updateMany({ where: { ...inTheirs, forgottenAt: null }, data: { forgottenAt: new Date() } });
   await closeConversations(db, conversationIds);
   const turnIds = (await db.turn.findMany({ where: inTheirs, select: { id: true } })).map((t) => t.id);
   receipt.jobRecords = await forgetJobRecords(db, conversationIds, turnIds);
@@ -221,6 +223,8 @@ export async function forgetPhrases(
     ).count;
     if (settings.forgetDeletesMessages) {
       receipt.messages = (await db.message.deleteMany({ where: { id: { in: messageIds } } })).count;
+    } else {
+      await db.message.updateMany({ where: { id: { in: messageIds }, forgottenAt: null }, data: { forgottenAt: new Date() } });
     }
     // Stored verdicts name what was asked to be forgotten; they are only a cache of the gate's answer.
     receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId: { in: conversationIds } } })).count;

@@ -69,9 +69,14 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
     const messageIds = planned.messages
       .filter((m) => ofRound.some((t) => t.conversationId === m.conversationId && m.seq >= t.firstSeq && m.seq <= t.lastSeq))
       .map((m) => m.id);
-    // Snippets left without a vector (a crash between the write and the embedding) of the turns
-    // this round took: those of turns another worker took are that worker's to embed.
-    const ours = new Set(messageIds);
+    // Snippets still without a vector of the turns this round took (their turn job made them, a
+    // dispatcher's catch-up say): not those of turns another worker took, nor of the forget
+    // requests, whose own job embeds what it made.
+    const ours = new Set(
+      planned.messages
+        .filter((m) => ofRound.some((t) => !forgetting.includes(t.id) && t.conversationId === m.conversationId && m.seq >= t.firstSeq && m.seq <= t.lastSeq))
+        .map((m) => m.id),
+    );
     const ids = [...planned.waiting.filter((s) => s.messageIds.some((id) => ours.has(id))).map((s) => s.id), ...written.snippetIds];
     // Extraction may have read these messages before their turn had a snippet: the keys of its
     // facts could not point anywhere yet.

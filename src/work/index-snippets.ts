@@ -19,17 +19,7 @@ export async function runIndexSnippets(
 ) {
   const ids = [...(payload.snippetIds ?? [])];
   if (payload.conversationId && payload.firstSeq != null && payload.lastSeq != null) {
-    const made = await createTurnSnippets(db, payload.conversationId, { firstSeq: payload.firstSeq, lastSeq: payload.lastSeq });
-    ids.push(...made);
-    // Extraction may have read these messages before their turn had a snippet: the keys of its
-    // facts could not point anywhere yet.
-    const messageIds = made.length
-      ? (await db.recallSnippet.findMany({ where: { id: { in: made } }, select: { messageIds: true } })).flatMap((s) => s.messageIds)
-      : [];
-    if (messageIds.length && (await db.fact.count({ where: { sourceMessageId: { in: messageIds } } }))) {
-      const conversation = await db.conversation.findUnique({ where: { id: payload.conversationId }, select: { endUserId: true } });
-      if (conversation) ids.push(...(await syncFactKeys(db, deps, conversation.endUserId)));
-    }
+    ids.push(...(await makeTurnSnippets(db, deps, payload.conversationId, { firstSeq: payload.firstSeq, lastSeq: payload.lastSeq })));
   }
   let indexed = 0;
   for (let i = 0; i < ids.length; i += PER_BATCH) {
@@ -37,6 +27,28 @@ export async function runIndexSnippets(
   }
   deps.log.debug("recall snippets indexed", { tenantId: db.$tenantId(), indexed });
   return { indexed };
+}
+
+/**
+ * The TURN snippets of messages firstSeq..lastSeq of a conversation, written now, and the keys of
+ * facts extraction drew from those messages before they had a snippet (the keys could not point
+ * anywhere yet). Returns the ids still to embed.
+ */
+export async function makeTurnSnippets(
+  db: TenantDb,
+  deps: Pick<Deps, "vectors">,
+  conversationId: string,
+  range: { firstSeq: number; lastSeq: number },
+) {
+  const made = await createTurnSnippets(db, conversationId, range);
+  const messageIds = made.length
+    ? (await db.recallSnippet.findMany({ where: { id: { in: made } }, select: { messageIds: true } })).flatMap((s) => s.messageIds)
+    : [];
+  if (messageIds.length && (await db.fact.count({ where: { sourceMessageId: { in: messageIds } } }))) {
+    const conversation = await db.conversation.findUnique({ where: { id: conversationId }, select: { endUserId: true } });
+    if (conversation) made.push(...(await syncFactKeys(db, deps, conversation.endUserId)));
+  }
+  return made;
 }
 
 /** After extraction changed a user's facts: their sentences become keys of their turns (syncFactKeys), embedded by an index job. */

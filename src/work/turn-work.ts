@@ -8,7 +8,7 @@ import { forgetPhrases, forgetUser } from "../memory/forget.ts";
 import { gateMessage } from "../memory/gate/gate.ts";
 import { extractJob, indexJob, quietExtractJob, type turnJob } from "../queue.ts";
 import { UnreadableAnswer } from "./dead-letter.ts";
-import { indexFactKeys } from "./index-snippets.ts";
+import { indexFactKeys, makeTurnSnippets } from "./index-snippets.ts";
 import { requestSummary } from "./summarize.ts";
 
 type TurnWorkDeps = Pick<Deps, "models" | "queue" | "pubsub" | "vectors" | "log">;
@@ -41,8 +41,8 @@ export class ExtractionBusy extends Error {
 }
 
 /**
- * A turn's follow-ups, in the worker: its messages become recall snippets (the index job makes
- * them), the summary rewrite is requested, and the turn is marked as dispatched (the outbox).
+ * A turn's follow-ups, in the worker: its messages become recall snippets (written here, embedded
+ * by the index job), the summary rewrite is requested, and the turn is marked as dispatched (the outbox).
  * Then the gate's verdict on the user's message (the one the caller or context assembly already
  * gave, or a new one), forgetting what the user asked to forget, and extraction when the gate
  * says the turn is worth remembering or a batch is full. An imported conversation is extracted
@@ -60,12 +60,11 @@ export async function runTurnWork(db: TenantDb, deps: TurnWorkDeps, payload: z.i
   const imported = turn.clientTurnId.startsWith("import:");
 
   if (!turn.followUpsQueuedAt) {
-    await deps.queue.enqueue(indexJob, {
-      tenantId,
-      conversationId: conversation.id,
-      firstSeq: turn.firstSeq,
-      lastSeq: turn.lastSeq,
-    });
+    // The snippets are written here, before the gate, and only embedded by the index job: a forget
+    // request's own snippet then exists when this job forgets (below), and an index job making it
+    // later, or while the forget runs, cannot bring back what was just forgotten.
+    const made = await makeTurnSnippets(db, deps, conversation.id, { firstSeq: turn.firstSeq, lastSeq: turn.lastSeq });
+    for (let i = 0; i < made.length; i += 256) await deps.queue.enqueue(indexJob, { tenantId, snippetIds: made.slice(i, i + 256) });
     if (settings.summaryOn) await requestSummary(deps, tenantId, conversation.id);
     // Seed 003's timer: every shared turn sets it again; when the conversation has been quiet
     // that long, the extractor reads what is pending even below a batch.

@@ -60,6 +60,9 @@ export async function planSnippetsOfTurns(db: TenantDb, turns: TurnRange[]) {
   const messages = await db.message.findMany({
     where: {
       private: false,
+      // Forgotten while the tenant keeps raw messages: a snippet made from one now (a turn's index
+      // job that runs after its forget request's) would bring back what was forgotten.
+      forgottenAt: null,
       OR: turns.map((t) => ({ conversationId: t.conversationId, seq: { gte: t.firstSeq, lte: t.lastSeq } })),
     },
     orderBy: [{ conversationId: "asc" }, { seq: "asc" }],

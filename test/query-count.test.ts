@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { recordTurn } from "./helpers/turns.ts";
 import { forTenant } from "../src/db.ts";
+import { recordTurn as recordTurnRows } from "../src/memory/conversations/turns.ts";
 import { loadTenantSettings, settingsChanged } from "../src/governance/settings.ts";
 import { followUpsJob } from "../src/queue.ts";
 import { FOLLOW_UPS_WINDOW_MS } from "../src/work/after-turn.ts";
@@ -154,6 +155,11 @@ describe("SQL statements per request on the hot paths", () => {
     expect(conversation.lastSeq).toBe(recorded.data.recordTurn.lastSeq);
     const read = await engram.gql(`query($id: ID!) { conversation(id: $id) { ${fields} } }`, { id: conversation.id });
     expect(conversation).toEqual(read.data.conversation);
+    // Every column, not only those the API exposes (a column added later comes along, or fails here).
+    const db = forTenant(engram.services.db, engram.tenant.tenantId);
+    const written = await recordTurnRows(db, { ...input, clientTurnId: "known-rows-2" }, { rows: true });
+    const { agent, endUser, ...row } = await db.conversation.findUniqueOrThrow({ where: { id: conversation.id }, include: { agent: true, endUser: true } });
+    expect(written.rows).toEqual({ conversation: row, agent, endUser });
   });
 
   it("the first turn of a new conversation: no transaction, one statement creates what is new", async () => {

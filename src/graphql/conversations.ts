@@ -195,7 +195,7 @@ builder.mutationFields((t) => ({
       "agent, user and conversation on first use. Idempotent on clientTurnId.",
     args: { input: t.arg({ type: RecordTurnInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
-      const recorded = await recordTurn(ctx.db, input);
+      const recorded = await recordTurn(ctx.db, input, { rows: "include" in query });
       await afterTurnRecorded(ctx.db, ctx.deps, recorded);
       const known = recorded.rows && {
         conversation: { row: recorded.rows.conversation, relations: { agent: { row: recorded.rows.agent }, endUser: { row: recorded.rows.endUser } } },

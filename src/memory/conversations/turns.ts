@@ -98,9 +98,8 @@ type KnownConversation = {
   agentExternalId: string;
   endUserExternalId: string;
   agentSettings: Prisma.JsonValue;
-  conversationRow: Record<string, unknown>;
-  agentRow: Record<string, unknown>;
-  endUserRow: Record<string, unknown>;
+  agentRow?: Record<string, unknown>;
+  endUserRow?: Record<string, unknown>;
 };
 
 /**
@@ -116,6 +115,7 @@ async function appendToKnownConversation(
   parsed: z.infer<typeof recordTurnInput>,
   messages: NewMessage[],
   occurredAt: Date,
+  withRows: boolean,
 ): Promise<RecordedTurn | "new" | null> {
   const tenantId = db.$tenantId();
   const n = messages.length;
@@ -123,10 +123,10 @@ async function appendToKnownConversation(
   const now = appNow();
   // Always one row: the conversation's columns are null when it does not exist, the turn's when
   // nothing was written.
-  const [row] = await db.$queryRaw<(Nullable<KnownConversation> & { turnTaken: boolean } & { [K in keyof Turn as `turn_${K}`]: Turn[K] | null } & { conv_lastSeq: number | null; conv_updatedAt: Date | null })[]>`
+  const [row] = await db.$queryRaw<(Nullable<KnownConversation> & { turnTaken: boolean } & { [K in keyof Turn as `turn_${K}`]: Turn[K] | null } & { conversationRow: Record<string, unknown> | null })[]>`
     WITH known AS (
       SELECT c."id", c."agentId", c."endUserId", a."externalId" AS "agentExternalId", u."externalId" AS "endUserExternalId", a."settings" AS "agentSettings",
-             to_jsonb(c) AS "conversationRow", to_jsonb(a) AS "agentRow", to_jsonb(u) AS "endUserRow",
+             ${withRows ? Prisma.sql`to_jsonb(a) AS "agentRow", to_jsonb(u) AS "endUserRow",` : Prisma.empty}
              EXISTS (SELECT 1 FROM "Turn" t WHERE t."tenantId" = ${tenantId} AND t."clientTurnId" = ${parsed.clientTurnId}) AS "turnTaken"
       FROM (SELECT 1) AS one
       LEFT JOIN ("Conversation" c JOIN "Agent" a ON a."id" = c."agentId" JOIN "EndUser" u ON u."id" = c."endUserId")
@@ -136,7 +136,7 @@ async function appendToKnownConversation(
       FROM known
       WHERE "Conversation"."tenantId" = ${tenantId} AND "Conversation"."id" = known."id" AND NOT known."turnTaken"
         AND known."agentExternalId" = ${parsed.agentExternalId} AND known."endUserExternalId" = ${parsed.endUserExternalId}
-      RETURNING "Conversation"."id", "Conversation"."lastSeq", "Conversation"."updatedAt"
+      RETURNING "Conversation"."id", "Conversation"."lastSeq"${withRows ? Prisma.sql`, to_jsonb("Conversation") AS "row"` : Prisma.empty}
     ), inserted AS (
       INSERT INTO "Message" ("id", "tenantId", "conversationId", "seq", "role", "content", "private", "occurredAt", "createdAt")
       SELECT gen_random_uuid()::text, ${tenantId}, conv."id", conv."lastSeq" - ${n} + m.ord, m.role::"MessageRole", m.content, m.private, ${at}::timestamp(3), ${now}
@@ -152,7 +152,7 @@ async function appendToKnownConversation(
     SELECT known.*, turn."id" AS "turn_id", turn."tenantId" AS "turn_tenantId", turn."conversationId" AS "turn_conversationId",
            turn."clientTurnId" AS "turn_clientTurnId", turn."firstSeq" AS "turn_firstSeq", turn."lastSeq" AS "turn_lastSeq",
            turn."occurredAt" AS "turn_occurredAt", turn."createdAt" AS "turn_createdAt", turn."followUpsQueuedAt" AS "turn_followUpsQueuedAt",
-           conv."lastSeq" AS "conv_lastSeq", conv."updatedAt" AS "conv_updatedAt"
+           ${withRows ? Prisma.sql`conv."row"` : Prisma.sql`NULL::jsonb`} AS "conversationRow"
     FROM known LEFT JOIN turn ON true LEFT JOIN conv ON true`;
   // A concurrent turn with the same id makes the turn's insert fail on the unique index; the
   // caller's retry then finds it.
@@ -172,12 +172,15 @@ async function appendToKnownConversation(
       conversation: { id: row.id!, agentId: row.agentId!, endUserId: row.endUserId! },
       created: true,
       agentSettings: row.agentSettings,
-      // As they stand after this write, for an answer that selects them (the statement's snapshot).
-      rows: {
-        conversation: { ...rowFromJson<Conversation>("Conversation", row.conversationRow!), lastSeq: row.conv_lastSeq!, updatedAt: row.conv_updatedAt! },
-        agent: rowFromJson<Agent>("Agent", row.agentRow!),
-        endUser: rowFromJson<EndUser>("EndUser", row.endUserRow!),
-      },
+      // As this write left them (the conversation as updated; its agent and end user as read), for
+      // an answer that selects them.
+      rows: withRows
+        ? {
+            conversation: rowFromJson<Conversation>("Conversation", row.conversationRow!),
+            agent: rowFromJson<Agent>("Agent", row.agentRow!),
+            endUser: rowFromJson<EndUser>("EndUser", row.endUserRow!),
+          }
+        : undefined,
     };
   }
   if (row.turnTaken) return null;
@@ -243,6 +246,8 @@ export async function recordTurn(
   db: TenantDb,
   // `gate` comes as the caller's JSON and is checked here, with the rest.
   input: Omit<z.input<typeof recordTurnInput>, "gate"> & { gate?: unknown },
+  /** Also return the conversation, its agent and end user as the write left them (`rows`), when one statement did it all. */
+  options: { rows?: boolean } = {},
 ): Promise<RecordedTurn> {
   const parsed = parseInput(recordTurnInput, input);
   const tenantId = db.$tenantId();
@@ -260,10 +265,10 @@ export async function recordTurn(
       : []),
   ];
   const attempt = async () => {
-    let fast = await appendToKnownConversation(db, parsed, messages, occurredAt);
+    let fast = await appendToKnownConversation(db, parsed, messages, occurredAt, options.rows ?? false);
     if (fast === "new") {
       await createConversation(db, parsed);
-      fast = await appendToKnownConversation(db, parsed, messages, occurredAt);
+      fast = await appendToKnownConversation(db, parsed, messages, occurredAt, options.rows ?? false);
     }
     const recorded = fast && fast !== "new" ? fast : await firstUse();
     // The caller's verdict, stored before the turn's follow-ups are queued (afterTurnRecorded),

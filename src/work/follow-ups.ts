@@ -66,17 +66,15 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
     const handing = forgetting.filter((id) => claimed.has(id));
     for (const turnId of handing) await deps.queue.enqueueCoalesced(turnJob, { tenantId, turnId }, "turnId", 1_000);
     handedOff.push(...handing);
-    const messageIds = planned.messages
-      .filter((m) => ofRound.some((t) => t.conversationId === m.conversationId && m.seq >= t.firstSeq && m.seq <= t.lastSeq))
-      .map((m) => m.id);
+    const messagesOf = (turns: typeof waiting) =>
+      planned.messages
+        .filter((m) => turns.some((t) => t.conversationId === m.conversationId && m.seq >= t.firstSeq && m.seq <= t.lastSeq))
+        .map((m) => m.id);
+    const messageIds = messagesOf(ofRound);
     // Snippets still without a vector of the turns this round took (their turn job made them, a
     // dispatcher's catch-up say): not those of turns another worker took, nor of the forget
     // requests, whose own job embeds what it made.
-    const ours = new Set(
-      planned.messages
-        .filter((m) => ofRound.some((t) => !forgetting.includes(t.id) && t.conversationId === m.conversationId && m.seq >= t.firstSeq && m.seq <= t.lastSeq))
-        .map((m) => m.id),
-    );
+    const ours = new Set(messagesOf(ofRound.filter((t) => !forgetting.includes(t.id))));
     const ids = [...planned.waiting.filter((s) => s.messageIds.some((id) => ours.has(id))).map((s) => s.id), ...written.snippetIds];
     // Extraction may have read these messages before their turn had a snippet: the keys of its
     // facts could not point anywhere yet.

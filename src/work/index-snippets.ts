@@ -18,6 +18,7 @@ export async function runIndexSnippets(
   payload: z.infer<typeof indexJob.schema>,
 ) {
   const ids = [...(payload.snippetIds ?? [])];
+  // A range: the job of a turn queued by an older version, which made its snippets here.
   if (payload.conversationId && payload.firstSeq != null && payload.lastSeq != null) {
     ids.push(...(await makeTurnSnippets(db, deps, payload.conversationId, { firstSeq: payload.firstSeq, lastSeq: payload.lastSeq })));
   }
@@ -51,13 +52,21 @@ export async function makeTurnSnippets(
   return made;
 }
 
+// Snippets named per index job.
+const PER_JOB = 256;
+
+/** Index jobs that embed these snippets, PER_JOB to a job. */
+export async function queueIndexing(deps: Pick<Deps, "queue">, tenantId: string, snippetIds: string[]) {
+  for (let i = 0; i < snippetIds.length; i += PER_JOB) {
+    await deps.queue.enqueue(indexJob, { tenantId, snippetIds: snippetIds.slice(i, i + PER_JOB) });
+  }
+}
+
 /** After extraction changed a user's facts: their sentences become keys of their turns (syncFactKeys), embedded by an index job. */
 export async function indexFactKeys(db: TenantDb, deps: Pick<Deps, "queue" | "vectors">, conversationId: string) {
   const conversation = await db.conversation.findUnique({ where: { id: conversationId }, select: { endUserId: true } });
   if (!conversation) return [];
   const ids = await syncFactKeys(db, deps, conversation.endUserId);
-  for (let i = 0; i < ids.length; i += 256) {
-    await deps.queue.enqueue(indexJob, { tenantId: db.$tenantId(), snippetIds: ids.slice(i, i + 256) });
-  }
+  await queueIndexing(deps, db.$tenantId(), ids);
   return ids;
 }

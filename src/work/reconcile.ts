@@ -1,13 +1,12 @@
 import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { snippetsToReindex, unmarkLostVectors } from "../memory/recall/snippets.ts";
-import { indexJob } from "../queue.ts";
 import { withTimeout } from "../timeout.ts";
+import { queueIndexing } from "./index-snippets.ts";
 
 // Younger snippets most likely still have their indexing job queued.
 const GRACE_MS = 60_000;
 const MAX_PER_TENANT = 2_000;
-const PER_JOB = 256;
 // The lost-vector check reads the snippets indexed since its last successful run began, less
 // this overlap (a vector store dying takes the upserts it acknowledged just before with it);
 // a process's first check reaches back an hour, to cover a crash that took the worker down too.
@@ -39,9 +38,7 @@ export async function reconcileRecall(
     });
     const lost = await findLostVectors(deps, db, tenantId, model);
     const ids = [...new Set([...waiting, ...lost])];
-    for (let i = 0; i < ids.length; i += PER_JOB) {
-      await deps.queue.enqueue(indexJob, { tenantId, snippetIds: ids.slice(i, i + PER_JOB) });
-    }
+    await queueIndexing(deps, tenantId, ids);
     if (ids.length) requeued[tenantId] = ids.length;
   }
   if (Object.keys(requeued).length) deps.log.info("recall reconcile re-queued indexing", { requeued });

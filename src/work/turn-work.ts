@@ -6,9 +6,9 @@ import { agentSettings } from "../memory/conversations/agents.ts";
 import { extractFacts, type ExtractionResult } from "../memory/facts/extraction.ts";
 import { forgetPhrases, forgetUser } from "../memory/forget.ts";
 import { gateMessage } from "../memory/gate/gate.ts";
-import { extractJob, indexJob, quietExtractJob, type turnJob } from "../queue.ts";
+import { extractJob, quietExtractJob, type turnJob } from "../queue.ts";
 import { UnreadableAnswer } from "./dead-letter.ts";
-import { indexFactKeys, makeTurnSnippets } from "./index-snippets.ts";
+import { indexFactKeys, makeTurnSnippets, queueIndexing } from "./index-snippets.ts";
 import { requestSummary } from "./summarize.ts";
 
 type TurnWorkDeps = Pick<Deps, "models" | "queue" | "pubsub" | "vectors" | "log">;
@@ -64,7 +64,7 @@ export async function runTurnWork(db: TenantDb, deps: TurnWorkDeps, payload: z.i
     // request's own snippet then exists when this job forgets (below), and an index job making it
     // later, or while the forget runs, cannot bring back what was just forgotten.
     const made = await makeTurnSnippets(db, deps, conversation.id, { firstSeq: turn.firstSeq, lastSeq: turn.lastSeq });
-    for (let i = 0; i < made.length; i += 256) await deps.queue.enqueue(indexJob, { tenantId, snippetIds: made.slice(i, i + 256) });
+    await queueIndexing(deps, tenantId, made);
     if (settings.summaryOn) await requestSummary(deps, tenantId, conversation.id);
     // Seed 003's timer: every shared turn sets it again; when the conversation has been quiet
     // that long, the extractor reads what is pending even below a batch.

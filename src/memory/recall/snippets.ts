@@ -36,9 +36,8 @@ export async function createTurnSnippets(
 ): Promise<string[]> {
   const conversation = await db.conversation.findUnique({ where: { id: conversationId }, select: { endUserId: true } });
   if (!conversation) return [];
-  const planned = await planSnippetsOfTurns(db, [{ conversationId, endUserId: conversation.endUserId, ...range }]);
-  const waiting = planned.waiting.map((s) => s.id);
-  const rows = planned.rows;
+  const { rows, waiting: unindexed } = await planSnippetsOfTurns(db, [{ conversationId, endUserId: conversation.endUserId, ...range }]);
+  const waiting = unindexed.map((s) => s.id);
   if (rows.length === 0) return waiting;
   const created = await db.recallSnippet.createManyAndReturn({
     data: rows.map(({ turn: _, ...row }) => ({ tenantId: db.$tenantId(), ...row })),

@@ -2,7 +2,7 @@
  * Engram's layer rules (README "Where things live"); `npm run check:layers` fails when one breaks.
  * Type-only imports count: a type is a dependency too.
  */
-const RAW_CLIENT_HOLDERS = "^src/(app|main|cli|services|auth|db)\\.ts$";
+const RAW_CLIENT_HOLDERS = "^src/(app|server|cli|services|auth|db)\\.ts$";
 
 module.exports = {
   forbidden: [
@@ -10,24 +10,29 @@ module.exports = {
       name: "no-cycles",
       severity: "error",
       comment: "No import cycles, type-only ones included.",
-      from: { path: "^(src|jobs)/" },
+      from: { path: "^(src|jobs|bin)/" },
       to: { circular: true },
     },
     {
       name: "src-never-imports-jobs",
       severity: "error",
-      comment:
-        "jobs/ are thin wrappers over src/work; src/ never reaches up into them. The one exception is " +
-        "main.ts, the process's composition root, which starts the API and the worker in one process.",
-      from: { path: "^src/", pathNot: "^src/main\\.ts$" },
-      to: { path: "^jobs/" },
+      comment: "jobs/ are thin wrappers over src/work; src/ never reaches up into them, nor into bin/, the entry points that compose both.",
+      from: { path: "^src/" },
+      to: { path: "^(jobs|bin)/" },
+    },
+    {
+      name: "one-entry-starts-the-worker",
+      severity: "error",
+      comment: "bin/server.ts, the process's composition root, hands jobs/worker.ts's startWorker to src/server.ts's runServer.",
+      from: { path: "^(src|jobs|bin)/", pathNot: "^bin/server\\.ts$" },
+      to: { path: "^jobs/worker\\.ts$" },
     },
     {
       name: "graphql-calls-the-domain",
       severity: "error",
       comment: "Resolvers call work/, memory/, governance/ or auth; models, chains, vectors and stores are the domain's business.",
       from: { path: "^src/graphql/" },
-      to: { path: "^src/(chains|models|vectors|embeddings|embedded)/|^src/(services|agenda-queue|main|cli|app)\\.ts$" },
+      to: { path: "^src/(chains|models|vectors|embeddings|embedded)/|^src/(services|agenda-queue|server|cli|app)\\.ts$" },
     },
     {
       name: "infrastructure-imports-no-domain",
@@ -40,7 +45,7 @@ module.exports = {
       name: "no-raw-client",
       severity: "error",
       comment: "Only the composition roots hold the unscoped Prisma client (services.ts builds it).",
-      from: { path: "^(src|jobs)/", pathNot: RAW_CLIENT_HOLDERS },
+      from: { path: "^(src|jobs|bin)/", pathNot: RAW_CLIENT_HOLDERS },
       to: { path: "^src/services\\.ts$" },
     },
     {

@@ -1,10 +1,11 @@
 #!/usr/bin/env node
 // Engram's CLI: runs the compiled code in dist/ (built by `npm ci` / `npm run build`).
+// `engram start` runs the server's entry, dist/main.js, as `npm start` does; the rest is dist/cli.js.
 import { existsSync } from "node:fs";
 
-const cli = new URL("../dist/cli.js", import.meta.url);
-if (!existsSync(cli)) {
+const entry = new URL(process.argv[2] === "start" ? "../dist/main.js" : "../dist/cli.js", import.meta.url);
+if (!existsSync(entry)) {
   process.stderr.write("Engram is not built: run `npm run build` (npm ci does it).\n");
   process.exit(1);
 }
-await import(cli.href);
+await import(entry.href);

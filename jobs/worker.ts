@@ -1,5 +1,6 @@
 import type { AgendaQueue } from "../src/agenda-queue.ts";
 import type { Deps } from "../src/deps.ts";
+import type { Worker } from "../src/queue.ts";
 import { compact } from "./compact.ts";
 import { dispatch } from "./dispatch.ts";
 import type { ImplementedJob } from "./implement.ts";
@@ -11,8 +12,6 @@ import { extract, followUps, quietExtract, turn } from "./turn.ts";
 
 /** Every job the worker runs; each file is a definition, the work function it calls, and its options. */
 export const JOBS: ImplementedJob[] = [turn, followUps, extract, quietExtract, summarize, indexSnippets, reconcile, retention, compact, dispatch];
-
-export type Worker = { stop(graceMs?: number): Promise<void> };
 
 /** Registers every job on the shared queue, schedules the recurring ones and starts processing. */
 export async function startWorker({ queue, deps }: { queue: AgendaQueue; deps: Deps }): Promise<Worker> {

@@ -48,7 +48,7 @@ try {
   const started = Date.now();
   await build({
     absWorkingDir: root,
-    entryPoints: { main: "src/main.ts", cli: "src/cli.ts" },
+    entryPoints: { main: "bin/server.ts", cli: "src/cli.ts" },
     outdir: staging,
     bundle: true,
     splitting: true,

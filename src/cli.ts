@@ -128,12 +128,9 @@ async function importFile(services: Services, file: string, tenant?: string): Pr
   return failed;
 }
 
+// `engram start` never gets here: bin/engram.mjs runs the server's entry (dist/main.js) for it.
 async function main(argv: string[]) {
   const [command, sub, ...rest] = argv;
-  if (command === "start") {
-    await import("./main.ts");
-    return;
-  }
   if (command === "tenants" && sub === "list") {
     const tenants = await withDb((db) =>
       db.tenant.findMany({

@@ -36,7 +36,7 @@ export function staleBuild(): boolean {
       return /\.(ts|mjs)$/.test(entry.name) && statSync(full).mtimeMs > built;
     });
   try {
-    return newer(fromRoot("src")) || newer(fromRoot("jobs"));
+    return newer(fromRoot("src")) || newer(fromRoot("jobs")) || newer(fromRoot("bin"));
   } catch {
     return false;
   }

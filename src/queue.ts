@@ -3,7 +3,7 @@ import { z } from "zod";
 /**
  * The durable work queue as the domain sees it: job definitions (a name and one payload schema,
  * shared by whoever enqueues and the worker that runs) and a way to enqueue them. The Agenda
- * implementation lives in jobs/queue.ts; the job bodies in src/work/.
+ * implementation lives in src/agenda-queue.ts, the worker in jobs/worker.ts, the job bodies in src/work/.
  */
 export type JobDefinition<S extends z.ZodType = z.ZodType> = { name: string; schema: S };
 
@@ -33,6 +33,9 @@ export type JobQueue = {
   ): Promise<void>;
   close(): Promise<void>;
 };
+
+/** A running job worker (jobs/worker.ts starts one). */
+export type Worker = { stop(graceMs?: number): Promise<void> };
 
 const tenantScoped = { tenantId: z.string() };
 // No tenant: every active tenant, as the schedule runs it.

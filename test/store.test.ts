@@ -106,10 +106,10 @@ async function viewer(url: string, key: string) {
   return (await response.json()) as { data?: { viewer: { role: string; tenant: { id: string; name: string } } }; errors?: unknown[] };
 }
 
-/** Starts `src/main.ts` as a user would, and resolves once it listens. */
+/** Starts `bin/server.ts` as a user would, and resolves once it listens. */
 async function startServer(vars: Record<string, string>) {
   const port = await freePort();
-  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
+  const child = spawn(process.execPath, ["--import", "tsx", "bin/server.ts"], {
     cwd: ROOT,
     env: childEnv({ ...vars, HOST: "127.0.0.1", PORT: String(port), ENGRAM_JOBS: "off", ENGRAM_LOG_LEVEL: "info" }),
     stdio: ["ignore", "pipe", "pipe"],

@@ -21,7 +21,8 @@ const newestIn = (dir: string): number =>
 /** Compiles dist/ when it is missing or older than the sources (the build itself is ~1 s). */
 export function ensureCompiled() {
   const main = path.join(ROOT, "dist", "main.js");
-  if (existsSync(main) && statSync(main).mtimeMs >= Math.max(newestIn(path.join(ROOT, "src")), newestIn(path.join(ROOT, "jobs")))) return;
+  const sources = ["src", "jobs", "bin"].map((dir) => newestIn(path.join(ROOT, dir)));
+  if (existsSync(main) && statSync(main).mtimeMs >= Math.max(...sources)) return;
   const result = spawnSync(process.execPath, [path.join(ROOT, "scripts", "build.mjs")], { cwd: ROOT, encoding: "utf8" });
   if (result.status !== 0) throw new Error(`npm run build:server failed: ${result.stderr}`);
 }

@@ -1,11 +1,14 @@
-import { startWorker, type Worker } from "../jobs/worker.ts";
 import { buildApp, type App } from "./app.ts";
 import { StoreBusyError } from "./embedded/embedded.ts";
 import { EnvError, modelsConfigured, readEnv } from "./env.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { bootstrapFirstTenant } from "./auth.ts";
 import { staleBuild } from "./paths.ts";
+import type { Worker } from "./queue.ts";
 import { openServices, type Services } from "./services.ts";
+
+/** Starts the job worker on the open services; bin/server.ts supplies jobs/worker.ts's (src/ never imports jobs/). */
+export type StartWorker = (services: Services) => Promise<Worker>;
 
 /** Shutdown never takes longer than this: past it, the process exits and its children follow. */
 const SHUTDOWN_DEADLINE_MS = 9_000;
@@ -24,7 +27,7 @@ function startFailure(error: unknown, env?: { HOST: string; PORT: number }): str
 /** Set once shutdown begins; from then on it alone ends the process. */
 let stopping: Promise<void> | undefined;
 
-async function main() {
+async function serve(startWorker: StartWorker) {
   let env: ReturnType<typeof readEnv>;
   try {
     env = readEnv();
@@ -121,9 +124,15 @@ async function bootstrapOnce(services: Services, log: Logger) {
   log.info(`lost it? \`npx engram keys create --role admin --tenant ${first.tenant.id}\` makes another, also with the server stopped`);
 }
 
-main().catch((error) => {
-  // A step of start-up that fails because shutdown closed what it used is part of that shutdown.
-  if (stopping) return;
-  process.stderr.write(`Engram failed: ${(error as Error)?.stack ?? error}\n`);
-  process.exit(1);
-});
+/**
+ * Runs Engram in this process: the API, the job worker when ENGRAM_JOBS is on, and the ordered
+ * shutdown on a signal. Resolves once started; any failure ends the process.
+ */
+export function runServer({ startWorker }: { startWorker: StartWorker }): Promise<void> {
+  return serve(startWorker).catch((error) => {
+    // A step of start-up that fails because shutdown closed what it used is part of that shutdown.
+    if (stopping) return;
+    process.stderr.write(`Engram failed: ${(error as Error)?.stack ?? error}\n`);
+    process.exit(1);
+  });
+}

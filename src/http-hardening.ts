@@ -1,6 +1,5 @@
 import { createHash } from "node:crypto";
 import { gzipSync } from "node:zlib";
-import { renderGraphiQL } from "@graphql-yoga/render-graphiql";
 import type { GraphiQLOptions, Plugin } from "graphql-yoga";
 
 /** Slow clients cannot hold a connection open: headers within 10 s, the whole request within 30 s. */
@@ -35,32 +34,39 @@ export function parseOrigins(value: string | undefined): string[] {
  * The bundled GraphiQL (the default page loads its code from a CDN, which offline machines cannot
  * reach) holds every script it needs (several MB), and a browser asks for it without a key:
  * it is rendered once, served gzipped when the browser takes it, and cached with an ETag, so a
- * repeat visit costs a 304.
+ * repeat visit costs a 304. Its package is loaded on the first visit, not at start: as a module
+ * it is ~28 MB of heap (its source, and the page inside it as a string) in a server no one may
+ * ever open it in.
  */
 export function useCachedGraphiQL(endpoint: string, options: GraphiQLOptions): Plugin {
-  let page: { html: Buffer; gzip: Buffer; etag: string } | undefined;
-  const render = () => {
+  let page: Promise<{ html: Buffer; gzip: Buffer; etag: string }> | undefined;
+  const render = async () => {
+    const { renderGraphiQL } = await import("@graphql-yoga/render-graphiql");
     const html = Buffer.from(renderGraphiQL({ ...options, endpoint } as Parameters<typeof renderGraphiQL>[0]));
     return { html, gzip: gzipSync(html), etag: `"${createHash("sha256").update(html).digest("base64url").slice(0, 27)}"` };
   };
   return {
-    onRequest({ request, url, endResponse, fetchAPI }) {
+    async onRequest({ request, url, endResponse, fetchAPI }) {
       if (request.method !== "GET" || url.pathname !== endpoint || url.search) return;
       if (!request.headers.get("accept")?.includes("text/html")) return;
-      page ??= render();
+      page ??= render().catch((error) => {
+        page = undefined;
+        throw error;
+      });
+      const { html, gzip: gzipped, etag } = await page;
       const headers: Record<string, string> = {
         "content-type": "text/html; charset=utf-8",
         "cache-control": "public, max-age=86400",
-        etag: page.etag,
+        etag,
         vary: "accept-encoding",
       };
-      if (request.headers.get("if-none-match") === page.etag) {
+      if (request.headers.get("if-none-match") === etag) {
         endResponse(new fetchAPI.Response(null, { status: 304, headers }));
         return;
       }
       const gzip = /\bgzip\b/.test(request.headers.get("accept-encoding") ?? "");
       if (gzip) headers["content-encoding"] = "gzip";
-      endResponse(new fetchAPI.Response(new Uint8Array(gzip ? page.gzip : page.html), { status: 200, headers }));
+      endResponse(new fetchAPI.Response(new Uint8Array(gzip ? gzipped : html), { status: 200, headers }));
     },
   };
 }

@@ -269,7 +269,8 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     const usage = await engram.services.db.modelUsage.findFirstOrThrow({
       where: { tenantId: engram.other.tenantId, chain: "embed" },
     });
-    expect(usage).toMatchObject({ purpose: "memory:b-embed", redactions: 2, outputTokens: 0 });
+    // Metered by the tokens the server says it read (this one reports the texts' length), not our count.
+    expect(usage).toMatchObject({ purpose: "memory:b-embed", redactions: 2, inputTokens: "write to [EMAIL] from [IP]".length, outputTokens: 0 });
     // A query (a search) is metered too, its row written just after the vector is handed back.
     expect(await embeddings!.embedQuery("call 203.0.113.42")).toEqual([0.1, 0.2, 0.3]);
     await engram.services.models.settled();
@@ -283,6 +284,19 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     const together = await engram.services.db.modelUsage.findMany({ where: { tenantId: engram.other.tenantId, chain: "embed" }, orderBy: { createdAt: "desc" }, take: 3 });
     expect(new Set(together.map((r) => r.createdAt.getTime())).size).toBe(1);
     expect(await engram.services.db.modelUsage.count({ where: { tenantId: engram.other.tenantId, chain: "embed" } })).toBe(5);
+
+    // A server that reports no usage is metered by our own count (o200k: "hello world" is 2 tokens).
+    serverB.reportEmbeddingUsage(false);
+    try {
+      await embeddings!.embedDocuments(["hello world"]);
+    } finally {
+      serverB.reportEmbeddingUsage(true);
+    }
+    const counted = await engram.services.db.modelUsage.findFirstOrThrow({
+      where: { tenantId: engram.other.tenantId, chain: "embed" },
+      orderBy: { createdAt: "desc" },
+    });
+    expect(counted.inputTokens).toBe(2);
   });
 
   it("custom patterns run on a linear-time engine: backtracking bombs are harmless, and a run-time limit stays", async () => {

@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from "node:async_hooks";
 import { Embeddings } from "@langchain/core/embeddings";
 import type { BaseChatModel } from "@langchain/core/language_models/chat_models";
 import { OpenAIEmbeddings } from "@langchain/openai";
@@ -68,6 +69,32 @@ export function resolveRoute(env: Env, settings: EffectiveSettings, tenantId: st
   };
 }
 
+/** What the embedding API said it read, for the one call that asked (one embedder serves concurrent calls). */
+type EmbedUsage = { responses: number; reported: number; promptTokens: number };
+const embedUsage = new AsyncLocalStorage<EmbedUsage>();
+
+/**
+ * OpenAI embeddings that hand each response's `usage.prompt_tokens` to the call that asked. The
+ * meter takes the provider's count: it is the one the provider bills (embedding models tokenize
+ * with their own encoding), and it spares every embedding call a tokenizer run, and the process
+ * the ~65 MB the tokenizer takes once loaded.
+ */
+class ReportingOpenAIEmbeddings extends OpenAIEmbeddings {
+  protected override async embeddingWithRetry(request: Parameters<OpenAIEmbeddings["embeddingWithRetry"]>[0]) {
+    const response = await super.embeddingWithRetry(request);
+    const usage = embedUsage.getStore();
+    if (usage) {
+      usage.responses += 1;
+      const tokens = response.usage?.prompt_tokens;
+      if (typeof tokens === "number") {
+        usage.reported += 1;
+        usage.promptTokens += tokens;
+      }
+    }
+    return response;
+  }
+}
+
 /**
  * Embeddings that redact what they send and record what they used. A query's usage row is
  * written after its vector is handed back (`recordAfter`): a search waits on its vector, not on
@@ -87,8 +114,11 @@ export class TenantEmbeddings extends Embeddings {
   private async embed(documents: string[]): Promise<{ vectors: number[][]; usage: ModelUsageRecord }> {
     const { texts, redactions } = await this.redact(documents);
     try {
-      const vectors = await this.inner.embedDocuments(texts);
-      const inputTokens = texts.reduce((sum, text) => sum + countTokens(text), 0);
+      const usage: EmbedUsage = { responses: 0, reported: 0, promptTokens: 0 };
+      const vectors = await embedUsage.run(usage, () => this.inner.embedDocuments(texts));
+      // A server that reports no usage (some OpenAI-compatible ones) is metered by our own count.
+      const reported = usage.responses > 0 && usage.reported === usage.responses;
+      const inputTokens = reported ? usage.promptTokens : texts.reduce((sum, text) => sum + countTokens(text), 0);
       return { vectors, usage: { chain: "embed", model: this.model, inputTokens, outputTokens: 0, redactions } };
     } catch (error) {
       throw asModelCallError(error);
@@ -157,12 +187,12 @@ export function createModelProvider(deps: {
     afterTimer ??= setTimeout(storeAfterRows, USAGE_AFTER_MS);
   };
   // One OpenAI client per route (its connection pool is reused across requests), not one per search.
-  const embedders = new Map<string, OpenAIEmbeddings>();
+  const embedders = new Map<string, ReportingOpenAIEmbeddings>();
   const embedderFor = (route: ModelRoute) => {
     const key = JSON.stringify([route.baseUrl, route.model, route.apiKey]);
     let embedder = embedders.get(key);
     if (!embedder) {
-      embedder = new OpenAIEmbeddings({
+      embedder = new ReportingOpenAIEmbeddings({
         model: route.model,
         apiKey: route.apiKey ?? "not-needed",
         configuration: { baseURL: route.baseUrl, fetch },

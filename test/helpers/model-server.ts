@@ -24,6 +24,8 @@ export type ModelServer = {
   embeddingRequests: string[][];
   /** Serves /v1/embeddings with these vectors (or an error status); unset, it answers 404. */
   embed(script: ((input: string[]) => number[][] | { status: number }) | null): void;
+  /** Whether /v1/embeddings answers carry `usage` (OpenAI's do; some compatible servers' do not). Default true. */
+  reportEmbeddingUsage(on: boolean): void;
   stop(): Promise<void>;
 };
 
@@ -36,6 +38,7 @@ export async function startModelServer(port = 0): Promise<ModelServer> {
   let script: (request: ChatRequest) => ScriptedAnswer | Promise<ScriptedAnswer> = () => "{}";
   const embeddingRequests: string[][] = [];
   let embedScript: ((input: string[]) => number[][] | { status: number }) | null = null;
+  let embeddingUsage = true;
   const server: Server = createServer(async (req, res) => {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
@@ -55,7 +58,7 @@ export async function startModelServer(port = 0): Promise<ModelServer> {
           object: "list",
           model: body.model,
           data: vectors.map((embedding, index) => ({ object: "embedding", index, embedding })),
-          usage: { prompt_tokens: input.join(" ").length, total_tokens: input.join(" ").length },
+          ...(embeddingUsage && { usage: { prompt_tokens: input.join(" ").length, total_tokens: input.join(" ").length } }),
         }),
       );
       return;
@@ -108,6 +111,9 @@ export async function startModelServer(port = 0): Promise<ModelServer> {
       script = next;
     },
     embeddingRequests,
+    reportEmbeddingUsage(on) {
+      embeddingUsage = on;
+    },
     embed(next) {
       embedScript = next;
     },

@@ -15,6 +15,7 @@ const EXTERNAL = [
   "@energetic-ai/*",
   "@tensorflow/*",
   "re2js",
+  "gpt-tokenizer",
   "chromadb",
   "pg",
   "pg-*",
@@ -57,7 +58,8 @@ try {
     target: "node20",
     // Left outside: packages that load files next to themselves at run time (Prisma's WASM
     // engine, PGlite's WASM and data, the encoder's weights, re2js by path for its worker,
-    // Chroma), pg (its protocol writer breaks when bundled), optional native add-ons, dev tools.
+    // Chroma), pg (its protocol writer breaks when bundled), the tokenizer (required on its first
+    // count, see src/memory/tokens.ts), optional native add-ons, dev tools.
     external: EXTERNAL,
     // Bundled CommonJS packages call require(); an ESM bundle gets one from its own URL.
     banner: { js: "import { createRequire as __engramCreateRequire } from 'node:module'; const require = __engramCreateRequire(import.meta.url);" },

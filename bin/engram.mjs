@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // Engram's CLI: runs the compiled code in dist/ (built by `npm ci` / `npm run build`).
-// `engram start` runs the server's entry, dist/main.js, as `npm start` does; the rest is dist/cli.js.
+// `engram start` runs the server's entry, dist/main.js, in this process (`npm start` runs it with
+// V8's memory flags, README "Under a supervisor"); the rest is dist/cli.js.
 import { existsSync } from "node:fs";
 
 const entry = new URL(process.argv[2] === "start" ? "../dist/main.js" : "../dist/cli.js", import.meta.url);

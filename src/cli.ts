@@ -9,7 +9,7 @@ import type { Services } from "./services.ts";
 
 const USAGE = `Usage: engram <command>
 
-  start                                   run the server (same as npm start)
+  start                                   run the server (npm start also sets V8's memory flags)
   mcp                                     an MCP server on stdio for a running Engram
                                           (ENGRAM_URL, default http://127.0.0.1:4000; ENGRAM_API_KEY)
   tenants list                            print each tenant: id, name, number of active keys
@@ -128,9 +128,15 @@ async function importFile(services: Services, file: string, tenant?: string): Pr
   return failed;
 }
 
-// `engram start` never gets here: bin/engram.mjs runs the server's entry (dist/main.js) for it.
 async function main(argv: string[]) {
   const [command, sub, ...rest] = argv;
+  // bin/engram.mjs runs the server's entry (dist/main.js) for `engram start`; this file only
+  // gets it when run some other way.
+  if (command === "start") {
+    process.stderr.write("`start` runs through bin/engram.mjs (`npx engram start`) or `npm start`, not this file.\n");
+    process.exitCode = 2;
+    return;
+  }
   if (command === "tenants" && sub === "list") {
     const tenants = await withDb((db) =>
       db.tenant.findMany({

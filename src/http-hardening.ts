@@ -45,28 +45,33 @@ export function useCachedGraphiQL(endpoint: string, options: GraphiQLOptions): P
     const html = Buffer.from(renderGraphiQL({ ...options, endpoint } as Parameters<typeof renderGraphiQL>[0]));
     return { html, gzip: gzipSync(html), etag: `"${createHash("sha256").update(html).digest("base64url").slice(0, 27)}"` };
   };
+  const serve = async ({ request, endResponse, fetchAPI }: Parameters<NonNullable<Plugin["onRequest"]>>[0]) => {
+    page ??= render().catch((error) => {
+      page = undefined;
+      throw error;
+    });
+    const { html, gzip: gzipped, etag } = await page;
+    const headers: Record<string, string> = {
+      "content-type": "text/html; charset=utf-8",
+      "cache-control": "public, max-age=86400",
+      etag,
+      vary: "accept-encoding",
+    };
+    if (request.headers.get("if-none-match") === etag) {
+      endResponse(new fetchAPI.Response(null, { status: 304, headers }));
+      return;
+    }
+    const gzip = /\bgzip\b/.test(request.headers.get("accept-encoding") ?? "");
+    if (gzip) headers["content-encoding"] = "gzip";
+    endResponse(new fetchAPI.Response(new Uint8Array(gzip ? gzipped : html), { status: 200, headers }));
+  };
   return {
-    async onRequest({ request, url, endResponse, fetchAPI }) {
+    // Synchronous for every other request: only a browser's GET of the endpoint waits on the page.
+    onRequest(payload) {
+      const { request, url } = payload;
       if (request.method !== "GET" || url.pathname !== endpoint || url.search) return;
       if (!request.headers.get("accept")?.includes("text/html")) return;
-      page ??= render().catch((error) => {
-        page = undefined;
-        throw error;
-      });
-      const { html, gzip: gzipped, etag } = await page;
-      const headers: Record<string, string> = {
-        "content-type": "text/html; charset=utf-8",
-        "cache-control": "public, max-age=86400",
-        etag,
-        vary: "accept-encoding",
-      };
-      if (request.headers.get("if-none-match") === etag) {
-        endResponse(new fetchAPI.Response(null, { status: 304, headers }));
-        return;
-      }
-      const gzip = /\bgzip\b/.test(request.headers.get("accept-encoding") ?? "");
-      if (gzip) headers["content-encoding"] = "gzip";
-      endResponse(new fetchAPI.Response(new Uint8Array(gzip ? gzipped : html), { status: 200, headers }));
+      return serve(payload);
     },
   };
 }

@@ -285,18 +285,20 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     expect(new Set(together.map((r) => r.createdAt.getTime())).size).toBe(1);
     expect(await engram.services.db.modelUsage.count({ where: { tenantId: engram.other.tenantId, chain: "embed" } })).toBe(5);
 
-    // A server that reports no usage is metered by our own count (o200k: "hello world" is 2 tokens).
-    serverB.reportEmbeddingUsage(false);
-    try {
-      await embeddings!.embedDocuments(["hello world"]);
-    } finally {
-      serverB.reportEmbeddingUsage(true);
+    // A server that reports no usage, or 0, is metered by our own count (o200k: "hello world" is 2 tokens).
+    for (const mode of ["none", "zero"] as const) {
+      serverB.reportEmbeddingUsage(mode);
+      try {
+        await embeddings!.embedDocuments(["hello world"]);
+      } finally {
+        serverB.reportEmbeddingUsage("length");
+      }
+      const counted = await engram.services.db.modelUsage.findFirstOrThrow({
+        where: { tenantId: engram.other.tenantId, chain: "embed" },
+        orderBy: { createdAt: "desc" },
+      });
+      expect(counted.inputTokens, mode).toBe(2);
     }
-    const counted = await engram.services.db.modelUsage.findFirstOrThrow({
-      where: { tenantId: engram.other.tenantId, chain: "embed" },
-      orderBy: { createdAt: "desc" },
-    });
-    expect(counted.inputTokens).toBe(2);
   });
 
   it("custom patterns run on a linear-time engine: backtracking bombs are harmless, and a run-time limit stays", async () => {

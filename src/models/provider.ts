@@ -82,11 +82,14 @@ const embedUsage = new AsyncLocalStorage<EmbedUsage>();
 class ReportingOpenAIEmbeddings extends OpenAIEmbeddings {
   protected override async embeddingWithRetry(request: Parameters<OpenAIEmbeddings["embeddingWithRetry"]>[0]) {
     const response = await super.embeddingWithRetry(request);
+    // Read after the await, in this call's own continuation: inside LangChain's AsyncCaller (a
+    // p-queue) the store can be another caller's.
     const usage = embedUsage.getStore();
     if (usage) {
       usage.responses += 1;
       const tokens = response.usage?.prompt_tokens;
-      if (typeof tokens === "number") {
+      // Some compatible servers answer 0 for "not counted": that would meter embeddings as free.
+      if (typeof tokens === "number" && tokens > 0) {
         usage.reported += 1;
         usage.promptTokens += tokens;
       }
@@ -116,7 +119,7 @@ export class TenantEmbeddings extends Embeddings {
     try {
       const usage: EmbedUsage = { responses: 0, reported: 0, promptTokens: 0 };
       const vectors = await embedUsage.run(usage, () => this.inner.embedDocuments(texts));
-      // A server that reports no usage (some OpenAI-compatible ones) is metered by our own count.
+      // A server that reports no usage (some OpenAI-compatible ones), or 0, is metered by our own count.
       const reported = usage.responses > 0 && usage.reported === usage.responses;
       const inputTokens = reported ? usage.promptTokens : texts.reduce((sum, text) => sum + countTokens(text), 0);
       return { vectors, usage: { chain: "embed", model: this.model, inputTokens, outputTokens: 0, redactions } };

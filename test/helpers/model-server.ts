@@ -24,8 +24,8 @@ export type ModelServer = {
   embeddingRequests: string[][];
   /** Serves /v1/embeddings with these vectors (or an error status); unset, it answers 404. */
   embed(script: ((input: string[]) => number[][] | { status: number }) | null): void;
-  /** Whether /v1/embeddings answers carry `usage` (OpenAI's do; some compatible servers' do not). Default true. */
-  reportEmbeddingUsage(on: boolean): void;
+  /** What /v1/embeddings answers say of usage: the texts' length (the default), nothing, or 0 (OpenAI's carry it; some compatible servers' do not, or say 0). */
+  reportEmbeddingUsage(mode: "length" | "none" | "zero"): void;
   stop(): Promise<void>;
 };
 
@@ -38,7 +38,7 @@ export async function startModelServer(port = 0): Promise<ModelServer> {
   let script: (request: ChatRequest) => ScriptedAnswer | Promise<ScriptedAnswer> = () => "{}";
   const embeddingRequests: string[][] = [];
   let embedScript: ((input: string[]) => number[][] | { status: number }) | null = null;
-  let embeddingUsage = true;
+  let embeddingUsage: "length" | "none" | "zero" = "length";
   const server: Server = createServer(async (req, res) => {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
@@ -58,7 +58,9 @@ export async function startModelServer(port = 0): Promise<ModelServer> {
           object: "list",
           model: body.model,
           data: vectors.map((embedding, index) => ({ object: "embedding", index, embedding })),
-          ...(embeddingUsage && { usage: { prompt_tokens: input.join(" ").length, total_tokens: input.join(" ").length } }),
+          ...(embeddingUsage !== "none" && {
+            usage: Object.fromEntries(["prompt_tokens", "total_tokens"].map((k) => [k, embeddingUsage === "zero" ? 0 : input.join(" ").length])),
+          }),
         }),
       );
       return;
@@ -111,8 +113,8 @@ export async function startModelServer(port = 0): Promise<ModelServer> {
       script = next;
     },
     embeddingRequests,
-    reportEmbeddingUsage(on) {
-      embeddingUsage = on;
+    reportEmbeddingUsage(mode) {
+      embeddingUsage = mode;
     },
     embed(next) {
       embedScript = next;

@@ -44,7 +44,7 @@ const BATCH_END = new Set(["S", "Q", "H", "X"]);
 // 32 MB, on a copy of a LoCoMo-sized store (127 MB on disk) over 1,500 recall searches: 251 MB
 // resident instead of 370, p50 9.95 ms instead of 9.37, p95 the same (bench/README.md, "Memory
 // footprint"). The pages it no longer keeps stay in the operating system's file cache.
-const START_PARAMS = JSON.stringify(["-c", "shared_buffers=32MB"]);
+const START_PARAMS = ["-c", "shared_buffers=32MB"];
 
 // A new folder is initialised (initdb) in a short-lived process of its own: what initdb leaves in
 // the WASM heap (about 500 MB resident, measured) would otherwise stay with this process for good.
@@ -57,14 +57,14 @@ if (!existsSync(path.join(dataDir, "PG_VERSION"))) {
     const db = await PGlite.create(process.argv[2], { startParams: [...PGlite.defaultStartParams, ...JSON.parse(process.argv[3])] });
     await db.close();`;
   const code = await new Promise((resolve, reject) => {
-    const args = ["--liftoff-only", "--input-type=module", "-e", init, import.meta.resolve("@electric-sql/pglite"), dataDir, START_PARAMS];
+    const args = ["--liftoff-only", "--input-type=module", "-e", init, import.meta.resolve("@electric-sql/pglite"), dataDir, JSON.stringify(START_PARAMS)];
     const child = spawn(process.execPath, args, { stdio: ["ignore", "ignore", "inherit"] });
     child.once("error", reject);
     child.once("exit", (exitCode) => resolve(exitCode));
   });
   if (code !== 0) throw new Error(`initialising the embedded database in ${dataDir} failed (exit code ${code})`);
 }
-db = await PGlite.create(dataDir, { startParams: [...PGlite.defaultStartParams, ...JSON.parse(START_PARAMS)] });
+db = await PGlite.create(dataDir, { startParams: [...PGlite.defaultStartParams, ...START_PARAMS] });
 
 /** @type {{ conn: Connection, batch: Buffer }[]} */
 const queue = [];

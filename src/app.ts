@@ -171,6 +171,7 @@ export function buildApp(services: Services): App {
   });
   server.headersTimeout = HTTP_TIMEOUTS.headersMs;
   server.requestTimeout = HTTP_TIMEOUTS.requestMs;
+  server.keepAliveTimeout = HTTP_TIMEOUTS.keepAliveMs;
 
   const wsServer = new WebSocketServer({ server, path: GRAPHQL_PATH, maxPayload: LIMITS.requestBodyBytes });
   const sockets = createSocketRegistry(

@@ -2,8 +2,13 @@ import { createHash } from "node:crypto";
 import { gzipSync } from "node:zlib";
 import type { GraphiQLOptions, Plugin } from "graphql-yoga";
 
-/** Slow clients cannot hold a connection open: headers within 10 s, the whole request within 30 s. */
-export const HTTP_TIMEOUTS = { headersMs: 10_000, requestMs: 30_000 } as const;
+/**
+ * Slow clients cannot hold a connection open: headers within 10 s, the whole request within 30 s.
+ * An idle keep-alive connection is kept 65 s, longer than clients keep theirs (undici 4 s, browsers
+ * and proxies up to 60 s): with Node's 5 s default, a client reusing a socket just as the server
+ * closed it got "other side closed" on a request it never sent (seen once in the README test).
+ */
+export const HTTP_TIMEOUTS = { headersMs: 10_000, requestMs: 30_000, keepAliveMs: 65_000 } as const;
 
 /**
  * CORS: same-origin only (no CORS headers at all) unless the operator lists origins in

@@ -74,6 +74,18 @@ describe("HTTP hardening", () => {
     expect(allowed.errors?.[0].extensions?.code).toBe("NOT_FOUND");
   });
 
+  it("keeps an idle connection longer than clients keep theirs, and says so", async () => {
+    const keepAlive = await new Promise<string>((resolve, reject) => {
+      const req = request(`${url}/healthz`, (res) => {
+        res.resume();
+        resolve(String(res.headers["keep-alive"]));
+      });
+      req.on("error", reject);
+      req.end();
+    });
+    expect(keepAlive).toBe("timeout=65");
+  });
+
   it("drops a request whose headers never finish", async () => {
     const { port } = new URL(url);
     const socket = net.connect(Number(port), "127.0.0.1");

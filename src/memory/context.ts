@@ -185,6 +185,18 @@ export async function assembleContext(
   if (!target) return { conversationId: null, blocks: [], totalTokens: 0, baselineTokens: 0, savedTokens: 0 };
   const { conversation, settings } = target;
 
+  // The entry search and the producers (facts, recall: the message's embedding, the local recall
+  // decision and the search) need only the target, so they start now and overlap the reads of
+  // the conversation's own messages below instead of waiting for them.
+  const related = Promise.all([
+    relevantEntries(db, { text: parsed.message, scopeRefs: target.scopeRefs, limit: MAX_ENTRIES }),
+    ...extraBlocks.map((produce) =>
+      produce({ conversationId: conversation?.id ?? null, endUserId: target.endUserId, message: parsed.message, settings }),
+    ),
+  ]);
+  // Should a read below fail first, its error is the one thrown: this one must not go unhandled.
+  related.catch(() => undefined);
+
   const recent = conversation
     ? (
         await db.message.findMany({
@@ -213,12 +225,7 @@ export async function assembleContext(
       )
     : [];
 
-  const [entries, ...extra] = await Promise.all([
-    relevantEntries(db, { text: parsed.message, scopeRefs: target.scopeRefs, limit: MAX_ENTRIES }),
-    ...extraBlocks.map((produce) =>
-      produce({ conversationId: conversation?.id ?? null, endUserId: target.endUserId, message: parsed.message, settings }),
-    ),
-  ]);
+  const [entries, ...extra] = await related;
 
   blocks.push(...extra.flat());
   if (entries.length) {

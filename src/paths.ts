@@ -22,21 +22,29 @@ export const ROOT = packageRoot();
 export const fromRoot = (...parts: string[]) => path.join(ROOT, ...parts);
 
 /**
+ * The newest modification time of the TypeScript the build compiles into dist/ (src, jobs and
+ * bin, less Prisma's generated client). The .mjs files are run from the sources as they are, so
+ * an edit to one needs no build.
+ */
+export function newestCompiledSource(): number {
+  const newestIn = (dir: string): number =>
+    readdirSync(dir, { withFileTypes: true }).reduce((newest, entry) => {
+      const full = path.join(dir, entry.name);
+      if (entry.isDirectory()) return entry.name === "generated" ? newest : Math.max(newest, newestIn(full));
+      return entry.name.endsWith(".ts") ? Math.max(newest, statSync(full).mtimeMs) : newest;
+    }, 0);
+  return Math.max(...["src", "jobs", "bin"].map((dir) => newestIn(fromRoot(dir))));
+}
+
+/**
  * True when this code runs from dist/ and a source file is newer than the build (edited sources
  * that `npm start` would not run until `npm run build`).
  */
 export function staleBuild(): boolean {
   const self = fileURLToPath(import.meta.url);
   if (!self.startsWith(fromRoot("dist") + path.sep)) return false;
-  const built = statSync(self).mtimeMs;
-  const newer = (dir: string): boolean =>
-    readdirSync(dir, { withFileTypes: true }).some((entry) => {
-      const full = path.join(dir, entry.name);
-      if (entry.isDirectory()) return entry.name !== "generated" && newer(full);
-      return /\.(ts|mjs)$/.test(entry.name) && statSync(full).mtimeMs > built;
-    });
   try {
-    return newer(fromRoot("src")) || newer(fromRoot("jobs")) || newer(fromRoot("bin"));
+    return newestCompiledSource() > statSync(self).mtimeMs;
   } catch {
     return false;
   }

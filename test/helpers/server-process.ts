@@ -4,25 +4,17 @@ import net, { type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { newestCompiledSource } from "../../src/paths.ts";
 import { until } from "./until.ts";
 
 // Engram as a user runs it: the compiled server (`npm start` or `node dist/main.js`) or the CLI
 // in their own process group, on a free port and a fresh data folder.
 export const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
-/** Newest modification time under dir (sources, for the stale-build check). */
-const newestIn = (dir: string): number =>
-  readdirSync(dir, { withFileTypes: true }).reduce((newest, entry) => {
-    const full = path.join(dir, entry.name);
-    if (entry.isDirectory()) return entry.name === "generated" ? newest : Math.max(newest, newestIn(full));
-    return Math.max(newest, statSync(full).mtimeMs);
-  }, 0);
-
 /** Compiles dist/ when it is missing or older than the sources (the build itself is ~1 s). */
 export function ensureCompiled() {
   const main = path.join(ROOT, "dist", "main.js");
-  const sources = ["src", "jobs", "bin"].map((dir) => newestIn(path.join(ROOT, dir)));
-  if (existsSync(main) && statSync(main).mtimeMs >= Math.max(...sources)) return;
+  if (existsSync(main) && statSync(main).mtimeMs >= newestCompiledSource()) return;
   const result = spawnSync(process.execPath, [path.join(ROOT, "scripts", "build.mjs")], { cwd: ROOT, encoding: "utf8" });
   if (result.status !== 0) throw new Error(`npm run build:server failed: ${result.stderr}`);
 }

@@ -4,9 +4,11 @@ import type { GraphiQLOptions, Plugin } from "graphql-yoga";
 
 /**
  * Slow clients cannot hold a connection open: headers within 10 s, the whole request within 30 s.
- * An idle keep-alive connection is kept 65 s, longer than clients keep theirs (undici 4 s, browsers
- * and proxies up to 60 s): with Node's 5 s default, a client reusing a socket just as the server
- * closed it got "other side closed" on a request it never sent (seen once in the README test).
+ * An idle keep-alive connection is kept 65 s, as long as browsers and proxies keep theirs (up to
+ * 60 s). With Node's 5 s default, a client reusing a socket just as the server closed it got
+ * "other side closed" on a request it never sent (seen once in the README test). undici (fetch)
+ * keeps a socket for the server's announced timeout less a second, so that race is not gone for
+ * it, but it now takes a client idle for 64 s rather than 4.
  */
 export const HTTP_TIMEOUTS = { headersMs: 10_000, requestMs: 30_000, keepAliveMs: 65_000 } as const;
 

@@ -23,8 +23,9 @@ export const fromRoot = (...parts: string[]) => path.join(ROOT, ...parts);
 
 /**
  * The newest modification time of the TypeScript the build compiles into dist/ (src, jobs and
- * bin, less Prisma's generated client). The .mjs files are run from the sources as they are, so
- * an edit to one needs no build.
+ * bin, less src/generated: Prisma's client and Pothos' types, which `npm ci` generates just
+ * before it builds). The .mjs files are run from the sources as they are, so an edit to one needs
+ * no build.
  */
 export function newestCompiledSource(): number {
   const newestIn = (dir: string): number =>

@@ -71,12 +71,14 @@ export type EmbeddedStoreOptions = {
 
 const MAX_CONNECTIONS = 32;
 /**
- * PostgreSQL's WASM runs on V8's baseline compiler only (--liftoff-only): optimised copies of its
- * hot functions cost the child about 70 MB for good. In one peers-harness run of all ten LoCoMo
- * conversations each (bench/README.md, "Memory footprint"), the child's peak was 265 -> 203 MB
- * and the server tree's 667 -> 599 MB, at the same ingest rate within noise (217 -> 210 turns/s)
- * and recall p50/p95 17.0/29.2 -> 17.5/29.8 ms; a statement's first hundred runs are faster
- * (no optimising compile competing for the two cores), later ones about 0.3 ms slower.
+ * PostgreSQL's WASM runs on V8's baseline compiler only (--liftoff-only): the optimised copies of
+ * its hot functions stay in the child for good. In two peers-harness runs of all ten LoCoMo
+ * conversations, back to back, without and with the flag (bench/README.md, "Memory footprint"),
+ * the child's peak was 265 -> 203 MB and the whole tree's, npm's process included, 667 -> 599 MB,
+ * with ingest 217 -> 210 turns/s and recall p50/p95 17.0/29.2 -> 17.5/29.8 ms. Each statement
+ * is slower once the optimised code would have been ready (a ~1 ms keyword statement by about
+ * 30%, an earlier bare-store measurement of a 10-12 ms statement pair by 35-50%), and faster
+ * over its first hundred runs (no optimising compile competing for the cores).
  */
 const CHILD_FLAGS = ["--liftoff-only"];
 /** More unexpected exits than this within RESTART_WINDOW_MS and the store is given up. */

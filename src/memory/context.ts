@@ -195,6 +195,8 @@ export async function assembleContext(
     ),
   ]);
   // Should a read below fail first, its error is the one thrown: this one must not go unhandled.
+  // The producers then finish on their own (a recall may still be published on the feed for a
+  // query that failed), as they did before when the entry search failed first.
   related.catch(() => undefined);
 
   const recent = conversation

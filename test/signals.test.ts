@@ -68,8 +68,12 @@ async function start(via: "npm" | "node", options: { chroma?: boolean; dataDir?:
 }
 
 describe("stopping under a supervisor", () => {
-  it("SIGTERM to npm start stops node and its children, and leaves no lock", async () => {
+  it("npm start runs node and its children with two malloc arenas; SIGTERM to npm stops them all and leaves no lock", async () => {
     const { server, pids } = await start("npm", { chroma: true });
+    const arenas = (pid: number) =>
+      readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").find((entry) => entry.startsWith("MALLOC_ARENA_MAX="));
+    const engram = pids.filter((pid) => pid !== server.child.pid);
+    expect(engram.map(arenas)).toEqual(engram.map(() => `MALLOC_ARENA_MAX=${process.env.MALLOC_ARENA_MAX ?? "2"}`));
     process.kill(server.child.pid!, "SIGTERM");
     const ms = await waitAllGone(pids, server.dataDir);
     expect(locks(server.dataDir)).toEqual([]);

@@ -4,6 +4,7 @@ import net from "node:net";
 import path from "node:path";
 import { fromRoot, ROOT } from "../paths.ts";
 import { isAlive, liveOwner, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
+import { childEnv } from "./child-env.ts";
 
 const childScript = fromRoot("src", "embedded", "chroma-child.mjs");
 const chromaPackage = fromRoot("node_modules", "chromadb", "package.json");
@@ -69,6 +70,7 @@ export async function startEmbeddedChroma(
   const child = fork(childScript, [ROOT, path.join(dir, "chroma"), String(port)], {
     stdio: ["ignore", "pipe", "pipe", "ipc"],
     execArgv: [],
+    env: childEnv(),
   });
   let output = "";
   const keep = (chunk: Buffer) => {

@@ -4,6 +4,7 @@ import path from "node:path";
 import { fromRoot } from "../paths.ts";
 import type { Logger } from "../log.ts";
 import { isAlive, liveOwner, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
+import { childEnv } from "./child-env.ts";
 
 const childScript = fromRoot("src", "embedded", "pglite-child.mjs");
 
@@ -90,7 +91,7 @@ function forkChild(pgDir: string, port: number, options: EmbeddedStoreOptions) {
   const child: ChildProcess = fork(
     childScript,
     [pgDir, String(MAX_CONNECTIONS), String(port), String(options.idleTxMs ?? 15_000), String(options.stuckMs ?? 120_000)],
-    { stdio: ["ignore", "inherit", "inherit", "ipc"], execArgv: CHILD_FLAGS },
+    { stdio: ["ignore", "inherit", "inherit", "ipc"], execArgv: CHILD_FLAGS, env: childEnv() },
   );
   const ready = new Promise<number>((resolve, reject) => {
     const onExit = (code: number | null) => reject(new Error(`The embedded database exited during start-up (code ${code}).`));

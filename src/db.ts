@@ -128,13 +128,23 @@ export type TenantDirectory = {
   active(tenantId?: string): Promise<{ id: string; name: string; createdAt: Date }[]>;
 };
 
+/** The PostgreSQL type of each column insertRows writes, by column name. */
+export type ColumnTypes = Record<string, "text" | "integer" | "jsonb" | "timestamp(3)">;
+
 /**
- * Inserts rows gathered together: up to two one by one, more with createMany, which Prisma wraps
- * in a transaction (two statements more), so it pays from three rows on.
+ * Inserts rows gathered together in one raw statement, however many: they travel as one JSON
+ * parameter that jsonb_to_recordset unpacks by the column types given, so every column is named
+ * and every row carries each one (its id and times from the application, as Prisma's defaults
+ * would). Prisma's create and createMany run each call through its WASM query compiler (about
+ * 0.7 ms of CPU an insert more than a raw statement, measured on PostgreSQL, 3,000 inserts 8 in
+ * flight), and createMany adds a transaction: two statements more.
  */
-export async function insertRows<T>(rows: T[], one: (row: T) => Promise<unknown>, many: (rows: T[]) => Promise<unknown>) {
-  if (rows.length >= 3) await many(rows);
-  else for (const row of rows) await one(row);
+export async function insertRows(db: Db | TenantDb, table: string, columns: ColumnTypes, rows: Record<string, unknown>[]) {
+  if (!rows.length) return;
+  const names = Prisma.raw(Object.keys(columns).map((name) => `"${name}"`).join(", "));
+  const record = Prisma.raw(Object.entries(columns).map(([name, type]) => `"${name}" ${type}`).join(", "));
+  await db.$executeRaw`INSERT INTO ${Prisma.raw(`"${table}"`)} (${names})
+    SELECT ${names} FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS r(${record})`;
 }
 
 /**

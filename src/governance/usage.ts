@@ -1,4 +1,5 @@
-import { insertRows, type TenantDb } from "../db.ts";
+import { randomUUID } from "node:crypto";
+import { insertRows, type ColumnTypes, type TenantDb } from "../db.ts";
 import { badInput } from "../errors.ts";
 import type { ModelUsageRecord } from "../models/metered.ts";
 import type { ModelPrice } from "./settings.ts";
@@ -10,10 +11,33 @@ export async function recordModelUsage(db: TenantDb, usage: ModelUsageRecord & {
   await recordModelUsages(db, [usage]);
 }
 
+const USAGE_COLUMNS: ColumnTypes = {
+  id: "text",
+  tenantId: "text",
+  purpose: "text",
+  chain: "text",
+  model: "text",
+  inputTokens: "integer",
+  outputTokens: "integer",
+  redactions: "integer",
+  createdAt: "timestamp(3)",
+};
+
 /** Several calls' rows, stored together (insertRows). */
 export async function recordModelUsages(db: TenantDb, usages: (ModelUsageRecord & { redactions?: number })[]) {
-  const rows = usages.map((usage) => ({ ...usage, tenantId: db.$tenantId(), purpose: purposeOf(usage.model) }));
-  await insertRows(rows, (data) => db.modelUsage.create({ data, select: { id: true } }), (data) => db.modelUsage.createMany({ data }));
+  const createdAt = new Date();
+  const rows = usages.map(({ chain, model, inputTokens, outputTokens, redactions }) => ({
+    id: randomUUID(),
+    tenantId: db.$tenantId(),
+    purpose: purposeOf(model),
+    chain,
+    model,
+    inputTokens,
+    outputTokens,
+    redactions: redactions ?? 0,
+    createdAt,
+  }));
+  await insertRows(db, "ModelUsage", USAGE_COLUMNS, rows);
 }
 
 export const USAGE_GROUPS = ["PURPOSE", "CHAIN", "MODEL", "DAY", "TENANT"] as const;

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { insertRows, type TenantDb, type TenantDirectory } from "../db.ts";
+import { insertRows, type ColumnTypes, type TenantDb, type TenantDirectory } from "../db.ts";
 import type { Prisma } from "../generated/prisma/client.ts";
 import type { Logger } from "../log.ts";
 import type { PubSub, RecallCandidate, Topics } from "../pubsub.ts";
@@ -69,13 +69,28 @@ function rowOf<T extends keyof Topics>(topic: T, payload: Payload<T>): Row {
   throw new Error(`No feed kind for topic ${String(topic)}`);
 }
 
+const ACTIVITY_COLUMNS: ColumnTypes = {
+  id: "text",
+  tenantId: "text",
+  kind: "text",
+  refId: "text",
+  change: "text",
+  agentId: "text",
+  endUserId: "text",
+  conversationId: "text",
+  scope: "text",
+  scopeRef: "text",
+  detail: "jsonb",
+  at: "timestamp(3)",
+};
+
 /** Stores announcements' rows together (insertRows); a job run keeps one row, its latest. */
 async function recordActivities(db: TenantDb, rows: (Row & { id: string })[]) {
   const jobRuns = rows.filter((row) => row.kind === "JOB_RUN").map((row) => row.refId!);
   const latest = new Map(rows.map((row, i) => [row.kind === "JOB_RUN" ? `job:${row.refId}` : `row:${i}`, row]));
   if (jobRuns.length) await db.activityLog.deleteMany({ where: { kind: "JOB_RUN", refId: { in: jobRuns } } });
   const data = [...latest.values()].map((row) => ({ ...row, tenantId: db.$tenantId() }));
-  await insertRows(data, (row) => db.activityLog.create({ data: row, select: { id: true } }), (rows) => db.activityLog.createMany({ data: rows }));
+  await insertRows(db, "ActivityLog", ACTIVITY_COLUMNS, data);
 }
 
 type Announcement = { topic: keyof Topics; payload: unknown; row: (Row & { id: string }) | null };

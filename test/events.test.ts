@@ -1,4 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { randomUUID } from "node:crypto";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { forTenant, insertRows } from "../src/db.ts";
 import { AppendEventDocument, type AppendEventInput } from "../src/gql/graphql.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { collect, settle, wsClient } from "./helpers/ws.ts";
@@ -159,5 +162,35 @@ describe("subscriptions", () => {
   it("never delivers another tenant's events", async () => {
     const url = await engram.listen().catch(() => null);
     void url;
+  });
+});
+
+describe("insertRows (the feed's history and the usage rows)", () => {
+  it("writes any number of rows in one statement: absent columns NULL, JSON and times as given", async () => {
+    const db = forTenant(engram.services.db, engram.tenant.tenantId);
+    const at = new Date("2026-03-04T05:06:07.089Z");
+    const detail = { chosenBy: "FLOOR", degraded: null, candidates: [{ snippetId: "s-1", score: 0.5, note: `quote " and \\ and é` }] };
+    const rows = [
+      { id: randomUUID(), tenantId: engram.tenant.tenantId, kind: "RECALL", refId: "r-1", endUserId: "u-1", detail, at },
+      { id: randomUUID(), tenantId: engram.tenant.tenantId, kind: "EVENT", refId: "e-1", scope: "PROJECT", scopeRef: "p-1", at },
+      { id: randomUUID(), tenantId: engram.tenant.tenantId, kind: "JOB_RUN", at },
+    ];
+    const columns = { id: "text", tenantId: "text", kind: "text", refId: "text", change: "text", endUserId: "text", scope: "text", scopeRef: "text", detail: "jsonb", at: "timestamp(3)" } as const;
+    const spy = vi.spyOn(pg.Client.prototype, "query");
+    try {
+      await insertRows(db, "ActivityLog", columns, rows);
+      expect(spy).toHaveBeenCalledTimes(1);
+    } finally {
+      spy.mockRestore();
+    }
+    const stored = await db.activityLog.findMany({ where: { id: { in: rows.map((row) => row.id) } } });
+    expect(stored).toHaveLength(3);
+    for (const row of rows) {
+      const found = stored.find((s) => s.id === row.id)!;
+      expect(found).toMatchObject({ ...row, change: null, agentId: null, conversationId: null });
+      expect(found.at.toISOString()).toBe(at.toISOString());
+    }
+    expect(stored.find((s) => s.kind === "EVENT")!.detail).toBeNull();
+    await expect(insertRows(db, "ActivityLog", columns, [])).resolves.toBeUndefined();
   });
 });

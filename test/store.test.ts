@@ -18,9 +18,9 @@ import {
   type Store,
 } from "../src/embedded/embedded.ts";
 import { committedMigrations, migrate } from "../src/embedded/migrate.ts";
+import { ROOT } from "../src/paths.ts";
 import { createTestStore, type TestStore } from "./helpers/store.ts";
 
-const ROOT = path.resolve(import.meta.dirname, "..");
 const KEY = /^egm_[A-Za-z0-9_-]+$/;
 
 const cleanups: (() => Promise<unknown> | unknown)[] = [];

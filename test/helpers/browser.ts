@@ -1,11 +1,11 @@
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { expect } from "vitest";
+import { ROOT } from "../../src/paths.ts";
 
 // Debian's chromium, driven by playwright-core (no browser download anywhere).
-export const ROOT = fileURLToPath(new URL("../..", import.meta.url));
+export { ROOT };
 const DIST = path.join(ROOT, "web/dist/index.html");
 const CHROMIUM = process.env.ENGRAM_TEST_CHROMIUM ?? "/usr/bin/chromium";
 

@@ -3,13 +3,12 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync } from "no
 import net, { type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
-import { newestCompiledSource } from "../../src/paths.ts";
+import { newestCompiledSource, ROOT } from "../../src/paths.ts";
 import { until } from "./until.ts";
 
 // Engram as a user runs it: the compiled server (`npm start` or `node dist/main.js`) or the CLI
 // in their own process group, on a free port and a fresh data folder.
-export const ROOT = fileURLToPath(new URL("../..", import.meta.url));
+export { ROOT };
 
 /** Compiles dist/ when it is missing or older than the sources (the build itself is ~1 s). */
 export function ensureCompiled() {

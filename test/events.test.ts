@@ -166,16 +166,17 @@ describe("subscriptions", () => {
 });
 
 describe("insertRows (the feed's history and the usage rows)", () => {
-  it("writes any number of rows in one statement: absent columns NULL, JSON and times as given", async () => {
+  it("writes any number of a tenant's rows in one statement: absent columns NULL, JSON and times as given", async () => {
     const db = forTenant(engram.services.db, engram.tenant.tenantId);
     const at = new Date("2026-03-04T05:06:07.089Z");
     const detail = { chosenBy: "FLOOR", degraded: null, candidates: [{ snippetId: "s-1", score: 0.5, note: `quote " and \\ and é` }] };
     const rows = [
-      { id: randomUUID(), tenantId: engram.tenant.tenantId, kind: "RECALL", refId: "r-1", endUserId: "u-1", detail, at },
-      { id: randomUUID(), tenantId: engram.tenant.tenantId, kind: "EVENT", refId: "e-1", scope: "PROJECT", scopeRef: "p-1", at },
-      { id: randomUUID(), tenantId: engram.tenant.tenantId, kind: "JOB_RUN", at },
+      { id: randomUUID(), kind: "RECALL", refId: "r-1", endUserId: "u-1", detail, at },
+      { id: randomUUID(), kind: "EVENT", refId: "e-1", scope: "PROJECT", scopeRef: "p-1", at },
+      // A tenant id passed in a row is replaced by the client's own.
+      { id: randomUUID(), kind: "JOB_RUN", at, tenantId: engram.other.tenantId },
     ];
-    const columns = { id: "text", tenantId: "text", kind: "text", refId: "text", change: "text", endUserId: "text", scope: "text", scopeRef: "text", detail: "jsonb", at: "timestamp(3)" } as const;
+    const columns = { id: "text", kind: "text", refId: "text", change: "text", endUserId: "text", scope: "text", scopeRef: "text", detail: "jsonb", at: "timestamp(3)" } as const;
     const spy = vi.spyOn(pg.Client.prototype, "query");
     try {
       await insertRows(db, "ActivityLog", columns, rows);
@@ -183,14 +184,18 @@ describe("insertRows (the feed's history and the usage rows)", () => {
     } finally {
       spy.mockRestore();
     }
-    const stored = await db.activityLog.findMany({ where: { id: { in: rows.map((row) => row.id) } } });
+    const ids = rows.map((row) => row.id);
+    const stored = await engram.services.db.activityLog.findMany({ where: { id: { in: ids } } });
     expect(stored).toHaveLength(3);
     for (const row of rows) {
       const found = stored.find((s) => s.id === row.id)!;
-      expect(found).toMatchObject({ ...row, change: null, agentId: null, conversationId: null });
+      expect(found).toMatchObject({ ...row, tenantId: engram.tenant.tenantId, change: null, agentId: null, conversationId: null });
       expect(found.at.toISOString()).toBe(at.toISOString());
     }
-    expect(stored.find((s) => s.kind === "EVENT")!.detail).toBeNull();
+    // A database NULL, not JSON null, where a row has no detail.
+    const nulls = await engram.services.db.$queryRaw<{ id: string }[]>`SELECT "id" FROM "ActivityLog" WHERE "id" = ANY(${ids}) AND "detail" IS NULL`;
+    expect(nulls.map((row) => row.id).sort()).toEqual(ids.slice(1).sort());
     await expect(insertRows(db, "ActivityLog", columns, [])).resolves.toBeUndefined();
+    await expect(insertRows(db, "ActivityLog", { 'id" text); DROP TABLE "ActivityLog"; --': "text" }, rows)).rejects.toThrow(/not a column name/);
   });
 });

@@ -73,7 +73,7 @@ describe("stopping under a supervisor", () => {
     const arenas = (pid: number) =>
       readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").find((entry) => entry.startsWith("MALLOC_ARENA_MAX="));
     const engram = pids.filter((pid) => pid !== server.child.pid);
-    expect(engram.map(arenas)).toEqual(engram.map(() => `MALLOC_ARENA_MAX=${process.env.MALLOC_ARENA_MAX ?? "2"}`));
+    expect(engram.map(arenas)).toEqual(engram.map(() => `MALLOC_ARENA_MAX=${process.env.MALLOC_ARENA_MAX || "2"}`));
     process.kill(server.child.pid!, "SIGTERM");
     const ms = await waitAllGone(pids, server.dataDir);
     expect(locks(server.dataDir)).toEqual([]);

@@ -2,14 +2,14 @@
  * glibc's malloc gives threads that allocate at the same time arenas of their own (up to eight per
  * core) and keeps what each arena has freed for it. Chroma's Rust runtime, libuv's pool and V8's
  * helper threads all allocate, so each process grows arenas it seldom returns. Two arenas per
- * process cut the server tree's peak in a 4-conversation peers-harness run from 574 to 547 MB
- * (server -11, Chroma -9, PGlite -3 MB) with recall p50/p95 22.1/35.0 -> 20.9/33.3 ms
- * (bench/README.md, "Memory footprint"). `npm start` and the Docker image set it for the server;
- * a value the operator set is kept.
+ * process cut the server tree's peak in an all-conversations peers-harness run of Engram alone
+ * from 605 to 571 MB (574 -> 547 in a 4-conversation one), with recall within what two runs of
+ * one build differ by (bench/README.md, "Memory footprint"). `npm start` and the Docker image
+ * set it for the server; a value the operator set (not empty) is kept.
  */
 export const MALLOC_ARENAS = "2";
 
 /** The environment the embedded store's child processes start with. */
 export function childEnv(): NodeJS.ProcessEnv {
-  return { ...process.env, MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? MALLOC_ARENAS };
+  return { ...process.env, MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX || MALLOC_ARENAS };
 }

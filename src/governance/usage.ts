@@ -13,7 +13,6 @@ export async function recordModelUsage(db: TenantDb, usage: ModelUsageRecord & {
 
 const USAGE_COLUMNS: ColumnTypes = {
   id: "text",
-  tenantId: "text",
   purpose: "text",
   chain: "text",
   model: "text",
@@ -28,7 +27,6 @@ export async function recordModelUsages(db: TenantDb, usages: (ModelUsageRecord 
   const createdAt = new Date();
   const rows = usages.map(({ chain, model, inputTokens, outputTokens, redactions }) => ({
     id: randomUUID(),
-    tenantId: db.$tenantId(),
     purpose: purposeOf(model),
     chain,
     model,

@@ -71,7 +71,6 @@ function rowOf<T extends keyof Topics>(topic: T, payload: Payload<T>): Row {
 
 const ACTIVITY_COLUMNS: ColumnTypes = {
   id: "text",
-  tenantId: "text",
   kind: "text",
   refId: "text",
   change: "text",
@@ -89,8 +88,7 @@ async function recordActivities(db: TenantDb, rows: (Row & { id: string })[]) {
   const jobRuns = rows.filter((row) => row.kind === "JOB_RUN").map((row) => row.refId!);
   const latest = new Map(rows.map((row, i) => [row.kind === "JOB_RUN" ? `job:${row.refId}` : `row:${i}`, row]));
   if (jobRuns.length) await db.activityLog.deleteMany({ where: { kind: "JOB_RUN", refId: { in: jobRuns } } });
-  const data = [...latest.values()].map((row) => ({ ...row, tenantId: db.$tenantId() }));
-  await insertRows(db, "ActivityLog", ACTIVITY_COLUMNS, data);
+  await insertRows(db, "ActivityLog", ACTIVITY_COLUMNS, [...latest.values()]);
 }
 
 type Announcement = { topic: keyof Topics; payload: unknown; row: (Row & { id: string }) | null };

@@ -22,19 +22,25 @@ export const ROOT = packageRoot();
 export const fromRoot = (...parts: string[]) => path.join(ROOT, ...parts);
 
 /**
+ * The newest modification time of the files under `dir`, optionally only those ending in `ext`,
+ * leaving out folders named `skip`.
+ */
+export function newestIn(dir: string, options: { ext?: string; skip?: string } = {}): number {
+  return readdirSync(dir, { withFileTypes: true }).reduce((newest, entry) => {
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory()) return entry.name === options.skip ? newest : Math.max(newest, newestIn(full, options));
+    return !options.ext || entry.name.endsWith(options.ext) ? Math.max(newest, statSync(full).mtimeMs) : newest;
+  }, 0);
+}
+
+/**
  * The newest modification time of the TypeScript the build compiles into dist/ (src, jobs and
  * bin, less src/generated: Prisma's client and Pothos' types, which `npm ci` generates just
  * before it builds). The .mjs files are run from the sources as they are, so an edit to one needs
  * no build.
  */
 export function newestCompiledSource(): number {
-  const newestIn = (dir: string): number =>
-    readdirSync(dir, { withFileTypes: true }).reduce((newest, entry) => {
-      const full = path.join(dir, entry.name);
-      if (entry.isDirectory()) return entry.name === "generated" ? newest : Math.max(newest, newestIn(full));
-      return entry.name.endsWith(".ts") ? Math.max(newest, statSync(full).mtimeMs) : newest;
-    }, 0);
-  return Math.max(...["src", "jobs", "bin"].map((dir) => newestIn(fromRoot(dir))));
+  return Math.max(...["src", "jobs", "bin"].map((dir) => newestIn(fromRoot(dir), { ext: ".ts", skip: "generated" })));
 }
 
 /**

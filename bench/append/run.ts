@@ -2,6 +2,7 @@
 // on the embedded store and on PostgreSQL. Run: npx tsx bench/append/run.ts
 import pg from "pg";
 import { buildApp } from "../../src/app.ts";
+import { appNow } from "../../src/db.ts";
 import {
   envInt,
   fmt,
@@ -94,7 +95,7 @@ async function benchStore(store: BenchStore): Promise<StoreResult> {
       return services.db.$queryRaw`
         INSERT INTO "MemoryEvent" ("id", "tenantId", "scope", "scopeRef", "kind", "body", "source", "occurredAt", "createdAt")
         VALUES (gen_random_uuid()::text, ${tenantId}, ${e.scope}::"Scope", ${e.scopeRef}, ${e.kind}, ${e.body}, ${e.source},
-                ${new Date().toISOString()}::timestamp(3), ${new Date().toISOString()}::timestamp(3))
+                ${appNow()}, ${appNow()})
         RETURNING "id"`;
     };
     // The same row through Prisma's create (its WASM query compiler first), as this bench's baseline was until 2026-12-04.

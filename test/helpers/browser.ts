@@ -1,8 +1,8 @@
-import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { expect } from "vitest";
-import { ROOT } from "../../src/paths.ts";
+import { newestIn, ROOT } from "../../src/paths.ts";
 
 // Debian's chromium, driven by playwright-core (no browser download anywhere).
 export { ROOT };
@@ -11,12 +11,6 @@ const CHROMIUM = process.env.ENGRAM_TEST_CHROMIUM ?? "/usr/bin/chromium";
 
 export const DESKTOP = { width: 1440, height: 900 };
 export const PHONE = { width: 390, height: 844 };
-
-const newestIn = (dir: string): number =>
-  readdirSync(dir, { withFileTypes: true }).reduce((newest, entry) => {
-    const full = path.join(dir, entry.name);
-    return Math.max(newest, entry.isDirectory() ? newestIn(full) : statSync(full).mtimeMs);
-  }, 0);
 
 /** Builds web/dist when it is missing or older than the page's sources or the typed documents. */
 export async function ensureInspectorBuilt() {

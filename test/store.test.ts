@@ -1,5 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -229,6 +229,55 @@ describe("the embedded store", { timeout: 120_000 }, () => {
     const [kept] = await sql<{ n: string }>(next.url, `SELECT count(*)::text AS n FROM "_engram_migrations"`);
     expect(kept.n).toBe(row.n);
     await next.stop();
+  });
+
+  it("creates a new database folder from the template npm ci made, or by initdb without one, whole or not at all", async () => {
+    const init = path.join(ROOT, "src", "embedded", "pglite-init.mjs");
+    const run = (...args: string[]) => spawnSync(process.execPath, ["--liftoff-only", init, ...args], { encoding: "utf8" });
+    const dir = tempDir();
+
+    // The template is made by `npm ci` (postinstall); a second run leaves it as it is.
+    const template = path.join(dir, "template.tar.gz");
+    expect(run("--template", template).status).toBe(0);
+    const made = statSync(template).mtimeMs;
+    expect(run("--template", template).status).toBe(0);
+    expect(statSync(template).mtimeMs).toBe(made);
+    expect(readdirSync(dir)).toEqual(["template.tar.gz"]);
+
+    // A leftover of an earlier creation that did not finish is cleared first.
+    mkdirSync(path.join(dir, "a.new-1"));
+    const fromTemplate = run(path.join(dir, "a"), template);
+    expect(fromTemplate.status).toBe(0);
+    expect(fromTemplate.stdout.trim()).toBe("template");
+    // No template, or one that cannot be unpacked (said on stderr): initdb makes the folder instead.
+    const noTemplate = run(path.join(dir, "b"), path.join(dir, "missing.tar.gz"));
+    expect(noTemplate.stdout.trim()).toBe("initdb");
+    writeFileSync(path.join(dir, "broken.tar.gz"), "not a tarball");
+    const broken = run(path.join(dir, "c"), path.join(dir, "broken.tar.gz"));
+    expect(broken.stdout.trim()).toBe("initdb");
+    expect(broken.stderr).toMatch(/could not be unpacked .*running initdb instead/);
+    expect(readdirSync(dir).sort()).toEqual(["a", "b", "broken.tar.gz", "c", "template.tar.gz"]);
+
+    // A folder that holds something other than a database is left alone, with a reason.
+    mkdirSync(path.join(dir, "d"));
+    writeFileSync(path.join(dir, "d", "notes.txt"), "mine");
+    const occupied = run(path.join(dir, "d"), template);
+    expect(occupied.status).not.toBe(0);
+    expect(occupied.stderr).toMatch(/holds files but no database/);
+    expect(readdirSync(path.join(dir, "d"))).toEqual(["notes.txt"]);
+
+    // Each folder made either way opens as a database and takes Engram's migrations.
+    for (const name of ["a", "b", "c"]) {
+      const data = path.join(dir, `store-${name}`);
+      mkdirSync(data);
+      renameSync(path.join(dir, name), path.join(data, "pg"));
+      const store = await startEmbeddedStore(data);
+      cleanups.push(() => store.stop());
+      await migrate(store.url);
+      const [row] = await sql<{ n: string }>(store.url, `SELECT count(*)::text AS n FROM "_engram_migrations"`);
+      expect(Number(row.n)).toBe(committedMigrations().length);
+      await store.stop();
+    }
   });
 
   it("takes over a folder whose owner died without cleaning up", async () => {

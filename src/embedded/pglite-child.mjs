@@ -17,7 +17,9 @@ import net from "node:net";
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { PGlite } from "@electric-sql/pglite";
+import { START_PARAMS } from "./pglite-init.mjs";
 import { watchParent } from "./parent-watch.mjs";
 
 const [dataDir, maxConnectionsArg = "32", portArg = "0", idleTxMsArg = "15000", stuckMsArg = "120000"] =
@@ -40,29 +42,20 @@ const CANCEL_REQUEST = 80877102;
 // Sync, simple Query, Flush and Terminate end a batch: the client waits for an answer after them.
 const BATCH_END = new Set(["S", "Q", "H", "X"]);
 
-// PostgreSQL's default 128 MB of shared buffers stays resident in the WASM heap once touched.
-// 32 MB, on a copy of a LoCoMo-sized store (127 MB on disk) over 1,500 recall searches: 251 MB
-// resident instead of 370, p50 9.95 ms instead of 9.37, p95 the same (bench/README.md, "Memory
-// footprint"). The pages it no longer keeps stay in the operating system's file cache.
-const START_PARAMS = ["-c", "shared_buffers=32MB"];
-
-// A new folder is initialised (initdb) in a short-lived process of its own: what initdb leaves in
-// the WASM heap (about 500 MB resident, measured) would otherwise stay with this process for good.
-// It takes the same shared buffers, and compiles PostgreSQL's WASM with the baseline compiler only
-// (--liftoff-only): initdb runs once, and optimising its code cost more memory and time than it
-// saved. Its peak RSS, measured: 887 MB with the defaults, 795 with the buffers, 670 with both
-// (6.8 -> 5.3 s).
+// A new folder is created in a short-lived process of its own (src/embedded/pglite-init.mjs): what
+// creating it leaves in the WASM heap would otherwise stay with this process for good. That process
+// unpacks the template made at install, or runs initdb when there is none, on V8's baseline
+// compiler only (--liftoff-only): it runs once, and optimising its code cost more memory and time
+// than it saved. Its peak RSS, measured: initdb 887 MB with the defaults, 795 with the shared
+// buffers below, 670 with both (6.8 -> 5.3 s); the template, 288 MB (1.7 s).
 if (!existsSync(path.join(dataDir, "PG_VERSION"))) {
-  const init = `const { PGlite } = await import(process.argv[1]);
-    const db = await PGlite.create(process.argv[2], { startParams: [...PGlite.defaultStartParams, ...JSON.parse(process.argv[3])] });
-    await db.close();`;
   const code = await new Promise((resolve, reject) => {
-    const args = ["--liftoff-only", "--input-type=module", "-e", init, import.meta.resolve("@electric-sql/pglite"), dataDir, JSON.stringify(START_PARAMS)];
+    const args = ["--liftoff-only", fileURLToPath(new URL("./pglite-init.mjs", import.meta.url)), dataDir];
     const child = spawn(process.execPath, args, { stdio: ["ignore", "ignore", "inherit"] });
     child.once("error", reject);
     child.once("exit", (exitCode) => resolve(exitCode));
   });
-  if (code !== 0) throw new Error(`initialising the embedded database in ${dataDir} failed (exit code ${code})`);
+  if (code !== 0) throw new Error(`creating the embedded database in ${dataDir} failed (exit code ${code})`);
 }
 db = await PGlite.create(dataDir, { startParams: [...PGlite.defaultStartParams, ...START_PARAMS] });
 

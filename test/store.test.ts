@@ -246,14 +246,16 @@ describe("the embedded store", { timeout: 120_000 }, () => {
     expect(statSync(template).mtimeMs).toBe(made);
     expect(readdirSync(dir)).toEqual(["pglite-9.9.9-datadir.tar.gz"]);
 
-    // A leftover of an earlier creation that did not finish is cleared first.
-    mkdirSync(path.join(dir, "a.new-1"));
+    // A leftover of a creation whose process died is cleared first.
+    const dead = spawnSync(process.execPath, ["-e", ""]).pid;
+    mkdirSync(path.join(dir, `a.new-${dead}`));
     const fromTemplate = run(path.join(dir, "a"), template);
     expect(fromTemplate.status).toBe(0);
     expect(fromTemplate.stdout.trim()).toBe("template");
     // No template, or one that cannot be unpacked (said on stderr): initdb makes the folder instead.
     const noTemplate = run(path.join(dir, "b"), path.join(dir, "missing.tar.gz"));
     expect(noTemplate.stdout.trim()).toBe("initdb");
+    expect(noTemplate.stderr).toMatch(/no database template at .*missing\.tar\.gz/);
     writeFileSync(path.join(dir, "broken.tar.gz"), "not a tarball");
     const broken = run(path.join(dir, "c"), path.join(dir, "broken.tar.gz"));
     expect(broken.stdout.trim()).toBe("initdb");
@@ -267,6 +269,7 @@ describe("the embedded store", { timeout: 120_000 }, () => {
     expect(occupied.status).not.toBe(0);
     expect(occupied.stderr).toMatch(/holds files but no database/);
     expect(readdirSync(path.join(dir, "d"))).toEqual(["notes.txt"]);
+    expect(run(path.join(dir, "a"), template).stderr).toMatch(/already holds a database/);
 
     // Each folder made either way opens as a database and takes Engram's migrations.
     for (const name of ["a", "b", "c"]) {

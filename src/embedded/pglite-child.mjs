@@ -19,7 +19,7 @@ import { existsSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { PGlite } from "@electric-sql/pglite";
-import { START_PARAMS } from "./pglite-init.mjs";
+import { START_PARAMS } from "./pglite-params.mjs";
 import { watchParent } from "./parent-watch.mjs";
 
 const [dataDir, maxConnectionsArg = "32", portArg = "0", idleTxMsArg = "15000", stuckMsArg = "120000"] =
@@ -47,7 +47,7 @@ const BATCH_END = new Set(["S", "Q", "H", "X"]);
 // unpacks the template made at install, or runs initdb when there is none, on V8's baseline
 // compiler only (--liftoff-only): it runs once, and optimising its code cost more memory and time
 // than it saved. Its peak RSS, measured: initdb 887 MB with the defaults, 795 with the shared
-// buffers below, 670 with both (6.8 -> 5.3 s); the template, 288 MB (1.7 s).
+// buffers, 670 with both (6.8 -> 5.3 s); the template, 288 MB (1.8 s).
 if (!existsSync(path.join(dataDir, "PG_VERSION"))) {
   const code = await new Promise((resolve, reject) => {
     const args = ["--liftoff-only", fileURLToPath(new URL("./pglite-init.mjs", import.meta.url)), dataDir];
@@ -55,7 +55,9 @@ if (!existsSync(path.join(dataDir, "PG_VERSION"))) {
     child.once("error", reject);
     child.once("exit", (exitCode) => resolve(exitCode));
   });
-  if (code !== 0) throw new Error(`creating the embedded database in ${dataDir} failed (exit code ${code})`);
+  if (code !== 0 || !existsSync(path.join(dataDir, "PG_VERSION"))) {
+    throw new Error(`creating the embedded database in ${dataDir} failed (exit code ${code})`);
+  }
 }
 db = await PGlite.create(dataDir, { startParams: [...PGlite.defaultStartParams, ...START_PARAMS] });
 

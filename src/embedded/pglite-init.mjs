@@ -4,69 +4,86 @@
 //   node --liftoff-only pglite-init.mjs <folder> [template]
 //       creates <folder>: unpacks the template (a tarball of a new database folder, made once at
 //       install) or, when there is none or it cannot be read, runs initdb. The folder appears
-//       whole or not at all: it is built beside it and renamed into place.
+//       whole or not at all: it is built beside it and renamed into place. Prints "template" or
+//       "initdb".
 //   node pglite-init.mjs --template [template]
-//       makes the template (run by `npm ci`'s postinstall; nothing to do when it exists).
+//       makes the template if it is missing (`npm ci`'s postinstall). A failure is only said:
+//       without a template, new folders are made by initdb.
 //
 // Why a template: initdb inside PGlite peaked at 691 MB resident and took 5.0 s here; unpacking
-// the same folder from a tarball, 288 MB and 1.7 s (bench/README.md, "Start-up and CLI"). A
+// the same folder from a tarball, 288 MB and 1.8 s (bench/README.md, "Start-up and CLI"). A
 // tarball is tied to the PGlite version that made it, so its name carries that version.
 // Plain JS so it runs the same under node, tsx and vitest.
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, rmdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { PGlite } from "@electric-sql/pglite";
+import { START_PARAMS } from "./pglite-params.mjs";
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
+const OPTIONS = { startParams: [...PGlite.defaultStartParams, ...START_PARAMS] };
 
-// PostgreSQL's default 128 MB of shared buffers stays resident in the WASM heap once touched.
-// 32 MB, on a copy of a LoCoMo-sized store (127 MB on disk) over 1,500 recall searches: 251 MB
-// resident instead of 370, p50 9.95 ms instead of 9.37, p95 the same (bench/README.md, "Memory
-// footprint"). The pages it no longer keeps stay in the operating system's file cache. Creating a
-// folder takes the same buffers (initdb peaked at 887 MB resident with the default, 795 without).
-export const START_PARAMS = ["-c", "shared_buffers=32MB"];
-
-/** The template's default place: npm's cache folder for tools, named by PGlite's version. */
-export function defaultTemplate() {
-  const entry = fileURLToPath(import.meta.resolve("@electric-sql/pglite"));
-  let dir = path.dirname(entry);
-  while (!existsSync(path.join(dir, "package.json"))) dir = path.dirname(dir);
+/**
+ * The template's default place: npm's cache folder for tools, named by PGlite's version. (The
+ * package roots are found as src/paths.ts finds Engram's, which plain JS cannot import.)
+ */
+function defaultTemplate() {
+  const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
+  let dir = path.dirname(fileURLToPath(import.meta.resolve("@electric-sql/pglite")));
+  while (!existsSync(path.join(dir, "package.json"))) {
+    if (path.dirname(dir) === dir) throw new Error("@electric-sql/pglite has no package.json above it");
+    dir = path.dirname(dir);
+  }
   const { version } = JSON.parse(readFileSync(path.join(dir, "package.json"), "utf8"));
-  return path.join(ROOT, "node_modules", ".cache", "engram", `pglite-${version}-datadir.tar.gz`);
+  return path.join(root, "node_modules", ".cache", "engram", `pglite-${version}-datadir.tar.gz`);
 }
 
-/** Builds a new database in a folder beside `folder` and returns that folder's path. */
+function isAlive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return error.code === "EPERM";
+  }
+}
+
+/** Removes what a process that died while making `target` left beside it (`<target>.new-<pid>…`). */
+function clearLeftovers(target) {
+  const parent = path.dirname(target);
+  const prefix = `${path.basename(target)}.new-`;
+  for (const name of readdirSync(parent)) {
+    const pid = Number.parseInt(name.slice(prefix.length), 10);
+    if (name.startsWith(prefix) && pid !== process.pid && !isAlive(pid)) rmSync(path.join(parent, name), { recursive: true, force: true });
+  }
+}
+
+/** Builds a new database in a folder beside `folder`; returns that folder and how it was made. */
 async function build(folder, template) {
   const staging = `${folder}.new-${process.pid}`;
   rmSync(staging, { recursive: true, force: true });
-  const options = { startParams: [...PGlite.defaultStartParams, ...START_PARAMS] };
-  if (template && existsSync(template)) {
+  if (existsSync(template)) {
     try {
-      const db = await PGlite.create(staging, { ...options, loadDataDir: new Blob([readFileSync(template)]) });
+      const db = await PGlite.create(staging, { ...OPTIONS, loadDataDir: new Blob([readFileSync(template)]) });
       await db.close();
       return { staging, from: "template" };
     } catch (error) {
       process.stderr.write(`engram: the database template ${template} could not be unpacked (${error?.message ?? error}); running initdb instead\n`);
       rmSync(staging, { recursive: true, force: true });
     }
+  } else {
+    process.stderr.write(`engram: no database template at ${template} (npm run pglite:template makes it); running initdb\n`);
   }
-  const db = await PGlite.create(staging, options);
+  const db = await PGlite.create(staging, OPTIONS);
   await db.close();
   return { staging, from: "initdb" };
 }
 
-/** Creates `folder` as a new database, whole or not at all. Prints how ("template" or "initdb"). */
 async function create(folder, template) {
-  // One owner of the data folder at a time (src/embedded/embedded.ts), so a staging folder found
-  // here was left by a creation that did not finish.
-  const parent = path.dirname(folder);
-  mkdirSync(parent, { recursive: true });
-  for (const name of readdirSync(parent)) {
-    if (name.startsWith(`${path.basename(folder)}.new-`)) rmSync(path.join(parent, name), { recursive: true, force: true });
-  }
+  if (existsSync(path.join(folder, "PG_VERSION"))) throw new Error(`${folder} already holds a database`);
   if (existsSync(folder) && readdirSync(folder).length > 0) {
     throw new Error(`${folder} holds files but no database (no PG_VERSION); move it away and start again`);
   }
+  mkdirSync(path.dirname(folder), { recursive: true });
+  clearLeftovers(folder);
   const { staging, from } = await build(folder, template);
   if (existsSync(folder)) rmdirSync(folder);
   renameSync(staging, folder);
@@ -75,28 +92,29 @@ async function create(folder, template) {
 
 async function makeTemplate(template) {
   if (existsSync(template)) return;
-  mkdirSync(path.dirname(template), { recursive: true });
+  const dir = path.dirname(template);
+  mkdirSync(dir, { recursive: true });
+  clearLeftovers(template);
   // Templates of other PGlite versions (an upgrade) are of no use any more.
-  for (const name of readdirSync(path.dirname(template))) {
-    if (/^pglite-.+-datadir\.tar\.gz$/.test(name)) rmSync(path.join(path.dirname(template), name), { force: true });
+  for (const name of readdirSync(dir)) {
+    if (/^pglite-.+-datadir\.tar\.gz$/.test(name)) rmSync(path.join(dir, name), { force: true });
   }
   const staging = `${template}.new-${process.pid}`;
-  rmSync(staging, { recursive: true, force: true });
   try {
-    const db = await PGlite.create(staging, { startParams: [...PGlite.defaultStartParams, ...START_PARAMS] });
+    const db = await PGlite.create(staging, OPTIONS);
     const tarball = await db.dumpDataDir("gzip");
     await db.close();
     writeFileSync(`${staging}.tar.gz`, Buffer.from(await tarball.arrayBuffer()));
     renameSync(`${staging}.tar.gz`, template);
+  } catch (error) {
+    process.stderr.write(`engram: could not make the database template ${template} (${error?.message ?? error}); new data folders will be made by initdb\n`);
   } finally {
     rmSync(staging, { recursive: true, force: true });
     rmSync(`${staging}.tar.gz`, { force: true });
   }
 }
 
-if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
-  const [first, second] = process.argv.slice(2);
-  if (first === "--template") await makeTemplate(second ?? defaultTemplate());
-  else if (first) await create(path.resolve(first), second ?? defaultTemplate());
-  else throw new Error("usage: pglite-init.mjs <folder> [template] | --template [template]");
-}
+const [first, second] = process.argv.slice(2);
+if (first === "--template") await makeTemplate(path.resolve(second ?? defaultTemplate()));
+else if (first) await create(path.resolve(first), path.resolve(second ?? defaultTemplate()));
+else throw new Error("usage: pglite-init.mjs <folder> [template] | --template [template]");

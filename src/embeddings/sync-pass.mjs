@@ -15,21 +15,28 @@ const LAYERS = "module_apply_default/Encoder_en/KonaTransformer/Encode/Transform
 const KEPT_ROWS = `${CLIP}/Reshape`;
 const POSITIONS = `${LAYERS}/Layer_0/AddTimingSignal/strided_slice_2`;
 const CELLS = `${LAYERS}/Layer_1/TransformerLayer/FFN/StoreMask/ToInt32`;
-const PROBE = ["Did I tell you about my trip to Paris last May?", "ok", "Ünïcödé çafé 日本語 🙂", "word ".repeat(140)];
+// Over the 128-token limit in the middle, so the rows after a clipped text are checked too.
+const PROBE = ["Did I tell you about my trip to Paris last May?", "word ".repeat(140), "ok", "Ünïcödé çafé 日本語 🙂"];
 
 /**
  * The encoder with `embed` through the synchronous pass when it gives the library's vectors
- * exactly (`sync: true`), or the library's own encoder (`sync: false`).
+ * exactly (`sync: true`), or through the library's own (`sync: false`, and the `reason`).
  */
 export async function withSyncPass(encoder) {
+  let reason;
   try {
     const limit = encoder.model.executor.weightMap[`${CLIP}/Less/y`][0].dataSync()[0];
     const embed = (texts) => embedSync(encoder, limit, texts);
     const expected = await encoder.embed(PROBE);
     const got = embed(PROBE);
-    if (got.every((vector, i) => vector.every((x, j) => x === expected[i][j]))) return { embed, sync: true };
-  } catch {}
-  return { embed: (texts) => encoder.embed(texts), sync: false };
+    const same = got.length === expected.length &&
+      got.every((vector, i) => vector.length === expected[i].length && vector.every((x, j) => x === expected[i][j]));
+    if (same) return { embed, sync: true };
+    reason = "its vectors differ from the library's";
+  } catch (error) {
+    reason = String(error?.message ?? error);
+  }
+  return { embed: (texts) => encoder.embed(texts), sync: false, reason };
 }
 
 function embedSync(encoder, limit, texts) {
@@ -58,6 +65,8 @@ function embedSync(encoder, limit, texts) {
       [POSITIONS]: tf.tensor1d(cells.filter((_, i) => i % 2 === 1), "int32"),
       [CELLS]: tf.tensor2d(cells, [cells.length / 2, 2], "int32"),
     });
+    // A text with no tokens would have no row: the library returns fewer vectors then, and so would this.
+    if (output.shape[0] !== texts.length) throw new Error(`${texts.length} texts gave ${output.shape[0]} vectors`);
     const data = output.dataSync();
     const width = output.shape[1];
     return texts.map((_, i) => Array.from(data.subarray(i * width, (i + 1) * width)));

@@ -65,7 +65,7 @@ function embedSync(encoder, limit, texts) {
       [POSITIONS]: tf.tensor1d(cells.filter((_, i) => i % 2 === 1), "int32"),
       [CELLS]: tf.tensor2d(cells, [cells.length / 2, 2], "int32"),
     });
-    // A text with no tokens would have no row: the library returns fewer vectors then, and so would this.
+    // A text with no tokens has no row, so the output would be short (the library's too): refuse.
     if (output.shape[0] !== texts.length) throw new Error(`${texts.length} texts gave ${output.shape[0]} vectors`);
     const data = output.dataSync();
     const width = output.shape[1];

@@ -19,7 +19,7 @@ import { existsSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { PGlite } from "@electric-sql/pglite";
-import { START_PARAMS } from "./pglite-params.mjs";
+import { START_OPTIONS } from "./pglite-params.mjs";
 import { watchParent } from "./parent-watch.mjs";
 
 const [dataDir, maxConnectionsArg = "32", portArg = "0", idleTxMsArg = "15000", stuckMsArg = "120000"] =
@@ -59,7 +59,7 @@ if (!existsSync(path.join(dataDir, "PG_VERSION"))) {
     throw new Error(`creating the embedded database in ${dataDir} failed (exit code ${code})`);
   }
 }
-db = await PGlite.create(dataDir, { startParams: [...PGlite.defaultStartParams, ...START_PARAMS] });
+db = await PGlite.create(dataDir, START_OPTIONS);
 
 /** @type {{ conn: Connection, batch: Buffer }[]} */
 const queue = [];

@@ -18,9 +18,7 @@ import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, r
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { PGlite } from "@electric-sql/pglite";
-import { START_PARAMS } from "./pglite-params.mjs";
-
-const OPTIONS = { startParams: [...PGlite.defaultStartParams, ...START_PARAMS] };
+import { START_OPTIONS } from "./pglite-params.mjs";
 
 /**
  * The template's default place: npm's cache folder for tools, named by PGlite's version. (The
@@ -37,6 +35,7 @@ function defaultTemplate() {
   return path.join(root, "node_modules", ".cache", "engram", `pglite-${version}-datadir.tar.gz`);
 }
 
+// owner.ts's isAlive, which this plain-JS child process cannot import.
 function isAlive(pid) {
   try {
     process.kill(pid, 0);
@@ -62,7 +61,7 @@ async function build(folder, template) {
   rmSync(staging, { recursive: true, force: true });
   if (existsSync(template)) {
     try {
-      const db = await PGlite.create(staging, { ...OPTIONS, loadDataDir: new Blob([readFileSync(template)]) });
+      const db = await PGlite.create(staging, { ...START_OPTIONS, loadDataDir: new Blob([readFileSync(template)]) });
       await db.close();
       return { staging, from: "template" };
     } catch (error) {
@@ -72,7 +71,7 @@ async function build(folder, template) {
   } else {
     process.stderr.write(`engram: no database template at ${template} (npm run pglite:template makes it); running initdb\n`);
   }
-  const db = await PGlite.create(staging, OPTIONS);
+  const db = await PGlite.create(staging, START_OPTIONS);
   await db.close();
   return { staging, from: "initdb" };
 }
@@ -101,7 +100,7 @@ async function makeTemplate(template) {
   }
   const staging = `${template}.new-${process.pid}`;
   try {
-    const db = await PGlite.create(staging, OPTIONS);
+    const db = await PGlite.create(staging, START_OPTIONS);
     const tarball = await db.dumpDataDir("gzip");
     await db.close();
     writeFileSync(`${staging}.tar.gz`, Buffer.from(await tarball.arrayBuffer()));

@@ -36,11 +36,14 @@ describe("kill -9 of the Chroma wrapper under write load", () => {
       expect(again.pid).not.toBe(first.pid);
       // Every snippet's vector is there. An upsert Chroma acknowledged just before the kill can die
       // with it (seen once in 50): the reconcile sweep (every minute) finds it and indexes it again.
+      // The snippets are read again at each look: extraction still running after the load can
+      // replace or drop a fact's key snippet (and its vector), and a vanished row needs no vector.
       const tenantId = engram.tenant.tenantId;
-      const snippets = await engram.services.db.recallSnippet.findMany({ where: { tenantId }, select: { id: true } });
-      const ids = snippets.map((s) => s.id);
       const { model } = await engram.services.deps.embeddings.forTenant(tenantId);
+      let ids: string[] = [];
       const missing = async () => {
+        const snippets = await engram.services.db.recallSnippet.findMany({ where: { tenantId }, select: { id: true } });
+        ids = snippets.map((s) => s.id);
         const present = await engram.services.vectors.present({ tenantId, model }, ids);
         return ids.filter((id) => !present.has(id));
       };
@@ -65,7 +68,7 @@ describe("kill -9 of the Chroma wrapper under write load", () => {
         // What is left says which step did not happen: re-queued, indexed, or the vector stored.
         const left = await engram.services.db.recallSnippet.findMany({
           where: { id: { in: await missing() } },
-          select: { id: true, indexedAt: true, embeddingModel: true, createdAt: true },
+          select: { id: true, kind: true, indexedAt: true, embeddingModel: true, createdAt: true },
         });
         console.warn(`chroma-kill: without a vector after 180 s: ${JSON.stringify(left)}`);
         throw error;

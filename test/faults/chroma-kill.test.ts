@@ -36,8 +36,10 @@ describe("kill -9 of the Chroma wrapper under write load", () => {
       expect(again.pid).not.toBe(first.pid);
       // Every snippet's vector is there. An upsert Chroma acknowledged just before the kill can die
       // with it (seen once in 50): the reconcile sweep (every minute) finds it and indexes it again.
-      // The snippets are read again at each look: extraction still running after the load can
-      // replace or drop a fact's key snippet (and its vector), and a vanished row needs no vector.
+      // The snippets are read again at each look: follow-ups still running after the load delete
+      // snippets, and their vectors with them (a summary rewrite replaces its conversation's
+      // SUMMARY keys with new ones; extraction can drop a fact's key), and a deleted row needs no
+      // vector. Read once, such a row stayed "missing" until the wait ran out (a CI run, 38decd4).
       const tenantId = engram.tenant.tenantId;
       const { model } = await engram.services.deps.embeddings.forTenant(tenantId);
       let ids: string[] = [];
@@ -48,9 +50,9 @@ describe("kill -9 of the Chroma wrapper under write load", () => {
         return ids.filter((id) => !present.has(id));
       };
       // The sweep runs every minute in production; here every 5 s until every vector is there.
-      // No time bound is the claim: once, on a loaded CI run, the last vectors landed just after a
-      // 60 s wait (none was missing a moment later, and no sweep had re-queued any), so the wait
-      // is 180 s, and each sweep says how many are still missing, for the next such run to show.
+      // No time bound is the claim, so the wait is a generous 180 s, and each sweep says how many
+      // are still missing, for a slow run to show. (An earlier timeout at 60 s, d1dfc5f, had the
+      // signature of a deleted row too: nothing re-queued and nothing missing a moment later.)
       let swept = 0;
       const started = Date.now();
       try {

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { createPostgresStore, redisUrl, serverUrl } from "./helpers/store.ts";
 import {
   adminKeyOf,
+  closeWatch,
   ensureCompiled,
   killAll,
   processTree,
@@ -154,7 +155,8 @@ const RUNNERS: Record<string, (b: Block) => Promise<void>> = {
       let out = "";
       child.stdout.on("data", (chunk) => (out += chunk));
       child.stderr.on("data", (chunk) => (out += chunk));
-      const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+      // 'close', not 'exit': only then has every byte it printed been read into `out`.
+      const exited = new Promise<number | null>((resolve) => child.once("close", resolve));
       let done = false;
       void exited.then(() => (done = true));
       // Append until the subscriber has seen one (it may subscribe after the first append).
@@ -226,6 +228,7 @@ const RUNNERS: Record<string, (b: Block) => Promise<void>> = {
       stdio: ["ignore", "pipe", "pipe"],
       env: { ...process.env, ENGRAM_DATA_DIR: dataDir, CHROMA_URL: "", ENGRAM_LOG_LEVEL: "info" },
     });
+    const drained = closeWatch(child);
     let out = "";
     child.stdout!.on("data", (chunk) => (out += chunk));
     child.stderr!.on("data", (chunk) => (out += chunk));
@@ -234,6 +237,7 @@ const RUNNERS: Record<string, (b: Block) => Promise<void>> = {
       const pids = processTree(child.pid!);
       process.kill(-child.pid!, "SIGTERM");
       await waitAllGone(pids, dataDir);
+      await drained();
       expect(out).toMatch(/store closed; bye/);
     } finally {
       killAll(processTree(child.pid!), dataDir);

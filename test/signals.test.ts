@@ -77,6 +77,7 @@ describe("stopping under a supervisor", () => {
     process.kill(server.child.pid!, "SIGTERM");
     const ms = await waitAllGone(pids, server.dataDir);
     expect(locks(server.dataDir)).toEqual([]);
+    await server.drained();
     expect(server.output()).toMatch(/store closed; bye/);
     console.log(`SIGTERM to npm: every process gone in ${ms} ms`);
   });
@@ -88,6 +89,7 @@ describe("stopping under a supervisor", () => {
     process.kill(node, "SIGTERM");
     const ms = await waitAllGone(pids, server.dataDir);
     expect(locks(server.dataDir)).toEqual([]);
+    await server.drained();
     expect(server.output()).toMatch(/shutting down.*SIGTERM[\s\S]*store closed; bye/);
     console.log(`SIGTERM to node: every process gone in ${ms} ms`);
   });
@@ -97,6 +99,7 @@ describe("stopping under a supervisor", () => {
     process.kill(-server.pgid, "SIGTERM");
     const ms = await waitAllGone(pids, server.dataDir);
     expect(locks(server.dataDir)).toEqual([]);
+    await server.drained();
     expect(server.output()).toMatch(/store closed; bye/);
     console.log(`SIGTERM to the group: every process gone in ${ms} ms`);
   });

@@ -38,7 +38,23 @@ export type ServerProcess = {
   /** Everything written on stdout and stderr so far. */
   output(): string;
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** Waits until stdout and stderr are closed, so that output() holds everything (see closeWatch). */
+  drained(timeoutMs?: number): Promise<void>;
 };
+
+/**
+ * Watches for the child's stdout and stderr to close (its 'close' event, which comes once every
+ * holder of the pipes has exited and their last bytes have been read); call it right after
+ * spawning, and the function it returns when the output must be complete. A process tree can be
+ * gone from /proc before its parent has read what it wrote last ("store closed; bye").
+ */
+export function closeWatch(child: ChildProcess): (timeoutMs?: number) => Promise<void> {
+  let closed = false;
+  child.once("close", () => (closed = true));
+  return async (timeoutMs = 30_000) => {
+    await until("the child's stdout and stderr to close", async () => closed || undefined, timeoutMs);
+  };
+}
 
 /** Clean environment: npm's variables from the test runner's own npm would confuse the server. */
 function baseEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
@@ -70,6 +86,7 @@ export async function startServer(
     stdio: ["ignore", "pipe", "pipe"],
     env: baseEnv({ ENGRAM_DATA_DIR: dataDir, ...options.env }),
   });
+  const drained = closeWatch(child);
   let output = "";
   child.stdout!.on("data", (chunk) => (output += chunk));
   child.stderr!.on("data", (chunk) => (output += chunk));
@@ -86,7 +103,7 @@ export async function startServer(
     },
     options.timeoutMs ?? 240_000,
   );
-  return { child, pgid: child.pid!, dataDir, url, output: () => output, exited };
+  return { child, pgid: child.pid!, dataDir, url, output: () => output, exited, drained };
 }
 
 /** The admin key a first start prints (once, right after it listens). */

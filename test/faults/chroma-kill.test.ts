@@ -42,12 +42,12 @@ describe("kill -9 of the Chroma wrapper under write load", () => {
       // vector. Read once, such a row stayed "missing" until the wait ran out (a CI run, 38decd4).
       const tenantId = engram.tenant.tenantId;
       const { model } = await engram.services.deps.embeddings.forTenant(tenantId);
-      let ids: string[] = [];
+      /** The snippets there now without their vector, and how many snippets there are. */
       const missing = async () => {
         const snippets = await engram.services.db.recallSnippet.findMany({ where: { tenantId }, select: { id: true } });
-        ids = snippets.map((s) => s.id);
+        const ids = snippets.map((s) => s.id);
         const present = await engram.services.vectors.present({ tenantId, model }, ids);
-        return ids.filter((id) => !present.has(id));
+        return { left: ids.filter((id) => !present.has(id)), total: ids.length };
       };
       // The sweep runs every minute in production; here every 5 s until every vector is there.
       // No time bound is the claim, so the wait is a generous 180 s, and each sweep says how many
@@ -57,19 +57,19 @@ describe("kill -9 of the Chroma wrapper under write load", () => {
       const started = Date.now();
       try {
         await until("every snippet's vector in Chroma", async () => {
-          const left = await missing();
+          const { left, total } = await missing();
           if (Date.now() - swept > 5_000) {
             swept = Date.now();
             const requeued = await reconcileRecall(engram.services.deps, { tenantId }, { graceMs: 0 });
             if (requeued[tenantId]) console.warn(`chroma-kill: reconcile re-queued ${requeued[tenantId]} snippets`);
-            if (left.length) console.warn(`chroma-kill: ${left.length} of ${ids.length} vectors missing after ${Math.round((Date.now() - started) / 1000)} s`);
+            if (left.length) console.warn(`chroma-kill: ${left.length} of ${total} vectors missing after ${Math.round((Date.now() - started) / 1000)} s`);
           }
           return left.length === 0;
         }, 180_000);
       } catch (error) {
         // What is left says which step did not happen: re-queued, indexed, or the vector stored.
         const left = await engram.services.db.recallSnippet.findMany({
-          where: { id: { in: await missing() } },
+          where: { id: { in: (await missing()).left } },
           select: { id: true, kind: true, indexedAt: true, embeddingModel: true, createdAt: true },
         });
         console.warn(`chroma-kill: without a vector after 180 s: ${JSON.stringify(left)}`);

@@ -35,6 +35,13 @@ const schema = z.object({
   ENGRAM_CORS_ORIGINS: z.string().optional(),
   /** How long an API key lookup is reused before the database is asked again (at most 1 s; 0 = every request). */
   ENGRAM_KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).max(1_000).default(1_000),
+  /**
+   * Memory for the copies of recently searched end users' vectors that recall searches in
+   * process instead of in Chroma (vectors/cache.ts); 0 turns the copies off.
+   */
+  ENGRAM_VECTOR_CACHE_MB: z.coerce.number().min(0).default(256),
+  /** How long a copy is trusted without hearing of a change from another instance, before it is loaded again. */
+  ENGRAM_VECTOR_CACHE_TTL_MS: z.coerce.number().int().positive().default(30_000),
   /** Model calls (chat + embeddings) one GraphQL operation or REST call may make, over all its fields. */
   ENGRAM_MODEL_CALLS_PER_REQUEST: z.coerce.number().int().min(1).max(1_000).default(10),
   ENGRAM_JOBS: z.enum(["on", "off"]).default("on"),

@@ -21,6 +21,11 @@ export type Topics = {
   factChanged: [tenantId: string, payload: FactChangePayload];
   /** Not per tenant: every instance closes the revoked key's sockets. */
   apiKeyRevoked: [channel: "all", payload: { apiKeyId: string }];
+  /**
+   * Not per tenant: every instance drops its copies of these users' vectors (all the tenant's
+   * when null) that another instance (`origin`) changed in Chroma (vectors/cache.ts).
+   */
+  vectorsChanged: [channel: "all", payload: { origin: string; tenantId: string; endUserIds: string[] | null }];
 };
 
 /** One recall candidate as the inspector shows it: its scores from each retriever and the judge. */

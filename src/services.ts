@@ -10,6 +10,7 @@ import { recordingActivity } from "./memory/activity.ts";
 import { createEngramPubSub, type PubSub } from "./pubsub.ts";
 import { createEmbeddingsProvider, type EmbeddingsProvider } from "./embeddings/index.ts";
 import { lazyChroma, type LazyChroma } from "./embedded/chroma.ts";
+import { withVectorCache, type CachedVectorStore } from "./vectors/cache.ts";
 import { createChromaVectorStore } from "./vectors/chroma.ts";
 import type { VectorStore } from "./vectors/index.ts";
 import {
@@ -36,6 +37,8 @@ export type Services = Deps & {
   queue: AgendaQueue;
   /** The Chroma behind the vectors: external (CHROMA_URL) or embedded, started on first use. */
   chroma: LazyChroma;
+  /** The in-process copies of recently searched users' vectors (vectors/cache.ts); null when ENGRAM_VECTOR_CACHE_MB is 0. */
+  vectorCache: CachedVectorStore | null;
   close(): Promise<void>;
 };
 
@@ -102,7 +105,12 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     dataDir: env.ENGRAM_DATA_DIR,
     onStart: (url) => log.debug("embedded Chroma started", { url }),
   });
-  const vectors = createChromaVectorStore(chroma.get, log);
+  const chromaVectors = createChromaVectorStore(chroma.get, log);
+  const vectorCache =
+    env.ENGRAM_VECTOR_CACHE_MB > 0
+      ? withVectorCache(chromaVectors, { maxBytes: env.ENGRAM_VECTOR_CACHE_MB * 2 ** 20, ttlMs: env.ENGRAM_VECTOR_CACHE_TTL_MS, pubsub, log })
+      : null;
+  const vectors = vectorCache ?? chromaVectors;
   const embeddings = createEmbeddingsProvider(env, models);
   const keys = createKeyCache(db, pubsub, { ttlMs: env.ENGRAM_KEY_CACHE_TTL_MS, now: options.clock });
   const deps: Deps = { env, log, pubsub, models, queue, embeddings, vectors, tenants, keys };
@@ -110,6 +118,7 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     ...deps,
     keys,
     deps,
+    vectorCache,
     store,
     db,
     queue,

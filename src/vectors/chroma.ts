@@ -114,6 +114,27 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
       return (result.ids[0] ?? []).map((id, i) => ({ id, similarity: 1 - (distances[i] ?? 1) }));
     },
 
+    async vectorsOf(space, endUserId, limit) {
+      const found = await withCollection(space, (c) =>
+        c.get<{ endUserId: string; conversationId: string; kind: SnippetVector["kind"]; occurredAt: number }>({
+          where: { endUserId },
+          limit,
+          include: ["embeddings", "metadatas"],
+        }),
+      );
+      return found.ids.map((id, i) => {
+        const meta = found.metadatas[i]!;
+        return {
+          id,
+          vector: found.embeddings[i],
+          endUserId,
+          conversationId: meta.conversationId,
+          kind: meta.kind,
+          occurredAt: new Date(meta.occurredAt * 1000),
+        };
+      });
+    },
+
     async delete(tenantId, selector) {
       const where = whereOf(selector);
       if (!where && !selector.ids) throw new Error("Refusing to delete every vector of a tenant without a selector.");

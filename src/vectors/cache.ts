@@ -1,0 +1,339 @@
+import { randomUUID } from "node:crypto";
+import type { Logger } from "../log.ts";
+import type { PubSub } from "../pubsub.ts";
+import { collectionName } from "./chroma.ts";
+import type { SnippetVector, VectorHit, VectorSelector, VectorSpace, VectorStore } from "./index.ts";
+
+/**
+ * Recall's vector search filters one collection by end user, and Chroma answers such a filter
+ * by walking the whole collection's HNSW graph with the user's ids as allowed labels: about
+ * 28 ms at 40,000 vectors for a user holding 1% of them, and more as the collection grows
+ * (bench/README.md, "Recall latency"). One user's vectors are few (a thousand is a lot), and an
+ * exact scan of them takes well under a millisecond. So each instance keeps a copy of the
+ * vectors of the end users it searched recently and answers their searches itself: exact cosine
+ * instead of HNSW's approximation, the same hits as Chroma's (or better), without a round trip.
+ *
+ * Chroma stays the store: every write goes to it first, and the copy is loaded from it.
+ * - A user's copy is loaded in the background on their first search, which Chroma answers.
+ * - This instance's writes change its copies as they land in Chroma; a write that lands while a
+ *   copy is loading is applied again once it has loaded.
+ * - A delete is applied to the copies before and after Chroma's, so a forgotten snippet is never
+ *   answered from memory once its forgetting has started. (Recall reads every hit back from the
+ *   database too, so a deleted snippet is never returned in any case.)
+ * - Other instances' writes arrive as `vectorsChanged` announcements (through Redis when it is
+ *   configured), which drop the copies they touch. Without them (no Redis, or a command-line
+ *   process writing beside the server), a copy older than `ttlMs` is loaded again, and answers
+ *   until its replacement has loaded: that bounds how long another process's new vector can go
+ *   unseen (`ttlMs` and a load).
+ * - Copies take at most `maxBytes` (least recently searched dropped first, but none searched
+ *   within `ttlMs`: a user who does not fit is searched in Chroma rather than thrash the rest).
+ *   A user with more than `maxPerUser` vectors is always searched in Chroma.
+ */
+export type VectorCacheOptions = {
+  maxBytes: number;
+  ttlMs: number;
+  maxPerUser?: number;
+  pubsub: Pick<PubSub, "publish" | "subscribe">;
+  log: Logger;
+  now?: () => number;
+};
+
+type Write = { upsert: SnippetVector[] } | { delete: { tenantId: string; selector: VectorSelector } };
+
+type Copy = {
+  key: string;
+  tenantId: string;
+  collection: string;
+  endUserId: string;
+  /** Writes that landed while loading, applied again once loaded (null once ready). */
+  landed: Write[] | null;
+  /** The copy loading to replace this one, once it is older than ttlMs. */
+  next?: Copy;
+  loadedAt: number;
+  searchedAt: number;
+  dims: number;
+  size: number;
+  ids: string[];
+  conversations: string[];
+  /** Epoch seconds, as Chroma's metadata has them. */
+  occurredAt: number[];
+  /** Row i's unit vector at [i * dims, (i + 1) * dims). */
+  rows: Float32Array;
+  rowOf: Map<string, number>;
+};
+
+const epoch = (date: Date) => Math.floor(date.getTime() / 1000);
+// How soon a load that failed (Chroma down) is tried again.
+const RETRY_MS = 5_000;
+// Per row beside its floats: the id and conversation strings, the map entry, the arrays' slots.
+const ROW_OVERHEAD_BYTES = 200;
+const bytesOf = (copy: Pick<Copy, "size" | "dims">) => copy.size * (copy.dims * 4 + ROW_OVERHEAD_BYTES);
+
+function unit(vector: ArrayLike<number>): Float32Array {
+  let norm = 0;
+  for (let i = 0; i < vector.length; i++) norm += vector[i] * vector[i];
+  norm = Math.sqrt(norm) || 1;
+  const out = new Float32Array(vector.length);
+  for (let i = 0; i < vector.length; i++) out[i] = vector[i] / norm;
+  return out;
+}
+
+function setRow(copy: Copy, v: { id: string; vector: ArrayLike<number>; conversationId: string; occurredAt: number }) {
+  let row = copy.rowOf.get(v.id);
+  if (row === undefined) {
+    row = copy.size++;
+    if (copy.rows.length < copy.size * copy.dims) {
+      const grown = new Float32Array(Math.max(copy.size * copy.dims, copy.rows.length * 2));
+      grown.set(copy.rows);
+      copy.rows = grown;
+    }
+    copy.rowOf.set(v.id, row);
+  }
+  copy.rows.set(unit(v.vector), row * copy.dims);
+  copy.ids[row] = v.id;
+  copy.conversations[row] = v.conversationId;
+  copy.occurredAt[row] = v.occurredAt;
+}
+
+/** Removes the rows `drop` picks, moving the last row into each hole. */
+function removeRows(copy: Copy, drop: (row: number) => boolean) {
+  for (let row = copy.size - 1; row >= 0; row--) {
+    if (!drop(row)) continue;
+    const last = --copy.size;
+    copy.rowOf.delete(copy.ids[row]);
+    if (row !== last) {
+      copy.rows.copyWithin(row * copy.dims, last * copy.dims, (last + 1) * copy.dims);
+      copy.ids[row] = copy.ids[last];
+      copy.conversations[row] = copy.conversations[last];
+      copy.occurredAt[row] = copy.occurredAt[last];
+      copy.rowOf.set(copy.ids[row], row);
+    }
+    copy.ids.length = copy.conversations.length = copy.occurredAt.length = last;
+  }
+}
+
+function applyWrite(copy: Copy, write: Write) {
+  if ("upsert" in write) {
+    for (const v of write.upsert) {
+      if (v.endUserId === copy.endUserId) {
+        if (copy.size === 0) copy.dims = v.vector.length;
+        else if (v.vector.length !== copy.dims) throw new Error(`a ${v.vector.length}-d vector in a ${copy.dims}-d copy`);
+        setRow(copy, { ...v, occurredAt: epoch(v.occurredAt) });
+      } else if (copy.rowOf.has(v.id)) {
+        removeRows(copy, (row) => copy.ids[row] === v.id);
+      }
+    }
+    return;
+  }
+  const { selector } = write.delete;
+  if (selector.endUserId && selector.endUserId !== copy.endUserId) return;
+  const ids = selector.ids && new Set(selector.ids);
+  const before = selector.occurredBefore && epoch(selector.occurredBefore);
+  removeRows(
+    copy,
+    (row) =>
+      (!ids || ids.has(copy.ids[row])) &&
+      (!selector.conversationId || copy.conversations[row] === selector.conversationId) &&
+      (before === undefined || copy.occurredAt[row] < before),
+  );
+}
+
+/** The k rows nearest to a unit query by cosine, leaving one conversation out. */
+function nearest(copy: Copy, query: Float32Array, excludeConversationId: string | null | undefined, k: number): VectorHit[] {
+  const top: { row: number; similarity: number }[] = [];
+  const { rows, dims } = copy;
+  for (let row = 0; row < copy.size; row++) {
+    if (excludeConversationId && copy.conversations[row] === excludeConversationId) continue;
+    let dot = 0;
+    for (let i = 0, at = row * dims; i < dims; i++, at++) dot += rows[at] * query[i];
+    if (top.length === k && dot <= top[k - 1].similarity) continue;
+    let at = top.length === k ? k - 1 : top.length;
+    while (at > 0 && top[at - 1].similarity < dot) at--;
+    top.splice(at, 0, { row, similarity: dot });
+    if (top.length > k) top.pop();
+  }
+  return top.map(({ row, similarity }) => ({ id: copy.ids[row], similarity }));
+}
+
+export type CachedVectorStore = VectorStore & {
+  /** How many users' vectors this instance holds, and their bytes (checks and benches). */
+  stats(): { users: number; vectors: number; bytes: number };
+  /** Resolves once every copy that is loading has loaded or failed (tests). */
+  loaded(): Promise<void>;
+};
+
+export function withVectorCache(store: VectorStore, options: VectorCacheOptions): CachedVectorStore {
+  const { maxBytes, ttlMs, pubsub, log } = options;
+  const maxPerUser = options.maxPerUser ?? 10_000;
+  const now = options.now ?? (() => performance.now());
+  const origin = randomUUID();
+  const copies = new Map<string, Copy>();
+  const loading = new Set<Promise<void>>();
+  // Users whose vectors did not fit or were too many, and when to try them again.
+  const declined = new Map<string, number>();
+
+  const keyOf = (space: VectorSpace, endUserId: string) => `${collectionName(space)}\u0000${endUserId}`;
+  const usedBytes = () => [...copies.values()].reduce((sum, c) => sum + (c.landed ? 0 : bytesOf(c)), 0);
+
+  /**
+   * Room for `bytes` more in place of `keep` (the copy a load replaces, or the loading one),
+   * dropping copies not searched within ttlMs, least recent first; false when there is none.
+   */
+  function makeRoom(bytes: number, keep: Copy): boolean {
+    let used = usedBytes() - (keep.landed ? 0 : bytesOf(keep));
+    if (used + bytes <= maxBytes) return true;
+    const idle = [...copies.values()]
+      .filter((c) => c !== keep && !c.landed && now() - c.searchedAt >= ttlMs)
+      .sort((a, b) => a.searchedAt - b.searchedAt);
+    for (const copy of idle) {
+      if (used + bytes <= maxBytes) break;
+      copies.delete(copy.key);
+      used -= bytesOf(copy);
+    }
+    return used + bytes <= maxBytes;
+  }
+
+  /**
+   * Loads a user's copy from Chroma in the background. With `stale`, the copy it replaces goes on
+   * answering until then (and is dropped if the user no longer fits).
+   */
+  function load(space: VectorSpace, endUserId: string, stale?: Copy) {
+    const key = keyOf(space, endUserId);
+    const startedAt = now();
+    const copy: Copy = {
+      key,
+      tenantId: space.tenantId,
+      collection: collectionName(space),
+      endUserId,
+      landed: [],
+      loadedAt: startedAt,
+      searchedAt: stale?.searchedAt ?? startedAt,
+      dims: 0,
+      size: 0,
+      ids: [],
+      conversations: [],
+      occurredAt: [],
+      rows: new Float32Array(0),
+      rowOf: new Map(),
+    };
+    if (stale) stale.next = copy;
+    else copies.set(key, copy);
+    // Still wanted: not dropped by another instance's write, nor replaced, meanwhile.
+    const wanted = () => (stale ? copies.get(key) === stale && stale.next === copy : copies.get(key) === copy);
+    const done = (async () => {
+      try {
+        const vectors = await store.vectorsOf(space, endUserId, maxPerUser + 1);
+        if (!wanted()) return;
+        const bytes = vectors.length * ((vectors[0]?.vector.length ?? 0) * 4 + ROW_OVERHEAD_BYTES);
+        if (vectors.length > maxPerUser || !makeRoom(bytes, stale ?? copy)) {
+          copies.delete(key);
+          declined.set(key, now() + ttlMs);
+          log.debug("vector cache: a user searched in Chroma", { tenantId: space.tenantId, endUserId, vectors: vectors.length });
+          return;
+        }
+        copy.dims = vectors[0]?.vector.length ?? 0;
+        copy.rows = new Float32Array(vectors.length * copy.dims);
+        for (const v of vectors) setRow(copy, { ...v, occurredAt: epoch(v.occurredAt) });
+        for (const write of copy.landed ?? []) applyWrite(copy, write);
+        copy.landed = null;
+        copies.set(key, copy);
+      } catch (error) {
+        if (wanted()) {
+          if (stale) stale.next = undefined;
+          else copies.delete(key);
+          // Not at every search while Chroma cannot answer (a stale copy goes on answering).
+          declined.set(key, now() + Math.min(ttlMs, RETRY_MS));
+        }
+        log.debug("vector cache: could not load a user's vectors", { tenantId: space.tenantId, endUserId, error });
+      }
+    })();
+    loading.add(done);
+    void done.finally(() => loading.delete(done));
+  }
+
+  /** Applies a write to every copy it may touch: at once to loaded ones, later to loading ones. */
+  function landed(tenantId: string, write: Write, collection?: string) {
+    for (const copy of copies.values()) {
+      if (copy.tenantId !== tenantId || (collection && copy.collection !== collection)) continue;
+      copy.next?.landed?.push(write);
+      if (copy.landed) copy.landed.push(write);
+      else {
+        try {
+          applyWrite(copy, write);
+        } catch (error) {
+          copies.delete(copy.key);
+          log.warn("vector cache: a write did not apply; the user's copy is dropped", { tenantId, error });
+        }
+      }
+    }
+  }
+
+  const announce = (tenantId: string, endUserIds: string[] | null) =>
+    pubsub.publish("vectorsChanged", "all", { origin, tenantId, endUserIds });
+
+  const changes = pubsub.subscribe("vectorsChanged", "all");
+  void (async () => {
+    for await (const change of changes) {
+      if (change.origin === origin) continue;
+      const users = change.endUserIds && new Set(change.endUserIds);
+      for (const copy of copies.values()) {
+        if (copy.tenantId === change.tenantId && (!users || users.has(copy.endUserId))) copies.delete(copy.key);
+      }
+    }
+  })().catch(() => undefined);
+
+  return {
+    ...store,
+
+    async upsert(space, vectors) {
+      await store.upsert(space, vectors);
+      if (vectors.length === 0) return;
+      landed(space.tenantId, { upsert: vectors }, collectionName(space));
+      announce(space.tenantId, [...new Set(vectors.map((v) => v.endUserId))]);
+    },
+
+    async delete(tenantId, selector) {
+      const write: Write = { delete: { tenantId, selector } };
+      landed(tenantId, write);
+      try {
+        await store.delete(tenantId, selector);
+      } finally {
+        landed(tenantId, write);
+        announce(tenantId, selector.endUserId ? [selector.endUserId] : null);
+      }
+    },
+
+    async query(space, vector, filter, k) {
+      const key = keyOf(space, filter.endUserId);
+      const copy = copies.get(key);
+      const retry = (declined.get(key) ?? 0) <= now();
+      if (copy && !copy.landed && (copy.size === 0 || copy.dims === vector.length)) {
+        // One older than ttlMs answers while its replacement loads.
+        if (now() - copy.loadedAt >= ttlMs && !copy.next && retry) load(space, filter.endUserId, copy);
+        copy.searchedAt = now();
+        return nearest(copy, unit(vector), filter.excludeConversationId, k);
+      }
+      if (!copy?.landed && retry) {
+        declined.delete(key);
+        if (copy) copies.delete(key);
+        load(space, filter.endUserId);
+      }
+      return store.query(space, vector, filter, k);
+    },
+
+    stats() {
+      const ready = [...copies.values()].filter((c) => !c.landed);
+      return { users: ready.length, vectors: ready.reduce((sum, c) => sum + c.size, 0), bytes: usedBytes() };
+    },
+
+    async loaded() {
+      while (loading.size) await Promise.all([...loading]);
+    },
+
+    async close() {
+      copies.clear();
+      await changes.return?.();
+      await store.close();
+    },
+  };
+}

@@ -1,0 +1,220 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startEmbeddedChroma, type ChromaServer } from "../src/embedded/chroma.ts";
+import { createLogger } from "../src/log.ts";
+import { createEngramPubSub, type PubSub } from "../src/pubsub.ts";
+import { withVectorCache, type VectorCacheOptions } from "../src/vectors/cache.ts";
+import { createChromaVectorStore } from "../src/vectors/chroma.ts";
+import type { SnippetVector, VectorSpace, VectorStore } from "../src/vectors/index.ts";
+import { until } from "./helpers/until.ts";
+
+// The in-process copies of users' vectors (src/vectors/cache.ts) over a real embedded Chroma.
+const log = createLogger("silent");
+let dir: string;
+let chroma: ChromaServer;
+let seed = 7;
+const rand = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+const randomVector = () => Array.from({ length: 64 }, () => rand() - 0.5);
+const cosine = (a: number[], b: number[]) => {
+  let dot = 0, na = 0, nb = 0;
+  for (let i = 0; i < a.length; i++) (dot += a[i] * b[i]), (na += a[i] * a[i]), (nb += b[i] * b[i]);
+  return dot / Math.sqrt(na * nb);
+};
+
+beforeAll(async () => {
+  dir = mkdtempSync(path.join(tmpdir(), "engram-vector-cache-"));
+  chroma = await startEmbeddedChroma(dir);
+}, 60_000);
+afterAll(async () => {
+  await chroma?.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** A Chroma store that counts the searches Chroma answered, under the cache. */
+function counted(): VectorStore & { queries: number } {
+  const store = createChromaVectorStore(async () => chroma, log);
+  const wrapped = { ...store, queries: 0 };
+  wrapped.query = (...args) => {
+    wrapped.queries++;
+    return store.query(...args);
+  };
+  return wrapped;
+}
+
+function cacheOver(options: Partial<VectorCacheOptions> & { pubsub?: PubSub } = {}) {
+  const chromaStore = counted();
+  const cache = withVectorCache(chromaStore, {
+    maxBytes: 64 * 2 ** 20,
+    ttlMs: 30_000,
+    log,
+    ...options,
+    pubsub: options.pubsub ?? createEngramPubSub(),
+  });
+  return { chromaStore, cache };
+}
+
+let spaceNo = 0;
+/** A fresh tenant with two users: `a` with 300 vectors over 5 conversations, `b` with 50. */
+async function corpus(store: VectorStore) {
+  const space: VectorSpace = { tenantId: `t${++spaceNo}-${Date.now()}`, model: "test-64" };
+  const vectors: SnippetVector[] = [];
+  for (let i = 0; i < 350; i++) {
+    const user = i < 300 ? "a" : "b";
+    vectors.push({
+      id: `${user}-${i}`,
+      vector: randomVector(),
+      endUserId: user,
+      conversationId: `${user}-c${i % 5}`,
+      kind: "TURN",
+      occurredAt: new Date(Date.UTC(2025, 0, 1 + (i % 60))),
+    });
+  }
+  await store.upsert(space, vectors);
+  return { space, vectors };
+}
+
+/** The exact k nearest of a user's vectors, as the cache must answer. */
+function exact(vectors: SnippetVector[], query: number[], user: string, k: number, exclude?: string) {
+  return vectors
+    .filter((v) => v.endUserId === user && v.conversationId !== exclude)
+    .map((v) => ({ id: v.id, similarity: cosine(v.vector, query) }))
+    .sort((x, y) => y.similarity - x.similarity)
+    .slice(0, k);
+}
+
+describe("the vector cache", () => {
+  it("loads a user's vectors on their first search, which Chroma answers, then answers exactly itself", async () => {
+    const { chromaStore, cache } = cacheOver();
+    const { space, vectors } = await corpus(cache);
+    const query = randomVector();
+    const first = await cache.query(space, query, { endUserId: "a", excludeConversationId: "a-c0" }, 10);
+    expect(chromaStore.queries).toBe(1);
+    await cache.loaded();
+    expect(cache.stats()).toMatchObject({ users: 1, vectors: 300 });
+
+    const second = await cache.query(space, query, { endUserId: "a", excludeConversationId: "a-c0" }, 10);
+    expect(chromaStore.queries).toBe(1);
+    const expected = exact(vectors, query, "a", 10, "a-c0");
+    expect(second.map((h) => h.id)).toEqual(expected.map((h) => h.id));
+    second.forEach((h, i) => expect(h.similarity).toBeCloseTo(expected[i].similarity, 5));
+    // Chroma's approximate answer agrees on this small collection.
+    expect(first.map((h) => h.id)).toEqual(expected.map((h) => h.id));
+    // Another user is not in this user's copy, and their own first search goes to Chroma.
+    expect(second.every((h) => h.id.startsWith("a-"))).toBe(true);
+    expect((await cache.query(space, query, { endUserId: "b" }, 5)).every((h) => h.id.startsWith("b-"))).toBe(true);
+    expect(chromaStore.queries).toBe(2);
+    await cache.close();
+  });
+
+  it("sees this instance's writes at once: upserts, and deletes by ids, conversation, date and user", async () => {
+    const { chromaStore, cache } = cacheOver();
+    const { space, vectors } = await corpus(cache);
+    await cache.query(space, randomVector(), { endUserId: "a" }, 1);
+    await cache.loaded();
+    const before = chromaStore.queries;
+
+    const probe = randomVector();
+    await cache.upsert(space, [{ id: "a-new", vector: probe, endUserId: "a", conversationId: "a-c9", kind: "FACT", occurredAt: new Date() }]);
+    expect((await cache.query(space, probe, { endUserId: "a" }, 3))[0]).toMatchObject({ id: "a-new" });
+    expect((await cache.query(space, probe, { endUserId: "a", excludeConversationId: "a-c9" }, 3))[0].id).not.toBe("a-new");
+
+    await cache.delete(space.tenantId, { ids: ["a-new"] });
+    expect((await cache.query(space, probe, { endUserId: "a" }, 300)).map((h) => h.id)).not.toContain("a-new");
+
+    await cache.delete(space.tenantId, { conversationId: "a-c1" });
+    const afterConversation = await cache.query(space, probe, { endUserId: "a" }, 300);
+    expect(afterConversation).toHaveLength(240);
+    expect(afterConversation.every((h) => vectors.find((v) => v.id === h.id)!.conversationId !== "a-c1")).toBe(true);
+
+    const cutoff = new Date(Date.UTC(2025, 0, 31));
+    await cache.delete(space.tenantId, { occurredBefore: cutoff });
+    const left = await cache.query(space, probe, { endUserId: "a" }, 300);
+    expect(left.length).toBeGreaterThan(0);
+    for (const hit of left) expect(vectors.find((v) => v.id === hit.id)!.occurredAt >= cutoff).toBe(true);
+    // Chroma holds the same: the copy and the store agree.
+    expect(await chromaStore.count(space.tenantId, { endUserId: "a" })).toBe(left.length);
+
+    await cache.delete(space.tenantId, { endUserId: "a" });
+    expect(await cache.query(space, probe, { endUserId: "a" }, 10)).toEqual([]);
+    expect(chromaStore.queries).toBe(before);
+    await cache.close();
+  });
+
+  it("applies again, once loaded, the writes that landed while a user's copy was loading", async () => {
+    const { cache } = cacheOver();
+    const { space } = await corpus(cache);
+    const probe = randomVector();
+    await cache.query(space, probe, { endUserId: "a" }, 1); // starts the load
+    await Promise.all([
+      cache.upsert(space, [{ id: "a-during", vector: probe, endUserId: "a", conversationId: "a-c0", kind: "TURN", occurredAt: new Date() }]),
+      cache.delete(space.tenantId, { ids: ["a-0", "a-1"] }),
+    ]);
+    await cache.loaded();
+    const hits = await cache.query(space, probe, { endUserId: "a" }, 300);
+    expect(cache.stats().users).toBe(1);
+    expect(hits[0].id).toBe("a-during");
+    expect(hits.map((h) => h.id)).not.toContain("a-0");
+    expect(hits).toHaveLength(299);
+    await cache.close();
+  });
+
+  it("drops a copy when another instance announces a change, and reloads one older than ttlMs without it", async () => {
+    const pubsub = createEngramPubSub();
+    const one = cacheOver({ pubsub });
+    const two = cacheOver({ pubsub });
+    const { space } = await corpus(one.cache);
+    await one.cache.query(space, randomVector(), { endUserId: "a" }, 1);
+    await one.cache.loaded();
+    expect(one.cache.stats().users).toBe(1);
+
+    const probe = randomVector();
+    await two.cache.upsert(space, [{ id: "a-elsewhere", vector: probe, endUserId: "a", conversationId: "a-c2", kind: "TURN", occurredAt: new Date() }]);
+    await until("the announcement", async () => one.cache.stats().users === 0);
+    const queries = one.chromaStore.queries;
+    expect((await one.cache.query(space, probe, { endUserId: "a" }, 1))[0].id).toBe("a-elsewhere");
+    expect(one.chromaStore.queries).toBe(queries + 1);
+
+    // No announcement reaches an instance on another pubsub (no Redis): its copy lasts ttlMs.
+    let clock = 0;
+    const three = cacheOver({ now: () => clock });
+    await three.cache.query(space, probe, { endUserId: "a" }, 1);
+    await three.cache.loaded();
+    await two.cache.upsert(space, [{ id: "a-unheard", vector: probe, endUserId: "a", conversationId: "a-c2", kind: "TURN", occurredAt: new Date() }]);
+    expect((await three.cache.query(space, probe, { endUserId: "a" }, 2)).map((h) => h.id)).not.toContain("a-unheard");
+    clock += 30_000;
+    // The stale copy answers once more while its replacement loads.
+    expect((await three.cache.query(space, probe, { endUserId: "a" }, 2)).map((h) => h.id)).not.toContain("a-unheard");
+    // Its own write meanwhile reaches both the stale copy and the one loading.
+    const own = randomVector();
+    await three.cache.upsert(space, [{ id: "a-own", vector: own, endUserId: "a", conversationId: "a-c3", kind: "TURN", occurredAt: new Date() }]);
+    expect((await three.cache.query(space, own, { endUserId: "a" }, 1))[0].id).toBe("a-own");
+    await three.cache.loaded();
+    expect((await three.cache.query(space, own, { endUserId: "a" }, 1))[0].id).toBe("a-own");
+    expect(three.chromaStore.queries).toBe(1);
+    expect((await three.cache.query(space, probe, { endUserId: "a" }, 2)).map((h) => h.id)).toContain("a-unheard");
+    expect(three.cache.stats().users).toBe(1);
+    await Promise.all([one.cache.close(), two.cache.close(), three.cache.close()]);
+  });
+
+  it("leaves to Chroma a user who does not fit in the memory given, or has too many vectors", async () => {
+    for (const options of [{ maxBytes: 50_000 }, { maxPerUser: 100 }]) {
+      const { chromaStore, cache } = cacheOver(options);
+      const { space } = await corpus(cache);
+      await cache.query(space, randomVector(), { endUserId: "a" }, 1);
+      await cache.loaded();
+      expect(cache.stats().users).toBe(0);
+      // And does not try again at every search.
+      await cache.query(space, randomVector(), { endUserId: "a" }, 1);
+      await cache.loaded();
+      expect(cache.stats().users).toBe(0);
+      expect(chromaStore.queries).toBe(2);
+      // The small user fits.
+      await cache.query(space, randomVector(), { endUserId: "b" }, 1);
+      await cache.loaded();
+      expect(cache.stats()).toMatchObject({ users: 1, vectors: 50 });
+      await cache.close();
+    }
+  });
+});

@@ -7,7 +7,6 @@ import { Prisma } from "../../generated/prisma/client.ts";
 import { isModelCallLimit } from "../../models/call-budget.ts";
 import type { ModelProvider } from "../../models/provider.ts";
 import type { PubSub, RecallCandidate, RecallEvent } from "../../pubsub.ts";
-import type { VectorHit } from "../../vectors/index.ts";
 import type { ContextBlock, ExtraBlocks } from "../context.ts";
 import { needsRecallByKeywords } from "../gate/keywords.ts";
 import type { SnippetDeps } from "./snippets.ts";
@@ -58,26 +57,6 @@ export type SearchInput = {
   vector?: number[] | null;
 };
 
-type ReadBack = {
-  id: string;
-  kind: RecallCandidate["kind"];
-  text: string;
-  conversationId: string;
-  messageIds: string[];
-  /** The seq of each of messageIds, in the same order (0 for a message deleted since). */
-  messageSeqs: number[];
-  occurredAt: Date;
-  keyOfId: string | null;
-  indexedAt: Date | null;
-};
-
-/** What recall reads of a snippet `s`, with its messages' seqs. */
-const SNIPPET_COLUMNS = Prisma.sql`s."id", s."kind"::text AS "kind", s."text", s."conversationId", s."messageIds", s."occurredAt", s."keyOfId", s."indexedAt",
-  -- One primary-key lookup per message. A join here was planned as a scan of the
-  -- tenant's messages per snippet (10.4 against 2.0 ms for 60 snippets, embedded).
-  coalesce((SELECT array_agg(coalesce((SELECT m."seq" FROM "Message" m WHERE m."id" = u.id AND m."tenantId" = s."tenantId"), 0) ORDER BY u.ord)
-            FROM unnest(s."messageIds") WITH ORDINALITY AS u(id, ord)), '{}') AS "messageSeqs"`;
-
 /** Okapi BM25's usual constants: term-frequency saturation and document-length normalisation. */
 const BM25 = { k1: 1.2, b: 0.75 } as const;
 
@@ -100,7 +79,7 @@ async function keywordHits(db: TenantDb, input: SearchInput, limit: number) {
   // order as unnesting every lexeme, 11.4 -> 3.4 ms per statement in PGlite on the peers
   // harness's LoCoMo store (bench/README.md, "Recall latency: goal and what remains"). Were the
   // column ever given weights, setweight's marks would need another weight than any stored.
-  return db.$queryRaw<(ReadBack & { rank: number })[]>`
+  return db.$queryRaw<{ id: string; rank: number }[]>`
     WITH q AS (SELECT tsvector_to_array(to_tsvector('english', ${input.text})) AS terms),
     docs AS MATERIALIZED (SELECT s."id", s."search", s."occurredAt" FROM "RecallSnippet" s WHERE ${own}),
     stats AS (
@@ -111,27 +90,19 @@ async function keywordHits(db: TenantDb, input: SearchInput, limit: number) {
              length(d."search")::float8 AS len
       FROM docs d, q, unnest(ts_filter(setweight(d."search", 'A', q.terms), '{a}')) u
     ),
-    df AS (SELECT lexeme, count(*)::float8 AS df FROM matches GROUP BY lexeme),
-    ranked AS (
-      SELECT m."id", m."occurredAt", sum(
-               ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
-               * m.tf * (${BM25.k1}::float8 + 1)
-               / (m.tf + ${BM25.k1}::float8 * (1 - ${BM25.b}::float8 + ${BM25.b}::float8 * m.len / stats.avglen))
-             )::float8 AS "rank"
-      FROM matches m JOIN df USING (lexeme), stats
-      GROUP BY m."id", m."occurredAt"
-      ORDER BY "rank" DESC, m."occurredAt" DESC
-      LIMIT ${limit}
-    )
-    SELECT r."rank", ${SNIPPET_COLUMNS}
-    FROM ranked r JOIN "RecallSnippet" s ON s."id" = r."id"
-    ORDER BY r."rank" DESC, r."occurredAt" DESC`;
+    df AS (SELECT lexeme, count(*)::float8 AS df FROM matches GROUP BY lexeme)
+    SELECT m."id", sum(
+             ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
+             * m.tf * (${BM25.k1}::float8 + 1)
+             / (m.tf + ${BM25.k1}::float8 * (1 - ${BM25.b}::float8 + ${BM25.b}::float8 * m.len / stats.avglen))
+           )::float8 AS "rank"
+    FROM matches m JOIN df USING (lexeme), stats
+    GROUP BY m."id", m."occurredAt"
+    ORDER BY "rank" DESC, m."occurredAt" DESC
+    LIMIT ${limit}`;
 }
 
-/**
- * The two retrievers' hits for a message, run at once, before fusion (the LoCoMo bench tunes
- * fusion over these). The keyword hits come with their snippets read (readBack's columns).
- */
+/** The two retrievers' hits for a message, before fusion (the LoCoMo bench tunes fusion over these). */
 export async function retrieveHits(
   db: TenantDb,
   deps: Pick<RecallDeps, "embeddings" | "vectors" | "log">,
@@ -140,31 +111,53 @@ export async function retrieveHits(
 ) {
   const tenantId = db.$tenantId();
   const mode = input.mode ?? "HYBRID";
-  const vectorSide = async (): Promise<{ hits: VectorHit[]; degraded: string | null }> => {
-    if (mode === "KEYWORD") return { hits: [], degraded: null };
+  let degraded: string | null = null;
+  const vectorSide = async () => {
+    if (mode === "KEYWORD") return [];
     try {
       const { embeddings, model } = await deps.embeddings.forTenant(tenantId);
       const vector = input.vector ?? (await embeddings.embedQuery(input.text));
-      const filter = { endUserId: input.endUserId, excludeConversationId: input.excludeConversationId };
-      return { hits: await deps.vectors.query({ tenantId, model }, vector, filter, pool), degraded: null };
+      return await deps.vectors.query(
+        { tenantId, model },
+        vector,
+        { endUserId: input.endUserId, excludeConversationId: input.excludeConversationId },
+        pool,
+      );
     } catch (error) {
       if (mode === "VECTOR" || isModelCallLimit(error)) throw error;
+      degraded = `vector search unavailable: ${(error as Error).message}`;
       deps.log.warn("recall: vector search failed; using keyword matches only", { tenantId, error });
-      return { hits: [], degraded: `vector search unavailable: ${(error as Error).message}` };
+      return [];
     }
   };
-  const [{ hits, degraded }, keyword] = await Promise.all([
+  const [vector, keyword] = await Promise.all([
     vectorSide(),
     mode === "VECTOR" ? Promise.resolve([]) : keywordHits(db, input, pool),
   ]);
-  return { vector: hits, keyword, degraded };
+  return { vector, keyword, degraded: degraded as string | null };
 }
 
-/** The user's snippets among `ids`, with their messages' seqs, in one statement (none for no ids). */
-async function readBack(db: TenantDb, input: SearchInput, ids: string[]) {
-  if (ids.length === 0) return [];
+type ReadBack = {
+  id: string;
+  kind: RecallCandidate["kind"];
+  text: string;
+  conversationId: string;
+  messageIds: string[];
+  /** The seq of each of messageIds, in the same order (0 for a message deleted since). */
+  messageSeqs: number[];
+  occurredAt: Date;
+  keyOfId: string | null;
+  indexedAt: Date | null;
+};
+
+/** The user's snippets among `ids`, with their messages' seqs, in one statement. */
+function readBack(db: TenantDb, input: SearchInput, ids: string[]) {
   return db.$queryRaw<ReadBack[]>`
-    SELECT ${SNIPPET_COLUMNS}
+    SELECT s."id", s."kind"::text AS "kind", s."text", s."conversationId", s."messageIds", s."occurredAt", s."keyOfId", s."indexedAt",
+           -- One primary-key lookup per message. A join here was planned as a scan of the
+           -- tenant's messages per snippet (10.4 against 2.0 ms for 60 snippets, embedded).
+           coalesce((SELECT array_agg(coalesce((SELECT m."seq" FROM "Message" m WHERE m."id" = u.id AND m."tenantId" = s."tenantId"), 0) ORDER BY u.ord)
+                     FROM unnest(s."messageIds") WITH ORDINALITY AS u(id, ord)), '{}') AS "messageSeqs"
     FROM "RecallSnippet" s
     WHERE s."tenantId" = ${db.$tenantId()} AND s."endUserId" = ${input.endUserId} AND s."id" = ANY(${ids}::text[])
       ${input.excludeConversationId ? Prisma.sql`AND s."conversationId" <> ${input.excludeConversationId}` : Prisma.empty}`;
@@ -188,15 +181,14 @@ export async function searchSnippets(
   // Parsed while the retrievers are out (a millisecond or two of CPU).
   const time = resolveTimeHint(input.text, input.at ?? new Date());
   const { vector, keyword, degraded } = await retrieved;
-  if (vector.length === 0 && keyword.length === 0) return { candidates: [], degraded, time };
+  const ids = [...new Set([...vector.map((h) => h.id), ...keyword.map((h) => h.id)])];
+  if (ids.length === 0) return { candidates: [], degraded, time };
 
-  // The keyword statement read its hits whole; the vector hits it did not find are read back.
-  const read = new Set(keyword.map((s) => s.id));
-  const found = [...keyword, ...(await readBack(db, input, [...new Set(vector.map((h) => h.id))].filter((id) => !read.has(id))))];
+  const found = await readBack(db, input, ids);
   // The snippets that keys (facts' sentences) point to, when they were not found themselves.
   const have = new Set(found.map((s) => s.id));
   const targets = [...new Set(found.flatMap((s) => (s.keyOfId && !have.has(s.keyOfId) ? [s.keyOfId] : [])))];
-  const snippets = new Map([...found, ...(await readBack(db, input, targets))].map((s) => [s.id, s]));
+  const snippets = new Map([...found, ...(targets.length ? await readBack(db, input, targets) : [])].map((s) => [s.id, s]));
   const seqOf = new Map([...snippets.values()].flatMap((s) => s.messageIds.map((m, i) => [m, s.messageSeqs[i]] as const)));
   const fused = fuseHits(vector, keyword, withNeighbours(snippets, seqOf), time, input.k, { ...RECALL, pool });
   const candidates = fused.map(({ id, ...scores }) => {

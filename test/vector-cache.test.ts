@@ -56,7 +56,7 @@ function cacheOver(options: Partial<VectorCacheOptions> & { pubsub?: PubSub } = 
 }
 
 let spaceNo = 0;
-/** A fresh tenant with two users: `a` with 300 vectors over 5 conversations, `b` with 50. */
+/** A fresh tenant with two users: `a` with 300 vectors over 5 conversations (two pages of a load), `b` with 50. */
 async function corpus(store: VectorStore) {
   const space: VectorSpace = { tenantId: `t${++spaceNo}-${Date.now()}`, model: "test-64" };
   const vectors: SnippetVector[] = [];

@@ -66,8 +66,8 @@ const epoch = (date: Date) => Math.floor(date.getTime() / 1000);
 // How soon a load that failed (Chroma down) is tried again.
 const RETRY_MS = 5_000;
 // Per row beside its floats: the id and conversation strings, the map entry, the arrays' slots.
-const ROW_OVERHEAD_BYTES = 200;
-const bytesOf = (copy: Pick<Copy, "size" | "dims">) => copy.size * (copy.dims * 4 + ROW_OVERHEAD_BYTES);
+const ROW_OVERHEAD_BYTES = 250;
+const bytesOf = (copy: Pick<Copy, "size" | "dims" | "rows">) => copy.rows.length * 4 + copy.size * ROW_OVERHEAD_BYTES;
 
 function unit(vector: ArrayLike<number>): Float32Array {
   let norm = 0;
@@ -83,7 +83,8 @@ function setRow(copy: Copy, v: { id: string; vector: ArrayLike<number>; conversa
   if (row === undefined) {
     row = copy.size++;
     if (copy.rows.length < copy.size * copy.dims) {
-      const grown = new Float32Array(Math.max(copy.size * copy.dims, copy.rows.length * 2));
+      // A quarter more room at a time (at least 64 rows): copies mostly grow a turn at a time.
+      const grown = new Float32Array(Math.max(copy.size, Math.ceil((copy.rows.length / copy.dims) * 1.25), copy.size + 63) * copy.dims);
       grown.set(copy.rows);
       copy.rows = grown;
     }
@@ -222,13 +223,13 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
     const wanted = () => (stale ? copies.get(key) === stale && stale.next === copy : copies.get(key) === copy);
     const done = (async () => {
       try {
-        const vectors = await store.vectorsOf(space, endUserId, maxPerUser + 1);
+        const vectors = await store.vectorsOf(space, endUserId, maxPerUser);
         if (!wanted()) return;
-        const bytes = vectors.length * ((vectors[0]?.vector.length ?? 0) * 4 + ROW_OVERHEAD_BYTES);
-        if (vectors.length > maxPerUser || !makeRoom(bytes, stale ?? copy)) {
+        const bytes = vectors ? vectors.length * ((vectors[0]?.vector.length ?? 0) * 4 + ROW_OVERHEAD_BYTES) : 0;
+        if (!vectors || !makeRoom(bytes, stale ?? copy)) {
           copies.delete(key);
           declined.set(key, now() + ttlMs);
-          log.debug("vector cache: a user searched in Chroma", { tenantId: space.tenantId, endUserId, vectors: vectors.length });
+          log.debug("vector cache: a user searched in Chroma", { tenantId: space.tenantId, endUserId, vectors: vectors?.length ?? `over ${maxPerUser}` });
           return;
         }
         copy.dims = vectors[0]?.vector.length ?? 0;

@@ -12,6 +12,8 @@ export function collectionName(space: VectorSpace): string {
 }
 
 const epoch = (date: Date) => Math.floor(date.getTime() / 1000);
+// Vectors per request when a user's are read whole (the vector cache's loads).
+const VECTOR_PAGE = 250;
 
 function whereOf(selector: Omit<VectorSelector, "ids">): Where | undefined {
   const clauses: Where[] = [
@@ -115,24 +117,33 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
     },
 
     async vectorsOf(space, endUserId, limit) {
-      const found = await withCollection(space, (c) =>
-        c.get<{ endUserId: string; conversationId: string; kind: SnippetVector["kind"]; occurredAt: number }>({
-          where: { endUserId },
-          limit,
-          include: ["embeddings", "metadatas"],
-        }),
-      );
-      return found.ids.map((id, i) => {
-        const meta = found.metadatas[i]!;
-        return {
-          id,
-          vector: found.embeddings[i],
-          endUserId,
-          conversationId: meta.conversationId,
-          kind: meta.kind,
-          occurredAt: new Date(meta.occurredAt * 1000),
-        };
-      });
+      const { ids } = await withCollection(space, (c) => c.get({ where: { endUserId }, limit: limit + 1, include: [] }));
+      if (ids.length > limit) return null;
+      // In pages by id: each answer is parsed on the event loop (about 6 KB of JSON a 512-d
+      // vector), so one user's thousands of vectors never hold it for long at once.
+      const vectors: SnippetVector[] = [];
+      for (let at = 0; at < ids.length; at += VECTOR_PAGE) {
+        const page = await withCollection(space, (c) =>
+          c.get<{ endUserId: string; conversationId: string; kind: SnippetVector["kind"]; occurredAt: number }>({
+            ids: ids.slice(at, at + VECTOR_PAGE),
+            include: ["embeddings", "metadatas"],
+          }),
+        );
+        page.ids.forEach((id, i) => {
+          const meta = page.metadatas[i]!;
+          // Deleted since the ids were listed, or moved to another user: not this user's.
+          if (meta.endUserId !== endUserId) return;
+          vectors.push({
+            id,
+            vector: page.embeddings[i],
+            endUserId,
+            conversationId: meta.conversationId,
+            kind: meta.kind,
+            occurredAt: new Date(meta.occurredAt * 1000),
+          });
+        });
+      }
+      return vectors;
     },
 
     async delete(tenantId, selector) {

@@ -31,8 +31,8 @@ export type VectorStore = {
     filter: { endUserId: string; excludeConversationId?: string | null },
     k: number,
   ): Promise<VectorHit[]>;
-  /** Up to `limit` of one end user's vectors in the space, with their metadata (the vector cache loads them). */
-  vectorsOf(space: VectorSpace, endUserId: string, limit: number): Promise<SnippetVector[]>;
+  /** One end user's vectors in the space with their metadata (the vector cache loads them), or null when they are more than `limit`. */
+  vectorsOf(space: VectorSpace, endUserId: string, limit: number): Promise<SnippetVector[] | null>;
   /** Deletes in every embedding model's collection of the tenant. */
   delete(tenantId: string, selector: VectorSelector): Promise<void>;
   /** Which of these snippets have a vector in the space. */

@@ -22,10 +22,19 @@ export type Topics = {
   /** Not per tenant: every instance closes the revoked key's sockets. */
   apiKeyRevoked: [channel: "all", payload: { apiKeyId: string }];
   /**
-   * Not per tenant: every instance drops its copies of these users' vectors (all the tenant's
-   * when null) that another instance (`origin`) changed in Chroma (vectors/cache.ts).
+   * Not per tenant: another instance (`origin`) changed a tenant's vectors in Chroma, so every
+   * instance brings its copies of them up to date (vectors/cache.ts): the ids of new vectors, to
+   * read, and deletes, as the selector they were made with (ids, not content).
    */
-  vectorsChanged: [channel: "all", payload: { origin: string; tenantId: string; endUserIds: string[] | null }];
+  vectorsChanged: [
+    channel: "all",
+    payload: {
+      origin: string;
+      tenantId: string;
+      upserted?: { model: string; endUserIds: string[]; ids: string[] };
+      deleted?: { ids?: string[]; endUserId?: string; conversationId?: string; occurredBefore?: string };
+    },
+  ];
 };
 
 /** One recall candidate as the inspector shows it: its scores from each retriever and the judge. */

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startEmbeddedChroma, type ChromaServer } from "../src/embedded/chroma.ts";
 import { createLogger } from "../src/log.ts";
 import { createEngramPubSub, type PubSub } from "../src/pubsub.ts";
-import { withVectorCache, type VectorCacheOptions } from "../src/vectors/cache.ts";
+import { withVectorCache, type CachedVectorStore, type VectorCacheOptions } from "../src/vectors/cache.ts";
 import { createChromaVectorStore } from "../src/vectors/chroma.ts";
 import type { SnippetVector, VectorSpace, VectorStore } from "../src/vectors/index.ts";
 import { until } from "./helpers/until.ts";
@@ -32,18 +32,44 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-/** A Chroma store that counts the searches Chroma answered, under the cache. */
-function counted(): VectorStore & { queries: number } {
+/** A gate a test opens: what waits on it goes on once it is opened. */
+function gate() {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  return { open, opened };
+}
+
+type Counted = VectorStore & {
+  queries: number;
+  loads: number;
+  /** When set, a load has read Chroma and waits on it before answering. */
+  loadGate?: Promise<void>;
+  /** When set, a delete waits on it before it reaches Chroma. */
+  deleteGate?: Promise<void>;
+};
+
+/** A Chroma store under the cache that counts the searches Chroma answered and the loads, and can hold them. */
+function counted(): Counted {
   const store = createChromaVectorStore(async () => chroma, log);
-  const wrapped = { ...store, queries: 0 };
+  const wrapped: Counted = { ...store, queries: 0, loads: 0 };
   wrapped.query = (...args) => {
     wrapped.queries++;
     return store.query(...args);
   };
+  wrapped.vectorsOf = async (...args) => {
+    wrapped.loads++;
+    const read = await store.vectorsOf(...args);
+    await wrapped.loadGate;
+    return read;
+  };
+  wrapped.delete = async (...args) => {
+    await wrapped.deleteGate;
+    return store.delete(...args);
+  };
   return wrapped;
 }
 
-function cacheOver(options: Partial<VectorCacheOptions> & { pubsub?: PubSub } = {}) {
+function cacheOver(options: Partial<VectorCacheOptions> & { pubsub?: PubSub } = {}): { chromaStore: Counted; cache: CachedVectorStore } {
   const chromaStore = counted();
   const cache = withVectorCache(chromaStore, {
     maxBytes: 64 * 2 ** 20,
@@ -57,8 +83,8 @@ function cacheOver(options: Partial<VectorCacheOptions> & { pubsub?: PubSub } = 
 
 let spaceNo = 0;
 /** A fresh tenant with two users: `a` with 300 vectors over 5 conversations (two pages of a load), `b` with 50. */
-async function corpus(store: VectorStore) {
-  const space: VectorSpace = { tenantId: `t${++spaceNo}-${Date.now()}`, model: "test-64" };
+async function corpus(store: VectorStore, tenantId = `t${++spaceNo}-${Date.now()}`) {
+  const space: VectorSpace = { tenantId, model: "test-64" };
   const vectors: SnippetVector[] = [];
   for (let i = 0; i < 350; i++) {
     const user = i < 300 ? "a" : "b";
@@ -143,24 +169,62 @@ describe("the vector cache", () => {
   });
 
   it("applies again, once loaded, the writes that landed while a user's copy was loading", async () => {
-    const { cache } = cacheOver();
+    const { chromaStore, cache } = cacheOver();
     const { space } = await corpus(cache);
     const probe = randomVector();
-    await cache.query(space, probe, { endUserId: "a" }, 1); // starts the load
-    await Promise.all([
-      cache.upsert(space, [{ id: "a-during", vector: probe, endUserId: "a", conversationId: "a-c0", kind: "TURN", occurredAt: new Date() }]),
-      cache.delete(space.tenantId, { ids: ["a-0", "a-1"] }),
-    ]);
+    const held = gate();
+    chromaStore.loadGate = held.opened;
+    await cache.query(space, probe, { endUserId: "a" }, 1); // starts the load, which reads Chroma and waits
+    await until("the load's read", async () => chromaStore.loads === 1);
+    await cache.upsert(space, [{ id: "a-during", vector: probe, endUserId: "a", conversationId: "a-c0", kind: "TURN", occurredAt: new Date() }]);
+    await cache.delete(space.tenantId, { ids: ["a-0", "a-1"] });
+    held.open();
     await cache.loaded();
     const hits = await cache.query(space, probe, { endUserId: "a" }, 300);
     expect(cache.stats().users).toBe(1);
     expect(hits[0].id).toBe("a-during");
     expect(hits.map((h) => h.id)).not.toContain("a-0");
+    expect(hits.map((h) => h.id)).not.toContain("a-1");
     expect(hits).toHaveLength(299);
     await cache.close();
   });
 
-  it("drops a copy when another instance announces a change, and reloads one older than ttlMs without it", async () => {
+  it("never answers a vector whose delete has started, even from a copy loaded before Chroma deleted it", async () => {
+    const { chromaStore, cache } = cacheOver();
+    const { space, vectors } = await corpus(cache);
+    const held = gate();
+    chromaStore.deleteGate = held.opened;
+    const forgetting = cache.delete(space.tenantId, { ids: ["a-5"] }); // waits before reaching Chroma
+    await cache.query(space, vectors[5].vector, { endUserId: "a" }, 1); // Chroma still has it, and answers
+    await cache.loaded();
+    expect(cache.stats().users).toBe(1);
+    expect((await cache.query(space, vectors[5].vector, { endUserId: "a" }, 300)).map((h) => h.id)).not.toContain("a-5");
+    held.open();
+    await forgetting;
+    expect(await chromaStore.count(space.tenantId, { ids: ["a-5"] })).toBe(0);
+    await cache.close();
+  });
+
+  it("keeps tenants apart: the same end user id in two tenants has two copies", async () => {
+    const { cache } = cacheOver();
+    const one = await corpus(cache);
+    const two = await corpus(cache, `${one.space.tenantId}-other`);
+    for (const { space } of [one, two]) {
+      await cache.query(space, randomVector(), { endUserId: "a" }, 1);
+      await cache.loaded();
+    }
+    expect(cache.stats().users).toBe(2);
+    // The same ids in both tenants: each answer is its own tenant's vectors.
+    const probe = one.vectors[7].vector;
+    expect((await cache.query(one.space, probe, { endUserId: "a" }, 1))[0]).toMatchObject({ id: "a-7" });
+    expect((await cache.query(two.space, probe, { endUserId: "a" }, 1))[0].similarity).toBeLessThan(0.99);
+    await cache.delete(one.space.tenantId, { endUserId: "a" });
+    expect(await cache.query(one.space, probe, { endUserId: "a" }, 5)).toEqual([]);
+    expect(await cache.query(two.space, probe, { endUserId: "a" }, 5)).toHaveLength(5);
+    await cache.close();
+  });
+
+  it("applies another instance's announced changes, and reloads a copy older than ttlMs without them", async () => {
     const pubsub = createEngramPubSub();
     const one = cacheOver({ pubsub });
     const two = cacheOver({ pubsub });
@@ -168,13 +232,18 @@ describe("the vector cache", () => {
     await one.cache.query(space, randomVector(), { endUserId: "a" }, 1);
     await one.cache.loaded();
     expect(one.cache.stats().users).toBe(1);
+    const queries = one.chromaStore.queries;
 
+    // A new vector written by the other instance is read by id into this one's copy.
     const probe = randomVector();
     await two.cache.upsert(space, [{ id: "a-elsewhere", vector: probe, endUserId: "a", conversationId: "a-c2", kind: "TURN", occurredAt: new Date() }]);
-    await until("the announcement", async () => one.cache.stats().users === 0);
-    const queries = one.chromaStore.queries;
-    expect((await one.cache.query(space, probe, { endUserId: "a" }, 1))[0].id).toBe("a-elsewhere");
-    expect(one.chromaStore.queries).toBe(queries + 1);
+    await until("the other instance's vector", async () => (await one.cache.query(space, probe, { endUserId: "a" }, 1))[0].id === "a-elsewhere");
+    // Its deletes are applied by their selector.
+    await two.cache.delete(space.tenantId, { conversationId: "a-c2" });
+    await until("the other instance's delete", async () => one.cache.stats().vectors === 240);
+    expect((await one.cache.query(space, probe, { endUserId: "a" }, 300)).map((h) => h.id)).not.toContain("a-elsewhere");
+    expect(one.chromaStore.queries).toBe(queries);
+    expect(one.chromaStore.loads).toBe(1);
 
     // No announcement reaches an instance on another pubsub (no Redis): its copy lasts ttlMs.
     let clock = 0;
@@ -205,11 +274,12 @@ describe("the vector cache", () => {
       await cache.query(space, randomVector(), { endUserId: "a" }, 1);
       await cache.loaded();
       expect(cache.stats().users).toBe(0);
-      // And does not try again at every search.
+      // And does not read them again at every search.
       await cache.query(space, randomVector(), { endUserId: "a" }, 1);
       await cache.loaded();
       expect(cache.stats().users).toBe(0);
       expect(chromaStore.queries).toBe(2);
+      expect(chromaStore.loads).toBe(1);
       // The small user fits.
       await cache.query(space, randomVector(), { endUserId: "b" }, 1);
       await cache.loaded();

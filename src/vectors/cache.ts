@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { Logger } from "../log.ts";
-import type { PubSub } from "../pubsub.ts";
+import type { PubSub, Topics } from "../pubsub.ts";
 import { collectionName } from "./chroma.ts";
 import type { SnippetVector, VectorHit, VectorSelector, VectorSpace, VectorStore } from "./index.ts";
 
@@ -14,20 +14,24 @@ import type { SnippetVector, VectorHit, VectorSelector, VectorSpace, VectorStore
  * instead of HNSW's approximation, the same hits as Chroma's (or better), without a round trip.
  *
  * Chroma stays the store: every write goes to it first, and the copy is loaded from it.
- * - A user's copy is loaded in the background on their first search, which Chroma answers.
+ * - A user's copy is loaded in the background on their first search, which Chroma answers (at
+ *   most 4 loads at once, each in pages of ids).
  * - This instance's writes change its copies as they land in Chroma; a write that lands while a
  *   copy is loading is applied again once it has loaded.
- * - A delete is applied to the copies before and after Chroma's, so a forgotten snippet is never
- *   answered from memory once its forgetting has started. (Recall reads every hit back from the
- *   database too, so a deleted snippet is never returned in any case.)
+ * - A delete is applied to the copies before and after Chroma's, and to any copy that starts
+ *   loading in between, so a forgotten snippet is never answered from memory once its forgetting
+ *   has started. (Recall reads every hit back from the database too, so a deleted snippet is
+ *   never returned in any case.)
  * - Other instances' writes arrive as `vectorsChanged` announcements (through Redis when it is
- *   configured), which drop the copies they touch. Without them (no Redis, or a command-line
- *   process writing beside the server), a copy older than `ttlMs` is loaded again, and answers
- *   until its replacement has loaded: that bounds how long another process's new vector can go
- *   unseen (`ttlMs` and a load).
- * - Copies take at most `maxBytes` (least recently searched dropped first, but none searched
- *   within `ttlMs`: a user who does not fit is searched in Chroma rather than thrash the rest).
- *   A user with more than `maxPerUser` vectors is always searched in Chroma.
+ *   configured and up): deletes as their selector, applied here too, and new vectors as their
+ *   ids, read from Chroma for the users this instance holds a copy of. Without them (no Redis,
+ *   Redis down, or a command-line process writing beside the server), a copy older than `ttlMs`
+ *   is loaded again, and answers until its replacement has loaded (or, while Chroma cannot be
+ *   read, until a retry can): that bounds how long another process's new vector goes unseen.
+ * - Copies take at most `maxBytes`, growth included (least recently searched dropped first, but
+ *   none searched within `ttlMs`: a user who does not fit is searched in Chroma rather than
+ *   thrash the rest, and is tried again after `ttlMs`, then twice, four times... as long, up to
+ *   16). A user with more than `maxPerUser` vectors is always searched in Chroma.
  */
 export type VectorCacheOptions = {
   maxBytes: number;
@@ -65,6 +69,10 @@ type Copy = {
 const epoch = (date: Date) => Math.floor(date.getTime() / 1000);
 // How soon a load that failed (Chroma down) is tried again.
 const RETRY_MS = 5_000;
+// Loads at once: each reads a user's vectors whole (about 6 KB of JSON a 512-d vector).
+const MAX_LOADS = 4;
+
+type Payload = Topics["vectorsChanged"][1];
 // Per row beside its floats: the id and conversation strings, the map entry, the arrays' slots.
 const ROW_OVERHEAD_BYTES = 250;
 const bytesOf = (copy: Pick<Copy, "size" | "dims" | "rows">) => copy.rows.length * 4 + copy.size * ROW_OVERHEAD_BYTES;
@@ -83,8 +91,9 @@ function setRow(copy: Copy, v: { id: string; vector: ArrayLike<number>; conversa
   if (row === undefined) {
     row = copy.size++;
     if (copy.rows.length < copy.size * copy.dims) {
-      // A quarter more room at a time (at least 64 rows): copies mostly grow a turn at a time.
-      const grown = new Float32Array(Math.max(copy.size, Math.ceil((copy.rows.length / copy.dims) * 1.25), copy.size + 63) * copy.dims);
+      // A quarter more room at a time (at least 8 rows): copies mostly grow a turn at a time.
+      const capacity = copy.rows.length / copy.dims;
+      const grown = new Float32Array(Math.max(copy.size, Math.ceil(capacity * 1.25), capacity + 8) * copy.dims);
       grown.set(copy.rows);
       copy.rows = grown;
     }
@@ -126,8 +135,8 @@ function applyWrite(copy: Copy, write: Write) {
     }
     return;
   }
-  const { selector } = write.delete;
-  if (selector.endUserId && selector.endUserId !== copy.endUserId) return;
+  const { tenantId, selector } = write.delete;
+  if (tenantId !== copy.tenantId || (selector.endUserId && selector.endUserId !== copy.endUserId)) return;
   const ids = selector.ids && new Set(selector.ids);
   const before = selector.occurredBefore && epoch(selector.occurredBefore);
   removeRows(
@@ -141,6 +150,7 @@ function applyWrite(copy: Copy, write: Write) {
 
 /** The k rows nearest to a unit query by cosine, leaving one conversation out. */
 function nearest(copy: Copy, query: Float32Array, excludeConversationId: string | null | undefined, k: number): VectorHit[] {
+  if (k <= 0) return [];
   const top: { row: number; similarity: number }[] = [];
   const { rows, dims } = copy;
   for (let row = 0; row < copy.size; row++) {
@@ -170,15 +180,28 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
   const origin = randomUUID();
   const copies = new Map<string, Copy>();
   const loading = new Set<Promise<void>>();
-  // Users whose vectors did not fit or were too many, and when to try them again.
-  const declined = new Map<string, number>();
+  // Deletes under way (between their two passes), so a copy that starts loading meanwhile gets them too.
+  const deleting = new Set<Extract<Write, { delete: unknown }>>();
+  // Another instance's new vectors being read from Chroma: the writes that land meanwhile, applied after them.
+  const fetching = new Set<Write[]>();
+  // Users whose vectors did not fit, were too many or could not be read: when to try again, and how often they were refused.
+  const declined = new Map<string, { until: number; times: number }>();
 
   const keyOf = (space: VectorSpace, endUserId: string) => `${collectionName(space)}\u0000${endUserId}`;
   const usedBytes = () => [...copies.values()].reduce((sum, c) => sum + (c.landed ? 0 : bytesOf(c)), 0);
+  const deletesOf = (tenantId: string) => [...deleting].filter((w) => w.delete.tenantId === tenantId);
+
+  function decline(key: string, backoffMs: number) {
+    const times = (declined.get(key)?.times ?? 0) + 1;
+    // Doubling up to 16 times, so a user who never fits is not read whole at every interval.
+    declined.set(key, { until: now() + backoffMs * 2 ** Math.min(times - 1, 4), times });
+    if (declined.size > 10_000) for (const [k, d] of declined) if (d.until <= now()) declined.delete(k);
+  }
 
   /**
-   * Room for `bytes` more in place of `keep` (the copy a load replaces, or the loading one),
-   * dropping copies not searched within ttlMs, least recent first; false when there is none.
+   * Room for `bytes` in place of `keep` (the copy a load replaces, the loading one, or one that
+   * grew), dropping copies not searched within ttlMs, least recent first, only if that makes
+   * enough; false when nothing would.
    */
   function makeRoom(bytes: number, keep: Copy): boolean {
     let used = usedBytes() - (keep.landed ? 0 : bytesOf(keep));
@@ -186,12 +209,13 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
     const idle = [...copies.values()]
       .filter((c) => c !== keep && !c.landed && now() - c.searchedAt >= ttlMs)
       .sort((a, b) => a.searchedAt - b.searchedAt);
+    if (used - idle.reduce((sum, c) => sum + bytesOf(c), 0) + bytes > maxBytes) return false;
     for (const copy of idle) {
       if (used + bytes <= maxBytes) break;
       copies.delete(copy.key);
       used -= bytesOf(copy);
     }
-    return used + bytes <= maxBytes;
+    return true;
   }
 
   /**
@@ -206,7 +230,7 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
       tenantId: space.tenantId,
       collection: collectionName(space),
       endUserId,
-      landed: [],
+      landed: deletesOf(space.tenantId),
       loadedAt: startedAt,
       searchedAt: stale?.searchedAt ?? startedAt,
       dims: 0,
@@ -228,7 +252,7 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
         const bytes = vectors ? vectors.length * ((vectors[0]?.vector.length ?? 0) * 4 + ROW_OVERHEAD_BYTES) : 0;
         if (!vectors || !makeRoom(bytes, stale ?? copy)) {
           copies.delete(key);
-          declined.set(key, now() + ttlMs);
+          decline(key, ttlMs);
           log.debug("vector cache: a user searched in Chroma", { tenantId: space.tenantId, endUserId, vectors: vectors?.length ?? `over ${maxPerUser}` });
           return;
         }
@@ -238,12 +262,13 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
         for (const write of copy.landed ?? []) applyWrite(copy, write);
         copy.landed = null;
         copies.set(key, copy);
+        declined.delete(key);
       } catch (error) {
         if (wanted()) {
           if (stale) stale.next = undefined;
           else copies.delete(key);
           // Not at every search while Chroma cannot answer (a stale copy goes on answering).
-          declined.set(key, now() + Math.min(ttlMs, RETRY_MS));
+          decline(key, Math.min(ttlMs, RETRY_MS));
         }
         log.debug("vector cache: could not load a user's vectors", { tenantId: space.tenantId, endUserId, error });
       }
@@ -254,6 +279,7 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
 
   /** Applies a write to every copy it may touch: at once to loaded ones, later to loading ones. */
   function landed(tenantId: string, write: Write, collection?: string) {
+    if ("delete" in write) for (const journal of fetching) journal.push(write);
     for (const copy of copies.values()) {
       if (copy.tenantId !== tenantId || (collection && copy.collection !== collection)) continue;
       copy.next?.landed?.push(write);
@@ -261,6 +287,8 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
       else {
         try {
           applyWrite(copy, write);
+          // A copy that grew past the memory given makes room, or goes.
+          if ("upsert" in write && usedBytes() > maxBytes && !makeRoom(bytesOf(copy), copy)) copies.delete(copy.key);
         } catch (error) {
           copies.delete(copy.key);
           log.warn("vector cache: a write did not apply; the user's copy is dropped", { tenantId, error });
@@ -269,17 +297,41 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
     }
   }
 
-  const announce = (tenantId: string, endUserIds: string[] | null) =>
-    pubsub.publish("vectorsChanged", "all", { origin, tenantId, endUserIds });
+  /**
+   * Another instance's new vectors, for the users this one holds a copy of: read from Chroma by
+   * id and applied, then the deletes that landed while they were read, again.
+   */
+  async function upsertedElsewhere(space: VectorSpace, endUserIds: string[], ids: string[]) {
+    const users = new Set(endUserIds.filter((u) => copies.has(keyOf(space, u))));
+    if (users.size === 0) return;
+    const journal: Write[] = [...deletesOf(space.tenantId)];
+    fetching.add(journal);
+    try {
+      const vectors = (await store.vectorsByIds(space, ids)).filter((v) => users.has(v.endUserId));
+      landed(space.tenantId, { upsert: vectors }, collectionName(space));
+      for (const write of journal) landed(space.tenantId, write);
+    } catch (error) {
+      for (const user of users) copies.delete(keyOf(space, user));
+      log.debug("vector cache: could not read another instance's new vectors; the users' copies are dropped", { tenantId: space.tenantId, error });
+    } finally {
+      fetching.delete(journal);
+    }
+  }
+
+  const announce = (change: Omit<Payload, "origin">) => pubsub.publish("vectorsChanged", "all", { origin, ...change });
 
   const changes = pubsub.subscribe("vectorsChanged", "all");
   void (async () => {
     for await (const change of changes) {
       if (change.origin === origin) continue;
-      const users = change.endUserIds && new Set(change.endUserIds);
-      for (const copy of copies.values()) {
-        if (copy.tenantId === change.tenantId && (!users || users.has(copy.endUserId))) copies.delete(copy.key);
+      if (change.deleted) {
+        const { occurredBefore, ...selector } = change.deleted;
+        const write: Write = {
+          delete: { tenantId: change.tenantId, selector: { ...selector, ...(occurredBefore ? { occurredBefore: new Date(occurredBefore) } : {}) } },
+        };
+        landed(change.tenantId, write);
       }
+      if (change.upserted) void upsertedElsewhere({ tenantId: change.tenantId, model: change.upserted.model }, change.upserted.endUserIds, change.upserted.ids);
     }
   })().catch(() => undefined);
 
@@ -290,35 +342,39 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
       await store.upsert(space, vectors);
       if (vectors.length === 0) return;
       landed(space.tenantId, { upsert: vectors }, collectionName(space));
-      announce(space.tenantId, [...new Set(vectors.map((v) => v.endUserId))]);
+      announce({
+        tenantId: space.tenantId,
+        upserted: { model: space.model, endUserIds: [...new Set(vectors.map((v) => v.endUserId))], ids: vectors.map((v) => v.id) },
+      });
     },
 
     async delete(tenantId, selector) {
-      const write: Write = { delete: { tenantId, selector } };
+      const write = { delete: { tenantId, selector } };
+      deleting.add(write);
       landed(tenantId, write);
       try {
         await store.delete(tenantId, selector);
       } finally {
         landed(tenantId, write);
-        announce(tenantId, selector.endUserId ? [selector.endUserId] : null);
+        deleting.delete(write);
+        const { occurredBefore, ...rest } = selector;
+        announce({ tenantId, deleted: { ...rest, ...(occurredBefore ? { occurredBefore: occurredBefore.toISOString() } : {}) } });
       }
     },
 
     async query(space, vector, filter, k) {
       const key = keyOf(space, filter.endUserId);
       const copy = copies.get(key);
-      const retry = (declined.get(key) ?? 0) <= now();
-      if (copy && !copy.landed && (copy.size === 0 || copy.dims === vector.length)) {
+      const retry = (declined.get(key)?.until ?? 0) <= now();
+      if (copy && !copy.landed) {
+        // Another embedding model's query: Chroma says what is wrong.
+        if (copy.size > 0 && copy.dims !== vector.length) return store.query(space, vector, filter, k);
         // One older than ttlMs answers while its replacement loads.
-        if (now() - copy.loadedAt >= ttlMs && !copy.next && retry) load(space, filter.endUserId, copy);
+        if (now() - copy.loadedAt >= ttlMs && !copy.next && retry && loading.size < MAX_LOADS) load(space, filter.endUserId, copy);
         copy.searchedAt = now();
         return nearest(copy, unit(vector), filter.excludeConversationId, k);
       }
-      if (!copy?.landed && retry) {
-        declined.delete(key);
-        if (copy) copies.delete(key);
-        load(space, filter.endUserId);
-      }
+      if (!copy && retry && loading.size < MAX_LOADS) load(space, filter.endUserId);
       return store.query(space, vector, filter, k);
     },
 

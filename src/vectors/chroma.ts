@@ -89,6 +89,32 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
     }
   }
 
+  // In pages by id: each answer is parsed on the event loop (about 6 KB of JSON a 512-d vector),
+  // so a user's thousands of vectors never hold it for long at once.
+  async function vectorsByIds(space: VectorSpace, ids: string[]): Promise<SnippetVector[]> {
+    const vectors: SnippetVector[] = [];
+    for (let at = 0; at < ids.length; at += VECTOR_PAGE) {
+      const page = await withCollection(space, (c) =>
+        c.get<{ endUserId: string; conversationId: string; kind: SnippetVector["kind"]; occurredAt: number }>({
+          ids: ids.slice(at, at + VECTOR_PAGE),
+          include: ["embeddings", "metadatas"],
+        }),
+      );
+      page.ids.forEach((id, i) => {
+        const meta = page.metadatas[i]!;
+        vectors.push({
+          id,
+          vector: page.embeddings[i],
+          endUserId: meta.endUserId,
+          conversationId: meta.conversationId,
+          kind: meta.kind,
+          occurredAt: new Date(meta.occurredAt * 1000),
+        });
+      });
+    }
+    return vectors;
+  }
+
   return {
     async upsert(space, vectors: SnippetVector[]) {
       if (vectors.length === 0) return;
@@ -119,32 +145,11 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
     async vectorsOf(space, endUserId, limit) {
       const { ids } = await withCollection(space, (c) => c.get({ where: { endUserId }, limit: limit + 1, include: [] }));
       if (ids.length > limit) return null;
-      // In pages by id: each answer is parsed on the event loop (about 6 KB of JSON a 512-d
-      // vector), so one user's thousands of vectors never hold it for long at once.
-      const vectors: SnippetVector[] = [];
-      for (let at = 0; at < ids.length; at += VECTOR_PAGE) {
-        const page = await withCollection(space, (c) =>
-          c.get<{ endUserId: string; conversationId: string; kind: SnippetVector["kind"]; occurredAt: number }>({
-            ids: ids.slice(at, at + VECTOR_PAGE),
-            include: ["embeddings", "metadatas"],
-          }),
-        );
-        page.ids.forEach((id, i) => {
-          const meta = page.metadatas[i]!;
-          // Deleted since the ids were listed, or moved to another user: not this user's.
-          if (meta.endUserId !== endUserId) return;
-          vectors.push({
-            id,
-            vector: page.embeddings[i],
-            endUserId,
-            conversationId: meta.conversationId,
-            kind: meta.kind,
-            occurredAt: new Date(meta.occurredAt * 1000),
-          });
-        });
-      }
-      return vectors;
+      // Deleted since the ids were listed, or another user's: not this user's.
+      return (await vectorsByIds(space, ids)).filter((v) => v.endUserId === endUserId);
     },
+
+    vectorsByIds,
 
     async delete(tenantId, selector) {
       const where = whereOf(selector);

@@ -33,6 +33,8 @@ export type VectorStore = {
   ): Promise<VectorHit[]>;
   /** One end user's vectors in the space with their metadata (the vector cache loads them), or null when they are more than `limit`. */
   vectorsOf(space: VectorSpace, endUserId: string, limit: number): Promise<SnippetVector[] | null>;
+  /** These vectors of the space that exist, with their metadata. */
+  vectorsByIds(space: VectorSpace, ids: string[]): Promise<SnippetVector[]>;
   /** Deletes in every embedding model's collection of the tenant. */
   delete(tenantId: string, selector: VectorSelector): Promise<void>;
   /** Which of these snippets have a vector in the space. */

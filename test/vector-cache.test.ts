@@ -46,12 +46,21 @@ type Counted = VectorStore & {
   loadGate?: Promise<void>;
   /** When set, a delete waits on it before it reaches Chroma. */
   deleteGate?: Promise<void>;
+  /** Reads by id (another instance's new vectors), and when set, what they wait on after reading Chroma. */
+  fetches: number;
+  fetchGate?: Promise<void>;
 };
 
 /** A Chroma store under the cache that counts the searches Chroma answered and the loads, and can hold them. */
 function counted(): Counted {
   const store = createChromaVectorStore(async () => chroma, log);
-  const wrapped: Counted = { ...store, queries: 0, loads: 0 };
+  const wrapped: Counted = { ...store, queries: 0, loads: 0, fetches: 0 };
+  wrapped.vectorsByIds = async (...args) => {
+    wrapped.fetches++;
+    const read = await store.vectorsByIds(...args);
+    await wrapped.fetchGate;
+    return read;
+  };
   wrapped.query = (...args) => {
     wrapped.queries++;
     return store.query(...args);
@@ -244,6 +253,20 @@ describe("the vector cache", () => {
     expect((await one.cache.query(space, probe, { endUserId: "a" }, 300)).map((h) => h.id)).not.toContain("a-elsewhere");
     expect(one.chromaStore.queries).toBe(queries);
     expect(one.chromaStore.loads).toBe(1);
+
+    // A delete that lands while another instance's new vector is being read wins over it.
+    const held = gate();
+    one.chromaStore.fetchGate = held.opened;
+    const fetches = one.chromaStore.fetches;
+    await two.cache.upsert(space, [{ id: "a-late", vector: probe, endUserId: "a", conversationId: "a-c4", kind: "TURN", occurredAt: new Date() }]);
+    await until("the read by id", async () => one.chromaStore.fetches === fetches + 1);
+    await one.cache.delete(space.tenantId, { ids: ["a-late"] });
+    held.open();
+    // What is left of the read once Chroma has answered runs in microtasks: one timer turn is enough.
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(one.cache.stats().vectors).toBe(240);
+    expect((await one.cache.query(space, probe, { endUserId: "a" }, 300)).map((h) => h.id)).not.toContain("a-late");
+    one.chromaStore.fetchGate = undefined;
 
     // No announcement reaches an instance on another pubsub (no Redis): its copy lasts ttlMs.
     let clock = 0;

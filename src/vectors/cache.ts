@@ -308,6 +308,8 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
     fetching.add(journal);
     try {
       const vectors = (await store.vectorsByIds(space, ids)).filter((v) => users.has(v.endUserId));
+      // Out of the set first: re-applying the deletes would otherwise add them to this very journal.
+      fetching.delete(journal);
       landed(space.tenantId, { upsert: vectors }, collectionName(space));
       for (const write of journal) landed(space.tenantId, write);
     } catch (error) {

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Logger } from "../log.ts";
 import type { PubSub, Topics } from "../pubsub.ts";
-import { collectionName } from "./chroma.ts";
+import { collectionName, epoch } from "./chroma.ts";
 import type { SnippetVector, VectorHit, VectorSelector, VectorSpace, VectorStore } from "./index.ts";
 
 /**
@@ -66,7 +66,6 @@ type Copy = {
   rowOf: Map<string, number>;
 };
 
-const epoch = (date: Date) => Math.floor(date.getTime() / 1000);
 // How soon a load that failed (Chroma down) is tried again.
 const RETRY_MS = 5_000;
 // Loads at once: each reads a user's vectors whole (about 6 KB of JSON a 512-d vector).
@@ -286,9 +285,11 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
       if (copy.landed) copy.landed.push(write);
       else {
         try {
+          const before = bytesOf(copy);
           applyWrite(copy, write);
-          // A copy that grew past the memory given makes room, or goes.
-          if ("upsert" in write && usedBytes() > maxBytes && !makeRoom(bytesOf(copy), copy)) copies.delete(copy.key);
+          // A copy that grew past the memory given makes room, or goes. (Only a copy that grew
+          // sums the others: an upsert touches every copy of the tenant's collection.)
+          if (bytesOf(copy) > before && usedBytes() > maxBytes && !makeRoom(bytesOf(copy), copy)) copies.delete(copy.key);
         } catch (error) {
           copies.delete(copy.key);
           log.warn("vector cache: a write did not apply; the user's copy is dropped", { tenantId, error });

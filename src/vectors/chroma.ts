@@ -11,7 +11,8 @@ export function collectionName(space: VectorSpace): string {
   return `${PREFIX}${space.tenantId}-${model || "default"}`;
 }
 
-const epoch = (date: Date) => Math.floor(date.getTime() / 1000);
+/** A time as Chroma's `occurredAt` metadata holds it: whole seconds since the epoch. */
+export const epoch = (date: Date) => Math.floor(date.getTime() / 1000);
 // Vectors per request when a user's are read whole (the vector cache's loads).
 const VECTOR_PAGE = 250;
 

@@ -140,9 +140,10 @@ describe.skipIf(browserMissing)("the inspector", () => {
     for (let n = 5; n <= 6; n++) await turn("trip", n);
     await page.locator('[data-kind="summary"]', { hasText: "Rejected: dropped the user's budget of 400 EUR" }).waitFor({ timeout: 30_000 });
 
-    // A recall: the agent asks for context in a new conversation with the same user.
-    await allIndexed(engram);
+    // A recall: the agent asks for context in a new conversation with the same user, once every
+    // turn's follow-ups (summaries included) are done, so no revision lands after the recall.
     const next = await turn("trip-2", 1, "ada");
+    await allIndexed(engram, undefined, 30_000, ["memory.summarize"]);
     await engram.gql(CONTEXT, { input: { conversationId: next.conversationId, message: "Book the same hotel as last time." } }, engram.tenant.reader);
     const recall = page.locator('[data-kind="recall"]').first();
     await recall.waitFor({ timeout: 30_000 });

@@ -1,4 +1,5 @@
 import { ChromaClient } from "chromadb";
+import { Prisma } from "../../src/generated/prisma/client.ts";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import type { TestEngram } from "./engram.ts";
@@ -32,9 +33,11 @@ export const INDEXING_TIMEOUT_MS = 150_000;
  * Waits until every turn of the tenant has its snippets and every snippet its vector: no turn
  * waits for its follow-ups to be queued, no follow-ups or indexing job is queued or running (a
  * queued turn job has yet to make its snippets; Agenda clears a one-off job's next_run_at when it
- * starts, so a running one is told by its lock), and no snippet lacks a vector.
+ * starts, so a running one is told by its lock), and no snippet lacks a vector. `alsoJobs` names
+ * more of the tenant's jobs to wait out, such as "memory.summarize" when a test's next check must
+ * not race a summary revision.
  */
-export function allIndexed(engram: TestEngram, tenantId = engram.tenant.tenantId, timeoutMs = 30_000) {
+export function allIndexed(engram: TestEngram, tenantId = engram.tenant.tenantId, timeoutMs = 30_000, alsoJobs: readonly string[] = []) {
   const db = engram.services.db;
   return until(
     "every snippet to be indexed",
@@ -45,7 +48,7 @@ export function allIndexed(engram: TestEngram, tenantId = engram.tenant.tenantId
         db.turn.count({ where: { tenantId, followUpsQueuedAt: null } }),
         db.$queryRaw<{ queued: number }[]>`
           SELECT count(*)::int AS queued FROM "agenda_jobs"
-          WHERE "name" IN ('recall.index', 'memory.turn', 'memory.follow-ups') AND "data"->>'tenantId' = ${tenantId}
+          WHERE "name" IN (${Prisma.join(["recall.index", "memory.turn", "memory.follow-ups", ...alsoJobs])}) AND "data"->>'tenantId' = ${tenantId}
             AND ("next_run_at" IS NOT NULL OR "locked_at" IS NOT NULL)`,
       ]);
       return total > 0 && pending === 0 && waitingTurns === 0 && queued === 0;

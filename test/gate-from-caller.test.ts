@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { gateVerdictJsonSchema, gateVerdictSchema } from "../src/chains/triage.ts";
 import { forTenant } from "../src/db.ts";
+import { needsRecallByKeywords } from "../src/memory/gate/keywords.ts";
 import { OfflineEmbeddings } from "../src/embeddings/offline.ts";
 import { runIndexSnippets } from "../src/work/index-snippets.ts";
 import { runTurnWork } from "../src/work/turn-work.ts";
@@ -194,6 +195,24 @@ describe("without a verdict", () => {
       embedQuery.mockRestore();
       embedDocuments.mockRestore();
     }
+  });
+  it("a message nearer the no-recall prototypes gets no recall, even when a keyword matches", async () => {
+    const old = await recorded({ user: "zed", conversation: "zed-1" }, "My cat is called Pepper and I sort my pandas DataFrame columns by date.");
+    await followUps(old);
+    const turn = await recorded({ user: "zed", conversation: "zed-2" }, "Hello.");
+    await followUps(turn);
+    const recallBlock = async (message: string) => {
+      const { data, errors } = await engram.gql(CONTEXT, { input: { conversationId: turn.conversationId, message } });
+      expect(errors).toBeUndefined();
+      return data.context.blocks.find((b: { kind: string }) => b.kind === "RECALL");
+    };
+    // "reorder" is one of the keyword patterns; the question is a general one all the same.
+    const message = "How do I reorder columns in a pandas DataFrame?";
+    expect(needsRecallByKeywords(message)).toBe(true);
+    expect(await recallBlock(message)).toBeUndefined();
+    expect(await recallBlock("Okay, thanks!")).toBeUndefined();
+    // The same user asking for what they told before gets it.
+    expect((await recallBlock("What is my cat called again?"))?.text).toContain("Pepper");
   });
 });
 

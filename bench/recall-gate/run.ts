@@ -1,17 +1,19 @@
 // The local recall gate of `context` (no chat model): how well keywords alone, the embedding
-// check alone, and both together (what context uses: keywords, else similarity to the recall
-// prototypes) tell the messages that need earlier conversations on a hand-labelled set.
+// check alone, and both together (what context uses: keywords, else whether the message is
+// nearer the recall prototypes than the no-recall ones) tell the messages that need earlier
+// conversations, on a hand-labelled set the margin is chosen on and a second one it is not.
 // Run: npx tsx bench/recall-gate/run.ts   (offline encoder, no store, no network)
 import { readFileSync } from "node:fs";
 import { OFFLINE_MODEL, OfflineEmbeddings } from "../../src/embeddings/offline.ts";
 import { needsRecallByKeywords } from "../../src/memory/gate/keywords.ts";
-import { RECALL_INTENT_THRESHOLD, RECALL_PROTOTYPES, recallIntentSimilarity } from "../../src/memory/gate/recall-intent.ts";
+import { NO_RECALL_PROTOTYPES, RECALL_INTENT_MARGIN, RECALL_PROTOTYPES, recallIntent } from "../../src/memory/gate/recall-intent.ts";
 import { fmt, machineLine, markdownTable, warnIfBusy, writeReadmeSection } from "../lib.ts";
 
 type Labelled = { text: string; needsRecall: boolean; kind: string };
-type Scored = Labelled & { keywords: boolean; similarity: number };
+/** A message with the keyword verdict and its similarity to the nearest prototype of each set. */
+type Scored = Labelled & { keywords: boolean; recall: number; other: number };
 
-const { messages } = JSON.parse(readFileSync(new URL("./labelled.json", import.meta.url), "utf8")) as { messages: Labelled[] };
+const load = (file: string) => (JSON.parse(readFileSync(new URL(file, import.meta.url), "utf8")) as { messages: Labelled[] }).messages;
 
 function score(rows: Scored[], predict: (row: Scored) => boolean) {
   let tp = 0, fp = 0, fn = 0;
@@ -28,32 +30,43 @@ function score(rows: Scored[], predict: (row: Scored) => boolean) {
   return { precision, recall, f1, flagged: tp + fp, falseAlarmRate: negatives ? fp / negatives : 0, of: rows.length };
 }
 
-const THRESHOLDS = Array.from({ length: 41 }, (_, i) => Math.round((0.3 + i * 0.0125) * 10_000) / 10_000);
-const both = (t: number) => (row: Scored) => row.keywords || row.similarity >= t;
-const embeddingOnly = (t: number) => (row: Scored) => row.similarity >= t;
-/** The threshold with the best F1 of the combined gate on these rows (ties: the higher, fewer searches). */
-const bestThreshold = (rows: Scored[]) =>
-  THRESHOLDS.reduce((best, t) => (score(rows, both(t)).f1 >= score(rows, both(best)).f1 ? t : best), THRESHOLDS[0]);
+type Margins = { margin: number; withKeywords: number };
+const MARGINS = Array.from({ length: 25 }, (_, i) => Math.round((-0.15 + i * 0.0125) * 10_000) / 10_000);
+const PAIRS: Margins[] = MARGINS.flatMap((margin) => [...MARGINS, -1].filter((k) => k <= margin).map((withKeywords) => ({ margin, withKeywords })));
+const margin = (m: number) => (row: Scored) => row.recall - row.other >= m;
+/** The gate context runs: the margin, lowered for a message the keyword patterns match (-1: any keyword match). */
+const both = (m: Margins) => (row: Scored) => row.recall - row.other >= (row.keywords ? m.withKeywords : m.margin);
+const show = (m: Margins) => (m.withKeywords === -1 ? `${m.margin}, any keyword match` : `${m.margin}, ${m.withKeywords} with keywords`);
+/** The gate before the no-recall prototypes: the nearest recall prototype at 0.375 or more. */
+const PREVIOUS_THRESHOLD = 0.375;
+const previous = (row: Scored) => row.keywords || row.recall >= PREVIOUS_THRESHOLD;
+/** The margins with the best F1 of the combined gate on these rows (ties: the higher, fewer searches). */
+const bestMargins = (rows: Scored[]) => PAIRS.reduce((best, m) => (score(rows, both(m)).f1 >= score(rows, both(best)).f1 ? m : best), PAIRS[0]);
+
+async function scored(encoder: OfflineEmbeddings, messages: Labelled[]): Promise<Scored[]> {
+  const vectors = await encoder.embedDocuments(messages.map((m) => m.text));
+  return Promise.all(
+    messages.map(async (m, i) => ({ ...m, keywords: needsRecallByKeywords(m.text), ...(await recallIntent(encoder, OFFLINE_MODEL, vectors[i])) })),
+  );
+}
 
 async function main() {
   warnIfBusy();
   const encoder = new OfflineEmbeddings();
   try {
-    const vectors = await encoder.embedDocuments(messages.map((m) => m.text));
-    const rows: Scored[] = [];
-    for (const [i, m] of messages.entries()) {
-      rows.push({ ...m, keywords: needsRecallByKeywords(m.text), similarity: await recallIntentSimilarity(encoder, OFFLINE_MODEL, vectors[i]) });
-    }
-    const used = RECALL_INTENT_THRESHOLD[OFFLINE_MODEL];
-    const chosen = bestThreshold(rows);
-    // A check on overfitting: choose on one half, measure on the other, both ways.
+    const rows = await scored(encoder, load("./labelled.json"));
+    const heldOut = await scored(encoder, load("./held-out.json"));
+    const used = RECALL_INTENT_MARGIN[OFFLINE_MODEL];
+    const chosen = bestMargins(rows);
+    // A check on overfitting within the set: choose on one half, measure on the other, both ways.
     const halves = [rows.filter((_, i) => i % 2 === 0), rows.filter((_, i) => i % 2 === 1)];
     const crossed = halves.map((train, h) => {
-      const t = bestThreshold(train);
-      return { t, ...score(halves[1 - h], both(t)) };
+      const m = bestMargins(train);
+      return { m, ...score(halves[1 - h], both(m)) };
     });
     const pct = (v: number) => `${(v * 100).toFixed(1)} %`;
-    const line = (name: string, s: ReturnType<typeof score>) => [
+    const line = (set: string, name: string, s: ReturnType<typeof score>) => [
+      set,
       name,
       pct(s.precision),
       pct(s.recall),
@@ -62,44 +75,57 @@ async function main() {
       `${s.flagged} of ${s.of}`,
     ];
     const table = markdownTable(
-      ["Gate", "precision", "recall", "F1", "false alarms (share of no-recall messages)", "messages sent to recall"],
+      ["Set", "Gate", "precision", "recall", "F1", "false alarms (share of no-recall messages)", "messages sent to recall"],
       [
-        line("keywords alone (keywords.ts)", score(rows, (r) => r.keywords)),
-        line(`embeddings alone (similarity ≥ ${used})`, score(rows, embeddingOnly(used))),
-        line(`both: keywords, else similarity ≥ ${used} (what context uses)`, score(rows, both(used))),
-        ...crossed.map((c, h) =>
-          line(`both, threshold ${c.t} chosen on half ${h + 1}, measured on half ${2 - h}`, c),
-        ),
+        line("labelled", "keywords alone (keywords.ts)", score(rows, (r) => r.keywords)),
+        line("labelled", `embeddings alone (margin ${used.margin})`, score(rows, margin(used.margin))),
+        line("labelled", `both, any keyword match, else margin ${used.margin}`, score(rows, both({ ...used, withKeywords: -1 }))),
+        line("labelled", `**both: margins ${show(used)} (what context uses)**`, score(rows, both(used))),
+        line("labelled", `both, the gate before (nearest recall prototype ≥ ${PREVIOUS_THRESHOLD}, no no-recall prototypes)`, score(rows, previous)),
+        ...crossed.map((c, h) => line(`labelled, half ${2 - h}`, `both, margins ${show(c.m)} chosen on half ${h + 1}`, c)),
+        line("held-out", "keywords alone (keywords.ts)", score(heldOut, (r) => r.keywords)),
+        line("held-out", `embeddings alone (margin ${used.margin})`, score(heldOut, margin(used.margin))),
+        line("held-out", `both, any keyword match, else margin ${used.margin}`, score(heldOut, both({ ...used, withKeywords: -1 }))),
+        line("held-out", `**both: margins ${show(used)} (what context uses)**`, score(heldOut, both(used))),
+        line("held-out", `both, the gate before (≥ ${PREVIOUS_THRESHOLD})`, score(heldOut, previous)),
       ],
     );
     const sweep = markdownTable(
-      ["similarity threshold", "embeddings alone P / R", "both P / R", "both F1"],
-      THRESHOLDS.filter((_, i) => i % 4 === 0).map((t) => {
-        const e = score(rows, embeddingOnly(t));
-        const b = score(rows, both(t));
-        return [String(t), `${pct(e.precision)} / ${pct(e.recall)}`, `${pct(b.precision)} / ${pct(b.recall)}`, b.f1.toFixed(3)];
+      ["margin", "with keywords", "labelled: P / R", "labelled: F1", "held-out: P / R", "held-out: F1"],
+      [
+        ...MARGINS.filter((_, i) => i % 2 === 0).map((m) => ({ ...used, margin: m })),
+        ...MARGINS.filter((m, i) => i % 2 === 0 && m <= used.margin).map((k) => ({ ...used, withKeywords: k })),
+      ].map((m) => {
+        const a = score(rows, both(m));
+        const b = score(heldOut, both(m));
+        return [String(m.margin), String(m.withKeywords), `${pct(a.precision)} / ${pct(a.recall)}`, a.f1.toFixed(3), `${pct(b.precision)} / ${pct(b.recall)}`, b.f1.toFixed(3)];
       }),
     );
-    const misses = rows.filter((r) => r.needsRecall && !both(used)(r)).map((r) => `"${r.text}" (${fmt(r.similarity)})`);
-    const falseAlarms = rows.filter((r) => !r.needsRecall && both(used)(r)).map((r) => `"${r.text}" (${r.keywords ? "keywords" : fmt(r.similarity)})`);
-    const yes = rows.filter((r) => r.needsRecall).length;
+    const near = (r: Scored) => `${fmt(r.recall)} vs ${fmt(r.other)}${r.keywords ? ", keywords" : ""}`;
+    const listed = (set: Scored[], pick: (r: Scored) => boolean) => {
+      const found = set.filter(pick).map((r) => `"${r.text}" (${near(r)})`);
+      return `(${found.length}): ${found.join("; ") || "none"}`;
+    };
+    const gate = both(used);
+    const count = (set: Scored[]) => ({ yes: set.filter((r) => r.needsRecall).length, all: set.length });
+    const [a, b] = [count(rows), count(heldOut)];
     const body = `## Recall gate (local, no model)
 
-When \`context\` gets no verdict from the caller it decides recall before the reply without a chat model: the keyword patterns of \`src/memory/gate/keywords.ts\`, else the message's cosine similarity to the nearest of ${RECALL_PROTOTYPES.length} recall-intent prototype sentences (\`src/memory/gate/recall-intent.ts\`, embedded once per embedder) against a threshold. The set is \`bench/recall-gate/labelled.json\`: ${rows.length} messages written for this (not from LoCoMo), ${yes} labelled needs-recall (references to earlier sessions, the user's own facts, past events, ongoing plans) and ${rows.length - yes} not (general questions, tasks, small talk, new statements, references to the current conversation, and keyword traps such as "try again" or "what happened last week in the stock market?"). Offline encoder (${OFFLINE_MODEL}). The threshold in use is ${used}; the best F1 of the combined gate on the whole set is at ${chosen}.
+When \`context\` gets no verdict from the caller it decides recall before the reply without a chat model: the keyword patterns of \`src/memory/gate/keywords.ts\`, else the message's embedding compared with ${RECALL_PROTOTYPES.length} recall-intent prototype sentences and ${NO_RECALL_PROTOTYPES.length} that need no recall (greetings and thanks, general knowledge, self-contained tasks, news the user tells, follow-ups on the current reply; \`src/memory/gate/recall-intent.ts\`, embedded once per embedder): recall when the nearest recall prototype is closer than the nearest no-recall one by a margin (cosine similarity; it may be negative), a lower one when a keyword pattern matches. Offline encoder (${OFFLINE_MODEL}). Two sets, written for this (not from LoCoMo), each labelled needs-recall (references to earlier sessions, the user's own facts, past events, ongoing plans) or not (general questions, tasks, small talk, new statements, references to the current conversation, and keyword traps such as "try again" or "what happened last week in the stock market?"): \`bench/recall-gate/labelled.json\`, ${a.all} messages (${a.yes} need recall), on which both margins are chosen together (best F1 of the gate: ${show(chosen)}; in use: ${show(used)}), and \`bench/recall-gate/held-out.json\`, ${b.all} messages (${b.yes} need recall), written before the no-recall prototypes and never used to choose anything.
 
 Measured on ${machineLine()}.
 
 ${table}
 
-Threshold sweep (whole set):
+Each margin moved alone from the ones in use:
 
 ${sweep}
 
-Missed at ${used} (${misses.length}): ${misses.join("; ") || "none"}.
+Missed by the gate in use: labelled ${listed(rows, (r) => r.needsRecall && !gate(r))}. Held-out ${listed(heldOut, (r) => r.needsRecall && !gate(r))}.
 
-False alarms at ${used} (${falseAlarms.length}): ${falseAlarms.join("; ") || "none"}.
+False alarms of the gate in use (recall similarity vs no-recall similarity): labelled ${listed(rows, (r) => !r.needsRecall && gate(r))}. Held-out ${listed(heldOut, (r) => !r.needsRecall && gate(r))}.
 
-A false alarm costs a recall search (the embedding is made anyway) and, with a model, one re-rank call; a miss leaves the reply without earlier conversations unless the caller passes \`gate\`. The threshold was chosen on this set, so the whole-set rows are optimistic; the half/half rows show how it carries to messages it was not chosen on. Other embedders have no measured threshold: with them the keywords decide alone.`;
+A false alarm costs a recall search (the embedding is made anyway) and, with a model, one re-rank call before the reply; a miss leaves the reply without earlier conversations unless the caller passes \`gate\`. A keyword match is embedded and checked too, against the lower margin: the search would embed it anyway. Other embedders have no measured margin: with them the keywords decide alone.`;
     writeReadmeSection("recall-gate", body);
     console.log(body);
   } finally {

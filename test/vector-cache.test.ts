@@ -46,17 +46,19 @@ type Counted = VectorStore & {
   loadGate?: Promise<void>;
   /** When set, a delete waits on it before it reaches Chroma. */
   deleteGate?: Promise<void>;
-  /** Reads by id (another instance's new vectors), and when set, what they wait on after reading Chroma. */
+  /** Reads by id (a load's, a reload's changes, another instance's new vectors), the ids read, and when set, what they wait on after reading Chroma. */
   fetches: number;
+  fetched: number;
   fetchGate?: Promise<void>;
 };
 
 /** A Chroma store under the cache that counts the searches Chroma answered and the loads, and can hold them. */
 function counted(): Counted {
   const store = createChromaVectorStore(async () => chroma, log);
-  const wrapped: Counted = { ...store, queries: 0, loads: 0, fetches: 0 };
+  const wrapped: Counted = { ...store, queries: 0, loads: 0, fetches: 0, fetched: 0 };
   wrapped.vectorsByIds = async (...args) => {
     wrapped.fetches++;
+    wrapped.fetched += args[1].length;
     const read = await store.vectorsByIds(...args);
     await wrapped.fetchGate;
     return read;
@@ -65,11 +67,11 @@ function counted(): Counted {
     wrapped.queries++;
     return store.query(...args);
   };
-  wrapped.vectorsOf = async (...args) => {
+  wrapped.versionsOf = async (...args) => {
     wrapped.loads++;
-    const read = await store.vectorsOf(...args);
+    const listed = await store.versionsOf(...args);
     await wrapped.loadGate;
-    return read;
+    return listed;
   };
   wrapped.delete = async (...args) => {
     await wrapped.deleteGate;
@@ -287,7 +289,59 @@ describe("the vector cache", () => {
     expect(three.chromaStore.queries).toBe(1);
     expect((await three.cache.query(space, probe, { endUserId: "a" }, 2)).map((h) => h.id)).toContain("a-unheard");
     expect(three.cache.stats().users).toBe(1);
+
+    // A reload reads again only what changed: here a vector rewritten under the same id by the
+    // unheard instance, and one it added; the user's other vectors come from the copy it replaces.
+    const rewritten = randomVector();
+    await two.cache.upsert(space, [{ id: "a-7", vector: rewritten, endUserId: "a", conversationId: "a-c2", kind: "TURN", occurredAt: new Date() }]);
+    await two.cache.upsert(space, [{ id: "a-new", vector: randomVector(), endUserId: "a", conversationId: "a-c1", kind: "TURN", occurredAt: new Date() }]);
+    const fetched = three.chromaStore.fetched;
+    clock += 30_000;
+    await three.cache.query(space, probe, { endUserId: "a" }, 1);
+    await three.cache.loaded();
+    expect(three.chromaStore.fetched - fetched).toBe(2);
+    const hit = (await three.cache.query(space, rewritten, { endUserId: "a" }, 1))[0];
+    expect(hit.id).toBe("a-7");
+    expect(hit.similarity).toBeCloseTo(1, 5);
+    // The copy and Chroma hold the same vectors: the reloaded copy answers as a full read would.
+    const full = cacheOver();
+    await full.cache.query(space, probe, { endUserId: "a" }, 1);
+    await full.cache.loaded();
+    expect(full.cache.stats().vectors).toBe(three.cache.stats().vectors);
+    const any = randomVector();
+    expect(await three.cache.query(space, any, { endUserId: "a" }, 20)).toEqual(await full.cache.query(space, any, { endUserId: "a" }, 20));
+    await full.cache.close();
     await Promise.all([one.cache.close(), two.cache.close(), three.cache.close()]);
+  });
+
+  it("queues the loads asked for while four run, so every user searched gets a copy, and every stale one is reloaded", async () => {
+    let clock = 0;
+    const { chromaStore, cache } = cacheOver({ now: () => clock });
+    const space: VectorSpace = { tenantId: `t${++spaceNo}-${Date.now()}`, model: "test-64" };
+    const users = ["u1", "u2", "u3", "u4", "u5", "u6", "u7"];
+    await cache.upsert(
+      space,
+      users.flatMap((user) =>
+        Array.from({ length: 20 }, (_, i) => ({ id: `${user}-${i}`, vector: randomVector(), endUserId: user, conversationId: `${user}-c`, kind: "TURN" as const, occurredAt: new Date() })),
+      ),
+    );
+    const held = gate();
+    chromaStore.loadGate = held.opened;
+    for (const user of users) await cache.query(space, randomVector(), { endUserId: user }, 1);
+    held.open();
+    await cache.loaded();
+    expect(cache.stats()).toMatchObject({ users: 7, vectors: 140 });
+    expect(chromaStore.loads).toBe(7);
+    // All of them older than ttlMs, and searched while four reloads run: all are reloaded.
+    clock += 30_000;
+    const again = gate();
+    chromaStore.loadGate = again.opened;
+    for (const user of users) await cache.query(space, randomVector(), { endUserId: user }, 1);
+    again.open();
+    await cache.loaded();
+    expect(chromaStore.loads).toBe(14);
+    expect(chromaStore.queries).toBe(7);
+    await cache.close();
   });
 
   it("leaves to Chroma a user who does not fit in the memory given, or has too many vectors", async () => {

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Logger } from "../log.ts";
 import type { PubSub, Topics } from "../pubsub.ts";
-import { collectionName, epoch } from "./chroma.ts";
+import { collectionName, epoch, vectorVersion } from "./chroma.ts";
 import type { SnippetVector, VectorHit, VectorSelector, VectorSpace, VectorStore } from "./index.ts";
 
 /**
@@ -15,7 +15,9 @@ import type { SnippetVector, VectorHit, VectorSelector, VectorSpace, VectorStore
  *
  * Chroma stays the store: every write goes to it first, and the copy is loaded from it.
  * - A user's copy is loaded in the background on their first search, which Chroma answers (at
- *   most 4 loads at once, each in pages of ids).
+ *   most 4 loads at once, the others queued, each in pages of ids). Each vector is stored with a fingerprint of its
+ *   values and metadata (`vectorVersion`), so a reload lists the user's ids with theirs and reads
+ *   again only the vectors that are new or changed.
  * - This instance's writes change its copies as they land in Chroma; a write that lands while a
  *   copy is loading is applied again once it has loaded.
  * - A delete is applied to the copies before and after Chroma's, and to any copy that starts
@@ -61,6 +63,8 @@ type Copy = {
   conversations: string[];
   /** Epoch seconds, as Chroma's metadata has them. */
   occurredAt: number[];
+  /** Each row's fingerprint as stored (vectorVersion), undefined for one stored without. */
+  versions: (number | undefined)[];
   /** Row i's unit vector at [i * dims, (i + 1) * dims). */
   rows: Float32Array;
   rowOf: Map<string, number>;
@@ -85,7 +89,18 @@ function unit(vector: ArrayLike<number>): Float32Array {
   return out;
 }
 
-function setRow(copy: Copy, v: { id: string; vector: ArrayLike<number>; conversationId: string; occurredAt: number }) {
+type Row = { id: string; unit: Float32Array; conversationId: string; occurredAt: number; version: number | undefined };
+
+/** A vector as a row: unit length, its time in epoch seconds. */
+const asRow = (v: SnippetVector, version = v.version): Row => ({
+  id: v.id,
+  unit: unit(v.vector),
+  conversationId: v.conversationId,
+  occurredAt: epoch(v.occurredAt),
+  version,
+});
+
+function setRow(copy: Copy, v: Row) {
   let row = copy.rowOf.get(v.id);
   if (row === undefined) {
     row = copy.size++;
@@ -98,10 +113,11 @@ function setRow(copy: Copy, v: { id: string; vector: ArrayLike<number>; conversa
     }
     copy.rowOf.set(v.id, row);
   }
-  copy.rows.set(unit(v.vector), row * copy.dims);
+  copy.rows.set(v.unit, row * copy.dims);
   copy.ids[row] = v.id;
   copy.conversations[row] = v.conversationId;
   copy.occurredAt[row] = v.occurredAt;
+  copy.versions[row] = v.version;
 }
 
 /** Removes the rows `drop` picks, moving the last row into each hole. */
@@ -115,9 +131,10 @@ function removeRows(copy: Copy, drop: (row: number) => boolean) {
       copy.ids[row] = copy.ids[last];
       copy.conversations[row] = copy.conversations[last];
       copy.occurredAt[row] = copy.occurredAt[last];
+      copy.versions[row] = copy.versions[last];
       copy.rowOf.set(copy.ids[row], row);
     }
-    copy.ids.length = copy.conversations.length = copy.occurredAt.length = last;
+    copy.ids.length = copy.conversations.length = copy.occurredAt.length = copy.versions.length = last;
   }
 }
 
@@ -127,7 +144,7 @@ function applyWrite(copy: Copy, write: Write) {
       if (v.endUserId === copy.endUserId) {
         if (copy.size === 0) copy.dims = v.vector.length;
         else if (v.vector.length !== copy.dims) throw new Error(`a ${v.vector.length}-d vector in a ${copy.dims}-d copy`);
-        setRow(copy, { ...v, occurredAt: epoch(v.occurredAt) });
+        setRow(copy, asRow(v, vectorVersion(v)));
       } else if (copy.rowOf.has(v.id)) {
         removeRows(copy, (row) => copy.ids[row] === v.id);
       }
@@ -179,6 +196,9 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
   const origin = randomUUID();
   const copies = new Map<string, Copy>();
   const loading = new Set<Promise<void>>();
+  // Loads asked for while MAX_LOADS ran, by user, started in turn as others finish: a copy older
+  // than ttlMs is reloaded even when every search finds the loads busy.
+  const queued = new Map<string, () => boolean>();
   // Deletes under way (between their two passes), so a copy that starts loading meanwhile gets them too.
   const deleting = new Set<Extract<Write, { delete: unknown }>>();
   // Another instance's new vectors being read from Chroma: the writes that land meanwhile, applied after them.
@@ -237,6 +257,7 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
       ids: [],
       conversations: [],
       occurredAt: [],
+      versions: [],
       rows: new Float32Array(0),
       rowOf: new Map(),
     };
@@ -246,18 +267,40 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
     const wanted = () => (stale ? copies.get(key) === stale && stale.next === copy : copies.get(key) === copy);
     const done = (async () => {
       try {
-        const vectors = await store.vectorsOf(space, endUserId, maxPerUser);
+        const listed = await store.versionsOf(space, endUserId, maxPerUser);
         if (!wanted()) return;
-        const bytes = vectors ? vectors.length * ((vectors[0]?.vector.length ?? 0) * 4 + ROW_OVERHEAD_BYTES) : 0;
-        if (!vectors || !makeRoom(bytes, stale ?? copy)) {
+        // A reload reads again only the vectors that are new or changed since the copy it
+        // replaces was loaded (about 6 KB of JSON each, parsed on the event loop): the others are
+        // taken from that copy now. Writes that land from here on are in this copy's journal.
+        const kept: Row[] = [];
+        const toRead: string[] = [];
+        for (const [id, version] of listed ?? []) {
+          const row = stale?.rowOf.get(id);
+          if (stale && row !== undefined && stale.versions[row] === version) {
+            kept.push({
+              id,
+              unit: stale.rows.slice(row * stale.dims, (row + 1) * stale.dims),
+              conversationId: stale.conversations[row],
+              occurredAt: stale.occurredAt[row],
+              version,
+            });
+          } else toRead.push(id);
+        }
+        // Deleted since they were listed, or moved to another user: not this user's.
+        const read = listed && (await store.vectorsByIds(space, toRead)).filter((v) => v.endUserId === endUserId);
+        if (!wanted()) return;
+        const rows = read ? [...kept, ...read.map((v) => asRow(v))] : null;
+        const dims = rows?.[0]?.unit.length ?? 0;
+        const bytes = rows ? rows.length * (dims * 4 + ROW_OVERHEAD_BYTES) : 0;
+        if (!rows || !makeRoom(bytes, stale ?? copy)) {
           copies.delete(key);
           decline(key, ttlMs);
-          log.debug("vector cache: a user searched in Chroma", { tenantId: space.tenantId, endUserId, vectors: vectors?.length ?? `over ${maxPerUser}` });
+          log.debug("vector cache: a user searched in Chroma", { tenantId: space.tenantId, endUserId, vectors: rows?.length ?? `over ${maxPerUser}` });
           return;
         }
-        copy.dims = vectors[0]?.vector.length ?? 0;
-        copy.rows = new Float32Array(vectors.length * copy.dims);
-        for (const v of vectors) setRow(copy, { ...v, occurredAt: epoch(v.occurredAt) });
+        copy.dims = dims;
+        copy.rows = new Float32Array(rows.length * dims);
+        for (const row of rows) setRow(copy, row);
         for (const write of copy.landed ?? []) applyWrite(copy, write);
         copy.landed = null;
         copies.set(key, copy);
@@ -273,7 +316,34 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
       }
     })();
     loading.add(done);
-    void done.finally(() => loading.delete(done));
+    void done.finally(() => {
+      loading.delete(done);
+      startNext();
+    });
+  }
+
+  /** Starts the first queued load that is still wanted. */
+  function startNext() {
+    for (const [key, start] of queued) {
+      queued.delete(key);
+      if (start()) return;
+    }
+  }
+
+  /**
+   * A user's first load, or the reload of their `stale` copy: now, or once one of the MAX_LOADS
+   * running has finished (still wanted then: no copy yet, or the same stale one not reloading).
+   */
+  function requestLoad(space: VectorSpace, endUserId: string, stale?: Copy) {
+    const key = keyOf(space, endUserId);
+    const stillWanted = () => (stale ? copies.get(key) === stale && !stale.next : !copies.has(key));
+    if (loading.size < MAX_LOADS) return load(space, endUserId, stale);
+    if (queued.has(key)) return;
+    queued.set(key, () => {
+      if (!stillWanted()) return false;
+      load(space, endUserId, stale);
+      return true;
+    });
   }
 
   /** Applies a write to every copy it may touch: at once to loaded ones, later to loading ones. */
@@ -373,11 +443,11 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
         // Another embedding model's query: Chroma says what is wrong.
         if (copy.size > 0 && copy.dims !== vector.length) return store.query(space, vector, filter, k);
         // One older than ttlMs answers while its replacement loads.
-        if (now() - copy.loadedAt >= ttlMs && !copy.next && retry && loading.size < MAX_LOADS) load(space, filter.endUserId, copy);
+        if (now() - copy.loadedAt >= ttlMs && !copy.next && retry) requestLoad(space, filter.endUserId, copy);
         copy.searchedAt = now();
         return nearest(copy, unit(vector), filter.excludeConversationId, k);
       }
-      if (!copy && retry && loading.size < MAX_LOADS) load(space, filter.endUserId);
+      if (!copy && retry) requestLoad(space, filter.endUserId);
       return store.query(space, vector, filter, k);
     },
 
@@ -391,6 +461,7 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
     },
 
     async close() {
+      queued.clear();
       copies.clear();
       await changes.return?.();
       await store.close();

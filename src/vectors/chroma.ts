@@ -13,6 +13,28 @@ export function collectionName(space: VectorSpace): string {
 
 /** A time as Chroma's `occurredAt` metadata holds it: whole seconds since the epoch. */
 export const epoch = (date: Date) => Math.floor(date.getTime() / 1000);
+
+/**
+ * A fingerprint of what is stored for a vector: its values (as the float32 Chroma keeps) and its
+ * metadata, FNV-1a over their bytes. Kept as the vector's `v` metadata, so a reader holding a copy
+ * can tell, from the metadata alone, which vectors changed since it read them.
+ */
+export function vectorVersion(v: Pick<SnippetVector, "vector" | "endUserId" | "conversationId" | "kind" | "occurredAt">): number {
+  let hash = 0x811c9dc5;
+  const mix = (byte: number) => {
+    hash = Math.imul(hash ^ byte, 0x01000193);
+  };
+  for (const byte of new Uint8Array(Float32Array.from(v.vector).buffer)) mix(byte);
+  const text = `${v.endUserId}\u0000${v.conversationId}\u0000${v.kind}\u0000${epoch(v.occurredAt)}`;
+  for (let i = 0; i < text.length; i++) {
+    const unit = text.charCodeAt(i);
+    mix(unit & 0xff);
+    mix(unit >> 8);
+  }
+  return hash >>> 0;
+}
+
+type Metadata = { endUserId: string; conversationId: string; kind: SnippetVector["kind"]; occurredAt: number; v?: number };
 // Vectors per request when a user's are read whole (the vector cache's loads).
 const VECTOR_PAGE = 250;
 
@@ -96,7 +118,7 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
     const vectors: SnippetVector[] = [];
     for (let at = 0; at < ids.length; at += VECTOR_PAGE) {
       const page = await withCollection(space, (c) =>
-        c.get<{ endUserId: string; conversationId: string; kind: SnippetVector["kind"]; occurredAt: number }>({
+        c.get<Metadata>({
           ids: ids.slice(at, at + VECTOR_PAGE),
           include: ["embeddings", "metadatas"],
         }),
@@ -110,6 +132,7 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
           conversationId: meta.conversationId,
           kind: meta.kind,
           occurredAt: new Date(meta.occurredAt * 1000),
+          version: meta.v,
         });
       });
     }
@@ -128,6 +151,7 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
             conversationId: v.conversationId,
             kind: v.kind,
             occurredAt: epoch(v.occurredAt),
+            v: vectorVersion(v),
           })),
         }),
       );
@@ -143,11 +167,12 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
       return (result.ids[0] ?? []).map((id, i) => ({ id, similarity: 1 - (distances[i] ?? 1) }));
     },
 
-    async vectorsOf(space, endUserId, limit) {
-      const { ids } = await withCollection(space, (c) => c.get({ where: { endUserId }, limit: limit + 1, include: [] }));
+    async versionsOf(space, endUserId, limit) {
+      const { ids, metadatas } = await withCollection(space, (c) =>
+        c.get<Metadata>({ where: { endUserId }, limit: limit + 1, include: ["metadatas"] }),
+      );
       if (ids.length > limit) return null;
-      // Deleted since the ids were listed, or another user's: not this user's.
-      return (await vectorsByIds(space, ids)).filter((v) => v.endUserId === endUserId);
+      return new Map(ids.map((id, i) => [id, metadatas[i]?.v]));
     },
 
     vectorsByIds,

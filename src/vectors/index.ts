@@ -6,6 +6,11 @@ export type SnippetVector = {
   conversationId: string;
   kind: "TURN" | "SUMMARY" | "FACT";
   occurredAt: Date;
+  /**
+   * When read back from the store: the fingerprint it was stored with (`vectorVersion`), absent
+   * for a vector stored before Engram kept one. Ignored when writing.
+   */
+  version?: number;
 };
 
 export type VectorHit = { id: string; similarity: number };
@@ -31,8 +36,11 @@ export type VectorStore = {
     filter: { endUserId: string; excludeConversationId?: string | null },
     k: number,
   ): Promise<VectorHit[]>;
-  /** One end user's vectors in the space with their metadata (the vector cache loads them), or null when they are more than `limit`. */
-  vectorsOf(space: VectorSpace, endUserId: string, limit: number): Promise<SnippetVector[] | null>;
+  /**
+   * One end user's vector ids in the space, each with the fingerprint it was stored with (the
+   * vector cache reads again only those that changed), or null when they are more than `limit`.
+   */
+  versionsOf(space: VectorSpace, endUserId: string, limit: number): Promise<Map<string, number | undefined> | null>;
   /** These vectors of the space that exist, with their metadata. */
   vectorsByIds(space: VectorSpace, ids: string[]): Promise<SnippetVector[]>;
   /** Deletes in every embedding model's collection of the tenant. */

@@ -332,11 +332,13 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
 
   /**
    * A user's first load, or the reload of their `stale` copy: now, or once one of the MAX_LOADS
-   * running has finished (still wanted then: no copy yet, or the same stale one not reloading).
+   * running has finished (if still wanted then: no copy yet, or the same stale one not reloading,
+   * and the user not refused meanwhile).
    */
   function requestLoad(space: VectorSpace, endUserId: string, stale?: Copy) {
     const key = keyOf(space, endUserId);
-    const stillWanted = () => (stale ? copies.get(key) === stale && !stale.next : !copies.has(key));
+    const stillWanted = () =>
+      (declined.get(key)?.until ?? 0) <= now() && (stale ? copies.get(key) === stale && !stale.next : !copies.has(key));
     if (loading.size < MAX_LOADS) return load(space, endUserId, stale);
     if (queued.has(key)) return;
     queued.set(key, () => {

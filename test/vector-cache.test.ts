@@ -1,3 +1,4 @@
+import { ChromaClient } from "chromadb";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -6,7 +7,7 @@ import { startEmbeddedChroma, type ChromaServer } from "../src/embedded/chroma.t
 import { createLogger } from "../src/log.ts";
 import { createEngramPubSub, type PubSub } from "../src/pubsub.ts";
 import { withVectorCache, type CachedVectorStore, type VectorCacheOptions } from "../src/vectors/cache.ts";
-import { createChromaVectorStore } from "../src/vectors/chroma.ts";
+import { collectionName, createChromaVectorStore } from "../src/vectors/chroma.ts";
 import type { SnippetVector, VectorSpace, VectorStore } from "../src/vectors/index.ts";
 import { until } from "./helpers/until.ts";
 
@@ -341,6 +342,37 @@ describe("the vector cache", () => {
     await cache.loaded();
     expect(chromaStore.loads).toBe(14);
     expect(chromaStore.queries).toBe(7);
+    await cache.close();
+  });
+
+  it("reads every vector again once in ten TTLs, so a writer that sets no fingerprint is caught up with", async () => {
+    let clock = 0;
+    const { chromaStore, cache } = cacheOver({ now: () => clock });
+    const { space } = await corpus(cache);
+    await cache.query(space, randomVector(), { endUserId: "a" }, 1);
+    await cache.loaded();
+    // Another writer (an older Engram) rewrites a-7 straight into Chroma with no fingerprint:
+    // Chroma keeps the metadata it had, fingerprint included.
+    const rewritten = randomVector();
+    const client = new ChromaClient({ host: "127.0.0.1", port: Number(new URL(chroma.url).port) });
+    const collection = await client.getCollection({ name: collectionName(space), embeddingFunction: null } as never);
+    await collection.upsert({ ids: ["a-7"], embeddings: [rewritten], metadatas: [{ endUserId: "a", conversationId: "a-c2" }] });
+    const top = async () => (await cache.query(space, rewritten, { endUserId: "a" }, 1))[0];
+    for (let reload = 1; reload < 10; reload++) {
+      clock += 30_000;
+      await cache.query(space, randomVector(), { endUserId: "a" }, 1);
+      await cache.loaded();
+    }
+    // Nine partial reloads kept the copy's a-7 (its fingerprint did not change)...
+    expect((await top()).similarity).toBeLessThan(0.99);
+    const fetched = chromaStore.fetched;
+    clock += 30_000;
+    await cache.query(space, randomVector(), { endUserId: "a" }, 1);
+    await cache.loaded();
+    // ...and the tenth read them all.
+    expect(chromaStore.fetched - fetched).toBe(300);
+    expect(await top()).toMatchObject({ id: "a-7" });
+    expect((await top()).similarity).toBeCloseTo(1, 5);
     await cache.close();
   });
 

@@ -17,7 +17,8 @@ import type { SnippetVector, VectorHit, VectorSelector, VectorSpace, VectorStore
  * - A user's copy is loaded in the background on their first search, which Chroma answers (at
  *   most 4 loads at once, the others queued, each in pages of ids). Each vector is stored with a fingerprint of its
  *   values and metadata (`vectorVersion`), so a reload lists the user's ids with theirs and reads
- *   again only the vectors that are new or changed.
+ *   again only the vectors that are new or changed (all of them once in ten TTLs, and always
+ *   those stored without a fingerprint).
  * - This instance's writes change its copies as they land in Chroma; a write that lands while a
  *   copy is loading is applied again once it has loaded.
  * - A delete is applied to the copies before and after Chroma's, and to any copy that starts
@@ -56,6 +57,8 @@ type Copy = {
   /** The copy loading to replace this one, once it is older than ttlMs. */
   next?: Copy;
   loadedAt: number;
+  /** When the vectors were last all read from Chroma (a reload keeps this unless it reads all again). */
+  readWholeAt: number;
   searchedAt: number;
   dims: number;
   size: number;
@@ -74,6 +77,8 @@ type Copy = {
 const RETRY_MS = 5_000;
 // Loads at once: each reads a user's vectors whole (about 6 KB of JSON a 512-d vector).
 const MAX_LOADS = 4;
+// A reload reads all of a user's vectors again, not only the changed ones, once in this many TTLs.
+const WHOLE_READ_EVERY = 10;
 
 type Payload = Topics["vectorsChanged"][1];
 // Per row beside its floats: the id and conversation strings, the map entry, the arrays' slots.
@@ -251,6 +256,7 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
       endUserId,
       landed: deletesOf(space.tenantId),
       loadedAt: startedAt,
+      readWholeAt: startedAt,
       searchedAt: stale?.searchedAt ?? startedAt,
       dims: 0,
       size: 0,
@@ -271,12 +277,17 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
         if (!wanted()) return;
         // A reload reads again only the vectors that are new or changed since the copy it
         // replaces was loaded (about 6 KB of JSON each, parsed on the event loop): the others are
-        // taken from that copy now. Writes that land from here on are in this copy's journal.
+        // taken from that copy now. Writes that land from here on are in this copy's journal. A
+        // vector with no fingerprint (stored before Engram kept one) is always read again, and
+        // every WHOLE_READ_EVERY reloads all are: a writer that does not set the fingerprint
+        // (an older Engram beside this one) would otherwise leave a stale one in place.
+        const partial = stale && startedAt - stale.readWholeAt < ttlMs * WHOLE_READ_EVERY;
+        if (partial) copy.readWholeAt = stale.readWholeAt;
         const kept: Row[] = [];
         const toRead: string[] = [];
         for (const [id, version] of listed ?? []) {
           const row = stale?.rowOf.get(id);
-          if (stale && row !== undefined && stale.versions[row] === version) {
+          if (partial && row !== undefined && version !== undefined && stale.versions[row] === version) {
             kept.push({
               id,
               unit: stale.rows.slice(row * stale.dims, (row + 1) * stale.dims),
@@ -340,7 +351,7 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
     const stillWanted = () =>
       (declined.get(key)?.until ?? 0) <= now() && (stale ? copies.get(key) === stale && !stale.next : !copies.has(key));
     if (loading.size < MAX_LOADS) return load(space, endUserId, stale);
-    if (queued.has(key)) return;
+    // The latest request for a user replaces theirs in the queue (a copy dropped since asks anew).
     queued.set(key, () => {
       if (!stillWanted()) return false;
       load(space, endUserId, stale);

@@ -32,9 +32,11 @@ export async function contextForTurn(
 
 /**
  * The local recall decision, started at once: it needs only the message, so its embedding runs
- * alongside the read of the conversation and its settings rather than after it (for an agent
- * whose recall is off, that embedding is made for nothing). The input is checked first, so a
- * message that is too long is refused before anything is embedded.
+ * alongside the read of the conversation and its settings rather than after it. For an agent
+ * whose recall is off, or a conversation that is not found, that embedding is made for nothing,
+ * and like every embedding it counts toward the request's model-call budget (only the offline
+ * encoder's: with other embedders the local decision embeds nothing). The input is checked
+ * first, so a message that is too long is refused before anything is embedded.
  */
 function startLocalDecision(db: TenantDb, deps: Pick<Deps, "embeddings">, input: ContextInput) {
   const { message } = parseInput(contextInputSchema, input);

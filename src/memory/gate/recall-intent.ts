@@ -43,7 +43,7 @@ export const NO_RECALL_PROTOTYPES = [
   "Thanks a lot!",
   "Okay.",
   "Goodbye.",
-  "What is the population of Canada?",
+  "How far is the Moon from the Earth?",
   "How do I fix a flat bike tyre?",
   "Explain how photosynthesis works.",
   "Who painted the Mona Lisa?",

@@ -15,10 +15,10 @@ import type { SnippetVector, VectorHit, VectorSelector, VectorSpace, VectorStore
  *
  * Chroma stays the store: every write goes to it first, and the copy is loaded from it.
  * - A user's copy is loaded in the background on their first search, which Chroma answers (at
- *   most 4 loads at once, the others queued, each in pages of ids). Each vector is stored with a fingerprint of its
- *   values and metadata (`vectorVersion`), so a reload lists the user's ids with theirs and reads
- *   again only the vectors that are new or changed (all of them once in ten TTLs, and always
- *   those stored without a fingerprint).
+ *   most 4 loads at once, the others queued, each in pages of ids). Each vector is stored with a
+ *   fingerprint of its values and metadata (`vectorVersion`), so a reload lists the user's ids
+ *   with theirs and reads again only the vectors that are new or changed (all of them once in
+ *   ten TTLs, and always those stored without a fingerprint).
  * - This instance's writes change its copies as they land in Chroma; a write that lands while a
  *   copy is loading is applied again once it has loaded.
  * - A delete is applied to the copies before and after Chroma's, and to any copy that starts
@@ -149,7 +149,7 @@ function applyWrite(copy: Copy, write: Write) {
       if (v.endUserId === copy.endUserId) {
         if (copy.size === 0) copy.dims = v.vector.length;
         else if (v.vector.length !== copy.dims) throw new Error(`a ${v.vector.length}-d vector in a ${copy.dims}-d copy`);
-        setRow(copy, asRow(v, vectorVersion(v)));
+        setRow(copy, asRow(v, v.version ?? vectorVersion(v)));
       } else if (copy.rowOf.has(v.id)) {
         removeRows(copy, (row) => copy.ids[row] === v.id);
       }
@@ -214,6 +214,8 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
   const keyOf = (space: VectorSpace, endUserId: string) => `${collectionName(space)}\u0000${endUserId}`;
   const usedBytes = () => [...copies.values()].reduce((sum, c) => sum + (c.landed ? 0 : bytesOf(c)), 0);
   const deletesOf = (tenantId: string) => [...deleting].filter((w) => w.delete.tenantId === tenantId);
+  // Not refused, or refused long enough ago: a load may be tried.
+  const mayLoad = (key: string) => (declined.get(key)?.until ?? 0) <= now();
 
   function decline(key: string, backoffMs: number) {
     const times = (declined.get(key)?.times ?? 0) + 1;
@@ -348,8 +350,7 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
    */
   function requestLoad(space: VectorSpace, endUserId: string, stale?: Copy) {
     const key = keyOf(space, endUserId);
-    const stillWanted = () =>
-      (declined.get(key)?.until ?? 0) <= now() && (stale ? copies.get(key) === stale && !stale.next : !copies.has(key));
+    const stillWanted = () => mayLoad(key) && (stale ? copies.get(key) === stale && !stale.next : !copies.has(key));
     if (loading.size < MAX_LOADS) return load(space, endUserId, stale);
     // The latest request for a user replaces theirs in the queue (a copy dropped since asks anew).
     queued.set(key, () => {
@@ -424,7 +425,9 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
   return {
     ...store,
 
-    async upsert(space, vectors) {
+    async upsert(space, given) {
+      // Fingerprinted once, for Chroma's metadata and this instance's copies alike.
+      const vectors = given.map((v) => ({ ...v, version: vectorVersion(v) }));
       await store.upsert(space, vectors);
       if (vectors.length === 0) return;
       landed(space.tenantId, { upsert: vectors }, collectionName(space));
@@ -451,7 +454,7 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
     async query(space, vector, filter, k) {
       const key = keyOf(space, filter.endUserId);
       const copy = copies.get(key);
-      const retry = (declined.get(key)?.until ?? 0) <= now();
+      const retry = mayLoad(key);
       if (copy && !copy.landed) {
         // Another embedding model's query: Chroma says what is wrong.
         if (copy.size > 0 && copy.dims !== vector.length) return store.query(space, vector, filter, k);

@@ -35,7 +35,7 @@ export function vectorVersion(v: Pick<SnippetVector, "vector" | "endUserId" | "c
 }
 
 type Metadata = { endUserId: string; conversationId: string; kind: SnippetVector["kind"]; occurredAt: number; v?: number };
-// Vectors per request when a user's are read whole (the vector cache's loads).
+// Vectors per request when they are read by id (the vector cache's loads and catch-ups).
 const VECTOR_PAGE = 250;
 
 function whereOf(selector: Omit<VectorSelector, "ids">): Where | undefined {
@@ -151,7 +151,7 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
             conversationId: v.conversationId,
             kind: v.kind,
             occurredAt: epoch(v.occurredAt),
-            v: vectorVersion(v),
+            v: v.version ?? vectorVersion(v),
           })),
         }),
       );

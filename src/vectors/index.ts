@@ -7,8 +7,8 @@ export type SnippetVector = {
   kind: "TURN" | "SUMMARY" | "FACT";
   occurredAt: Date;
   /**
-   * When read back from the store: the fingerprint it was stored with (`vectorVersion`), absent
-   * for a vector stored before Engram kept one. Ignored when writing.
+   * The fingerprint (`vectorVersion`): when read back from the store, the one it was stored with
+   * (absent for a vector stored before Engram kept one); when writing, computed if not given.
    */
   version?: number;
 };

@@ -11,8 +11,9 @@ import { recallBlocks } from "../memory/recall/recall.ts";
  * The `context` query: facts, recall, entries, summary, kept messages and the tail for the
  * agent's next model call. It never waits on a chat model to decide recall: the caller's
  * verdict (`gate`) decides, else the local gate (whether the message is nearer the recall
- * prototypes than the no-recall ones), whose embedding the recall search reuses. A caller's verdict is stored
- * for the turn's background work; without one, the model gate runs there, after the reply.
+ * prototypes than the no-recall ones), whose embedding the recall search reuses. A caller's
+ * verdict is stored for the turn's background work; without one, the model gate runs there,
+ * after the reply.
  */
 export async function contextForTurn(
   db: TenantDb,

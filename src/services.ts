@@ -103,6 +103,7 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
   const chroma = lazyChroma({
     url: env.CHROMA_URL,
     dataDir: env.ENGRAM_DATA_DIR,
+    host: store.hostChroma,
     onStart: (url) => log.debug("embedded Chroma started", { url }),
   });
   const chromaVectors = createChromaVectorStore(chroma.get, log);

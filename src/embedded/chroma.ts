@@ -5,6 +5,7 @@ import path from "node:path";
 import { fromRoot, ROOT } from "../paths.ts";
 import { isAlive, liveOwner, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
 import { childEnv } from "./child-env.ts";
+import type { ChromaHost, HostedChroma } from "./embedded.ts";
 
 const childScript = fromRoot("src", "embedded", "chroma-child.mjs");
 const chromaPackage = fromRoot("node_modules", "chromadb", "package.json");
@@ -47,13 +48,43 @@ export async function heartbeat(url: string, timeoutMs = 1_000): Promise<boolean
   }
 }
 
+/** Chroma in a process of its own (chroma-child.mjs), which dies with Engram's. */
+function forkChroma(chromaDir: string, port: number): HostedChroma & { kill(): void; stop(): void } {
+  const child = fork(childScript, [ROOT, chromaDir, String(port)], {
+    stdio: ["ignore", "pipe", "pipe", "ipc"],
+    execArgv: [],
+    env: childEnv(),
+  });
+  let output = "";
+  const keep = (chunk: Buffer) => {
+    output = (output + chunk.toString()).slice(-4_000);
+  };
+  child.stdout?.on("data", keep);
+  child.stderr?.on("data", keep);
+  return {
+    pid: child.pid!,
+    gone: new Promise<void>((resolve) => child.once("exit", () => resolve())),
+    output: () => output,
+    kill: () => child.kill("SIGKILL"),
+    stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      if (child.connected) child.send("stop");
+      else child.kill("SIGTERM");
+      // Whatever state it is in, it is gone within 5 s.
+      setTimeout(() => child.kill("SIGKILL"), 5_000).unref();
+    },
+  };
+}
+
 /**
  * Starts Chroma (the server of the `chromadb` npm package) on a free loopback port with its data
- * in `<dataDir>/chroma`, and waits for its heartbeat. The process dies with Engram's.
+ * in `<dataDir>/chroma`, and waits for its heartbeat: in `host` (the embedded database's
+ * process, where it ends with that process), or else in a process of its own that dies with
+ * Engram's.
  */
 export async function startEmbeddedChroma(
   dataDir: string,
-  options: { port?: number; timeoutMs?: number } = {},
+  options: { port?: number; timeoutMs?: number; host?: ChromaHost } = {},
 ): Promise<ChromaServer> {
   const timeoutMs = options.timeoutMs ?? 30_000;
   const dir = path.resolve(dataDir);
@@ -67,20 +98,10 @@ export async function startEmbeddedChroma(
   }
   const port = options.port ?? (await freePort());
   const url = `http://127.0.0.1:${port}`;
-  const child = fork(childScript, [ROOT, path.join(dir, "chroma"), String(port)], {
-    stdio: ["ignore", "pipe", "pipe", "ipc"],
-    execArgv: [],
-    env: childEnv(),
-  });
-  let output = "";
-  const keep = (chunk: Buffer) => {
-    output = (output + chunk.toString()).slice(-4_000);
-  };
-  child.stdout?.on("data", keep);
-  child.stderr?.on("data", keep);
+  const own = options.host ? null : forkChroma(path.join(dir, "chroma"), port);
+  const server = own ?? (await options.host!(path.join(dir, "chroma"), port));
   let exited = false;
-  const childGone = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  void childGone.then(() => {
+  void server.gone.then(() => {
     exited = true;
     const owner = readOwnerFile(ownerFile(dir));
     if (owner?.pid === process.pid && owner.port === port) rmSync(ownerFile(dir), { force: true });
@@ -89,30 +110,23 @@ export async function startEmbeddedChroma(
   const deadline = Date.now() + timeoutMs;
   while (!(await heartbeat(url, 500))) {
     if (exited || Date.now() > deadline) {
-      child.kill("SIGKILL");
-      const detail = output.trim().split("\n").slice(-3).join(" ");
+      own?.kill();
+      const detail = server.output().trim().split("\n").slice(-3).join(" ");
       throw new Error(`The embedded Chroma did not start on ${url}${detail ? `: ${detail}` : ""}`);
     }
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   writeOwnerFile(ownerFile(dir), port);
 
-  let stopped: Promise<void> | undefined;
   return {
     url,
-    pid: child.pid,
-    alive: () => !exited && child.exitCode === null,
+    pid: server.pid,
+    alive: () => !exited,
     stop() {
-      stopped ??= (async () => {
-        if (!exited && child.exitCode === null) {
-          if (child.connected) child.send("stop");
-          else child.kill("SIGTERM");
-          // Whatever state it is in, it is gone within 5 s.
-          setTimeout(() => child.kill("SIGKILL"), 5_000).unref();
-        }
-        await childGone;
-      })();
-      return stopped;
+      // A hosted server ends with its host (the store stops after Chroma's clients are closed).
+      if (!own) return Promise.resolve();
+      own.stop();
+      return own.gone;
     },
   };
 }
@@ -121,13 +135,13 @@ export async function startEmbeddedChroma(
  * The embedded Chroma for this data folder: the one a running Engram already serves (so a CLI
  * command never opens the folder twice), or a new one this process owns.
  */
-export async function attachOrStartEmbeddedChroma(dataDir: string): Promise<ChromaServer> {
+export async function attachOrStartEmbeddedChroma(dataDir: string, host?: ChromaHost): Promise<ChromaServer> {
   const owner = readOwner(path.resolve(dataDir));
   if (owner) {
     const url = `http://127.0.0.1:${owner.port}`;
     if (await heartbeat(url)) return { url, alive: () => isAlive(owner.pid), stop: async () => {} };
   }
-  return startEmbeddedChroma(dataDir);
+  return startEmbeddedChroma(dataDir, { host });
 }
 
 export function externalChroma(url: string): ChromaServer {
@@ -140,7 +154,7 @@ export function externalChroma(url: string): ChromaServer {
  */
 export type LazyChroma = ReturnType<typeof lazyChroma>;
 
-export function lazyChroma(options: { url?: string; dataDir: string; onStart?: (url: string) => void }) {
+export function lazyChroma(options: { url?: string; dataDir: string; host?: ChromaHost; onStart?: (url: string) => void }) {
   let current: ChromaServer | undefined;
   let starting: Promise<ChromaServer> | undefined;
   let closed = false;
@@ -159,7 +173,7 @@ export function lazyChroma(options: { url?: string; dataDir: string; onStart?: (
       if (current?.alive()) return Promise.resolve(current);
       starting ??= (async () => {
         try {
-          current = options.url ? externalChroma(options.url) : await attachOrStartEmbeddedChroma(options.dataDir);
+          current = options.url ? externalChroma(options.url) : await attachOrStartEmbeddedChroma(options.dataDir, options.host);
           if (!options.url) options.onStart?.(current.url);
           return current;
         } finally {

@@ -1,7 +1,7 @@
 import { fork, type ChildProcess } from "node:child_process";
 import { mkdirSync, rmSync } from "node:fs";
 import path from "node:path";
-import { fromRoot } from "../paths.ts";
+import { fromRoot, ROOT } from "../paths.ts";
 import type { Logger } from "../log.ts";
 import { isAlive, liveOwner, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
 import { childEnv } from "./child-env.ts";
@@ -19,7 +19,17 @@ export type Store = {
   /** Called once if the store cannot be brought back. */
   onFailure(listener: (error: Error) => void): void;
   stop(): Promise<void>;
+  /** The embedded store this process started runs the embedded Chroma in its own process. */
+  hostChroma?: ChromaHost;
 };
+
+/**
+ * Starts Chroma's server on `port` with its data in `chromaDir`, in a process that is already
+ * there, and says which one and when the server is gone. It cannot be stopped on its own: it
+ * ends with its host.
+ */
+export type ChromaHost = (chromaDir: string, port: number) => Promise<HostedChroma>;
+export type HostedChroma = { pid: number; gone: Promise<void>; output(): string };
 
 export type StoreState = "up" | "restarting" | "failed";
 
@@ -86,13 +96,35 @@ const CHILD_FLAGS = ["--liftoff-only"];
 const MAX_RESTARTS = 5;
 const RESTART_WINDOW_MS = 60_000;
 
+/**
+ * What the child writes that is not the database's: Chroma's server, when the child hosts it,
+ * prints a banner to stdout and a notice that it has no telemetry configured to stderr. Both are
+ * kept for a failed start's message, not passed on.
+ */
+const CHROMA_NOTICE = /^OpenTelemetry is not enabled/;
+
 /** Forks the PGlite child on `port` (0: any) and resolves with the port it serves. */
 function forkChild(pgDir: string, port: number, options: EmbeddedStoreOptions) {
   const child: ChildProcess = fork(
     childScript,
     [pgDir, String(MAX_CONNECTIONS), String(port), String(options.idleTxMs ?? 15_000), String(options.stuckMs ?? 120_000)],
-    { stdio: ["ignore", "inherit", "inherit", "ipc"], execArgv: CHILD_FLAGS, env: childEnv() },
+    { stdio: ["ignore", "pipe", "pipe", "ipc"], execArgv: CHILD_FLAGS, env: childEnv() },
   );
+  let output = "";
+  const keep = (text: string) => {
+    output = (output + text).slice(-4_000);
+  };
+  child.stdout?.on("data", (chunk: Buffer) => keep(chunk.toString()));
+  let partial = "";
+  child.stderr?.on("data", (chunk: Buffer) => {
+    keep(chunk.toString());
+    const lines = (partial + chunk.toString()).split("\n");
+    partial = lines.pop() ?? "";
+    for (const line of lines) if (!CHROMA_NOTICE.test(line)) process.stderr.write(`${line}\n`);
+  });
+  child.stderr?.on("end", () => {
+    if (partial && !CHROMA_NOTICE.test(partial)) process.stderr.write(`${partial}\n`);
+  });
   const ready = new Promise<number>((resolve, reject) => {
     const onExit = (code: number | null) => reject(new Error(`The embedded database exited during start-up (code ${code}).`));
     child.once("exit", onExit);
@@ -103,7 +135,7 @@ function forkChild(pgDir: string, port: number, options: EmbeddedStoreOptions) {
       else reject(new Error("The embedded database sent no port."));
     });
   });
-  return { child, ready };
+  return { child, ready, output: () => output };
 }
 
 /**
@@ -121,7 +153,7 @@ export async function startEmbeddedStore(dataDir: string, options: EmbeddedStore
   const chroma = readOwnerFile(path.join(dir, "chroma.owner.json"));
   if (chroma && !isAlive(chroma.pid)) rmSync(path.join(dir, "chroma.owner.json"), { force: true });
 
-  let { child, ready } = forkChild(pgDir, 0, options);
+  let { child, ready, output } = forkChild(pgDir, 0, options);
   let port: number;
   try {
     port = await ready;
@@ -157,7 +189,7 @@ export async function startEmbeddedStore(dataDir: string, options: EmbeddedStore
     options.log?.error(`the embedded database ${why}; restarting it in ${delayMs} ms`);
     await new Promise((resolve) => setTimeout(resolve, delayMs));
     if (stopping) return;
-    ({ child, ready } = forkChild(pgDir, port, options));
+    ({ child, ready, output } = forkChild(pgDir, port, options));
     try {
       await ready;
     } catch (error) {
@@ -171,6 +203,23 @@ export async function startEmbeddedStore(dataDir: string, options: EmbeddedStore
   };
   supervise(child);
 
+  const hostChroma: ChromaHost = async (chromaDir, chromaPort) => {
+    while (state === "restarting" && !stopping) await new Promise((resolve) => setTimeout(resolve, 50));
+    if (state !== "up" || stopping || !child.connected) throw new Error("The embedded database process is not running.");
+    const host = child;
+    const gone = new Promise<void>((resolve) => {
+      const onMessage = (message: { chromaExited?: number }) => {
+        if (message?.chromaExited !== chromaPort) return;
+        host.off("message", onMessage);
+        resolve();
+      };
+      host.on("message", onMessage);
+      host.once("exit", () => resolve());
+    });
+    host.send({ chroma: { root: ROOT, dir: chromaDir, port: chromaPort } });
+    return { pid: host.pid!, gone, output: () => output() };
+  };
+
   let stopped: Promise<void> | undefined;
   return {
     url: urlFor(port),
@@ -178,6 +227,7 @@ export async function startEmbeddedStore(dataDir: string, options: EmbeddedStore
     embedded: true,
     state: () => state,
     onFailure: (listener) => void failureListeners.push(listener),
+    hostChroma,
     stop() {
       stopping = true;
       stopped ??= new Promise<void>((resolve) => {

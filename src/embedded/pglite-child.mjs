@@ -21,6 +21,7 @@ import { fileURLToPath } from "node:url";
 import { PGlite } from "@electric-sql/pglite";
 import { START_OPTIONS } from "./pglite-params.mjs";
 import { watchParent } from "./parent-watch.mjs";
+import { endProcess, startChromaThread } from "./chroma-thread.mjs";
 
 const [dataDir, maxConnectionsArg = "32", portArg = "0", idleTxMsArg = "15000", stuckMsArg = "120000"] =
   process.argv.slice(2);
@@ -35,6 +36,25 @@ let stopRequested = false;
 let stopStarted = false;
 // Watch the parent before anything slow: a parent that dies while PGlite opens must not leave us behind.
 watchParent(() => void stop());
+
+// This process also hosts the embedded Chroma when Engram asks ({ chroma: { root, dir, port } }):
+// on a thread of its own it costs ~32 MB, against ~75 MB as a process of its own (a Node
+// runtime's own pages and heap, counted once). Chroma's server is native code and never waits
+// on this thread. Engram is told when it exits ({ chromaExited: port }).
+/** @type {Set<number>} the ports of the Chroma threads running here */
+const chromaPorts = new Set();
+process.on("message", (message) => {
+  const request = message?.chroma;
+  if (!request || stopRequested) return;
+  const thread = startChromaThread(request.root, request.dir, request.port);
+  chromaPorts.add(request.port);
+  thread.on("error", (error) => process.stderr.write(`embedded Chroma: ${error?.message ?? error}\n`));
+  thread.on("exit", () => {
+    chromaPorts.delete(request.port);
+    process.send?.({ chromaExited: request.port });
+  });
+});
+const exit = (code) => endProcess(code, chromaPorts.size > 0);
 
 const SSL_REQUEST = 80877103;
 const GSSENC_REQUEST = 80877104;
@@ -232,7 +252,7 @@ async function stillWorks() {
 
 function fail(reason) {
   process.stderr.write(`embedded database: ${reason}; exiting so Engram restarts it\n`);
-  process.exit(BROKEN);
+  exit(BROKEN);
 }
 
 let batchStarted = 0;
@@ -288,14 +308,14 @@ async function stop() {
   if (!db || stopStarted) return; // still opening: stop() runs again right after PGlite.create
   stopStarted = true;
   // Never wait on a wedged database for long: a stop always ends within 5 s.
-  setTimeout(() => process.exit(0), 5_000).unref();
+  setTimeout(() => exit(0), 5_000).unref();
   try {
     server.close();
     for (const conn of connections) conn.socket.destroy();
     while (running) await new Promise((resolve) => setTimeout(resolve, 5));
     await db.close();
   } finally {
-    process.exit(0);
+    exit(0);
   }
 }
 

@@ -105,6 +105,7 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     dataDir: env.ENGRAM_DATA_DIR,
     host: store.hostChroma,
     onStart: (url) => log.debug("embedded Chroma started", { url }),
+    onHostGivenUp: (error) => log.warn("the embedded Chroma failed in the database's process; it runs in a process of its own from now on", { error }),
   });
   const chromaVectors = createChromaVectorStore(chroma.get, log);
   const vectorCache =
@@ -127,7 +128,8 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     async close() {
       // In stages, each waiting at most CLOSE_STEP_MS and run even if one before it failed: the
       // queue, then at once the parts that may still write through the database client (the
-      // pubsub's history rows, the usage rows of searches) or hold a child, then that client, then the store, bounded by its
+      // pubsub's history rows, the usage rows of searches) or hold a child (a Chroma on the store's
+      // thread ends with the store), then that client, then the store, bounded by its
       // own stop (cutting that short could cut a checkpoint).
       let failure: unknown;
       const run = async (done: string, step: () => Promise<unknown>, bounded = true) => {

@@ -5,7 +5,7 @@ import path from "node:path";
 import { fromRoot, ROOT } from "../paths.ts";
 import { isAlive, liveOwner, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
 import { childEnv } from "./child-env.ts";
-import type { ChromaHost, HostedChroma } from "./embedded.ts";
+import { HostedChromaFailed, type ChromaHost, type HostedChroma } from "./embedded.ts";
 
 const childScript = fromRoot("src", "embedded", "chroma-child.mjs");
 const chromaPackage = fromRoot("node_modules", "chromadb", "package.json");
@@ -13,7 +13,7 @@ const chromaPackage = fromRoot("node_modules", "chromadb", "package.json");
 /** A Chroma server Engram talks to: one it started, one another Engram process runs, or external. */
 export type ChromaServer = {
   url: string;
-  /** The server's process, when this process started it. */
+  /** The server's process, when this process started it: on the embedded store, the database's. */
   pid?: number;
   /** false once a Chroma this process started has exited. */
   alive(): boolean;
@@ -63,6 +63,7 @@ function forkChroma(chromaDir: string, port: number): HostedChroma & { kill(): v
   child.stderr?.on("data", keep);
   return {
     pid: child.pid!,
+    port,
     gone: new Promise<void>((resolve) => child.once("exit", () => resolve())),
     output: () => output,
     kill: () => child.kill("SIGKILL"),
@@ -96,15 +97,14 @@ export async function startEmbeddedChroma(
   if (previous && previous.pid !== process.pid && isAlive(previous.pid)) {
     throw new Error(`The embedded Chroma in ${dir} is owned by another process (pid ${previous.pid}).`);
   }
-  const port = options.port ?? (await freePort());
-  const url = `http://127.0.0.1:${port}`;
-  const own = options.host ? null : forkChroma(path.join(dir, "chroma"), port);
-  const server = own ?? (await options.host!(path.join(dir, "chroma"), port));
+  const own = options.host ? null : forkChroma(path.join(dir, "chroma"), options.port ?? (await freePort()));
+  const server = own ?? (await options.host!(path.join(dir, "chroma"), options.port ?? (await freePort())));
+  const url = `http://127.0.0.1:${server.port}`;
   let exited = false;
   void server.gone.then(() => {
     exited = true;
     const owner = readOwnerFile(ownerFile(dir));
-    if (owner?.pid === process.pid && owner.port === port) rmSync(ownerFile(dir), { force: true });
+    if (owner?.pid === server.pid && owner.port === server.port) rmSync(ownerFile(dir), { force: true });
   });
 
   const deadline = Date.now() + timeoutMs;
@@ -112,11 +112,15 @@ export async function startEmbeddedChroma(
     if (exited || Date.now() > deadline) {
       own?.kill();
       const detail = server.output().trim().split("\n").slice(-3).join(" ");
-      throw new Error(`The embedded Chroma did not start on ${url}${detail ? `: ${detail}` : ""}`);
+      const message = `The embedded Chroma did not start on ${url}${detail ? `: ${detail}` : ""}`;
+      // A hosted one still starting is left to start: the next request is told its port.
+      throw exited && !own ? new HostedChromaFailed(message) : new Error(message);
     }
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-  writeOwnerFile(ownerFile(dir), port);
+  // The process that serves it: one that outlives this one (the database's, for up to its 5 s
+  // stop) keeps the folder from a second Chroma until it is gone.
+  writeOwnerFile(ownerFile(dir), server.port, { pid: server.pid });
 
   return {
     url,
@@ -154,7 +158,16 @@ export function externalChroma(url: string): ChromaServer {
  */
 export type LazyChroma = ReturnType<typeof lazyChroma>;
 
-export function lazyChroma(options: { url?: string; dataDir: string; host?: ChromaHost; onStart?: (url: string) => void }) {
+export function lazyChroma(options: {
+  url?: string;
+  dataDir: string;
+  /** Where to run the embedded Chroma (the embedded database's process), else its own process. */
+  host?: ChromaHost;
+  onStart?: (url: string) => void;
+  /** A hosted Chroma failed to start: from now on it runs in a process of its own. */
+  onHostGivenUp?: (error: Error) => void;
+}) {
+  let host = options.host;
   let current: ChromaServer | undefined;
   let starting: Promise<ChromaServer> | undefined;
   let closed = false;
@@ -173,7 +186,16 @@ export function lazyChroma(options: { url?: string; dataDir: string; host?: Chro
       if (current?.alive()) return Promise.resolve(current);
       starting ??= (async () => {
         try {
-          current = options.url ? externalChroma(options.url) : await attachOrStartEmbeddedChroma(options.dataDir, options.host);
+          // A Chroma that cannot start where it is hosted (a panic there ends the database's
+          // process too) is not tried there again: one failure, then a process of its own.
+          current = options.url
+            ? externalChroma(options.url)
+            : await attachOrStartEmbeddedChroma(options.dataDir, host).catch((error: Error) => {
+                if (!(error instanceof HostedChromaFailed)) throw error;
+                host = undefined;
+                options.onHostGivenUp?.(error);
+                return attachOrStartEmbeddedChroma(options.dataDir);
+              });
           if (!options.url) options.onStart?.(current.url);
           return current;
         } finally {

@@ -25,11 +25,14 @@ export type Store = {
 
 /**
  * Starts Chroma's server on `port` with its data in `chromaDir`, in a process that is already
- * there, and says which one and when the server is gone. It cannot be stopped on its own: it
- * ends with its host.
+ * there, and says which process, the port it serves (another one's, when one runs there
+ * already), and when the server is gone. It cannot be stopped on its own: it ends with its host.
  */
 export type ChromaHost = (chromaDir: string, port: number) => Promise<HostedChroma>;
-export type HostedChroma = { pid: number; gone: Promise<void>; output(): string };
+export type HostedChroma = { pid: number; port: number; gone: Promise<void>; output(): string };
+
+/** A hosted Chroma that could not start, or ended before it answered: its host is not asked again. */
+export class HostedChromaFailed extends Error {}
 
 export type StoreState = "up" | "restarting" | "failed";
 
@@ -97,9 +100,9 @@ const MAX_RESTARTS = 5;
 const RESTART_WINDOW_MS = 60_000;
 
 /**
- * What the child writes that is not the database's: Chroma's server, when the child hosts it,
- * prints a banner to stdout and a notice that it has no telemetry configured to stderr. Both are
- * kept for a failed start's message, not passed on.
+ * The child's stdout (nothing of the database's own; Chroma's banner when it runs there) is kept
+ * for a failed start's message, not passed on. Its stderr is passed on line by line, but for
+ * Chroma's notice that it has no telemetry configured, printed at each start.
  */
 const CHROMA_NOTICE = /^OpenTelemetry is not enabled/;
 
@@ -114,11 +117,11 @@ function forkChild(pgDir: string, port: number, options: EmbeddedStoreOptions) {
   const keep = (text: string) => {
     output = (output + text).slice(-4_000);
   };
-  child.stdout?.on("data", (chunk: Buffer) => keep(chunk.toString()));
+  child.stdout?.setEncoding("utf8").on("data", keep);
   let partial = "";
-  child.stderr?.on("data", (chunk: Buffer) => {
-    keep(chunk.toString());
-    const lines = (partial + chunk.toString()).split("\n");
+  child.stderr?.setEncoding("utf8").on("data", (text: string) => {
+    keep(text);
+    const lines = (partial + text).split("\n");
     partial = lines.pop() ?? "";
     for (const line of lines) if (!CHROMA_NOTICE.test(line)) process.stderr.write(`${line}\n`);
   });
@@ -207,17 +210,50 @@ export async function startEmbeddedStore(dataDir: string, options: EmbeddedStore
     while (state === "restarting" && !stopping) await new Promise((resolve) => setTimeout(resolve, 50));
     if (state !== "up" || stopping || !child.connected) throw new Error("The embedded database process is not running.");
     const host = child;
-    const gone = new Promise<void>((resolve) => {
-      const onMessage = (message: { chromaExited?: number }) => {
-        if (message?.chromaExited !== chromaPort) return;
-        host.off("message", onMessage);
-        resolve();
-      };
-      host.on("message", onMessage);
-      host.once("exit", () => resolve());
-    });
-    host.send({ chroma: { root: ROOT, dir: chromaDir, port: chromaPort } });
-    return { pid: host.pid!, gone, output: () => output() };
+    type Reply = { chromaStarting?: number; chromaRunning?: number; chromaFailed?: string; chromaExited?: number };
+    // Listened for from before the request: the answer and the end can come in one read.
+    let servedPort: number | undefined;
+    const endedPorts = new Set<number>();
+    let markGone!: () => void;
+    const gone = new Promise<void>((resolve) => (markGone = resolve));
+    const onEnd = (message: Reply) => {
+      if (message?.chromaExited === undefined) return;
+      endedPorts.add(message.chromaExited);
+      if (message.chromaExited === servedPort) ended();
+    };
+    const ended = () => {
+      host.off("message", onEnd);
+      host.off("exit", ended);
+      markGone();
+    };
+    host.on("message", onEnd);
+    host.once("exit", ended);
+    try {
+      servedPort = await new Promise<number>((resolve, reject) => {
+        const timer = setTimeout(() => done(new Error("The embedded database process did not answer a request to start Chroma.")), 10_000);
+        const onAnswer = (message: Reply) => {
+          if (message?.chromaFailed !== undefined) done(new HostedChromaFailed(`Chroma could not start: ${message.chromaFailed}`));
+          const served = message?.chromaStarting ?? message?.chromaRunning;
+          if (served !== undefined) done(served);
+        };
+        const onExit = () => done(new HostedChromaFailed("The embedded database process exited while starting Chroma."));
+        const done = (result: number | Error) => {
+          clearTimeout(timer);
+          host.off("message", onAnswer);
+          host.off("exit", onExit);
+          if (typeof result === "number") resolve(result);
+          else reject(result);
+        };
+        host.on("message", onAnswer);
+        host.once("exit", onExit);
+        host.send({ chroma: { root: ROOT, dir: chromaDir, port: chromaPort } }, (error) => error && done(error));
+      });
+    } catch (error) {
+      ended();
+      throw error;
+    }
+    if (endedPorts.has(servedPort)) ended();
+    return { pid: host.pid!, port: servedPort, gone, output: () => output() };
   };
 
   let stopped: Promise<void> | undefined;

@@ -27,7 +27,7 @@ export function liveOwner(file: string): Owner | null {
   return owner && isAlive(owner.pid) ? owner : null;
 }
 
-/** Records this process, serving on port, as the owner. */
-export function writeOwnerFile(file: string, port: number, options: { exclusive?: boolean } = {}): void {
-  writeFileSync(file, JSON.stringify({ pid: process.pid, port } satisfies Owner), options.exclusive ? { flag: "wx" } : undefined);
+/** Records this process (or `pid`, a process serving for it), serving on port, as the owner. */
+export function writeOwnerFile(file: string, port: number, options: { exclusive?: boolean; pid?: number } = {}): void {
+  writeFileSync(file, JSON.stringify({ pid: options.pid ?? process.pid, port } satisfies Owner), options.exclusive ? { flag: "wx" } : undefined);
 }

@@ -11,8 +11,8 @@
 // disconnects (rolled back), and a client that holds a transaction while others wait, sending
 // nothing for idleTxMs, is disconnected and rolled back (PostgreSQL's
 // idle_in_transaction_session_timeout). If PGlite itself fails (it throws instead of answering
-// with an error message, or a batch never finishes), the process exits non-zero so that Engram
-// restarts it on the same port.
+// with an error message, or a batch never finishes), the process exits non-zero (by SIGKILL when
+// it runs Chroma, below) so that Engram restarts it on the same port.
 import net from "node:net";
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -37,24 +37,48 @@ let stopStarted = false;
 // Watch the parent before anything slow: a parent that dies while PGlite opens must not leave us behind.
 watchParent(() => void stop());
 
-// This process also hosts the embedded Chroma when Engram asks ({ chroma: { root, dir, port } }):
-// on a thread of its own it costs ~32 MB, against ~75 MB as a process of its own (a Node
-// runtime's own pages and heap, counted once). Chroma's server is native code and never waits
-// on this thread. Engram is told when it exits ({ chromaExited: port }).
-/** @type {Set<number>} the ports of the Chroma threads running here */
-const chromaPorts = new Set();
+// This process also runs the embedded Chroma's server when Engram asks: on a thread it costs
+// ~32 MB, against ~75 MB as a process of its own (a Node runtime's own pages and heap, counted
+// once). It is native code on its own thread: once started, PGlite's work on this one never
+// delays it. One at a time: Engram asks { chroma: { root, dir, port } } and is told
+// { chromaStarting: port }, { chromaRunning: port } (one runs already, on that port), or
+// { chromaFailed: why }; then { chromaExited: port } when it ends. While it runs, this process
+// can only end by SIGKILL (chroma-thread.mjs), so every way out goes through exit() below.
+/** @type {{ port: number } | null} */
+let chroma = null;
+const tell = (message) => {
+  if (process.connected) process.send(message, () => {});
+};
 process.on("message", (message) => {
   const request = message?.chroma;
-  if (!request || stopRequested) return;
-  const thread = startChromaThread(request.root, request.dir, request.port);
-  chromaPorts.add(request.port);
+  if (!request) return;
+  if (chroma) return tell({ chromaRunning: chroma.port });
+  if (stopRequested) return tell({ chromaFailed: "the embedded database is stopping" });
+  let thread;
+  try {
+    thread = startChromaThread(request.root, request.dir, request.port);
+  } catch (error) {
+    return tell({ chromaFailed: String(error?.message ?? error) });
+  }
+  const running = { port: request.port };
+  chroma = running;
   thread.on("error", (error) => process.stderr.write(`embedded Chroma: ${error?.message ?? error}\n`));
   thread.on("exit", () => {
-    chromaPorts.delete(request.port);
-    process.send?.({ chromaExited: request.port });
+    if (chroma === running) chroma = null;
+    tell({ chromaExited: running.port });
   });
+  tell({ chromaStarting: running.port });
 });
-const exit = (code) => endProcess(code, chromaPorts.size > 0);
+const exit = (code) => endProcess(code, chroma !== null);
+// Whatever else would end this process must not wait on Chroma's thread (it would never end).
+for (const event of ["uncaughtException", "unhandledRejection"]) {
+  process.on(event, (error) => {
+    process.stderr.write(`embedded database: ${error?.stack ?? error}\n`);
+    exit(BROKEN);
+  });
+}
+// Engram reads this process's stderr through a pipe: once Engram is gone, a write must not throw.
+process.stderr.on("error", () => {});
 
 const SSL_REQUEST = 80877103;
 const GSSENC_REQUEST = 80877104;
@@ -320,4 +344,4 @@ async function stop() {
 }
 
 if (stopRequested) await stop();
-process.send?.({ ready: true, port });
+tell({ ready: true, port });

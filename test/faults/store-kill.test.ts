@@ -1,13 +1,13 @@
 import { readFileSync } from "node:fs";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { expectRecovered, faultLoad, startFaultEngram } from "../helpers/fault-engram.ts";
+import { expectEveryVector, expectRecovered, faultLoad, startFaultEngram } from "../helpers/fault-engram.ts";
 import { processTree } from "../helpers/server-process.ts";
 import { serverUrl } from "../helpers/store.ts";
 import { until } from "../helpers/until.ts";
 
-// The store going away under write load. Embedded: kill -9 of the PGlite child, which the server
-// restarts on the same port with its data. PostgreSQL: every Engram connection terminated at once.
+// The store going away under write load. Embedded: kill -9 of the PGlite child (and the Chroma
+// server on its thread), which the server restarts on the same port with its data. PostgreSQL: every Engram connection terminated at once.
 // Writes in flight fail and are retried with their ids; none acknowledged is lost or doubled.
 vi.setConfig({ testTimeout: 300_000, hookTimeout: 120_000 });
 
@@ -55,6 +55,8 @@ describe(serverUrl ? "every PostgreSQL connection terminated under write load" :
         const dir = engram.store.vars.ENGRAM_DATA_DIR;
         const before = pgliteChild(dir)!;
         expect(before).toBeDefined();
+        // Chroma's server runs on a thread of that process: it goes too.
+        expect((await engram.services.chroma.get()).pid).toBe(before);
         process.kill(before, "SIGKILL");
         await until("the PGlite child to be restarted", async () => engram.services.store.state() === "up" && pgliteChild(dir) !== before, 60_000);
       } else {
@@ -68,6 +70,11 @@ describe(serverUrl ? "every PostgreSQL connection terminated under write load" :
       const failed = load.stats.recordTurn.errors + load.stats.appendEvent.errors + load.stats.recordTurn.timeouts + load.stats.appendEvent.timeouts;
       console.log(`store outage: ${failed} write attempts failed or timed out, then were retried`);
       expect(await expectRecovered(engram, load)).toEqual([]);
+      if (engram.store.kind === "embedded") {
+        // Chroma came back in the new PGlite child, and every snippet has its vector there.
+        expect((await engram.services.chroma.get()).pid).toBe(pgliteChild(engram.store.vars.ENGRAM_DATA_DIR));
+        await expectEveryVector(engram, "store-kill");
+      }
     } finally {
       await load.stop();
     }

@@ -2,8 +2,8 @@
 // worker thread of the calling process. Plain JS, like the children that call it.
 //
 // The binding blocks the thread it runs on and has no stop call, so a process hosting it cannot
-// end by process.exit(), which would wait forever to join that thread: it ends by SIGKILL
-// (`endProcess`). Chroma's SQLite and its segment files are written to survive exactly that.
+// end by process.exit(), which would wait forever to join that thread: it ends by SIGKILL.
+// Chroma's SQLite and its segment files are written to survive exactly that.
 import { createRequire } from "node:module";
 import { Worker } from "node:worker_threads";
 
@@ -15,10 +15,4 @@ export function startChromaThread(root, dataDir, port) {
   const binding = createRequire(`${root}/package.json`).resolve(`chromadb-js-bindings-${platform}`);
   const args = ["chroma", "run", "--path", dataDir, "--host", "127.0.0.1", "--port", String(port)];
   return new Worker(`require(${JSON.stringify(binding)}).cli(${JSON.stringify(args)});`, { eval: true });
-}
-
-/** Ends this process, at once, with `code` when no Chroma thread runs in it, else by SIGKILL. */
-export function endProcess(code, chromaRuns) {
-  if (chromaRuns) process.kill(process.pid, "SIGKILL");
-  else process.exit(code);
 }

@@ -4,7 +4,7 @@ import net from "node:net";
 import path from "node:path";
 import { fromRoot, ROOT } from "../paths.ts";
 import { isAlive, liveOwner, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
-import { childEnv } from "./child-env.ts";
+import { childEnv, recentOutput } from "./child-env.ts";
 import { HostedChromaFailed, type ChromaHost, type HostedChroma } from "./embedded.ts";
 
 const childScript = fromRoot("src", "embedded", "chroma-child.mjs");
@@ -55,17 +55,11 @@ function forkChroma(chromaDir: string, port: number): HostedChroma & { kill(): v
     execArgv: [],
     env: childEnv(),
   });
-  let output = "";
-  const keep = (chunk: Buffer) => {
-    output = (output + chunk.toString()).slice(-4_000);
-  };
-  child.stdout?.on("data", keep);
-  child.stderr?.on("data", keep);
   return {
     pid: child.pid!,
     port,
     gone: new Promise<void>((resolve) => child.once("exit", () => resolve())),
-    output: () => output,
+    output: recentOutput(child.stdout, child.stderr),
     kill: () => child.kill("SIGKILL"),
     stop() {
       if (child.exitCode !== null || child.signalCode !== null) return;
@@ -97,8 +91,10 @@ export async function startEmbeddedChroma(
   if (previous && previous.pid !== process.pid && isAlive(previous.pid)) {
     throw new Error(`The embedded Chroma in ${dir} is owned by another process (pid ${previous.pid}).`);
   }
-  const own = options.host ? null : forkChroma(path.join(dir, "chroma"), options.port ?? (await freePort()));
-  const server = own ?? (await options.host!(path.join(dir, "chroma"), options.port ?? (await freePort())));
+  const chromaDir = path.join(dir, "chroma");
+  const port = options.port ?? (await freePort());
+  const own = options.host ? null : forkChroma(chromaDir, port);
+  const server = own ?? (await options.host!(chromaDir, port));
   const url = `http://127.0.0.1:${server.port}`;
   let exited = false;
   void server.gone.then(() => {

@@ -4,7 +4,7 @@ import path from "node:path";
 import { fromRoot, ROOT } from "../paths.ts";
 import type { Logger } from "../log.ts";
 import { isAlive, liveOwner, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
-import { childEnv } from "./child-env.ts";
+import { childEnv, recentOutput } from "./child-env.ts";
 
 const childScript = fromRoot("src", "embedded", "pglite-child.mjs");
 
@@ -19,7 +19,7 @@ export type Store = {
   /** Called once if the store cannot be brought back. */
   onFailure(listener: (error: Error) => void): void;
   stop(): Promise<void>;
-  /** The embedded store this process started runs the embedded Chroma in its own process. */
+  /** An embedded store this process started: runs the embedded Chroma's server in the database's process. */
   hostChroma?: ChromaHost;
 };
 
@@ -113,14 +113,9 @@ function forkChild(pgDir: string, port: number, options: EmbeddedStoreOptions) {
     [pgDir, String(MAX_CONNECTIONS), String(port), String(options.idleTxMs ?? 15_000), String(options.stuckMs ?? 120_000)],
     { stdio: ["ignore", "pipe", "pipe", "ipc"], execArgv: CHILD_FLAGS, env: childEnv() },
   );
-  let output = "";
-  const keep = (text: string) => {
-    output = (output + text).slice(-4_000);
-  };
-  child.stdout?.setEncoding("utf8").on("data", keep);
+  const output = recentOutput(child.stdout, child.stderr);
   let partial = "";
-  child.stderr?.setEncoding("utf8").on("data", (text: string) => {
-    keep(text);
+  child.stderr?.on("data", (text: string) => {
     const lines = (partial + text).split("\n");
     partial = lines.pop() ?? "";
     for (const line of lines) if (!CHROMA_NOTICE.test(line)) process.stderr.write(`${line}\n`);
@@ -138,7 +133,7 @@ function forkChild(pgDir: string, port: number, options: EmbeddedStoreOptions) {
       else reject(new Error("The embedded database sent no port."));
     });
   });
-  return { child, ready, output: () => output };
+  return { child, ready, output };
 }
 
 /**
@@ -211,46 +206,43 @@ export async function startEmbeddedStore(dataDir: string, options: EmbeddedStore
     if (state !== "up" || stopping || !child.connected) throw new Error("The embedded database process is not running.");
     const host = child;
     type Reply = { chromaStarting?: number; chromaRunning?: number; chromaFailed?: string; chromaExited?: number };
-    // Listened for from before the request: the answer and the end can come in one read.
-    let servedPort: number | undefined;
-    const endedPorts = new Set<number>();
+    // One listener from before the request: the answer and the end can come in one read.
+    let answer!: (result: number | Error) => void;
+    const answered = new Promise<number>((resolve, reject) => {
+      answer = (result) => (typeof result === "number" ? resolve(result) : reject(result));
+    });
     let markGone!: () => void;
     const gone = new Promise<void>((resolve) => (markGone = resolve));
-    const onEnd = (message: Reply) => {
+    let servedPort: number | undefined;
+    const endedPorts = new Set<number>();
+    const onMessage = (message: Reply) => {
+      if (message?.chromaFailed !== undefined) answer(new HostedChromaFailed(`Chroma could not start: ${message.chromaFailed}`));
+      const served = message?.chromaStarting ?? message?.chromaRunning;
+      if (served !== undefined) answer(served);
       if (message?.chromaExited === undefined) return;
       endedPorts.add(message.chromaExited);
       if (message.chromaExited === servedPort) ended();
     };
+    const onExit = () => {
+      answer(new HostedChromaFailed("The embedded database process exited while starting Chroma."));
+      ended();
+    };
     const ended = () => {
-      host.off("message", onEnd);
-      host.off("exit", ended);
+      host.off("message", onMessage);
+      host.off("exit", onExit);
       markGone();
     };
-    host.on("message", onEnd);
-    host.once("exit", ended);
+    host.on("message", onMessage);
+    host.once("exit", onExit);
+    const timer = setTimeout(() => answer(new Error("The embedded database process did not answer a request to start Chroma.")), 10_000);
+    host.send({ chroma: { root: ROOT, dir: chromaDir, port: chromaPort } }, (error) => error && answer(error));
     try {
-      servedPort = await new Promise<number>((resolve, reject) => {
-        const timer = setTimeout(() => done(new Error("The embedded database process did not answer a request to start Chroma.")), 10_000);
-        const onAnswer = (message: Reply) => {
-          if (message?.chromaFailed !== undefined) done(new HostedChromaFailed(`Chroma could not start: ${message.chromaFailed}`));
-          const served = message?.chromaStarting ?? message?.chromaRunning;
-          if (served !== undefined) done(served);
-        };
-        const onExit = () => done(new HostedChromaFailed("The embedded database process exited while starting Chroma."));
-        const done = (result: number | Error) => {
-          clearTimeout(timer);
-          host.off("message", onAnswer);
-          host.off("exit", onExit);
-          if (typeof result === "number") resolve(result);
-          else reject(result);
-        };
-        host.on("message", onAnswer);
-        host.once("exit", onExit);
-        host.send({ chroma: { root: ROOT, dir: chromaDir, port: chromaPort } }, (error) => error && done(error));
-      });
+      servedPort = await answered;
     } catch (error) {
       ended();
       throw error;
+    } finally {
+      clearTimeout(timer);
     }
     if (endedPorts.has(servedPort)) ended();
     return { pid: host.pid!, port: servedPort, gone, output: () => output() };

@@ -21,7 +21,7 @@ import { fileURLToPath } from "node:url";
 import { PGlite } from "@electric-sql/pglite";
 import { START_OPTIONS } from "./pglite-params.mjs";
 import { watchParent } from "./parent-watch.mjs";
-import { endProcess, startChromaThread } from "./chroma-thread.mjs";
+import { startChromaThread } from "./chroma-thread.mjs";
 
 const [dataDir, maxConnectionsArg = "32", portArg = "0", idleTxMsArg = "15000", stuckMsArg = "120000"] =
   process.argv.slice(2);
@@ -69,7 +69,7 @@ process.on("message", (message) => {
   });
   tell({ chromaStarting: running.port });
 });
-const exit = (code) => endProcess(code, chroma !== null);
+const exit = (code) => (chroma ? process.kill(process.pid, "SIGKILL") : process.exit(code));
 // Whatever else would end this process must not wait on Chroma's thread (it would never end).
 for (const event of ["uncaughtException", "unhandledRejection"]) {
   process.on(event, (error) => {

@@ -63,6 +63,9 @@ describe("the outbox", () => {
     const kept = await db.recallSnippet.findMany({ where: { conversationId: { in: turns.map((t) => t.conversation.id) }, kind: "TURN" } });
     expect(kept.filter((s) => s.text.includes("garden"))).toHaveLength(11);
     expect(kept.every((s) => s.indexedAt)).toBe(true);
+    // The round's one statement stores each snippet's message seqs, in messageIds' order.
+    const seqOf = new Map((await db.message.findMany({ where: { id: { in: kept.flatMap((s) => s.messageIds) } } })).map((m) => [m.id, m.seq]));
+    for (const s of kept) expect(s.messageSeqs).toEqual(s.messageIds.map((id) => seqOf.get(id)));
     // Only the forget request went to a turn job of its own.
     const own = await db.$queryRaw<{ turnId: string }[]>`
       SELECT DISTINCT "data"->>'turnId' AS "turnId" FROM "agenda_jobs" WHERE "name" = 'memory.turn' AND "data"->>'turnId' = ANY(${[...ids, forget.id]}::text[])`;

@@ -148,6 +148,32 @@ describe("migrations", { timeout: 120_000 }, () => {
     expect(recorded.map((r) => r.name)).toEqual(all);
   });
 
+  it("fill in the message seqs of snippets made before they were stored (0013)", async () => {
+    const store = await openStore(await testStore());
+    const all = committedMigrations();
+    const at = all.findIndex((m) => m.name === "0013_recall_snippet_message_seqs");
+    await migrate(store.url, all.slice(0, at));
+    await sql(
+      store.url,
+      `INSERT INTO "Tenant" ("id", "name") VALUES ('t', 'T');
+       INSERT INTO "EndUser" ("id", "tenantId", "externalId", "updatedAt") VALUES ('u', 't', 'u', now());
+       INSERT INTO "Agent" ("id", "tenantId", "externalId", "name", "updatedAt") VALUES ('a', 't', 'a', 'A', now());
+       INSERT INTO "Conversation" ("id", "tenantId", "agentId", "endUserId", "externalId", "updatedAt") VALUES ('c', 't', 'a', 'u', 'c', now());
+       INSERT INTO "Message" ("id", "tenantId", "conversationId", "seq", "role", "content", "occurredAt")
+         VALUES ('m7', 't', 'c', 7, 'USER', 'hi', now()), ('m8', 't', 'c', 8, 'ASSISTANT', 'hello', now());
+       INSERT INTO "RecallSnippet" ("id", "tenantId", "endUserId", "conversationId", "kind", "text", "messageIds", "occurredAt")
+         VALUES ('turn', 't', 'u', 'c', 'TURN', 'user: hi', '{m8,gone,m7}', now()),
+                ('summary', 't', 'u', 'c', 'SUMMARY', 'They met.', '{}', now());`,
+    );
+    expect(await migrate(store.url)).toEqual(all.slice(at).map((m) => m.name));
+    const rows = await sql<{ id: string; messageSeqs: number[] }>(store.url, `SELECT "id", "messageSeqs" FROM "RecallSnippet" ORDER BY "id"`);
+    // In messageIds' order, and 0 for a message deleted since, as recall reported it before.
+    expect(rows).toEqual([
+      { id: "summary", messageSeqs: [] },
+      { id: "turn", messageSeqs: [8, 0, 7] },
+    ]);
+  });
+
   it("refuse a migration that was changed after it was applied", async () => {
     const store = await openStore(await testStore());
     await migrate(store.url);

@@ -61,6 +61,7 @@ for await (const store of benchStores(skipped)) {
           kind: "TURN" as const,
           text: `user: ${sentence(12 + Math.floor(rand() * 20))}\nassistant: ${sentence(10 + Math.floor(rand() * 20))}`,
           messageIds: [randomUUID(), randomUUID()],
+          messageSeqs: [2 * (have + i) + 1, 2 * (have + i) + 2],
           occurredAt: new Date(Date.UTC(2025, 0, 1) + Math.floor(rand() * 365) * 86_400_000),
           embeddingModel: model,
           indexedAt: new Date(),

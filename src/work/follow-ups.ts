@@ -102,7 +102,7 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
 
 type RoundRows = {
   turnIds: string[];
-  snippets: (Pick<RecallSnippet, "endUserId" | "conversationId" | "kind" | "text" | "messageIds" | "occurredAt"> & { turnId: string })[];
+  snippets: (Pick<RecallSnippet, "endUserId" | "conversationId" | "kind" | "text" | "messageIds" | "messageSeqs" | "occurredAt"> & { turnId: string })[];
   verdicts: (Omit<GateVerdict, "id" | "tenantId" | "createdAt"> & { turnId: string })[];
   forgetting: string[];
 };
@@ -123,10 +123,10 @@ async function writeRound(db: TenantDb, rows: RoundRows): Promise<{ claimed: str
       WHERE "tenantId" = ${tenantId} AND "id" = ANY(${rows.turnIds}::text[]) AND "followUpsQueuedAt" IS NULL
       FOR UPDATE SKIP LOCKED
     ), snippets AS (
-      INSERT INTO "RecallSnippet" ("id", "tenantId", "endUserId", "conversationId", "kind", "text", "messageIds", "occurredAt", "createdAt")
-      SELECT gen_random_uuid()::text, ${tenantId}, r."endUserId", r."conversationId", r."kind"::"SnippetKind", r."text", r."messageIds", r."occurredAt", ${now}
+      INSERT INTO "RecallSnippet" ("id", "tenantId", "endUserId", "conversationId", "kind", "text", "messageIds", "messageSeqs", "occurredAt", "createdAt")
+      SELECT gen_random_uuid()::text, ${tenantId}, r."endUserId", r."conversationId", r."kind"::"SnippetKind", r."text", r."messageIds", r."messageSeqs", r."occurredAt", ${now}
       FROM jsonb_to_recordset(${JSON.stringify(rows.snippets)}::jsonb)
-        AS r("turnId" text, "endUserId" text, "conversationId" text, "kind" text, "text" text, "messageIds" text[], "occurredAt" timestamp(3))
+        AS r("turnId" text, "endUserId" text, "conversationId" text, "kind" text, "text" text, "messageIds" text[], "messageSeqs" int[], "occurredAt" timestamp(3))
       WHERE r."turnId" IN (SELECT "id" FROM claimed)
       RETURNING "id"
     ), verdicts AS (

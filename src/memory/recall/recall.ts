@@ -143,21 +143,17 @@ type ReadBack = {
   text: string;
   conversationId: string;
   messageIds: string[];
-  /** The seq of each of messageIds, in the same order (0 for a message deleted since). */
+  /** The seq of each of messageIds, in the same order (stored with the snippet). */
   messageSeqs: number[];
   occurredAt: Date;
   keyOfId: string | null;
   indexedAt: Date | null;
 };
 
-/** The user's snippets among `ids`, with their messages' seqs, in one statement. */
+/** The user's snippets among `ids`, in one statement. */
 function readBack(db: TenantDb, input: SearchInput, ids: string[]) {
   return db.$queryRaw<ReadBack[]>`
-    SELECT s."id", s."kind"::text AS "kind", s."text", s."conversationId", s."messageIds", s."occurredAt", s."keyOfId", s."indexedAt",
-           -- One primary-key lookup per message. A join here was planned as a scan of the
-           -- tenant's messages per snippet (10.4 against 2.0 ms for 60 snippets, embedded).
-           coalesce((SELECT array_agg(coalesce((SELECT m."seq" FROM "Message" m WHERE m."id" = u.id AND m."tenantId" = s."tenantId"), 0) ORDER BY u.ord)
-                     FROM unnest(s."messageIds") WITH ORDINALITY AS u(id, ord)), '{}') AS "messageSeqs"
+    SELECT s."id", s."kind"::text AS "kind", s."text", s."conversationId", s."messageIds", s."messageSeqs", s."occurredAt", s."keyOfId", s."indexedAt"
     FROM "RecallSnippet" s
     WHERE s."tenantId" = ${db.$tenantId()} AND s."endUserId" = ${input.endUserId} AND s."id" = ANY(${ids}::text[])
       ${input.excludeConversationId ? Prisma.sql`AND s."conversationId" <> ${input.excludeConversationId}` : Prisma.empty}`;

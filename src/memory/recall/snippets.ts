@@ -91,6 +91,7 @@ export async function planSnippetsOfTurns(db: TenantDb, turns: TurnRange[]) {
       // A cut through a surrogate pair drops its lone half: the round sends the text as jsonb, which refuses one.
       text: group.map(line).join("\n").slice(0, SNIPPET_MAX_CHARS).replace(/[\uD800-\uDBFF]$/, ""),
       messageIds: group.map((m) => m.id),
+      messageSeqs: group.map((m) => m.seq),
       occurredAt: group[0].occurredAt,
     }));
   });

@@ -4,6 +4,7 @@ import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { recordTurn } from "./helpers/turns.ts";
 import { forTenant } from "../src/db.ts";
 import { recordTurn as recordTurnRows } from "../src/memory/conversations/turns.ts";
+import { createTurnSnippets, indexSnippets } from "../src/memory/recall/snippets.ts";
 import { loadTenantSettings, settingsChanged } from "../src/governance/settings.ts";
 import { followUpsJob } from "../src/queue.ts";
 import { FOLLOW_UPS_WINDOW_MS } from "../src/work/after-turn.ts";
@@ -124,6 +125,20 @@ describe("SQL statements per request on the hot paths", () => {
     // process's cache.
     expect(await statementsOf(q, { input: { conversationId, message: "what about pricing?" } })).toBeLessThanOrEqual(8);
   });
+
+  it("the recall query: the keyword statement returns its hits' snippets, and only the vector hits are read back", async () => {
+    // Indexed here: this suite's frozen clock holds the jobs back.
+    const db = forTenant(engram.services.db, engram.tenant.tenantId);
+    await indexSnippets(db, engram.services.deps, await createTurnSnippets(db, conversationId, { firstSeq: 1, lastSeq: 24 }));
+    const q = `query($input: RecallInput!) { recall(input: $input) { candidates { snippetId messageSeqs keywordRank vectorRank } } }`;
+    const input = (mode: string) => ({ input: { endUserId, text: "what about pricing?", mode } });
+    const hybrid = await engram.gql(q, input("HYBRID"));
+    expect(hybrid.data.recall.candidates.some((c: { keywordRank: number | null }) => c.keywordRank !== null)).toBe(true);
+    expect(hybrid.data.recall.candidates.some((c: { vectorRank: number | null }) => c.vectorRank !== null)).toBe(true);
+    expect(await statementsOf(q, input("KEYWORD"))).toBe(1);
+    expect(await statementsOf(q, input("VECTOR"))).toBe(1);
+    expect(await statementsOf(q, input("HYBRID"))).toBe(2);
+  }, 120_000);
 
   it("recordTurn on a known conversation: one statement reads and writes, one queue write, the feed's row", async () => {
     const q = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id firstSeq lastSeq } }`;

@@ -67,6 +67,7 @@ const BM25 = { k1: 1.2, b: 0.75 } as const;
  * and the assistant's names, "today") count for almost nothing and a rare one for a lot.
  * PostgreSQL's ts_rank_cd has no such weight, and it was what held the keyword side back on
  * LoCoMo (bench/README.md). The statistics are computed per query from the user's tsvectors.
+ * Returns the hits' snippets with their scores (no read-back after it).
  */
 async function keywordHits(db: TenantDb, input: SearchInput, limit: number) {
   const tenantId = db.$tenantId();
@@ -79,7 +80,7 @@ async function keywordHits(db: TenantDb, input: SearchInput, limit: number) {
   // order as unnesting every lexeme, 11.4 -> 3.4 ms per statement in PGlite on the peers
   // harness's LoCoMo store (bench/README.md, "Recall latency: goal and what remains"). Were the
   // column ever given weights, setweight's marks would need another weight than any stored.
-  return db.$queryRaw<{ id: string; rank: number }[]>`
+  return db.$queryRaw<(ReadBack & { rank: number })[]>`
     WITH q AS (SELECT tsvector_to_array(to_tsvector('english', ${input.text})) AS terms),
     docs AS MATERIALIZED (SELECT s."id", s."search", s."occurredAt" FROM "RecallSnippet" s WHERE ${own}),
     stats AS (
@@ -90,19 +91,29 @@ async function keywordHits(db: TenantDb, input: SearchInput, limit: number) {
              length(d."search")::float8 AS len
       FROM docs d, q, unnest(ts_filter(setweight(d."search", 'A', q.terms), '{a}')) u
     ),
-    df AS (SELECT lexeme, count(*)::float8 AS df FROM matches GROUP BY lexeme)
-    SELECT m."id", sum(
-             ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
-             * m.tf * (${BM25.k1}::float8 + 1)
-             / (m.tf + ${BM25.k1}::float8 * (1 - ${BM25.b}::float8 + ${BM25.b}::float8 * m.len / stats.avglen))
-           )::float8 AS "rank"
-    FROM matches m JOIN df USING (lexeme), stats
-    GROUP BY m."id", m."occurredAt"
-    ORDER BY "rank" DESC, m."occurredAt" DESC
-    LIMIT ${limit}`;
+    df AS (SELECT lexeme, count(*)::float8 AS df FROM matches GROUP BY lexeme),
+    ranked AS (
+      SELECT m."id", sum(
+               ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
+               * m.tf * (${BM25.k1}::float8 + 1)
+               / (m.tf + ${BM25.k1}::float8 * (1 - ${BM25.b}::float8 + ${BM25.b}::float8 * m.len / stats.avglen))
+             )::float8 AS "rank"
+      FROM matches m JOIN df USING (lexeme), stats
+      GROUP BY m."id", m."occurredAt"
+      ORDER BY "rank" DESC, m."occurredAt" DESC
+      LIMIT ${limit}
+    )
+    SELECT ${SNIPPET_COLUMNS}, r."rank"
+    FROM ranked r JOIN "RecallSnippet" s ON s."id" = r."id"
+    ORDER BY r."rank" DESC, s."occurredAt" DESC`;
 }
 
-/** The two retrievers' hits for a message, before fusion (the LoCoMo bench tunes fusion over these). */
+/**
+ * The two retrievers' hits for a message, before fusion (the LoCoMo bench tunes fusion over
+ * these), and the snippets they found. The keyword statement returns its hits' rows itself, and
+ * the vector hits are read back as soon as they are known, while the keyword statement may still
+ * run: no read-back waits for both sides.
+ */
 export async function retrieveHits(
   db: TenantDb,
   deps: Pick<RecallDeps, "embeddings" | "vectors" | "log">,
@@ -130,11 +141,14 @@ export async function retrieveHits(
       return [];
     }
   };
-  const [vector, keyword] = await Promise.all([
-    vectorSide(),
+  const vectorHits = vectorSide();
+  const [vector, keyword, vectorRows] = await Promise.all([
+    vectorHits,
     mode === "VECTOR" ? Promise.resolve([]) : keywordHits(db, input, pool),
+    vectorHits.then((hits) => (hits.length ? readBack(db, input, hits.map((h) => h.id)) : [])),
   ]);
-  return { vector, keyword, degraded: degraded as string | null };
+  const rows = new Map<string, ReadBack>([...vectorRows, ...keyword].map((s) => [s.id, s]));
+  return { vector, keyword, rows, degraded: degraded as string | null };
 }
 
 type ReadBack = {
@@ -150,10 +164,12 @@ type ReadBack = {
   indexedAt: Date | null;
 };
 
+const SNIPPET_COLUMNS = Prisma.sql`s."id", s."kind"::text AS "kind", s."text", s."conversationId", s."messageIds", s."messageSeqs", s."occurredAt", s."keyOfId", s."indexedAt"`;
+
 /** The user's snippets among `ids`, in one statement. */
 function readBack(db: TenantDb, input: SearchInput, ids: string[]) {
   return db.$queryRaw<ReadBack[]>`
-    SELECT s."id", s."kind"::text AS "kind", s."text", s."conversationId", s."messageIds", s."messageSeqs", s."occurredAt", s."keyOfId", s."indexedAt"
+    SELECT ${SNIPPET_COLUMNS}
     FROM "RecallSnippet" s
     WHERE s."tenantId" = ${db.$tenantId()} AND s."endUserId" = ${input.endUserId} AND s."id" = ANY(${ids}::text[])
       ${input.excludeConversationId ? Prisma.sql`AND s."conversationId" <> ${input.excludeConversationId}` : Prisma.empty}`;
@@ -176,15 +192,12 @@ export async function searchSnippets(
   const retrieved = retrieveHits(db, deps, input, pool);
   // Parsed while the retrievers are out (a millisecond or two of CPU).
   const time = resolveTimeHint(input.text, input.at ?? new Date());
-  const { vector, keyword, degraded } = await retrieved;
-  const ids = [...new Set([...vector.map((h) => h.id), ...keyword.map((h) => h.id)])];
-  if (ids.length === 0) return { candidates: [], degraded, time };
+  const { vector, keyword, rows: snippets, degraded } = await retrieved;
+  if (snippets.size === 0) return { candidates: [], degraded, time };
 
-  const found = await readBack(db, input, ids);
   // The snippets that keys (facts' sentences) point to, when they were not found themselves.
-  const have = new Set(found.map((s) => s.id));
-  const targets = [...new Set(found.flatMap((s) => (s.keyOfId && !have.has(s.keyOfId) ? [s.keyOfId] : [])))];
-  const snippets = new Map([...found, ...(targets.length ? await readBack(db, input, targets) : [])].map((s) => [s.id, s]));
+  const targets = [...new Set([...snippets.values()].flatMap((s) => (s.keyOfId && !snippets.has(s.keyOfId) ? [s.keyOfId] : [])))];
+  if (targets.length) for (const s of await readBack(db, input, targets)) snippets.set(s.id, s);
   const seqOf = new Map([...snippets.values()].flatMap((s) => s.messageIds.map((m, i) => [m, s.messageSeqs[i]] as const)));
   const fused = fuseHits(vector, keyword, withNeighbours(snippets, seqOf), time, input.k, { ...RECALL, pool });
   const candidates = fused.map(({ id, ...scores }) => {

@@ -56,6 +56,12 @@ describe("recall with the offline encoder", () => {
     expect(foreign.errors?.[0].extensions?.code).toBe("NOT_FOUND");
   });
 
+  it("looks up the seqs of a snippet stored without them (by an instance older than migration 0013)", async () => {
+    await engram.services.db.$executeRaw`UPDATE "RecallSnippet" SET "messageSeqs" = '{}' WHERE "conversationId" = ${ids.shoes.conversationId}`;
+    const { data } = await engram.gql(RECALL, { input: { endUserId: ids.shoes.endUserId, text: "Which running shoes did I buy?", k: 10 } });
+    expect(data.recall.candidates[0]).toMatchObject({ conversationId: ids.shoes.conversationId, messageSeqs: [1, 2] });
+  });
+
   it("leaves the excluded conversation out, and compares the retrievers", async () => {
     const text = "Which running shoes did I buy?";
     const result = await engram.gql(RECALL, {

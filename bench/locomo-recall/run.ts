@@ -257,7 +257,7 @@ if (TUNE) {
   }
   if (process.env.BENCH_LOCOMO_DUMP) {
     writeFileSync(process.env.BENCH_LOCOMO_DUMP, JSON.stringify({
-      hits: hits.map(({ q, vector, keyword, time }) => ({ q: { ...q, evidence: [...q.evidence] }, vector, keyword, time })),
+      hits: hits.map(({ q, vector, keyword, time }) => ({ q: { ...q, evidence: [...q.evidence] }, vector, keyword: keyword.map(({ id, rank }) => ({ id, rank })), time })),
       meta: [...meta.values()],
     }));
   }

@@ -45,6 +45,7 @@ async function fill(store: BenchStore) {
         kind: "TURN" as const,
         text: `user: ${sentence(20)}\nassistant: ${sentence(15)}`,
         messageIds: [randomUUID(), randomUUID()],
+        messageSeqs: [1, 2],
         occurredAt: new Date(Date.UTC(2026, 0, 1) + Math.floor(rand() * 300) * 86_400_000),
       })),
     });

@@ -57,6 +57,30 @@ export type SearchInput = {
   vector?: number[] | null;
 };
 
+type ReadBack = {
+  id: string;
+  kind: RecallCandidate["kind"];
+  text: string;
+  conversationId: string;
+  messageIds: string[];
+  /** The seq of each of messageIds, in the same order (stored with the snippet). */
+  messageSeqs: number[];
+  occurredAt: Date;
+  keyOfId: string | null;
+  indexedAt: Date | null;
+};
+
+const SNIPPET_COLUMNS = Prisma.sql`s."id", s."kind"::text AS "kind", s."text", s."conversationId", s."messageIds", s."messageSeqs", s."occurredAt", s."keyOfId", s."indexedAt"`;
+
+/** The user's snippets among `ids`, in one statement. */
+function readBack(db: TenantDb, input: SearchInput, ids: string[]) {
+  return db.$queryRaw<ReadBack[]>`
+    SELECT ${SNIPPET_COLUMNS}
+    FROM "RecallSnippet" s
+    WHERE s."tenantId" = ${db.$tenantId()} AND s."endUserId" = ${input.endUserId} AND s."id" = ANY(${ids}::text[])
+      ${input.excludeConversationId ? Prisma.sql`AND s."conversationId" <> ${input.excludeConversationId}` : Prisma.empty}`;
+}
+
 /** Okapi BM25's usual constants: term-frequency saturation and document-length normalisation. */
 const BM25 = { k1: 1.2, b: 0.75 } as const;
 
@@ -100,19 +124,18 @@ async function keywordHits(db: TenantDb, input: SearchInput, limit: number) {
              )::float8 AS "rank"
       FROM matches m JOIN df USING (lexeme), stats
       GROUP BY m."id", m."occurredAt"
-      ORDER BY "rank" DESC, m."occurredAt" DESC
+      ORDER BY "rank" DESC, m."occurredAt" DESC, m."id"
       LIMIT ${limit}
     )
     SELECT ${SNIPPET_COLUMNS}, r."rank"
     FROM ranked r JOIN "RecallSnippet" s ON s."id" = r."id"
-    ORDER BY r."rank" DESC, s."occurredAt" DESC`;
+    ORDER BY r."rank" DESC, s."occurredAt" DESC, s."id"`;
 }
 
 /**
  * The two retrievers' hits for a message, before fusion (the LoCoMo bench tunes fusion over
- * these), and the snippets they found. The keyword statement returns its hits' rows itself, and
- * the vector hits are read back as soon as they are known, while the keyword statement may still
- * run: no read-back waits for both sides.
+ * these), and the snippets they found: the vector hits are read back while the keyword
+ * statement may still run, so no read-back waits for both sides.
  */
 export async function retrieveHits(
   db: TenantDb,
@@ -151,28 +174,17 @@ export async function retrieveHits(
   return { vector, keyword, rows, degraded: degraded as string | null };
 }
 
-type ReadBack = {
-  id: string;
-  kind: RecallCandidate["kind"];
-  text: string;
-  conversationId: string;
-  messageIds: string[];
-  /** The seq of each of messageIds, in the same order (stored with the snippet). */
-  messageSeqs: number[];
-  occurredAt: Date;
-  keyOfId: string | null;
-  indexedAt: Date | null;
-};
-
-const SNIPPET_COLUMNS = Prisma.sql`s."id", s."kind"::text AS "kind", s."text", s."conversationId", s."messageIds", s."messageSeqs", s."occurredAt", s."keyOfId", s."indexedAt"`;
-
-/** The user's snippets among `ids`, in one statement. */
-function readBack(db: TenantDb, input: SearchInput, ids: string[]) {
-  return db.$queryRaw<ReadBack[]>`
-    SELECT ${SNIPPET_COLUMNS}
-    FROM "RecallSnippet" s
-    WHERE s."tenantId" = ${db.$tenantId()} AND s."endUserId" = ${input.endUserId} AND s."id" = ANY(${ids}::text[])
-      ${input.excludeConversationId ? Prisma.sql`AND s."conversationId" <> ${input.excludeConversationId}` : Prisma.empty}`;
+/**
+ * Seqs for the snippets stored without them: an instance of an Engram before migration 0013,
+ * still running beside a newer one, writes its snippets' messages but not their seqs. One
+ * statement, and none when every snippet has them.
+ */
+async function lookUpMissingSeqs(db: TenantDb, snippets: ReadBack[]) {
+  const missing = snippets.filter((s) => s.messageSeqs.length !== s.messageIds.length);
+  if (missing.length === 0) return;
+  const messages = await db.message.findMany({ where: { id: { in: missing.flatMap((s) => s.messageIds) } }, select: { id: true, seq: true } });
+  const seqOf = new Map(messages.map((m) => [m.id, m.seq]));
+  for (const s of missing) s.messageSeqs = s.messageIds.map((id) => seqOf.get(id) ?? 0);
 }
 
 /**
@@ -198,6 +210,7 @@ export async function searchSnippets(
   // The snippets that keys (facts' sentences) point to, when they were not found themselves.
   const targets = [...new Set([...snippets.values()].flatMap((s) => (s.keyOfId && !snippets.has(s.keyOfId) ? [s.keyOfId] : [])))];
   if (targets.length) for (const s of await readBack(db, input, targets)) snippets.set(s.id, s);
+  await lookUpMissingSeqs(db, [...snippets.values()]);
   const seqOf = new Map([...snippets.values()].flatMap((s) => s.messageIds.map((m, i) => [m, s.messageSeqs[i]] as const)));
   const fused = fuseHits(vector, keyword, withNeighbours(snippets, seqOf), time, input.k, { ...RECALL, pool });
   const candidates = fused.map(({ id, ...scores }) => {

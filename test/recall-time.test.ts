@@ -111,14 +111,13 @@ describe("fusion", () => {
   });
 
   it("knows a found turn's found neighbours: the turns whose messages come right before and after it", () => {
-    const turn = (id: string, conversationId: string, messageIds: string[]) => ({ id, kind: "TURN", conversationId, messageIds });
+    const turn = (id: string, conversationId: string, messageSeqs: number[]) => ({ id, kind: "TURN", conversationId, messageSeqs });
     const snippets = new Map(
-      [turn("t1", "A", ["m1", "m2"]), turn("t2", "A", ["m3", "m4"]), turn("t4", "A", ["m7"]), turn("u1", "B", ["n5"]), { ...turn("s", "A", []), kind: "SUMMARY" }].map(
+      [turn("t1", "A", [1, 2]), turn("t2", "A", [3, 4]), turn("t4", "A", [7]), turn("u1", "B", [5]), { ...turn("s", "A", []), kind: "SUMMARY" }].map(
         (s) => [s.id, s],
       ),
     );
-    const seqOf = new Map([["m1", 1], ["m2", 2], ["m3", 3], ["m4", 4], ["m7", 7], ["n5", 5]]);
-    const near = withNeighbours(snippets, seqOf);
+    const near = withNeighbours(snippets);
     expect(Object.fromEntries([...near.values()].map((s) => [s.id, s.neighbourIds]))).toEqual({ t1: ["t2"], t2: ["t1"], t4: [], u1: [], s: [] });
   });
 });

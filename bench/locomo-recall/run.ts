@@ -214,11 +214,10 @@ const meta = new Map<string, Meta>();
 {
   const rows = await db.recallSnippet.findMany({
     where: { kind: "TURN" },
-    select: { id: true, conversationId: true, occurredAt: true, messageIds: true, text: true },
+    select: { id: true, conversationId: true, occurredAt: true, messageIds: true, messageSeqs: true, text: true },
     orderBy: [{ conversationId: "asc" }, { occurredAt: "asc" }],
   });
-  const seqs = new Map((await db.message.findMany({ select: { id: true, seq: true } })).map((m) => [m.id, m.seq]));
-  const dias = (r: (typeof rows)[number]) => r.messageIds.map((m) => diaIds.get(r.conversationId)?.[seqs.get(m)! - 1] ?? "");
+  const dias = (r: (typeof rows)[number]) => r.messageSeqs.map((seq) => diaIds.get(r.conversationId)?.[seq - 1] ?? "");
   rows.forEach((r, i) => {
     const near = [rows[i - 1], rows[i + 1]].filter((n) => n && n.conversationId === r.conversationId);
     meta.set(r.id, {

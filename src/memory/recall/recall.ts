@@ -211,8 +211,7 @@ export async function searchSnippets(
   const targets = [...new Set([...snippets.values()].flatMap((s) => (s.keyOfId && !snippets.has(s.keyOfId) ? [s.keyOfId] : [])))];
   if (targets.length) for (const s of await readBack(db, input, targets)) snippets.set(s.id, s);
   await lookUpMissingSeqs(db, [...snippets.values()]);
-  const seqOf = new Map([...snippets.values()].flatMap((s) => s.messageIds.map((m, i) => [m, s.messageSeqs[i]] as const)));
-  const fused = fuseHits(vector, keyword, withNeighbours(snippets, seqOf), time, input.k, { ...RECALL, pool });
+  const fused = fuseHits(vector, keyword, withNeighbours(snippets), time, input.k, { ...RECALL, pool });
   const candidates = fused.map(({ id, ...scores }) => {
     const s = snippets.get(id)!;
     return {
@@ -236,23 +235,21 @@ export async function searchSnippets(
  * Each found turn with the found turns right before and after it in its conversation (its first
  * message follows the other's last), for fusion's neighbour weight.
  */
-export function withNeighbours<S extends { id: string; kind: string; conversationId: string; messageIds: string[] }>(
+export function withNeighbours<S extends { id: string; kind: string; conversationId: string; messageSeqs: number[] }>(
   snippets: Map<string, S>,
-  seqOf: Map<string, number>,
 ): Map<string, S & { neighbourIds: string[] }> {
-  const span = (s: S) => s.messageIds.map((m) => seqOf.get(m) ?? 0);
   const byStart = new Map<string, string>();
   const byEnd = new Map<string, string>();
   for (const s of snippets.values()) {
-    if (s.kind !== "TURN" || s.messageIds.length === 0) continue;
-    byStart.set(`${s.conversationId}:${Math.min(...span(s))}`, s.id);
-    byEnd.set(`${s.conversationId}:${Math.max(...span(s))}`, s.id);
+    if (s.kind !== "TURN" || s.messageSeqs.length === 0) continue;
+    byStart.set(`${s.conversationId}:${Math.min(...s.messageSeqs)}`, s.id);
+    byEnd.set(`${s.conversationId}:${Math.max(...s.messageSeqs)}`, s.id);
   }
   return new Map(
     [...snippets.values()].map((s) => {
-      if (s.kind !== "TURN" || s.messageIds.length === 0) return [s.id, { ...s, neighbourIds: [] }];
-      const before = byEnd.get(`${s.conversationId}:${Math.min(...span(s)) - 1}`);
-      const after = byStart.get(`${s.conversationId}:${Math.max(...span(s)) + 1}`);
+      if (s.kind !== "TURN" || s.messageSeqs.length === 0) return [s.id, { ...s, neighbourIds: [] }];
+      const before = byEnd.get(`${s.conversationId}:${Math.min(...s.messageSeqs) - 1}`);
+      const after = byStart.get(`${s.conversationId}:${Math.max(...s.messageSeqs) + 1}`);
       return [s.id, { ...s, neighbourIds: [before, after].filter((id): id is string => id !== undefined) }];
     }),
   );

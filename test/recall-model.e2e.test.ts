@@ -96,6 +96,11 @@ describe("recall on a scripted OpenAI-compatible server", () => {
     expect(human).toContain(
       `(just before: ${JSON.stringify("user: Morning! Busy week at work. / assistant: Sounds like a lot.")})\n${JSON.stringify("user: I'm planning our family holiday trip.\nassistant: Nice, where to?")}\n(just after: ${JSON.stringify("user: We settled on Lisbon in June. / assistant: Lisbon in June is lovely.")})`,
     );
+    // A neighbouring message forgotten while the tenant keeps raw messages is not shown to the judge.
+    await engram.services.db.message.updateMany({ where: { content: "Morning! Busy week at work." }, data: { forgottenAt: new Date() } });
+    await engram.gql(CONTEXT, { input: { conversationId: now.conversationId, message: "Remind me about our holiday trip from last time?" } });
+    const again = model.requests.filter(isRerank).at(-1)!.messages[1].content;
+    expect(again).toContain(`(just before: ${JSON.stringify("assistant: Sounds like a lot.")})`);
   });
 
   it("falls back to the similarity floor when the judge's answer is broken", async () => {

@@ -119,5 +119,18 @@ describe("fusion", () => {
     );
     const near = withNeighbours(snippets);
     expect(Object.fromEntries([...near.values()].map((s) => [s.id, s.neighbourIds]))).toEqual({ t1: ["t2"], t2: ["t1"], t4: [], u1: [], s: [] });
+    // A 0 stands for a message deleted since: t3's span is its other message alone, so it follows t2.
+    const gapped = withNeighbours(new Map([...snippets, ["t3", turn("t3", "A", [0, 5])]]));
+    expect(gapped.get("t3")?.neighbourIds).toEqual(["t2"]);
+    expect(gapped.get("t2")?.neighbourIds).toEqual(["t1", "t3"]);
+  });
+
+  it("gives a hit whose snippet was not read back (forgotten since) no place: the hits after it keep their ranks", () => {
+    const withGone = [vector[0], { id: "gone", similarity: 0.85 }, ...vector.slice(1)];
+    const ranks = (list: ReturnType<typeof fuseHits>) => Object.fromEntries(list.map((f) => [f.id, [f.vectorRank, f.keywordRank]]));
+    const plain = fuseHits(vector, keyword, snippets, null, 5, options);
+    const gone = fuseHits(withGone, [{ id: "gone", rank: 9 }, ...keyword], snippets, null, 5, options);
+    expect(gone.map((f) => f.id)).toEqual(plain.map((f) => f.id));
+    expect(ranks(gone)).toEqual(ranks(plain));
   });
 });

@@ -315,6 +315,26 @@ describe("the vector cache", () => {
     await Promise.all([one.cache.close(), two.cache.close(), three.cache.close()]);
   });
 
+  it("does not answer from a copy twice ttlMs old (its user not searched meanwhile): Chroma does, while it reloads", async () => {
+    let clock = 0;
+    const writer = cacheOver();
+    const reader = cacheOver({ now: () => clock });
+    const { space } = await corpus(writer.cache);
+    await reader.cache.query(space, randomVector(), { endUserId: "a" }, 1);
+    await reader.cache.loaded();
+    // Unheard: the two are on separate pubsubs (no Redis).
+    const probe = randomVector();
+    await writer.cache.upsert(space, [{ id: "a-unheard", vector: probe, endUserId: "a", conversationId: "a-c2", kind: "TURN", occurredAt: new Date() }]);
+    clock += 60_000;
+    const queries = reader.chromaStore.queries;
+    expect((await reader.cache.query(space, probe, { endUserId: "a" }, 1))[0].id).toBe("a-unheard");
+    expect(reader.chromaStore.queries).toBe(queries + 1);
+    await reader.cache.loaded();
+    expect((await reader.cache.query(space, probe, { endUserId: "a" }, 1))[0].id).toBe("a-unheard");
+    expect(reader.chromaStore.queries).toBe(queries + 1);
+    await Promise.all([writer.cache.close(), reader.cache.close()]);
+  });
+
   it("queues the loads asked for while four run, so every user searched gets a copy, and every stale one is reloaded", async () => {
     let clock = 0;
     const { chromaStore, cache } = cacheOver({ now: () => clock });

@@ -68,6 +68,34 @@ export async function forgetSnippets(db: TenantDb, deps: Pick<Deps, "vectors">, 
 }
 
 /**
+ * The second sweep of a forget, once the messages are deleted or marked forgotten and the
+ * summaries cleared: snippets of them that a turn's indexing (or a summary's keys) planned before
+ * and wrote after the first sweep. From now on none can be written: insertTurnSnippets checks and
+ * locks the messages a snippet is made of, syncSummaryKeys the summary its keys come from.
+ */
+async function sweepAgain(db: TenantDb, deps: Pick<Deps, "vectors">, where: Prisma.RecallSnippetWhereInput) {
+  return forgetSnippets(db, deps, (await db.recallSnippet.findMany({ where, select: { id: true } })).map((s) => s.id));
+}
+
+/**
+ * Deletes facts with their recall keys (FACT snippets): the keys' rows would cascade with the
+ * facts, their vectors would not, and a vector left behind keeps the forgotten sentence's
+ * embedding searchable and takes a place among the hits. `where` may narrow the delete (a fact
+ * refreshed meanwhile stays; its key is made again by the next syncFactKeys).
+ */
+export async function deleteFacts(
+  db: TenantDb,
+  deps: Pick<Deps, "vectors">,
+  factIds: string[],
+  where: Prisma.FactWhereInput = {},
+): Promise<number> {
+  if (factIds.length === 0) return 0;
+  const keys = await db.recallSnippet.findMany({ where: { factId: { in: factIds } }, select: { id: true } });
+  await forgetSnippets(db, deps, keys.map((k) => k.id));
+  return (await db.fact.deleteMany({ where: { ...where, id: { in: factIds } } })).count;
+}
+
+/**
  * After a forget, nothing already said in these conversations is read again: the extractor's
  * progress and the summary's coverage move to the last message, so neither brings back what was
  * just forgotten (the tail is still sent word for word while the raw messages are kept).
@@ -148,6 +176,10 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   ).count;
   if (settings.forgetDeletesMessages) receipt.messages = (await db.message.deleteMany({ where: inTheirs })).count;
   else await db.message.updateMany({ where: { ...inTheirs, forgottenAt: null }, data: { forgottenAt: new Date() } });
+  receipt.snippets += await sweepAgain(db, deps, { conversationId: { in: conversationIds } });
+  // Facts an extraction that read the messages before wrote after the first delete (a fact
+  // written from now on finds its message gone: facts.ts).
+  receipt.facts += await deleteFacts(db, deps, (await db.fact.findMany({ where: { endUserId }, select: { id: true } })).map((f) => f.id));
   await closeConversations(db, conversationIds);
   const turnIds = (await db.turn.findMany({ where: inTheirs, select: { id: true } })).map((t) => t.id);
   receipt.jobRecords = await forgetJobRecords(db, conversationIds, turnIds);
@@ -204,7 +236,7 @@ export async function forgetPhrases(
       AND (f."sourceMessageId" = ANY(${messageIds}::text[]) OR ${matches(Prisma.sql`f."text"`)} OR EXISTS (
         SELECT 1 FROM "FactVersion" v WHERE v."factId" = f."id" AND ${matches(Prisma.sql`v."text"`)}))`);
   receipt.factVersions = await db.factVersion.count({ where: { factId: { in: factIds } } });
-  receipt.facts = (await db.fact.deleteMany({ where: { id: { in: factIds } } })).count;
+  receipt.facts = await deleteFacts(db, deps, factIds);
 
   const snippetIds = await ids(Prisma.sql`
     SELECT s."id" FROM "RecallSnippet" s
@@ -226,6 +258,11 @@ export async function forgetPhrases(
     } else {
       await db.message.updateMany({ where: { id: { in: messageIds }, forgottenAt: null }, data: { forgottenAt: new Date() } });
     }
+    receipt.snippets += await sweepAgain(db, deps, {
+      OR: [{ messageIds: { hasSome: messageIds } }, { kind: "SUMMARY", conversationId: { in: affected } }],
+    });
+    const lateFacts = await db.fact.findMany({ where: { sourceMessageId: { in: messageIds } }, select: { id: true } });
+    receipt.facts += await deleteFacts(db, deps, lateFacts.map((f) => f.id));
     // Stored verdicts name what was asked to be forgotten; they are only a cache of the gate's answer.
     receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId: { in: conversationIds } } })).count;
     await closeConversations(db, affected);
@@ -262,10 +299,7 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
 export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string, who: ForgetWho) {
   const fact = await db.fact.findUnique({ where: { id: factId } });
   if (!fact) throw notFound("Fact", factId);
-  // Its recall key (a FACT snippet) would cascade with the fact, but not its vector.
-  const key = await db.recallSnippet.findMany({ where: { factId }, select: { id: true } });
-  await forgetSnippets(db, deps, key.map((s) => s.id));
-  await db.fact.deleteMany({ where: { id: factId } });
+  await deleteFacts(db, deps, [factId]);
   if (fact.sourceMessageId) {
     const snippets = await db.recallSnippet.findMany({
       where: { messageIds: { has: fact.sourceMessageId } },
@@ -299,7 +333,7 @@ export async function forgetExpired(db: TenantDb, deps: ForgetDeps, cutoff: Date
       take: BATCH,
     });
     if (batch.length === 0) break;
-    facts += (await db.fact.deleteMany({ where: { id: { in: batch.map((f) => f.id) }, confirmedAt: { lt: cutoff } } })).count;
+    facts += await deleteFacts(db, deps, batch.map((f) => f.id), { confirmedAt: { lt: cutoff } });
     for (const fact of batch) {
       deps.pubsub.publish("factChanged", db.$tenantId(), {
         endUserId: fact.endUserId,

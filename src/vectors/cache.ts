@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Logger } from "../log.ts";
 import type { PubSub, Topics } from "../pubsub.ts";
+import { withTimeout } from "../timeout.ts";
 import { collectionName, epoch, vectorVersion } from "./chroma.ts";
 import type { SnippetVector, VectorHit, VectorSelector, VectorSpace, VectorStore } from "./index.ts";
 
@@ -29,8 +30,9 @@ import type { SnippetVector, VectorHit, VectorSelector, VectorSpace, VectorStore
  *   configured and up): deletes as their selector, applied here too, and new vectors as their
  *   ids, read from Chroma for the users this instance holds a copy of. Without them (no Redis,
  *   Redis down, or a command-line process writing beside the server), a copy older than `ttlMs`
- *   is loaded again, and answers until its replacement has loaded (or, while Chroma cannot be
- *   read, until a retry can): that bounds how long another process's new vector goes unseen.
+ *   is loaded again, and answers until its replacement has loaded, but not once it is twice that
+ *   old (its user was not searched for a while): then Chroma answers (unless it cannot be read
+ *   now). That bounds how long another process's new vector goes unseen to twice `ttlMs`.
  * - Copies take at most `maxBytes`, growth included (least recently searched dropped first, but
  *   none searched within `ttlMs`: a user who does not fit is searched in Chroma rather than
  *   thrash the rest, and is tried again after `ttlMs`, then twice, four times... as long, up to
@@ -77,6 +79,9 @@ type Copy = {
 const RETRY_MS = 5_000;
 // Loads at once: each reads a user's vectors whole (about 6 KB of JSON a 512-d vector).
 const MAX_LOADS = 4;
+// A load Chroma does not answer within this gives its place up (a hung Chroma would otherwise
+// hold the loads' places, and the copies' journals would grow, until it answered).
+const LOAD_TIMEOUT_MS = 60_000;
 // A reload reads all of a user's vectors again, not only the changed ones, once in this many TTLs.
 const WHOLE_READ_EVERY = 10;
 
@@ -275,7 +280,8 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
     const wanted = () => (stale ? copies.get(key) === stale && stale.next === copy : copies.get(key) === copy);
     const done = (async () => {
       try {
-        const listed = await store.versionsOf(space, endUserId, maxPerUser);
+        const late = `no answer from the vector store within ${LOAD_TIMEOUT_MS / 1000} s`;
+        const listed = await withTimeout(store.versionsOf(space, endUserId, maxPerUser), LOAD_TIMEOUT_MS, late);
         if (!wanted()) return;
         // A reload reads again only the vectors that are new or changed since the copy it
         // replaces was loaded (about 6 KB of JSON each, parsed on the event loop): the others are
@@ -300,7 +306,7 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
           } else toRead.push(id);
         }
         // Deleted since they were listed, or moved to another user: not this user's.
-        const read = listed && (await store.vectorsByIds(space, toRead)).filter((v) => v.endUserId === endUserId);
+        const read = listed && (await withTimeout(store.vectorsByIds(space, toRead), LOAD_TIMEOUT_MS, late)).filter((v) => v.endUserId === endUserId);
         if (!wanted()) return;
         const rows = read ? [...kept, ...read.map((v) => asRow(v))] : null;
         const dims = rows?.[0]?.unit.length ?? 0;
@@ -411,16 +417,30 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
   void (async () => {
     for await (const change of changes) {
       if (change.origin === origin) continue;
-      if (change.deleted) {
-        const { occurredBefore, ...selector } = change.deleted;
-        const write: Write = {
-          delete: { tenantId: change.tenantId, selector: { ...selector, ...(occurredBefore ? { occurredBefore: new Date(occurredBefore) } : {}) } },
-        };
-        landed(change.tenantId, write);
+      try {
+        heard(change);
+      } catch (error) {
+        // One unreadable announcement (another version's, say) must not stop the others being heard.
+        log.warn("vector cache: an announcement of another instance could not be applied", { error });
       }
-      if (change.upserted) void upsertedElsewhere({ tenantId: change.tenantId, model: change.upserted.model }, change.upserted.endUserIds, change.upserted.ids);
     }
   })().catch(() => undefined);
+
+  /** Another instance's announced change, applied to this one's copies. */
+  function heard(change: Payload) {
+    if (change.deleted) {
+      const { occurredBefore, ...selector } = change.deleted;
+      const write: Write = {
+        delete: { tenantId: change.tenantId, selector: { ...selector, ...(occurredBefore ? { occurredBefore: new Date(occurredBefore) } : {}) } },
+      };
+      landed(change.tenantId, write);
+    }
+    if (change.upserted) {
+      void upsertedElsewhere({ tenantId: change.tenantId, model: change.upserted.model }, change.upserted.endUserIds, change.upserted.ids).catch((error) =>
+        log.warn("vector cache: another instance's new vectors could not be applied", { tenantId: change.tenantId, error }),
+      );
+    }
+  }
 
   return {
     ...store,
@@ -458,9 +478,12 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
       if (copy && !copy.landed) {
         // Another embedding model's query: Chroma says what is wrong.
         if (copy.size > 0 && copy.dims !== vector.length) return store.query(space, vector, filter, k);
-        // One older than ttlMs answers while its replacement loads.
-        if (now() - copy.loadedAt >= ttlMs && !copy.next && retry) requestLoad(space, filter.endUserId, copy);
+        const age = now() - copy.loadedAt;
+        // One older than ttlMs answers while its replacement loads, up to twice that age (a user
+        // not searched for a while): then Chroma answers, unless it cannot be read now.
+        if (age >= ttlMs && !copy.next && retry) requestLoad(space, filter.endUserId, copy);
         copy.searchedAt = now();
+        if (age >= 2 * ttlMs && retry) return store.query(space, vector, filter, k);
         return nearest(copy, unit(vector), filter.excludeConversationId, k);
       }
       if (!copy && retry) requestLoad(space, filter.endUserId);

@@ -1,9 +1,9 @@
 import { appNow, type TenantDb } from "../db.ts";
-import type { GateVerdict, RecallSnippet } from "../generated/prisma/client.ts";
+import { Prisma, type GateVerdict } from "../generated/prisma/client.ts";
 import type { Deps } from "../deps.ts";
 import { DEFAULT_AGENT_SETTINGS } from "../memory/conversations/agents.ts";
 import { gateByKeywords } from "../memory/gate/gate.ts";
-import { indexSnippets, planSnippetsOfTurns, syncFactKeys, type TurnRange } from "../memory/recall/snippets.ts";
+import { indexSnippets, insertTurnSnippets, planSnippetsOfTurns, syncFactKeys, type SnippetRow, type TurnRange } from "../memory/recall/snippets.ts";
 import { indexJob, turnJob } from "../queue.ts";
 
 type FollowUpsDeps = Pick<Deps, "queue" | "embeddings" | "vectors" | "log">;
@@ -102,7 +102,7 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
 
 type RoundRows = {
   turnIds: string[];
-  snippets: (Pick<RecallSnippet, "endUserId" | "conversationId" | "kind" | "text" | "messageIds" | "messageSeqs" | "occurredAt"> & { turnId: string })[];
+  snippets: (SnippetRow & { turnId: string })[];
   verdicts: (Omit<GateVerdict, "id" | "tenantId" | "createdAt"> & { turnId: string })[];
   forgetting: string[];
 };
@@ -110,8 +110,8 @@ type RoundRows = {
 /**
  * A round's writes in one statement (atomic on its own): it claims those of the turns still in
  * the outbox (SKIP LOCKED, so two workers never take the same turn; a turn another worker
- * dispatched meanwhile is no longer waiting), inserts the snippets and verdicts of the claimed
- * turns, and marks them dispatched, except those left for their own turn job. Returns the claimed
+ * dispatched meanwhile is no longer waiting), inserts the snippets (of messages not forgotten
+ * meanwhile: insertTurnSnippets) and verdicts of the claimed turns, and marks them dispatched, except those left for their own turn job. Returns the claimed
  * turns' ids and the new snippets'.
  */
 async function writeRound(db: TenantDb, rows: RoundRows): Promise<{ claimed: string[]; snippetIds: string[] }> {
@@ -122,14 +122,7 @@ async function writeRound(db: TenantDb, rows: RoundRows): Promise<{ claimed: str
       SELECT "id" FROM "Turn"
       WHERE "tenantId" = ${tenantId} AND "id" = ANY(${rows.turnIds}::text[]) AND "followUpsQueuedAt" IS NULL
       FOR UPDATE SKIP LOCKED
-    ), snippets AS (
-      INSERT INTO "RecallSnippet" ("id", "tenantId", "endUserId", "conversationId", "kind", "text", "messageIds", "messageSeqs", "occurredAt", "createdAt")
-      SELECT gen_random_uuid()::text, ${tenantId}, r."endUserId", r."conversationId", r."kind"::"SnippetKind", r."text", r."messageIds", r."messageSeqs", r."occurredAt", ${now}
-      FROM jsonb_to_recordset(${JSON.stringify(rows.snippets)}::jsonb)
-        AS r("turnId" text, "endUserId" text, "conversationId" text, "kind" text, "text" text, "messageIds" text[], "messageSeqs" int[], "occurredAt" timestamp(3))
-      WHERE r."turnId" IN (SELECT "id" FROM claimed)
-      RETURNING "id"
-    ), verdicts AS (
+    ), ${insertTurnSnippets(tenantId, rows.snippets, Prisma.sql`AND r."turnId" IN (SELECT "id" FROM claimed)`)}, verdicts AS (
       INSERT INTO "GateVerdict" ("id", "tenantId", "conversationId", "messageHash", "remember", "forget", "forgetTargets", "needsRecall", "decidedBy", "createdAt")
       SELECT gen_random_uuid()::text, ${tenantId}, v."conversationId", v."messageHash", v."remember", v."forget", v."forgetTargets", v."needsRecall", v."decidedBy", ${now}
       FROM jsonb_to_recordset(${JSON.stringify(rows.verdicts)}::jsonb)
@@ -141,6 +134,6 @@ async function writeRound(db: TenantDb, rows: RoundRows): Promise<{ claimed: str
       WHERE "id" IN (SELECT "id" FROM claimed) AND NOT ("id" = ANY(${rows.forgetting}::text[]))
     )
     SELECT coalesce((SELECT array_agg("id") FROM claimed), '{}') AS "claimed",
-           coalesce((SELECT array_agg("id") FROM snippets), '{}') AS "snippetIds"`;
+           coalesce((SELECT array_agg("id") FROM "inserted"), '{}') AS "snippetIds"`;
   return written;
 }

@@ -22,7 +22,7 @@ async function runExtraction(db: TenantDb, deps: TurnWorkDeps, conversationId: s
   if (!extractor || !judge) return { status: "MODEL_OFF" as const };
   const result = await extractFacts(
     db,
-    { extractor, judge, pubsub: deps.pubsub, log: deps.log },
+    { extractor, judge, pubsub: deps.pubsub, vectors: deps.vectors, log: deps.log },
     conversationId,
     { now },
   );

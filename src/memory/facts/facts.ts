@@ -2,10 +2,12 @@ import { z } from "zod";
 import type { CandidateFact } from "../../chains/extractor.ts";
 import type { FactJudgment } from "../../chains/fact-judge.ts";
 import type { TenantDb } from "../../db.ts";
+import type { Deps } from "../../deps.ts";
 import { notFound, parseInput } from "../../errors.ts";
 import { Prisma, type Fact } from "../../generated/prisma/client.ts";
 import type { FactChangeKind, FactChangePayload, PubSub } from "../../pubsub.ts";
 import type { ExtraBlocks } from "../context.ts";
+import { deleteFacts } from "../forget.ts";
 import { countTokens } from "../tokens.ts";
 
 /** At most this many facts per user; the least recently confirmed non-core ones go first. */
@@ -17,7 +19,7 @@ export type FactAuthor =
   | { origin: "PERSON" | "API"; apiKeyId: string; sourceMessageId?: null }
   | { origin: "EXTRACTOR"; apiKeyId?: null; sourceMessageId: string | null };
 
-export type FactDeps = { pubsub: PubSub };
+export type FactDeps = { pubsub: PubSub; vectors: Deps["vectors"] };
 
 export const normalizeFact = (text: string) =>
   text.toLowerCase().replace(/[^\p{L}\p{N}]+/gu, " ").trim();
@@ -59,10 +61,27 @@ async function enforceCap(db: TenantDb, deps: FactDeps, endUserId: string) {
     orderBy: [{ confirmedAt: "asc" }, { id: "asc" }],
     take: total - FACT_CAP,
   });
-  await db.fact.deleteMany({ where: { id: { in: dropped.map((f) => f.id) } } });
+  await deleteFacts(db, deps, dropped.map((f) => f.id));
   for (const fact of dropped) {
     announce(db, deps, "DELETED", { endUserId, factId: fact.id, text: fact.text, reason: `over the cap of ${FACT_CAP} facts` });
   }
+}
+
+/** The message a fact was extracted from was forgotten while the extraction ran. */
+class SourceForgotten extends Error {}
+
+/**
+ * Inside the transaction that writes a fact: its source message must still be there and not
+ * forgotten, and it stays locked (FOR SHARE) until the transaction ends. A forget that marks or
+ * deletes it either commits first, and the fact is not written, or waits, and then finds the
+ * fact when it sweeps again (src/memory/forget.ts): an extraction that read the message before
+ * the forget cannot bring it back after.
+ */
+async function requireSourceStillSaid(tx: TenantDb, sourceMessageId: string | null | undefined) {
+  if (!sourceMessageId) return;
+  const live = await tx.$queryRaw<unknown[]>`
+    SELECT 1 FROM "Message" WHERE "tenantId" = ${tx.$tenantId()} AND "id" = ${sourceMessageId} AND "forgottenAt" IS NULL FOR SHARE`;
+  if (live.length === 0) throw new SourceForgotten();
 }
 
 async function createFact(
@@ -82,6 +101,7 @@ async function createFact(
   conversationId: string | null = null,
 ) {
   const fact = await db.$transaction(async (tx) => {
+    await requireSourceStillSaid(tx as TenantDb, author.sourceMessageId);
     const created = await tx.fact.create({
       data: {
         tenantId: db.$tenantId(),
@@ -175,18 +195,25 @@ export type CandidateOutcome = { change: FactChangeKind | "DROPPED"; reason: str
  * "update" replaces it (its earlier text stays in its history); "contradiction" keeps both,
  * the newer first.
  */
-export async function applyCandidate(
-  db: TenantDb,
-  deps: FactDeps,
-  input: {
-    endUserId: string;
-    candidate: CandidateFact;
-    judgment: FactJudgment;
-    allowSensitive: boolean;
-    sourceMessageId: string | null;
-    conversationId: string;
-  },
-): Promise<CandidateOutcome> {
+export async function applyCandidate(db: TenantDb, deps: FactDeps, input: CandidateInput): Promise<CandidateOutcome> {
+  try {
+    return await applyJudgedCandidate(db, deps, input);
+  } catch (error) {
+    if (!(error instanceof SourceForgotten)) throw error;
+    return { change: "DROPPED", reason: "its message was forgotten while it was read", factId: null };
+  }
+}
+
+type CandidateInput = {
+  endUserId: string;
+  candidate: CandidateFact;
+  judgment: FactJudgment;
+  allowSensitive: boolean;
+  sourceMessageId: string | null;
+  conversationId: string;
+};
+
+async function applyJudgedCandidate(db: TenantDb, deps: FactDeps, input: CandidateInput): Promise<CandidateOutcome> {
   const { endUserId, candidate, judgment, conversationId } = input;
   if (judgment.durability !== "durable") {
     return { change: "DROPPED", reason: `${judgment.durability}, not durable`, factId: null };
@@ -208,6 +235,7 @@ export async function applyCandidate(
   if (judgment.relation === "update" && related) {
     const reason = `replaces: ${related.text}`;
     const updated = await db.$transaction(async (tx) => {
+      await requireSourceStillSaid(tx as TenantDb, input.sourceMessageId);
       const fact = await tx.fact.update({
         where: { id: related.id },
         data: {

@@ -71,14 +71,20 @@ export function fuseHits(
     return s;
   };
   // A key's hit counts for the snippet it points to; a snippet is credited once per retriever,
-  // at the best rank any of its keys (or itself) reached.
+  // at the best rank any of its keys (or itself) reached. A hit whose snippet was not read back
+  // (forgotten since, or a vector left behind by a crash) takes no place: the ones after it
+  // keep the ranks they would have had without it.
   const credited = (hits: { id: string }[]) => {
     const seen = new Set<string>();
-    return hits.slice(0, options.pool).map((hit, i) => {
-      const target = snippets.get(hit.id)?.keyOfId ?? hit.id;
+    let rank = 0;
+    return hits.slice(0, options.pool).map((hit) => {
+      const found = snippets.get(hit.id);
+      if (!found) return null;
+      rank += 1;
+      const target = found.keyOfId ?? hit.id;
       if (!snippets.has(target) || seen.has(target)) return null;
       seen.add(target);
-      return { target, rank: i + 1 };
+      return { target, rank };
     });
   };
   credited(vector).forEach((c, i) => {

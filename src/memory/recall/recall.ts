@@ -241,18 +241,26 @@ export function withNeighbours<S extends { id: string; kind: string; conversatio
   const byStart = new Map<string, string>();
   const byEnd = new Map<string, string>();
   for (const s of snippets.values()) {
-    if (s.kind !== "TURN" || s.messageSeqs.length === 0) continue;
-    byStart.set(`${s.conversationId}:${Math.min(...s.messageSeqs)}`, s.id);
-    byEnd.set(`${s.conversationId}:${Math.max(...s.messageSeqs)}`, s.id);
+    const span = s.kind === "TURN" ? seqSpan(s.messageSeqs) : null;
+    if (!span) continue;
+    byStart.set(`${s.conversationId}:${span.first}`, s.id);
+    byEnd.set(`${s.conversationId}:${span.last}`, s.id);
   }
   return new Map(
     [...snippets.values()].map((s) => {
-      if (s.kind !== "TURN" || s.messageSeqs.length === 0) return [s.id, { ...s, neighbourIds: [] }];
-      const before = byEnd.get(`${s.conversationId}:${Math.min(...s.messageSeqs) - 1}`);
-      const after = byStart.get(`${s.conversationId}:${Math.max(...s.messageSeqs) + 1}`);
+      const span = s.kind === "TURN" ? seqSpan(s.messageSeqs) : null;
+      if (!span) return [s.id, { ...s, neighbourIds: [] }];
+      const before = byEnd.get(`${s.conversationId}:${span.first - 1}`);
+      const after = byStart.get(`${s.conversationId}:${span.last + 1}`);
       return [s.id, { ...s, neighbourIds: [before, after].filter((id): id is string => id !== undefined) }];
     }),
   );
+}
+
+/** The first and last seq of a turn's messages; a 0 stands for a message deleted since (migration 0013), and is left out. */
+function seqSpan(seqs: number[]): { first: number; last: number } | null {
+  const known = seqs.filter((seq) => seq > 0);
+  return known.length ? { first: Math.min(...known), last: Math.max(...known) } : null;
 }
 
 /** Without the judge: the fused top 3 that are close enough, or strong keyword matches. */
@@ -268,17 +276,18 @@ function aboveFloor(candidates: RecallCandidate[], floor: number) {
  */
 async function neighbouringTurns(db: TenantDb, candidates: RecallCandidate[]) {
   const around = new Map<string, { before: string | null; after: string | null }>();
-  const turns = candidates.filter((c) => c.kind === "TURN" && c.messageSeqs.length);
+  const turns = candidates.flatMap((c) => {
+    const span = c.kind === "TURN" ? seqSpan(c.messageSeqs) : null;
+    return span ? [{ c, ...span }] : [];
+  });
   if (turns.length === 0) return around;
-  const span = (c: RecallCandidate) => ({ first: Math.min(...c.messageSeqs), last: Math.max(...c.messageSeqs) });
   const messages = await db.message.findMany({
     where: {
       private: false,
+      // Kept raw but forgotten (forgetDeletesMessages off): never shown to the judge's model.
+      forgottenAt: null,
       role: { in: ["USER", "ASSISTANT"] },
-      OR: turns.map((c) => {
-        const { first, last } = span(c);
-        return { conversationId: c.conversationId, seq: { in: [first - 2, first - 1, last + 1, last + 2] } };
-      }),
+      OR: turns.map(({ c, first, last }) => ({ conversationId: c.conversationId, seq: { in: [first - 2, first - 1, last + 1, last + 2] } })),
     },
     select: { conversationId: true, seq: true, role: true, content: true },
   });
@@ -289,8 +298,7 @@ async function neighbouringTurns(db: TenantDb, candidates: RecallCandidate[]) {
       .filter((m) => m !== undefined)
       .map((m) => `${m.role.toLowerCase()}: ${m.content}`)
       .join(" / ") || null;
-  for (const c of turns) {
-    const { first, last } = span(c);
+  for (const { c, first, last } of turns) {
     around.set(c.snippetId, { before: text(c.conversationId, [first - 2, first - 1]), after: text(c.conversationId, [last + 1, last + 2]) });
   }
   return around;

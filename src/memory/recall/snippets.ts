@@ -1,6 +1,6 @@
 import { appNow, type TenantDb } from "../../db.ts";
 import type { Deps } from "../../deps.ts";
-import type { Message } from "../../generated/prisma/client.ts";
+import { Prisma, type Message } from "../../generated/prisma/client.ts";
 import { forgetSnippets } from "../forget.ts";
 
 /** What indexing needs beside the tenant's client: the embedder and the vector store. */
@@ -39,11 +39,39 @@ export async function createTurnSnippets(
   const { rows, waiting: unindexed } = await planSnippetsOfTurns(db, [{ conversationId, endUserId: conversation.endUserId, ...range }]);
   const waiting = unindexed.map((s) => s.id);
   if (rows.length === 0) return waiting;
-  const created = await db.recallSnippet.createManyAndReturn({
-    data: rows.map(({ turn: _, ...row }) => ({ tenantId: db.$tenantId(), ...row })),
-    select: { id: true },
-  });
+  const created = await db.$queryRaw<{ id: string }[]>`
+    WITH ${insertTurnSnippets(db.$tenantId(), rows.map(({ turn: _, ...row }) => row))}
+    SELECT "id" FROM "inserted"`;
   return [...waiting, ...created.map((row) => row.id)];
+}
+
+/** A planned TURN snippet, as planSnippetsOfTurns makes it; `turnId` when a caller's statement narrows the rows by it. */
+export type SnippetRow = Omit<Awaited<ReturnType<typeof planSnippetsOfTurns>>["rows"][number], "turn"> & { turnId?: string };
+
+/**
+ * The insert of planned TURN snippets, as the common table expressions `live` and `inserted`
+ * (the new rows' ids) of one statement, which a caller may extend (`and` narrows the rows, by
+ * `r."turnId"` say). A row goes in only while all of its messages are still there and not
+ * forgotten, and the statement locks those messages (FOR SHARE) until its transaction ends: a
+ * forget that marks or deletes them after the plan read them either commits first, and the row
+ * is left out, or waits for the insert, and then finds the snippet when it sweeps again
+ * (src/memory/forget.ts). Without that, a turn's snippet planned before a forget and written
+ * after it would bring back what was forgotten.
+ */
+export function insertTurnSnippets(tenantId: string, rows: SnippetRow[], and: Prisma.Sql = Prisma.empty): Prisma.Sql {
+  const messageIds = rows.flatMap((r) => r.messageIds);
+  return Prisma.sql`"live" AS (
+      SELECT m."id" FROM "Message" m
+      WHERE m."tenantId" = ${tenantId} AND m."id" = ANY(${messageIds}::text[]) AND m."forgottenAt" IS NULL
+      FOR SHARE
+    ), "inserted" AS (
+      INSERT INTO "RecallSnippet" ("id", "tenantId", "endUserId", "conversationId", "kind", "text", "messageIds", "messageSeqs", "occurredAt", "createdAt")
+      SELECT gen_random_uuid()::text, ${tenantId}, r."endUserId", r."conversationId", r."kind"::"SnippetKind", r."text", r."messageIds", r."messageSeqs", r."occurredAt", ${appNow()}
+      FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb)
+        AS r("turnId" text, "endUserId" text, "conversationId" text, "kind" text, "text" text, "messageIds" text[], "messageSeqs" int[], "occurredAt" timestamp(3))
+      WHERE r."messageIds" <@ (SELECT coalesce(array_agg("id"), '{}') FROM "live") ${and}
+      RETURNING "id"
+    )`;
 }
 
 export type TurnRange = { conversationId: string; endUserId: string; firstSeq: number; lastSeq: number };
@@ -135,10 +163,21 @@ export async function syncSummaryKeys(db: TenantDb, deps: Pick<Deps, "vectors">,
   const have = new Set(existing.map(same));
   if (existing.length === wanted.length && wanted.every((w) => have.has(same(w)))) return [];
   await forgetSnippets(db, deps, existing.map((k) => k.id));
-  const created = await db.recallSnippet.createManyAndReturn({
-    data: wanted.map((w) => ({ ...w, tenantId: db.$tenantId(), endUserId: conversation.endUserId, conversationId, kind: "SUMMARY" as const, messageIds: [] })),
-    select: { id: true },
-  });
+  // Only while the summary is still the one read, its row locked for the statement: a forget that
+  // clears it meanwhile either commits first, and nothing is written, or waits, and then sweeps
+  // the conversation's SUMMARY keys again (src/memory/forget.ts).
+  const tenantId = db.$tenantId();
+  const created = await db.$queryRaw<{ id: string }[]>`
+    WITH "current" AS (
+      SELECT c."id" FROM "Conversation" c
+      WHERE c."tenantId" = ${tenantId} AND c."id" = ${conversationId} AND c."summary" = ${conversation.summary}
+      FOR SHARE
+    )
+    INSERT INTO "RecallSnippet" ("id", "tenantId", "endUserId", "conversationId", "kind", "text", "keyOfId", "messageIds", "occurredAt", "createdAt")
+    SELECT gen_random_uuid()::text, ${tenantId}, ${conversation.endUserId}, ${conversationId}, 'SUMMARY', w."text", w."keyOfId", '{}', w."occurredAt", ${appNow()}
+    FROM jsonb_to_recordset(${JSON.stringify(wanted)}::jsonb) AS w("text" text, "keyOfId" text, "occurredAt" timestamp(3))
+    WHERE EXISTS (SELECT 1 FROM "current")
+    RETURNING "id"`;
   return created.map((c) => c.id);
 }
 

@@ -1,0 +1,192 @@
+import type { ChromaClient } from "chromadb";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Deps } from "../src/deps.ts";
+import { forTenant, type TenantDb } from "../src/db.ts";
+import { applyCandidate } from "../src/memory/facts/facts.ts";
+import { forgetExpired, forgetPhrases, forgetUser } from "../src/memory/forget.ts";
+import {
+  createTurnSnippets,
+  indexSnippets,
+  insertTurnSnippets,
+  planSnippetsOfTurns,
+  syncFactKeys,
+  syncSummaryKeys,
+} from "../src/memory/recall/snippets.ts";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { chromaOf, say, vectorIds } from "./helpers/recall.ts";
+
+// Forgetting while other work runs: a snippet, a key or a fact planned from what is being
+// forgotten and written after the forget's first sweep must not survive it. The interleavings
+// are made by hand (the job worker is off): a step is run between two of the forget's, or the
+// forget's own vector delete runs the other work first.
+let engram: TestEngram;
+// Chroma starts with the first vector written: its client is made when first needed.
+let chroma: ChromaClient | undefined;
+let db: TenantDb;
+const reason = { reason: "test" };
+
+const snippetsOf = (endUserId: string, kind?: "TURN" | "FACT" | "SUMMARY") =>
+  engram.services.db.recallSnippet.findMany({ where: { endUserId, ...(kind ? { kind } : {}) }, select: { id: true } }).then((r) => r.map((s) => s.id));
+const vectorsOf = (endUserId: string) => vectorIds((chroma ??= chromaOf(engram)), engram.tenant.tenantId, { endUserId });
+const keepMessages = (keep: boolean) =>
+  engram.gql(`mutation($on: Boolean!) { updateTenantSettings(input: { forgetDeletesMessages: $on }) { forgetDeletesMessages } }`, { on: !keep }, engram.tenant.admin);
+
+/** The deps with `vectors.delete` running `first` before its first call goes through. */
+function onFirstVectorDelete(first: () => Promise<unknown>): Deps {
+  const deps = engram.services.deps;
+  let ran = false;
+  const vectors: Deps["vectors"] = {
+    ...deps.vectors,
+    async delete(tenantId, selector) {
+      if (!ran) {
+        ran = true;
+        await first();
+      }
+      return deps.vectors.delete(tenantId, selector);
+    },
+  };
+  return { ...deps, vectors };
+}
+
+/** A turn with its snippet indexed, and a fact from its user message with its recall key indexed. */
+async function turnWithFactKey(user: string, message: string, fact: string, confirmedAt = new Date()) {
+  const turn = await say(engram, { user, conversation: `${user}-1` }, message, "Noted.");
+  const source = await engram.services.db.message.findFirstOrThrow({ where: { conversationId: turn.conversationId, seq: 1 } });
+  const made = await engram.services.db.fact.create({
+    data: { tenantId: engram.tenant.tenantId, endUserId: turn.endUserId, text: fact, origin: "EXTRACTOR", sourceMessageId: source.id, confirmedAt },
+  });
+  const snippet = await createTurnSnippets(db, turn.conversationId, { firstSeq: 1, lastSeq: 2 });
+  await indexSnippets(db, engram.services.deps, [...snippet, ...(await syncFactKeys(db, engram.services.deps, turn.endUserId))]);
+  const [key] = await snippetsOf(turn.endUserId, "FACT");
+  expect(await vectorsOf(turn.endUserId)).toContain(key);
+  return { ...turn, factId: made.id, keyId: key, sourceId: source.id };
+}
+
+beforeAll(async () => {
+  engram = await startTestEngram();
+  db = forTenant(engram.services.db, engram.tenant.tenantId);
+}, 120_000);
+afterAll(async () => {
+  await engram?.stop();
+});
+
+describe("a turn's snippet planned before a forget", () => {
+  for (const keep of [false, true]) {
+    it(`is not written after it (messages ${keep ? "kept, marked forgotten" : "deleted"})`, async () => {
+      await keepMessages(keep);
+      const user = keep ? "ivy-kept" : "ivy";
+      const turn = await say(engram, { user, conversation: `${user}-1` }, "My gate code is 5521.", "Saved.");
+      const plan = await planSnippetsOfTurns(db, [{ conversationId: turn.conversationId, endUserId: turn.endUserId, firstSeq: 1, lastSeq: 2 }]);
+      expect(plan.rows).toHaveLength(1);
+      await forgetPhrases(db, engram.services.deps, turn.endUserId, ["gate code"], reason);
+      const rows = plan.rows.map(({ turn: _, ...row }) => row);
+      const inserted = await db.$queryRaw<{ id: string }[]>`WITH ${insertTurnSnippets(engram.tenant.tenantId, rows)} SELECT "id" FROM "inserted"`;
+      expect(inserted).toEqual([]);
+      expect(await snippetsOf(turn.endUserId)).toEqual([]);
+      // The same insert of a turn nobody forgot goes in, with its seqs.
+      const other = await say(engram, { user, conversation: `${user}-2` }, "I like window seats.", "Noted.");
+      const fresh = await planSnippetsOfTurns(db, [{ conversationId: other.conversationId, endUserId: other.endUserId, firstSeq: 1, lastSeq: 2 }]);
+      const written = await db.$queryRaw<{ id: string }[]>`
+        WITH ${insertTurnSnippets(engram.tenant.tenantId, fresh.rows.map(({ turn: _, ...row }) => row))} SELECT "id" FROM "inserted"`;
+      expect(written).toHaveLength(1);
+      expect(await db.recallSnippet.findUniqueOrThrow({ where: { id: written[0].id } })).toMatchObject({ messageSeqs: [1, 2], kind: "TURN" });
+    });
+  }
+
+  it("written between the forget's first sweep and the messages' delete is swept again (forgetUser)", async () => {
+    await keepMessages(false);
+    const turn = await say(engram, { user: "jude", conversation: "jude-1" }, "My locker code is 8812.", "Saved.");
+    // The turn's job writes its snippet while forgetUser deletes the user's vectors.
+    const deps = onFirstVectorDelete(() => createTurnSnippets(db, turn.conversationId, { firstSeq: 1, lastSeq: 2 }));
+    const receipt = await forgetUser(db, deps, turn.endUserId, reason);
+    expect(receipt.snippets).toBe(1);
+    expect(await snippetsOf(turn.endUserId)).toEqual([]);
+  });
+
+  it("written between the forget's first sweep and the messages' delete is swept again (forgetPhrases)", async () => {
+    await keepMessages(true);
+    // An earlier turn with its snippet, found by the first sweep; while its vector is deleted the
+    // newer turn's job writes the newer turn's snippet.
+    const earlier = await say(engram, { user: "kai", conversation: "kai-1" }, "I bought a safe.", "Good idea.");
+    await createTurnSnippets(db, earlier.conversationId, { firstSeq: 1, lastSeq: 2 });
+    const turn = await say(engram, { user: "kai", conversation: "kai-1" }, "My safe combination is 3141.", "Saved.");
+    const deps = onFirstVectorDelete(() => createTurnSnippets(db, turn.conversationId, { firstSeq: 3, lastSeq: 4 }));
+    const receipt = await forgetPhrases(db, deps, turn.endUserId, ["safe"], reason);
+    expect(receipt.snippets).toBe(2);
+    expect(await snippetsOf(turn.endUserId)).toEqual([]);
+    expect(await db.message.count({ where: { conversationId: turn.conversationId, forgottenAt: null, content: { contains: "safe" } } })).toBe(0);
+  });
+});
+
+describe("a summary's keys", () => {
+  it("are not written when the summary is cleared between their read and their write", async () => {
+    const turn = await say(engram, { user: "lux", conversation: "lux-1" }, "We are moving to Oslo in May.", "Exciting.");
+    await createTurnSnippets(db, turn.conversationId, { firstSeq: 1, lastSeq: 2 });
+    const summarize = (summary: string | null) => db.conversation.update({ where: { id: turn.conversationId }, data: { summary, summaryThroughSeq: 2 } });
+    await summarize("The user is moving to Oslo in May.");
+    expect(await syncSummaryKeys(db, engram.services.deps, turn.conversationId)).toHaveLength(1);
+    // A new summary: its keys replace the old ones, and a forget clears it while they are made.
+    await summarize("The user is moving to Oslo in May with two cats.");
+    const deps = onFirstVectorDelete(() => summarize(null));
+    expect(await syncSummaryKeys(db, deps, turn.conversationId)).toEqual([]);
+    expect(await snippetsOf(turn.endUserId, "SUMMARY")).toEqual([]);
+  });
+});
+
+describe("a fact's recall key", () => {
+  it("goes from Chroma when forgetPhrases deletes the fact", async () => {
+    const t = await turnWithFactKey("mira", "I drive a green Volvo.", "Mira drives a green Volvo.");
+    await forgetPhrases(db, engram.services.deps, t.endUserId, ["Volvo"], reason);
+    expect(await vectorsOf(t.endUserId)).not.toContain(t.keyId);
+    expect(await snippetsOf(t.endUserId, "FACT")).toEqual([]);
+  });
+
+  it("goes from Chroma when retention deletes the fact, and the turn it points to stays", async () => {
+    const old = new Date(Date.now() - 40 * 86_400_000);
+    const t = await turnWithFactKey("nico", "I play the cello.", "Nico plays the cello.", old);
+    const [turnSnippet] = await snippetsOf(t.endUserId, "TURN");
+    expect((await forgetExpired(db, engram.services.deps, new Date(Date.now() - 30 * 86_400_000), "retention")).facts).toBe(1);
+    const left = await vectorsOf(t.endUserId);
+    expect(left).not.toContain(t.keyId);
+    expect(left).toContain(turnSnippet);
+  });
+
+  it("goes from Chroma when the user's cap of facts drops the fact", async () => {
+    const old = new Date(Date.now() - 400 * 86_400_000);
+    const t = await turnWithFactKey("oona", "I collect stamps.", "Oona collects stamps.", old);
+    await engram.services.db.fact.createMany({
+      data: Array.from({ length: 49 }, (_, i) => ({ tenantId: engram.tenant.tenantId, endUserId: t.endUserId, text: `Oona fact ${i}.`, origin: "API" as const })),
+    });
+    const added = await engram.gql(`mutation($input: AddFactInput!) { addFact(input: $input) { id } }`, { input: { endUserId: t.endUserId, text: "Oona likes tea." } });
+    expect(added.errors).toBeUndefined();
+    expect(await db.fact.count({ where: { id: t.factId } })).toBe(0);
+    expect(await vectorsOf(t.endUserId)).not.toContain(t.keyId);
+  });
+});
+
+describe("a fact extracted from a message forgotten while the extraction ran", () => {
+  it("is dropped, and a forget that finds it written sweeps it", async () => {
+    await keepMessages(true);
+    const turn = await say(engram, { user: "pia", conversation: "pia-1" }, "I am allergic to penicillin.", "Noted.");
+    const source = await db.message.findFirstOrThrow({ where: { conversationId: turn.conversationId, seq: 1 } });
+    // Its snippet is what the first sweep finds: the extraction writes its fact meanwhile.
+    await createTurnSnippets(db, turn.conversationId, { firstSeq: 1, lastSeq: 2 });
+    const candidate = (sourceMessageId: string) =>
+      applyCandidate(db, engram.services.deps, {
+        endUserId: turn.endUserId,
+        candidate: { text: "Pia is allergic to penicillin.", core: true, seq: 1 },
+        judgment: { durability: "durable", relation: "none", relatedFactId: null, sensitivity: null },
+        allowSensitive: true,
+        sourceMessageId,
+        conversationId: turn.conversationId,
+      });
+    // Written after the forget's first delete of facts, before its messages are marked: swept.
+    const deps = onFirstVectorDelete(() => candidate(source.id));
+    const receipt = await forgetPhrases(db, deps, turn.endUserId, ["penicillin"], reason);
+    expect(receipt.facts).toBe(1);
+    expect(await db.fact.count({ where: { endUserId: turn.endUserId } })).toBe(0);
+    // Written after the forget: the message is forgotten, so the fact is not.
+    expect(await candidate(source.id)).toMatchObject({ change: "DROPPED", factId: null });
+    expect(await db.fact.count({ where: { endUserId: turn.endUserId } })).toBe(0);
+  });
+});

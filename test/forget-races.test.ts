@@ -118,6 +118,39 @@ describe("a turn's snippet planned before a forget", () => {
   });
 });
 
+describe("a forget's second look", () => {
+  it("finds a snippet matched by its text alone (no one message says it) written meanwhile", async () => {
+    await keepMessages(false);
+    const said = await say(engram, { user: "rio", conversation: "rio-1" }, "I bought a safe with a code lock.", "Good idea.");
+    await createTurnSnippets(db, said.conversationId, { firstSeq: 1, lastSeq: 2 });
+    // "safe" in the question, "code" in the reply: the turn matches "safe code", neither message does.
+    await say(engram, { user: "rio", conversation: "rio-1" }, "Where is my safe?", "The code is in your notes app.");
+    const deps = onFirstVectorDelete(() => createTurnSnippets(db, said.conversationId, { firstSeq: 3, lastSeq: 4 }));
+    const receipt = await forgetPhrases(db, deps, said.endUserId, ["safe code"], reason);
+    expect(receipt).toMatchObject({ snippets: 2, messages: 1 });
+    expect(await snippetsOf(said.endUserId)).toEqual([]);
+  });
+
+  it("lets no summary rewrite begun before the forget land after it: the forget first moves the summary it started from", async () => {
+    const turn = await say(engram, { user: "sol", conversation: "sol-1" }, "My PIN is 2468.", "Saved.");
+    await createTurnSnippets(db, turn.conversationId, { firstSeq: 1, lastSeq: 2 });
+    const started = await db.conversation.findUniqueOrThrow({ where: { id: turn.conversationId } });
+    let landed = -1;
+    // A rewrite that read the conversation before the forget commits while the forget runs (its compare-and-set, summary.ts).
+    const deps = onFirstVectorDelete(async () => {
+      landed = (
+        await db.conversation.updateMany({
+          where: { id: turn.conversationId, summaryThroughSeq: started.summaryThroughSeq, summary: started.summary },
+          data: { summary: "The user's PIN is 2468.", summaryThroughSeq: 2 },
+        })
+      ).count;
+    });
+    await forgetPhrases(db, deps, turn.endUserId, ["PIN"], reason);
+    expect(landed).toBe(0);
+    expect(await db.conversation.findUniqueOrThrow({ where: { id: turn.conversationId } })).toMatchObject({ summary: null, summaryThroughSeq: 2 });
+  });
+});
+
 describe("a summary's keys", () => {
   it("are not written when the summary is cleared between their read and their write", async () => {
     const turn = await say(engram, { user: "lux", conversation: "lux-1" }, "We are moving to Oslo in May.", "Exciting.");

@@ -1,4 +1,4 @@
-import type { TenantDb } from "../db.ts";
+import { appNow, type TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { notFound } from "../errors.ts";
 import { Prisma } from "../generated/prisma/client.ts";
@@ -97,14 +97,40 @@ export async function deleteFacts(
 
 /**
  * After a forget, nothing already said in these conversations is read again: the extractor's
- * progress and the summary's coverage move to the last message, so neither brings back what was
- * just forgotten (the tail is still sent word for word while the raw messages are kept).
+ * progress and the summary's coverage move to the last message, and the summaries of those in
+ * `clear` are cleared, in one statement. A forget does this first, and again at its end: a
+ * summary rewrite begun before finds the summary it started from moved and writes nothing (its
+ * compare-and-set, summary.ts), so neither a revision nor a first summary of what is being
+ * forgotten lands after the forget has deleted them. (The tail is still sent word for word while
+ * the raw messages are kept.) Returns how many summaries were cleared.
  */
-async function closeConversations(db: TenantDb, conversationIds: string[]) {
-  if (conversationIds.length === 0) return;
-  await db.$executeRaw`
-    UPDATE "Conversation" SET "extractedThroughSeq" = "lastSeq", "summaryThroughSeq" = "lastSeq"
-    WHERE "tenantId" = ${db.$tenantId()} AND "id" = ANY(${conversationIds}::text[])`;
+async function closeConversations(db: TenantDb, conversationIds: string[], clear: string[] = []): Promise<number> {
+  if (conversationIds.length === 0) return 0;
+  const [{ cleared }] = await db.$queryRaw<{ cleared: number }[]>`
+    WITH "before" AS (
+      SELECT "id", "summary" IS NOT NULL AND "id" = ANY(${clear}::text[]) AS "clearing" FROM "Conversation"
+      WHERE "tenantId" = ${db.$tenantId()} AND "id" = ANY(${conversationIds}::text[])
+      FOR UPDATE
+    ), "closed" AS (
+      UPDATE "Conversation" c SET "extractedThroughSeq" = c."lastSeq", "summaryThroughSeq" = c."lastSeq",
+        "summary" = CASE WHEN b."clearing" THEN NULL ELSE c."summary" END
+      FROM "before" b WHERE c."id" = b."id"
+      RETURNING b."clearing"
+    )
+    SELECT count(*) FILTER (WHERE "clearing")::int AS "cleared" FROM "closed"`;
+  return cleared;
+}
+
+/**
+ * Deletes the messages that `where` picks (or marks them forgotten), locking them in id order
+ * first: a snippet's insert locks the messages it is made of in the same order
+ * (insertTurnSnippets), so the two never wait on each other in a cycle. Returns how many.
+ */
+async function forgetMessages(db: TenantDb, where: Prisma.Sql, remove: boolean): Promise<number> {
+  const picked = Prisma.sql`SELECT m."id" FROM "Message" m WHERE m."tenantId" = ${db.$tenantId()} AND ${where} ORDER BY m."id" FOR UPDATE`;
+  return remove
+    ? db.$executeRaw`DELETE FROM "Message" WHERE "id" IN (${picked})`
+    : db.$executeRaw`UPDATE "Message" SET "forgottenAt" = ${appNow()} WHERE "id" IN (${picked}) AND "forgottenAt" IS NULL`;
 }
 
 /** Finished job records of these conversations (their payloads name what was worked on). */
@@ -155,6 +181,7 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   const conversationIds = await conversationIdsOf(db, endUserId);
   const inTheirs = { conversationId: { in: conversationIds } };
   const receipt = emptyReceipt();
+  receipt.summaries = await closeConversations(db, conversationIds, conversationIds);
 
   receipt.snippets = await forgetSnippets(
     db,
@@ -168,18 +195,18 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   receipt.facts = (await db.fact.deleteMany({ where: { endUserId } })).count;
   receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: inTheirs })).count;
   receipt.summaryRevisions = (await db.summaryRevision.deleteMany({ where: inTheirs })).count;
-  receipt.summaries = (
-    await db.conversation.updateMany({ where: { endUserId, summary: { not: null } }, data: { summary: null } })
-  ).count;
   receipt.keptVerdicts = (
     await db.message.updateMany({ where: { ...inTheirs, keepScore: { not: null } }, data: { keepScore: null } })
   ).count;
-  if (settings.forgetDeletesMessages) receipt.messages = (await db.message.deleteMany({ where: inTheirs })).count;
-  else await db.message.updateMany({ where: { ...inTheirs, forgottenAt: null }, data: { forgottenAt: new Date() } });
+  const theirMessages = Prisma.sql`m."conversationId" = ANY(${conversationIds}::text[])`;
+  const removed = await forgetMessages(db, theirMessages, settings.forgetDeletesMessages);
+  if (settings.forgetDeletesMessages) receipt.messages = removed;
   receipt.snippets += await sweepAgain(db, deps, { conversationId: { in: conversationIds } });
   // Facts an extraction that read the messages before wrote after the first delete (a fact
   // written from now on finds its message gone: facts.ts).
-  receipt.facts += await deleteFacts(db, deps, (await db.fact.findMany({ where: { endUserId }, select: { id: true } })).map((f) => f.id));
+  const lateFacts = (await db.fact.findMany({ where: { endUserId }, select: { id: true } })).map((f) => f.id);
+  receipt.factVersions += await db.factVersion.count({ where: { factId: { in: lateFacts } } });
+  receipt.facts += await deleteFacts(db, deps, lateFacts);
   await closeConversations(db, conversationIds);
   const turnIds = (await db.turn.findMany({ where: inTheirs, select: { id: true } })).map((t) => t.id);
   receipt.jobRecords = await forgetJobRecords(db, conversationIds, turnIds);
@@ -230,39 +257,34 @@ export async function forgetPhrases(
             OR (c."summary" IS NOT NULL AND ${matches(Prisma.sql`c."summary"`)})
             OR EXISTS (SELECT 1 FROM "SummaryRevision" r WHERE r."conversationId" = c."id" AND ${matches(Prisma.sql`r."text"`)}))`)
     : [];
-  const factIds = await ids(Prisma.sql`
-    SELECT f."id" FROM "Fact" f
-    WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId}
-      AND (f."sourceMessageId" = ANY(${messageIds}::text[]) OR ${matches(Prisma.sql`f."text"`)} OR EXISTS (
-        SELECT 1 FROM "FactVersion" v WHERE v."factId" = f."id" AND ${matches(Prisma.sql`v."text"`)}))`);
-  receipt.factVersions = await db.factVersion.count({ where: { factId: { in: factIds } } });
-  receipt.facts = await deleteFacts(db, deps, factIds);
-
-  const snippetIds = await ids(Prisma.sql`
-    SELECT s."id" FROM "RecallSnippet" s
-    WHERE s."tenantId" = ${tenantId} AND s."endUserId" = ${endUserId}
-      AND (s."messageIds" && ${messageIds}::text[] OR ${matchesAnyPhrase(Prisma.sql`s."search"`, wanted)}
-        OR (s."kind" = 'SUMMARY' AND s."conversationId" = ANY(${affected}::text[])))`);
-  receipt.snippets = await forgetSnippets(db, deps, snippetIds);
+  receipt.summaries = await closeConversations(db, affected, affected);
+  // Facts and snippets are looked for twice: now, and once the messages are gone, for those that
+  // work already under way (an extraction, a turn's indexing) wrote in between.
+  const forgetFactsAndSnippets = async () => {
+    const factIds = await ids(Prisma.sql`
+      SELECT f."id" FROM "Fact" f
+      WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId}
+        AND (f."sourceMessageId" = ANY(${messageIds}::text[]) OR ${matches(Prisma.sql`f."text"`)} OR EXISTS (
+          SELECT 1 FROM "FactVersion" v WHERE v."factId" = f."id" AND ${matches(Prisma.sql`v."text"`)}))`);
+    receipt.factVersions += await db.factVersion.count({ where: { factId: { in: factIds } } });
+    receipt.facts += await deleteFacts(db, deps, factIds);
+    const snippetIds = await ids(Prisma.sql`
+      SELECT s."id" FROM "RecallSnippet" s
+      WHERE s."tenantId" = ${tenantId} AND s."endUserId" = ${endUserId}
+        AND (s."messageIds" && ${messageIds}::text[] OR ${matchesAnyPhrase(Prisma.sql`s."search"`, wanted)}
+          OR (s."kind" = 'SUMMARY' AND s."conversationId" = ANY(${affected}::text[])))`);
+    receipt.snippets += await forgetSnippets(db, deps, snippetIds);
+  };
+  await forgetFactsAndSnippets();
 
   if (conversationIds.length) {
     receipt.summaryRevisions = (await db.summaryRevision.deleteMany({ where: { conversationId: { in: affected } } })).count;
-    receipt.summaries = (
-      await db.conversation.updateMany({ where: { id: { in: affected }, summary: { not: null } }, data: { summary: null } })
-    ).count;
     receipt.keptVerdicts = (
       await db.message.updateMany({ where: { id: { in: messageIds }, keepScore: { not: null } }, data: { keepScore: null } })
     ).count;
-    if (settings.forgetDeletesMessages) {
-      receipt.messages = (await db.message.deleteMany({ where: { id: { in: messageIds } } })).count;
-    } else {
-      await db.message.updateMany({ where: { id: { in: messageIds }, forgottenAt: null }, data: { forgottenAt: new Date() } });
-    }
-    receipt.snippets += await sweepAgain(db, deps, {
-      OR: [{ messageIds: { hasSome: messageIds } }, { kind: "SUMMARY", conversationId: { in: affected } }],
-    });
-    const lateFacts = await db.fact.findMany({ where: { sourceMessageId: { in: messageIds } }, select: { id: true } });
-    receipt.facts += await deleteFacts(db, deps, lateFacts.map((f) => f.id));
+    const removed = await forgetMessages(db, Prisma.sql`m."id" = ANY(${messageIds}::text[])`, settings.forgetDeletesMessages);
+    if (settings.forgetDeletesMessages) receipt.messages = removed;
+    await forgetFactsAndSnippets();
     // Stored verdicts name what was asked to be forgotten; they are only a cache of the gate's answer.
     receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId: { in: conversationIds } } })).count;
     await closeConversations(db, affected);
@@ -287,7 +309,8 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
   receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId } })).count;
   const turnIds = (await db.turn.findMany({ where: { conversationId }, select: { id: true } })).map((t) => t.id);
   receipt.jobRecords = await forgetJobRecords(db, [conversationId], turnIds);
-  receipt.messages = (await db.message.deleteMany({ where: { conversationId } })).count;
+  receipt.messages = await forgetMessages(db, Prisma.sql`m."conversationId" = ${conversationId}`, true);
+  receipt.snippets += await sweepAgain(db, deps, { conversationId });
   await deps.pubsub.settled();
   receipt.activity = (await db.activityLog.deleteMany({ where: { conversationId } })).count;
   await db.conversation.deleteMany({ where: { id: conversationId } });

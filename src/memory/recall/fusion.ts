@@ -71,18 +71,17 @@ export function fuseHits(
     return s;
   };
   // A key's hit counts for the snippet it points to; a snippet is credited once per retriever,
-  // at the best rank any of its keys (or itself) reached. A hit whose snippet was not read back
-  // (forgotten since, or a vector left behind by a crash) takes no place: the ones after it
-  // keep the ranks they would have had without it.
+  // at the best rank any of its keys (or itself) reached. A hit whose snippet (or, for a key,
+  // whose turn) was not read back, forgotten since or a vector left behind by a crash, takes no
+  // place: the ones after it keep the ranks they would have had without it.
   const credited = (hits: { id: string }[]) => {
     const seen = new Set<string>();
     let rank = 0;
     return hits.slice(0, options.pool).map((hit) => {
-      const found = snippets.get(hit.id);
-      if (!found) return null;
+      const target = snippets.get(hit.id)?.keyOfId ?? hit.id;
+      if (!snippets.has(hit.id) || !snippets.has(target)) return null;
       rank += 1;
-      const target = found.keyOfId ?? hit.id;
-      if (!snippets.has(target) || seen.has(target)) return null;
+      if (seen.has(target)) return null;
       seen.add(target);
       return { target, rank };
     });

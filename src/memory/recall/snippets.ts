@@ -52,7 +52,8 @@ export type SnippetRow = Omit<Awaited<ReturnType<typeof planSnippetsOfTurns>>["r
  * The insert of planned TURN snippets, as the common table expressions `live` and `inserted`
  * (the new rows' ids) of one statement, which a caller may extend (`and` narrows the rows, by
  * `r."turnId"` say). A row goes in only while all of its messages are still there and not
- * forgotten, and the statement locks those messages (FOR SHARE) until its transaction ends: a
+ * forgotten, and the statement locks those messages (FOR SHARE, in id order, as the forgets lock
+ * them) until its transaction ends: a
  * forget that marks or deletes them after the plan read them either commits first, and the row
  * is left out, or waits for the insert, and then finds the snippet when it sweeps again
  * (src/memory/forget.ts). Without that, a turn's snippet planned before a forget and written
@@ -63,6 +64,7 @@ export function insertTurnSnippets(tenantId: string, rows: SnippetRow[], and: Pr
   return Prisma.sql`"live" AS (
       SELECT m."id" FROM "Message" m
       WHERE m."tenantId" = ${tenantId} AND m."id" = ANY(${messageIds}::text[]) AND m."forgottenAt" IS NULL
+      ORDER BY m."id"
       FOR SHARE
     ), "inserted" AS (
       INSERT INTO "RecallSnippet" ("id", "tenantId", "endUserId", "conversationId", "kind", "text", "messageIds", "messageSeqs", "occurredAt", "createdAt")

@@ -151,6 +151,25 @@ describe("a forget's second look", () => {
   });
 });
 
+describe("a forget and a turn's indexing at the same time", () => {
+  it("leave no snippet of what was forgotten, and neither fails (20 times, in either order)", async () => {
+    await keepMessages(false);
+    for (let i = 0; i < 20; i++) {
+      const who = { user: `tam-${i}`, conversation: `tam-${i}-1` };
+      const first = await say(engram, who, `My badge number is ${1000 + i}.`, "Saved.");
+      await say(engram, who, "And my badge colour is blue.", "Saved too.");
+      const indexing = () => createTurnSnippets(db, first.conversationId, { firstSeq: 1, lastSeq: 4 });
+      const forgetting = () => forgetPhrases(db, engram.services.deps, first.endUserId, ["badge"], reason);
+      await Promise.all(i % 2 ? [indexing(), forgetting()] : [forgetting(), indexing()]);
+      // Indexing that read the messages after the forget makes the replies' snippets ("Saved."),
+      // which hold nothing forgotten; no snippet may hold a forgotten message or its words.
+      const left = await db.recallSnippet.findMany({ where: { endUserId: first.endUserId }, select: { text: true, messageIds: true } });
+      const live = new Set((await db.message.findMany({ where: { conversationId: first.conversationId }, select: { id: true } })).map((m) => m.id));
+      expect(left.filter((s) => /badge/i.test(s.text) || s.messageIds.some((id) => !live.has(id)))).toEqual([]);
+    }
+  });
+});
+
 describe("a summary's keys", () => {
   it("are not written when the summary is cleared between their read and their write", async () => {
     const turn = await say(engram, { user: "lux", conversation: "lux-1" }, "We are moving to Oslo in May.", "Exciting.");

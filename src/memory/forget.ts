@@ -110,7 +110,8 @@ async function closeConversations(db: TenantDb, conversationIds: string[], clear
     WITH "before" AS (
       SELECT "id", "summary" IS NOT NULL AND "id" = ANY(${clear}::text[]) AS "clearing" FROM "Conversation"
       WHERE "tenantId" = ${db.$tenantId()} AND "id" = ANY(${conversationIds}::text[])
-      FOR UPDATE
+      ORDER BY "id"
+      FOR NO KEY UPDATE
     ), "closed" AS (
       UPDATE "Conversation" c SET "extractedThroughSeq" = c."lastSeq", "summaryThroughSeq" = c."lastSeq",
         "summary" = CASE WHEN b."clearing" THEN NULL ELSE c."summary" END
@@ -122,15 +123,24 @@ async function closeConversations(db: TenantDb, conversationIds: string[], clear
 }
 
 /**
- * Deletes the messages that `where` picks (or marks them forgotten), locking them in id order
- * first: a snippet's insert locks the messages it is made of in the same order
- * (insertTurnSnippets), so the two never wait on each other in a cycle. Returns how many.
+ * What a forget does to the messages that `where` picks: clears their keep scores, then deletes
+ * them (or marks them forgotten). Each statement locks them in id order first: a snippet's insert
+ * locks the messages it is made of in the same order (insertTurnSnippets), so the two never wait
+ * on each other in a cycle. Returns how many kept scores were cleared and messages deleted.
  */
-async function forgetMessages(db: TenantDb, where: Prisma.Sql, remove: boolean): Promise<number> {
-  const picked = Prisma.sql`SELECT m."id" FROM "Message" m WHERE m."tenantId" = ${db.$tenantId()} AND ${where} ORDER BY m."id" FOR UPDATE`;
-  return remove
-    ? db.$executeRaw`DELETE FROM "Message" WHERE "id" IN (${picked})`
-    : db.$executeRaw`UPDATE "Message" SET "forgottenAt" = ${appNow()} WHERE "id" IN (${picked}) AND "forgottenAt" IS NULL`;
+async function forgetMessages(db: TenantDb, where: Prisma.Sql, remove: boolean) {
+  const picked = (also: Prisma.Sql) =>
+    Prisma.sql`SELECT m."id" FROM "Message" m WHERE m."tenantId" = ${db.$tenantId()} AND ${where} ${also} ORDER BY m."id" FOR NO KEY UPDATE`;
+  const unscored = await db.$executeRaw`
+    UPDATE "Message" SET "keepScore" = NULL WHERE "id" IN (${picked(Prisma.sql`AND m."keepScore" IS NOT NULL`)})`;
+  if (!remove) {
+    await db.$executeRaw`UPDATE "Message" SET "forgottenAt" = ${appNow()} WHERE "id" IN (${picked(Prisma.sql`AND m."forgottenAt" IS NULL`)})`;
+    return { unscored, removed: 0 };
+  }
+  // A delete takes the stronger lock: FOR UPDATE, in the same order.
+  const removed = await db.$executeRaw`
+    DELETE FROM "Message" WHERE "id" IN (SELECT m."id" FROM "Message" m WHERE m."tenantId" = ${db.$tenantId()} AND ${where} ORDER BY m."id" FOR UPDATE)`;
+  return { unscored, removed };
 }
 
 /** Finished job records of these conversations (their payloads name what was worked on). */
@@ -195,19 +205,17 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   receipt.facts = (await db.fact.deleteMany({ where: { endUserId } })).count;
   receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: inTheirs })).count;
   receipt.summaryRevisions = (await db.summaryRevision.deleteMany({ where: inTheirs })).count;
-  receipt.keptVerdicts = (
-    await db.message.updateMany({ where: { ...inTheirs, keepScore: { not: null } }, data: { keepScore: null } })
-  ).count;
-  const theirMessages = Prisma.sql`m."conversationId" = ANY(${conversationIds}::text[])`;
-  const removed = await forgetMessages(db, theirMessages, settings.forgetDeletesMessages);
-  if (settings.forgetDeletesMessages) receipt.messages = removed;
+  const messages = await forgetMessages(db, Prisma.sql`m."conversationId" = ANY(${conversationIds}::text[])`, settings.forgetDeletesMessages);
+  receipt.keptVerdicts = messages.unscored;
+  receipt.messages = messages.removed;
   receipt.snippets += await sweepAgain(db, deps, { conversationId: { in: conversationIds } });
   // Facts an extraction that read the messages before wrote after the first delete (a fact
   // written from now on finds its message gone: facts.ts).
   const lateFacts = (await db.fact.findMany({ where: { endUserId }, select: { id: true } })).map((f) => f.id);
   receipt.factVersions += await db.factVersion.count({ where: { factId: { in: lateFacts } } });
   receipt.facts += await deleteFacts(db, deps, lateFacts);
-  await closeConversations(db, conversationIds);
+  // Again, for a summary begun from what the user said while the forget ran.
+  receipt.summaries += await closeConversations(db, conversationIds, conversationIds);
   const turnIds = (await db.turn.findMany({ where: inTheirs, select: { id: true } })).map((t) => t.id);
   receipt.jobRecords = await forgetJobRecords(db, conversationIds, turnIds);
   // Announcements still being recorded land first, then go with the rest.
@@ -279,15 +287,13 @@ export async function forgetPhrases(
 
   if (conversationIds.length) {
     receipt.summaryRevisions = (await db.summaryRevision.deleteMany({ where: { conversationId: { in: affected } } })).count;
-    receipt.keptVerdicts = (
-      await db.message.updateMany({ where: { id: { in: messageIds }, keepScore: { not: null } }, data: { keepScore: null } })
-    ).count;
-    const removed = await forgetMessages(db, Prisma.sql`m."id" = ANY(${messageIds}::text[])`, settings.forgetDeletesMessages);
-    if (settings.forgetDeletesMessages) receipt.messages = removed;
+    const messages = await forgetMessages(db, Prisma.sql`m."id" = ANY(${messageIds}::text[])`, settings.forgetDeletesMessages);
+    receipt.keptVerdicts = messages.unscored;
+    receipt.messages = messages.removed;
     await forgetFactsAndSnippets();
     // Stored verdicts name what was asked to be forgotten; they are only a cache of the gate's answer.
     receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId: { in: conversationIds } } })).count;
-    await closeConversations(db, affected);
+    receipt.summaries += await closeConversations(db, affected, affected);
   }
 
   await audit(db, who, { kind: "PHRASES", endUserId, phrases: wanted.length }, receipt);
@@ -309,7 +315,7 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
   receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId } })).count;
   const turnIds = (await db.turn.findMany({ where: { conversationId }, select: { id: true } })).map((t) => t.id);
   receipt.jobRecords = await forgetJobRecords(db, [conversationId], turnIds);
-  receipt.messages = await forgetMessages(db, Prisma.sql`m."conversationId" = ${conversationId}`, true);
+  receipt.messages = (await forgetMessages(db, Prisma.sql`m."conversationId" = ${conversationId}`, true)).removed;
   receipt.snippets += await sweepAgain(db, deps, { conversationId });
   await deps.pubsub.settled();
   receipt.activity = (await db.activityLog.deleteMany({ where: { conversationId } })).count;

@@ -67,13 +67,8 @@ export async function forgetSnippets(db: TenantDb, deps: Pick<Deps, "vectors">, 
   return count;
 }
 
-/**
- * The second sweep of a forget, once the messages are deleted or marked forgotten and the
- * summaries cleared: snippets of them that a turn's indexing (or a summary's keys) planned before
- * and wrote after the first sweep. From now on none can be written: insertTurnSnippets checks and
- * locks the messages a snippet is made of, syncSummaryKeys the summary its keys come from.
- */
-async function sweepAgain(db: TenantDb, deps: Pick<Deps, "vectors">, where: Prisma.RecallSnippetWhereInput) {
+/** The snippets `where` picks, as forgetSnippets forgets them. */
+async function forgetSnippetsWhere(db: TenantDb, deps: Pick<Deps, "vectors">, where: Prisma.RecallSnippetWhereInput) {
   return forgetSnippets(db, deps, (await db.recallSnippet.findMany({ where, select: { id: true } })).map((s) => s.id));
 }
 
@@ -90,8 +85,7 @@ export async function deleteFacts(
   where: Prisma.FactWhereInput = {},
 ): Promise<number> {
   if (factIds.length === 0) return 0;
-  const keys = await db.recallSnippet.findMany({ where: { factId: { in: factIds } }, select: { id: true } });
-  await forgetSnippets(db, deps, keys.map((k) => k.id));
+  await forgetSnippetsWhere(db, deps, { factId: { in: factIds } });
   return (await db.fact.deleteMany({ where: { ...where, id: { in: factIds } } })).count;
 }
 
@@ -129,17 +123,16 @@ async function closeConversations(db: TenantDb, conversationIds: string[], clear
  * on each other in a cycle. Returns how many kept scores were cleared and messages deleted.
  */
 async function forgetMessages(db: TenantDb, where: Prisma.Sql, remove: boolean) {
-  const picked = (also: Prisma.Sql) =>
-    Prisma.sql`SELECT m."id" FROM "Message" m WHERE m."tenantId" = ${db.$tenantId()} AND ${where} ${also} ORDER BY m."id" FOR NO KEY UPDATE`;
+  // An update of other columns locks FOR NO KEY UPDATE; a delete takes the stronger FOR UPDATE.
+  const picked = (also: Prisma.Sql, lock = Prisma.sql`FOR NO KEY UPDATE`) =>
+    Prisma.sql`SELECT m."id" FROM "Message" m WHERE m."tenantId" = ${db.$tenantId()} AND ${where} ${also} ORDER BY m."id" ${lock}`;
   const unscored = await db.$executeRaw`
     UPDATE "Message" SET "keepScore" = NULL WHERE "id" IN (${picked(Prisma.sql`AND m."keepScore" IS NOT NULL`)})`;
   if (!remove) {
     await db.$executeRaw`UPDATE "Message" SET "forgottenAt" = ${appNow()} WHERE "id" IN (${picked(Prisma.sql`AND m."forgottenAt" IS NULL`)})`;
     return { unscored, removed: 0 };
   }
-  // A delete takes the stronger lock: FOR UPDATE, in the same order.
-  const removed = await db.$executeRaw`
-    DELETE FROM "Message" WHERE "id" IN (SELECT m."id" FROM "Message" m WHERE m."tenantId" = ${db.$tenantId()} AND ${where} ORDER BY m."id" FOR UPDATE)`;
+  const removed = await db.$executeRaw`DELETE FROM "Message" WHERE "id" IN (${picked(Prisma.empty, Prisma.sql`FOR UPDATE`)})`;
   return { unscored, removed };
 }
 
@@ -193,11 +186,7 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   const receipt = emptyReceipt();
   receipt.summaries = await closeConversations(db, conversationIds, conversationIds);
 
-  receipt.snippets = await forgetSnippets(
-    db,
-    deps,
-    (await db.recallSnippet.findMany({ where: { endUserId }, select: { id: true } })).map((s) => s.id),
-  );
+  receipt.snippets = await forgetSnippetsWhere(db, deps, { endUserId });
   // Vectors whose rows went earlier without them (a crash mid-forget) go by their metadata.
   await deps.vectors.delete(db.$tenantId(), { endUserId });
 
@@ -208,7 +197,11 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   const messages = await forgetMessages(db, Prisma.sql`m."conversationId" = ANY(${conversationIds}::text[])`, settings.forgetDeletesMessages);
   receipt.keptVerdicts = messages.unscored;
   receipt.messages = messages.removed;
-  receipt.snippets += await sweepAgain(db, deps, { conversationId: { in: conversationIds } });
+  // A second look, once the messages are gone: snippets of them that a turn's indexing (or a
+  // summary's keys) planned before and wrote after the first. From now on none can be written:
+  // insertTurnSnippets checks and locks the messages a snippet is made of, syncSummaryKeys the
+  // summary its keys come from.
+  receipt.snippets += await forgetSnippetsWhere(db, deps, { conversationId: { in: conversationIds } });
   // Facts an extraction that read the messages before wrote after the first delete (a fact
   // written from now on finds its message gone: facts.ts).
   const lateFacts = (await db.fact.findMany({ where: { endUserId }, select: { id: true } })).map((f) => f.id);
@@ -316,7 +309,8 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
   const turnIds = (await db.turn.findMany({ where: { conversationId }, select: { id: true } })).map((t) => t.id);
   receipt.jobRecords = await forgetJobRecords(db, [conversationId], turnIds);
   receipt.messages = (await forgetMessages(db, Prisma.sql`m."conversationId" = ${conversationId}`, true)).removed;
-  receipt.snippets += await sweepAgain(db, deps, { conversationId });
+  // A second look, as forgetUser's.
+  receipt.snippets += await forgetSnippetsWhere(db, deps, { conversationId });
   await deps.pubsub.settled();
   receipt.activity = (await db.activityLog.deleteMany({ where: { conversationId } })).count;
   await db.conversation.deleteMany({ where: { id: conversationId } });
@@ -330,11 +324,7 @@ export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string,
   if (!fact) throw notFound("Fact", factId);
   await deleteFacts(db, deps, [factId]);
   if (fact.sourceMessageId) {
-    const snippets = await db.recallSnippet.findMany({
-      where: { messageIds: { has: fact.sourceMessageId } },
-      select: { id: true },
-    });
-    await forgetSnippets(db, deps, snippets.map((s) => s.id));
+    await forgetSnippetsWhere(db, deps, { messageIds: { has: fact.sourceMessageId } });
   }
   deps.pubsub.publish("factChanged", db.$tenantId(), {
     endUserId: fact.endUserId,

@@ -111,8 +111,8 @@ type RoundRows = {
  * A round's writes in one statement (atomic on its own): it claims those of the turns still in
  * the outbox (SKIP LOCKED, so two workers never take the same turn; a turn another worker
  * dispatched meanwhile is no longer waiting), inserts the snippets (of messages not forgotten
- * meanwhile: insertTurnSnippets) and verdicts of the claimed turns, and marks them dispatched, except those left for their own turn job. Returns the claimed
- * turns' ids and the new snippets'.
+ * meanwhile: insertTurnSnippets) and verdicts of the claimed turns, and marks them dispatched,
+ * except those left for their own turn job. Returns the claimed turns' ids and the new snippets'.
  */
 async function writeRound(db: TenantDb, rows: RoundRows): Promise<{ claimed: string[]; snippetIds: string[] }> {
   const tenantId = db.$tenantId();

@@ -238,17 +238,18 @@ export async function searchSnippets(
 export function withNeighbours<S extends { id: string; kind: string; conversationId: string; messageSeqs: number[] }>(
   snippets: Map<string, S>,
 ): Map<string, S & { neighbourIds: string[] }> {
+  const spans = new Map([...snippets.values()].map((s) => [s.id, s.kind === "TURN" ? seqSpan(s.messageSeqs) : null]));
   const byStart = new Map<string, string>();
   const byEnd = new Map<string, string>();
   for (const s of snippets.values()) {
-    const span = s.kind === "TURN" ? seqSpan(s.messageSeqs) : null;
+    const span = spans.get(s.id);
     if (!span) continue;
     byStart.set(`${s.conversationId}:${span.first}`, s.id);
     byEnd.set(`${s.conversationId}:${span.last}`, s.id);
   }
   return new Map(
     [...snippets.values()].map((s) => {
-      const span = s.kind === "TURN" ? seqSpan(s.messageSeqs) : null;
+      const span = spans.get(s.id);
       if (!span) return [s.id, { ...s, neighbourIds: [] }];
       const before = byEnd.get(`${s.conversationId}:${span.first - 1}`);
       const after = byStart.get(`${s.conversationId}:${span.last + 1}`);

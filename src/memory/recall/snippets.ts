@@ -53,11 +53,10 @@ export type SnippetRow = Omit<Awaited<ReturnType<typeof planSnippetsOfTurns>>["r
  * (the new rows' ids) of one statement, which a caller may extend (`and` narrows the rows, by
  * `r."turnId"` say). A row goes in only while all of its messages are still there and not
  * forgotten, and the statement locks those messages (FOR SHARE, in id order, as the forgets lock
- * them) until its transaction ends: a
- * forget that marks or deletes them after the plan read them either commits first, and the row
- * is left out, or waits for the insert, and then finds the snippet when it sweeps again
- * (src/memory/forget.ts). Without that, a turn's snippet planned before a forget and written
- * after it would bring back what was forgotten.
+ * them) until its transaction ends: a forget that marks or deletes them after the plan read them
+ * either commits first, and the row is left out, or waits for the insert, and then finds the
+ * snippet when it looks again (src/memory/forget.ts). Without that, a turn's snippet planned
+ * before a forget and written after it would bring back what was forgotten.
  */
 export function insertTurnSnippets(tenantId: string, rows: SnippetRow[], and: Prisma.Sql = Prisma.empty): Prisma.Sql {
   const messageIds = rows.flatMap((r) => r.messageIds);

@@ -204,6 +204,8 @@ describe("SQL statements per request on the hot paths", () => {
       for (let i = from; i < from + count; i++) {
         await recordTurn(engram, { agentExternalId: "quiet", endUserExternalId: `qu-${i % 2}`, conversationExternalId: `qf-${i % 4}`, clientTurnId: `qf-${i}`, userMessage: `I like colour ${i}.`, assistantMessage: "Nice." }, engram.tenant.writer);
       }
+      // The feed's history row of the last turn is written just after its reply: not one of the round's statements.
+      await engram.services.pubsub.settled();
     };
     const statements = async () => {
       const spy = vi.spyOn(pg.Client.prototype, "query");

@@ -32,6 +32,7 @@ const STATUS: Record<string, number> = {
   BUDGET_EXHAUSTED: 429,
   MODEL_CALL_LIMIT: 429,
   MODEL_UNAVAILABLE: 503,
+  VECTOR_STORE_UNAVAILABLE: 503,
 };
 
 /** GraphQL's typed errors as HTTP statuses, with the same `{ errors: [{ message, extensions: { code } }] }` body. */

@@ -107,7 +107,7 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     onStart: (url) => log.debug("embedded Chroma started", { url }),
     onHostGivenUp: (error) => log.warn("the embedded Chroma failed in the database's process; it runs in a process of its own from now on", { error }),
   });
-  const chromaVectors = createChromaVectorStore(chroma.get, log);
+  const chromaVectors = createChromaVectorStore(chroma.get, log, { searchTimeoutMs: env.ENGRAM_VECTOR_SEARCH_TIMEOUT_MS });
   const vectorCache =
     env.ENGRAM_VECTOR_CACHE_MB > 0
       ? withVectorCache(chromaVectors, { maxBytes: env.ENGRAM_VECTOR_CACHE_MB * 2 ** 20, ttlMs: env.ENGRAM_VECTOR_CACHE_TTL_MS, pubsub, log })

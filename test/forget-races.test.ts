@@ -12,6 +12,7 @@ import {
   syncFactKeys,
   syncSummaryKeys,
 } from "../src/memory/recall/snippets.ts";
+import { reconcileRecall } from "../src/work/reconcile.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { chromaOf, say, vectorIds } from "./helpers/recall.ts";
 
@@ -188,7 +189,9 @@ describe("a summary's keys", () => {
 describe("a fact's recall key", () => {
   it("goes from Chroma when forgetPhrases deletes the fact", async () => {
     const t = await turnWithFactKey("mira", "I drive a green Volvo.", "Mira drives a green Volvo.");
-    await forgetPhrases(db, engram.services.deps, t.endUserId, ["Volvo"], reason);
+    const receipt = await forgetPhrases(db, engram.services.deps, t.endUserId, ["Volvo"], reason);
+    // The turn's snippet and the fact's key.
+    expect(receipt).toMatchObject({ facts: 1, snippets: 2 });
     expect(await vectorsOf(t.endUserId)).not.toContain(t.keyId);
     expect(await snippetsOf(t.endUserId, "FACT")).toEqual([]);
   });
@@ -240,5 +243,33 @@ describe("a fact extracted from a message forgotten while the extraction ran", (
     // Written after the forget: the message is forgotten, so the fact is not.
     expect(await candidate(source.id)).toMatchObject({ change: "DROPPED", factId: null });
     expect(await db.fact.count({ where: { endUserId: turn.endUserId } })).toBe(0);
+  });
+});
+
+describe("a vector whose snippet is gone", () => {
+  // An index job upserted the vector of a snippet it had read, a forget deleted the row meanwhile,
+  // and the job died (or Chroma failed its delete) before it took the vector back out.
+  const orphan = async (user: string, message: string) => {
+    const turn = await say(engram, { user, conversation: `${user}-1` }, message, "Noted.");
+    const [snippetId] = await createTurnSnippets(db, turn.conversationId, { firstSeq: 1, lastSeq: 2 });
+    await indexSnippets(db, engram.services.deps, [snippetId]);
+    await db.recallSnippet.delete({ where: { id: snippetId } });
+    expect(await vectorsOf(turn.endUserId)).toEqual([snippetId]);
+    return { ...turn, snippetId };
+  };
+
+  it("is taken out by the job's retry", async () => {
+    const turn = await orphan("quin", "My locker is number 42.");
+    expect(await indexSnippets(db, engram.services.deps, [turn.snippetId])).toEqual({ indexed: 0 });
+    expect(await vectorsOf(turn.endUserId)).toEqual([]);
+  });
+
+  it("is taken out by reconcile's sweep, and a vector with its snippet stays", async () => {
+    const turn = await orphan("rhea", "My bank PIN is 9090.");
+    const kept = await say(engram, { user: "rhea", conversation: "rhea-2" }, "I like long walks.", "Nice.");
+    const [keptId] = await createTurnSnippets(db, kept.conversationId, { firstSeq: 1, lastSeq: 2 });
+    await indexSnippets(db, engram.services.deps, [keptId]);
+    await reconcileRecall(engram.services.deps, { tenantId: engram.tenant.tenantId }, { graceMs: 0 });
+    expect(await vectorsOf(turn.endUserId)).toEqual([keptId]);
   });
 });

@@ -16,7 +16,7 @@ let engram: TestEngram;
 beforeAll(async () => {
   chromaDir = mkdtempSync(path.join(tmpdir(), "engram-chroma-"));
   chroma = await startEmbeddedChroma(chromaDir);
-  engram = await startTestEngram({ worker: true, env: { CHROMA_URL: chroma.url } });
+  engram = await startTestEngram({ worker: true, env: { CHROMA_URL: chroma.url, ENGRAM_VECTOR_SEARCH_TIMEOUT_MS: "1500" } });
 }, 120_000);
 afterAll(async () => {
   await engram?.stop();
@@ -102,5 +102,30 @@ describe("with Chroma down", () => {
     chroma = await startEmbeddedChroma(chromaDir, { port: Number(new URL(chroma.url).port) });
     await allIndexed(engram, engram.tenant.tenantId, 60_000);
     expect(await engram.services.vectors.count(engram.tenant.tenantId, { ids: [pending.id] })).toBe(1);
+  });
+
+  it("answers from keywords when Chroma hangs, once the search timeout passes, and refuses a VECTOR recall with a typed error", async () => {
+    const turn = await say(engram, { user: "jun", conversation: "j-1" }, "I keep my passport in the blue drawer.", "Noted.");
+    await allIndexed(engram);
+    // Stopped, not ended: the connection is accepted and never answered. Jun's vectors have no
+    // copy in this process yet, so the search asks Chroma.
+    process.kill(chroma.pid!, "SIGSTOP");
+    try {
+      const hybrid = await engram.gql(RECALL, { input: { endUserId: turn.endUserId, text: "where is my passport" } });
+      expect(hybrid.errors).toBeUndefined();
+      expect(hybrid.data.recall.degraded).toMatch(/vector search unavailable: Chroma gave no answer within 1500 ms/);
+      expect(hybrid.data.recall.candidates[0]).toMatchObject({ conversationId: turn.conversationId, vectorScore: null, keywordRank: 1 });
+      const vector = await engram.gql(RECALL, { input: { endUserId: turn.endUserId, text: "where is my passport", mode: "VECTOR" } });
+      expect(vector.errors?.[0]).toMatchObject({
+        message: "Vector search unavailable: Chroma gave no answer within 1500 ms",
+        extensions: { code: "VECTOR_STORE_UNAVAILABLE" },
+      });
+      const context = await engram.gql(CONTEXT, { input: { conversationId: turn.conversationId, message: "Where did I say my passport is?" } });
+      expect(context.errors).toBeUndefined();
+    } finally {
+      process.kill(chroma.pid!, "SIGCONT");
+    }
+    const back = await engram.gql(RECALL, { input: { endUserId: turn.endUserId, text: "where is my passport", mode: "VECTOR" } });
+    expect(back.data.recall.candidates[0]).toMatchObject({ conversationId: turn.conversationId, vectorRank: 1 });
   });
 });

@@ -76,17 +76,24 @@ async function forgetSnippetsWhere(db: TenantDb, deps: Pick<Deps, "vectors">, wh
  * Deletes facts with their recall keys (FACT snippets): the keys' rows would cascade with the
  * facts, their vectors would not, and a vector left behind keeps the forgotten sentence's
  * embedding searchable and takes a place among the hits. `where` may narrow the delete (a fact
- * refreshed meanwhile stays; its key is made again by the next syncFactKeys).
+ * refreshed meanwhile stays; its key is made again by the next syncFactKeys). Returns how many
+ * facts and keys went.
  */
 export async function deleteFacts(
   db: TenantDb,
   deps: Pick<Deps, "vectors">,
   factIds: string[],
   where: Prisma.FactWhereInput = {},
-): Promise<number> {
-  if (factIds.length === 0) return 0;
-  await forgetSnippetsWhere(db, deps, { factId: { in: factIds } });
-  return (await db.fact.deleteMany({ where: { ...where, id: { in: factIds } } })).count;
+): Promise<{ facts: number; snippets: number }> {
+  if (factIds.length === 0) return { facts: 0, snippets: 0 };
+  const snippets = await forgetSnippetsWhere(db, deps, { factId: { in: factIds } });
+  return { facts: (await db.fact.deleteMany({ where: { ...where, id: { in: factIds } } })).count, snippets };
+}
+
+/** Adds what deleteFacts removed to a receipt. */
+function countDeleted(receipt: ForgetReceipt, deleted: { facts: number; snippets: number }) {
+  receipt.facts += deleted.facts;
+  receipt.snippets += deleted.snippets;
 }
 
 /**
@@ -206,7 +213,7 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   // written from now on finds its message gone: facts.ts).
   const lateFacts = (await db.fact.findMany({ where: { endUserId }, select: { id: true } })).map((f) => f.id);
   receipt.factVersions += await db.factVersion.count({ where: { factId: { in: lateFacts } } });
-  receipt.facts += await deleteFacts(db, deps, lateFacts);
+  countDeleted(receipt, await deleteFacts(db, deps, lateFacts));
   // Again, for a summary begun from what the user said while the forget ran.
   receipt.summaries += await closeConversations(db, conversationIds, conversationIds);
   const turnIds = (await db.turn.findMany({ where: inTheirs, select: { id: true } })).map((t) => t.id);
@@ -268,7 +275,7 @@ export async function forgetPhrases(
         AND (f."sourceMessageId" = ANY(${messageIds}::text[]) OR ${matches(Prisma.sql`f."text"`)} OR EXISTS (
           SELECT 1 FROM "FactVersion" v WHERE v."factId" = f."id" AND ${matches(Prisma.sql`v."text"`)}))`);
     receipt.factVersions += await db.factVersion.count({ where: { factId: { in: factIds } } });
-    receipt.facts += await deleteFacts(db, deps, factIds);
+    countDeleted(receipt, await deleteFacts(db, deps, factIds));
     const snippetIds = await ids(Prisma.sql`
       SELECT s."id" FROM "RecallSnippet" s
       WHERE s."tenantId" = ${tenantId} AND s."endUserId" = ${endUserId}
@@ -352,7 +359,7 @@ export async function forgetExpired(db: TenantDb, deps: ForgetDeps, cutoff: Date
       take: BATCH,
     });
     if (batch.length === 0) break;
-    facts += await deleteFacts(db, deps, batch.map((f) => f.id), { confirmedAt: { lt: cutoff } });
+    facts += (await deleteFacts(db, deps, batch.map((f) => f.id), { confirmedAt: { lt: cutoff } })).facts;
     for (const fact of batch) {
       deps.pubsub.publish("factChanged", db.$tenantId(), {
         endUserId: fact.endUserId,

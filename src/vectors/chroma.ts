@@ -1,5 +1,6 @@
 import { ChromaClient, type Collection, type Where } from "chromadb";
 import type { Logger } from "../log.ts";
+import { withTimeout } from "../timeout.ts";
 import type { ChromaServer } from "../embedded/chroma.ts";
 import type { SnippetVector, VectorHit, VectorSelector, VectorSpace, VectorStore } from "./index.ts";
 
@@ -51,8 +52,15 @@ function whereOf(selector: Omit<VectorSelector, "ids">): Where | undefined {
 /**
  * Recall vectors in Chroma, with our own embeddings (`embeddingFunction: null`) and cosine
  * distance. `server()` resolves the Chroma to talk to; the embedded one is started on first use.
+ * A search waits at most `searchTimeoutMs` (a Chroma that hangs instead of refusing would hold
+ * every recall, and the reply of every agent waiting on `context`, for as long as it hangs).
  */
-export function createChromaVectorStore(server: () => Promise<ChromaServer>, log: Logger): VectorStore {
+export function createChromaVectorStore(
+  server: () => Promise<ChromaServer>,
+  log: Logger,
+  options: { searchTimeoutMs?: number } = {},
+): VectorStore {
+  const searchTimeoutMs = options.searchTimeoutMs ?? 5_000;
   let client: { url: string; chroma: ChromaClient } | undefined;
   const collections = new Map<string, Collection>();
 
@@ -162,7 +170,11 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
         ? { $and: [{ endUserId: filter.endUserId }, { conversationId: { $ne: filter.excludeConversationId } }] }
         : { endUserId: filter.endUserId };
       // Distances only: the snippets are read back from the database anyway (about 2 ms less a query).
-      const result = await withCollection(space, (c) => c.query({ queryEmbeddings: [vector], nResults: k, where, include: ["distances"] }));
+      const result = await withTimeout(
+        withCollection(space, (c) => c.query({ queryEmbeddings: [vector], nResults: k, where, include: ["distances"] })),
+        searchTimeoutMs,
+        `Chroma gave no answer within ${searchTimeoutMs} ms`,
+      );
       const distances = result.distances[0] ?? [];
       return (result.ids[0] ?? []).map((id, i) => ({ id, similarity: 1 - (distances[i] ?? 1) }));
     },
@@ -176,6 +188,10 @@ export function createChromaVectorStore(server: () => Promise<ChromaServer>, log
     },
 
     vectorsByIds,
+
+    async idsPage(space, offset, limit) {
+      return (await withCollection(space, (c) => c.get({ offset, limit, include: [] }))).ids;
+    },
 
     async delete(tenantId, selector) {
       const where = whereOf(selector);

@@ -41,6 +41,8 @@ export type VectorStore = {
    * vector cache reads again only those that changed), or null when they are more than `limit`.
    */
   versionsOf(space: VectorSpace, endUserId: string, limit: number): Promise<Map<string, number | undefined> | null>;
+  /** A page of the space's vector ids, in the store's own order (the orphan sweep walks them). */
+  idsPage(space: VectorSpace, offset: number, limit: number): Promise<string[]>;
   /** These vectors of the space that exist, with their metadata. */
   vectorsByIds(space: VectorSpace, ids: string[]): Promise<SnippetVector[]>;
   /** Deletes in every embedding model's collection of the tenant. */

@@ -17,11 +17,15 @@ const LOST_CHECK_TIMEOUT_MS = 30_000;
 
 /** Per tenant, when this process's last lost-vector check that succeeded began. */
 const lostCheckedAt = new Map<string, number>();
+// Vector ids the orphan sweep checks per tenant and run, walking the collection a page a minute.
+const ORPHAN_PAGE = 2_000;
+/** Per tenant and embedding model, where this process's orphan sweep goes on from. */
+const orphanOffset = new Map<string, number>();
 
 /**
  * Re-queues indexing for snippets without a vector (a crash between the database and Chroma, a
  * long outage, an acknowledged upsert Chroma lost as it died) or embedded by a model the tenant
- * no longer uses.
+ * no longer uses, and deletes vectors whose snippet is gone (removeOrphanVectors).
  */
 export async function reconcileRecall(
   deps: Pick<Deps, "tenants" | "embeddings" | "vectors" | "queue" | "log">,
@@ -37,6 +41,7 @@ export async function reconcileRecall(
       limit: MAX_PER_TENANT,
     });
     const lost = await findLostVectors(deps, db, tenantId, model);
+    await removeOrphanVectors(deps, db, tenantId, model);
     const ids = [...new Set([...waiting, ...lost])];
     await queueIndexing(deps, tenantId, ids);
     if (ids.length) requeued[tenantId] = ids.length;
@@ -63,5 +68,36 @@ async function findLostVectors(deps: Pick<Deps, "vectors" | "log">, db: TenantDb
     // Checked again from the same point next time: the window grows until a check succeeds.
     deps.log.warn("recall reconcile could not check for lost vectors", { tenantId, error: (error as Error).message });
     return [];
+  }
+}
+
+/**
+ * Vectors whose snippet row is gone: what a forget left behind when an index job upserted a
+ * vector of a snippet it had read before the forget deleted it, and crashed before it could take
+ * it back out. A snippet's row is always written before its vector, so a vector without one is
+ * never a write under way. One page of the collection a run, the next page the next run, so a
+ * tenant's whole collection is walked in (vectors / ORPHAN_PAGE) runs; then from the start again.
+ */
+async function removeOrphanVectors(deps: Pick<Deps, "vectors" | "log">, db: TenantDb, tenantId: string, model: string) {
+  const key = `${tenantId}\u0000${model}`;
+  const offset = orphanOffset.get(key) ?? 0;
+  try {
+    const ids = await withTimeout(
+      deps.vectors.idsPage({ tenantId, model }, offset, ORPHAN_PAGE),
+      LOST_CHECK_TIMEOUT_MS,
+      `no answer within ${LOST_CHECK_TIMEOUT_MS / 1000} s`,
+    );
+    const rows = new Set((await db.recallSnippet.findMany({ where: { id: { in: ids } }, select: { id: true } })).map((s) => s.id));
+    const orphans = ids.filter((id) => !rows.has(id));
+    if (orphans.length) {
+      await deps.vectors.delete(tenantId, { ids: orphans });
+      deps.log.warn("recall reconcile deleted vectors whose snippet was gone", { tenantId, orphans: orphans.length });
+    }
+    // The orphans deleted were before the next page's start, which moves back by as many.
+    orphanOffset.set(key, ids.length < ORPHAN_PAGE ? 0 : offset + ids.length - orphans.length);
+    return orphans.length;
+  } catch (error) {
+    deps.log.warn("recall reconcile could not look for orphan vectors", { tenantId, error: (error as Error).message });
+    return 0;
   }
 }

@@ -4,6 +4,7 @@ import { chainFor } from "../../chains/registry.ts";
 import type { RerankScores } from "../../chains/rerank.ts";
 import type { TenantDb } from "../../db.ts";
 import { Prisma } from "../../generated/prisma/client.ts";
+import { EngramError } from "../../errors.ts";
 import { isModelCallLimit } from "../../models/call-budget.ts";
 import type { ModelProvider } from "../../models/provider.ts";
 import type { PubSub, RecallCandidate, RecallEvent } from "../../pubsub.ts";
@@ -151,15 +152,14 @@ export async function retrieveHits(
     try {
       const { embeddings, model } = await deps.embeddings.forTenant(tenantId);
       const vector = input.vector ?? (await embeddings.embedQuery(input.text));
-      return await deps.vectors.query(
-        { tenantId, model },
-        vector,
-        { endUserId: input.endUserId, excludeConversationId: input.excludeConversationId },
-        pool,
-      );
+      return await deps.vectors
+        .query({ tenantId, model }, vector, { endUserId: input.endUserId, excludeConversationId: input.excludeConversationId }, pool)
+        .catch((error: unknown) => {
+          throw new EngramError("VECTOR_STORE_UNAVAILABLE", `Vector search unavailable: ${(error as Error).message}`);
+        });
     } catch (error) {
       if (mode === "VECTOR" || isModelCallLimit(error)) throw error;
-      degraded = `vector search unavailable: ${(error as Error).message}`;
+      degraded = `vector search unavailable: ${(error as Error).message.replace(/^Vector search unavailable: /, "")}`;
       deps.log.warn("recall: vector search failed; using keyword matches only", { tenantId, error });
       return [];
     }

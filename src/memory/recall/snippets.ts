@@ -292,11 +292,15 @@ export async function indexSnippets(db: TenantDb, deps: SnippetDeps, snippetIds:
   const tenantId = db.$tenantId();
   if (snippetIds.length === 0) return { indexed: 0 };
   const { embeddings, model } = await deps.embeddings.forTenant(tenantId);
+  const found = await db.recallSnippet.findMany({ where: { id: { in: snippetIds } } });
+  // Asked for and gone: forgotten since. A try before this one may have upserted their vectors
+  // and failed (or died) before taking them back out below; a retry finishes that.
+  const present = new Set(found.map((s) => s.id));
+  const gone = snippetIds.filter((id) => !present.has(id));
+  if (gone.length) await deps.vectors.delete(tenantId, { ids: gone });
   // Those with their vector by this model already are left alone: a reconcile sweep that found
   // them waiting, or a retried job, pays no second embedding for them.
-  const snippets = await db.recallSnippet.findMany({
-    where: { id: { in: snippetIds }, OR: [{ indexedAt: null }, { embeddingModel: null }, { embeddingModel: { not: model } }] },
-  });
+  const snippets = found.filter((s) => s.indexedAt === null || s.embeddingModel !== model);
   if (snippets.length === 0) return { indexed: 0 };
   const vectors = await embeddings.embedDocuments(snippets.map((s) => s.text));
   await deps.vectors.upsert(

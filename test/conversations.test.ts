@@ -214,6 +214,27 @@ describe("context", () => {
     expect(data.context.savedTokens).toBeGreaterThan(0);
   });
 
+  it("keeps the best 4 scored messages before the tail: none from the tail, none private, essential first then newest", async () => {
+    let conversationId = "";
+    for (let i = 0; i < 12; i++) {
+      const r = await engram.gql(RECORD, { input: turn("c-kept-many") });
+      conversationId = r.data.recordTurn.conversation.id;
+    }
+    const db = engram.services.db;
+    await db.conversation.update({ where: { id: conversationId }, data: { summary: "Orders.", summaryThroughSeq: 18 } });
+    // The tail's messages (19–24) scored highest of all, and a private one: neither is KEPT.
+    await db.message.updateMany({ where: { conversationId, seq: { gte: 19 } }, data: { keepScore: 3 } });
+    await db.message.updateMany({ where: { conversationId, seq: 17 }, data: { keepScore: 3, private: true } });
+    for (const [seq, keepScore] of [[2, 3], [4, 2], [6, 2], [9, 3], [11, 2], [13, 1]]) {
+      await db.message.updateMany({ where: { conversationId, seq }, data: { keepScore } });
+    }
+    const { data } = await engram.gql(CONTEXT, { input: { conversationId, message: "and the refund?" } });
+    const byKind = Object.fromEntries(data.context.blocks.map((b: any) => [b.kind, b]));
+    // Both essential ones, then the newest useful ones; in the order they were said.
+    expect(byKind.KEPT.items.map((i: any) => [i.seq, i.score])).toEqual([[2, 3], [6, 2], [9, 3], [11, 2]]);
+    expect(byKind.TAIL.items.map((i: any) => i.seq)).toEqual([19, 20, 21, 22, 23, 24]);
+  });
+
   it("adds curated entries relevant to the message from the agent's and user's scopes", async () => {
     const CREATE = `mutation($input: CreateEntryInput!) { createEntry(input: $input) { id } }`;
     await engram.gql(CREATE, { input: { scope: "ENTITY", scopeRef: "user-1", title: "Refund policy for user-1", summary: "Refunds go to store credit first." } });

@@ -119,11 +119,11 @@ describe("SQL statements per request on the hot paths", () => {
   it("the context for the next turn", async () => {
     const q = `query($input: ContextInput!) { context(input: $input) { totalTokens blocks { kind tokens } } }`;
     // The conversation with its agent's settings and both external ids (one join), the recent
-    // and kept messages, entries, facts, the keyword hits, the read-back of the recall candidates
-    // and, after the reply, the feed's row of the recall: a fixed number, whatever the
-    // conversation's length (issue 13's goal: at most 8). The tenant's settings come from the
-    // process's cache.
-    expect(await statementsOf(q, { input: { conversationId, message: "what about pricing?" } })).toBeLessThanOrEqual(8);
+    // and kept messages (one statement), the entries (one, with their rows), facts, the keyword
+    // hits, the read-back of the recall candidates and, after the reply, the feed's row of the
+    // recall: a fixed number, whatever the conversation's length (issue 13's goal: at most 8).
+    // The tenant's settings come from the process's cache.
+    expect(await statementsOf(q, { input: { conversationId, message: "what about pricing?" } })).toBe(7);
   });
 
   it("the recall query: the keyword statement returns its hits' snippets, and only the vector hits are read back", async () => {

@@ -347,7 +347,8 @@ function describe(sql: string): string {
   const flat = sql.replace(/\s+/g, " ").trim();
   const table = /\b(?:FROM|INTO|UPDATE)\s+("?[\w]+"?\.)?"?(\w+)"?/i.exec(flat)?.[2];
   const verb = flat.split(" ")[0].toUpperCase();
-  if (/^WITH q AS/i.test(flat)) return "full-text search of MemoryEntry (relevantEntries, raw SQL)";
+  if (/^WITH q AS/i.test(flat)) return "full-text search of MemoryEntry, the rows themselves (relevantEntries, raw SQL)";
+  if (/^\(SELECT .* FROM "Message" .* UNION ALL/i.test(flat)) return "SELECT Message: the newest and the KEPT block's candidates, one UNION ALL (raw SQL)";
   return table ? `${verb} ${table}` : flat.slice(0, 60);
 }
 
@@ -415,8 +416,8 @@ function report(results: StoreResult[], skipped: string[]): string {
       : "",
     first
       ? "The statements are the conversation with its agent's settings and both external ids (one join), the " +
-        "newest 20 messages and the kept ones (both on the unique index `(conversationId, seq)`), the entry search " +
-        "(GIN index on the tenant's entries) with its re-read, the facts, the recall search's statements when the " +
+        "newest 20 messages and the kept ones in one statement (both halves on the unique index `(conversationId, seq)`), " +
+        "the entry search returning its rows (GIN index on the tenant's entries), the facts, the recall search's statements when the " +
         "message needs recall, and the feed's row after the answer (the key look-up is cached); none " +
         "scans the messages of other conversations, so from the code and the indexes the latency should not grow " +
         "with the number of conversations (this run does not vary it; `BENCH_CONVERSATIONS` does)." +

@@ -58,6 +58,28 @@ const MAX_KEPT = 4;
 const MAX_ENTRIES = 3;
 
 /**
+ * A conversation's newest `count` shared messages (oldest first) and, when `withKept`, the
+ * candidates for the KEPT block, in one statement (on the embedded store each statement is a
+ * round trip to the database's process, about 3 ms). The KEPT block takes the best MAX_KEPT
+ * scored 2 or more before the verbatim window, which starts within the newest `count`: so the
+ * best MAX_KEPT + `count` of them hold it, whatever the window turns out to be.
+ */
+async function conversationMessages(db: TenantDb, conversationId: string, count: number, withKept: boolean) {
+  const columns = Prisma.sql`"id", "tenantId", "conversationId", "seq", "role"::text AS "role", "content", "private", "keepScore", "forgottenAt", "occurredAt", "createdAt"`;
+  const shared = Prisma.sql`"tenantId" = ${db.$tenantId()} AND "conversationId" = ${conversationId} AND NOT "private"`;
+  const rows = await db.$queryRaw<(Message & { kept: boolean })[]>`
+    (SELECT ${columns}, false AS "kept" FROM "Message" WHERE ${shared} ORDER BY "seq" DESC LIMIT ${count})
+    ${withKept ? Prisma.sql`UNION ALL
+    (SELECT ${columns}, true AS "kept" FROM "Message" WHERE ${shared} AND "keepScore" >= 2
+     ORDER BY "keepScore" DESC, "seq" DESC LIMIT ${MAX_KEPT + count})` : Prisma.empty}`;
+  const message = ({ kept: _, ...m }: Message & { kept: boolean }): Message => m;
+  return {
+    recent: rows.filter((r) => !r.kept).map(message).sort((a, b) => a.seq - b.seq),
+    keptCandidates: rows.filter((r) => r.kept).map(message),
+  };
+}
+
+/**
  * The messages sent word for word. With the summary on: everything it does not cover yet, at
  * least the tail and at most the history size, so a pending or rejected rewrite never drops a
  * message. With it off: the last history-size messages. `recent` is in order, oldest first.
@@ -199,33 +221,14 @@ export async function assembleContext(
   // query that failed), as they did before when the entry search failed first.
   related.catch(() => undefined);
 
-  const recent = conversation
-    ? (
-        await db.message.findMany({
-          where: { conversationId: conversation.id, private: false },
-          orderBy: { seq: "desc" },
-          take: Math.max(settings.historySize, settings.tailSize),
-        })
-      ).reverse()
-    : [];
+  const { recent, keptCandidates } = conversation
+    ? await conversationMessages(db, conversation.id, Math.max(settings.historySize, settings.tailSize), settings.summaryOn)
+    : { recent: [], keptCandidates: [] };
   const history = recent.slice(-settings.historySize);
 
   const window = verbatimWindow(recent, settings, conversation?.summaryThroughSeq ?? 0);
   const blocks: ContextBlock[] = [];
-  const kept = conversation && settings.summaryOn
-    ? keptMessages(
-        await db.message.findMany({
-          where: {
-            conversationId: conversation.id,
-            private: false,
-            seq: { lt: window[0]?.seq ?? 2_147_483_647 },
-            keepScore: { gte: 2 },
-          },
-          orderBy: [{ keepScore: "desc" }, { seq: "desc" }],
-          take: MAX_KEPT,
-        }),
-      )
-    : [];
+  const kept = keptMessages(keptCandidates.filter((m) => m.seq < (window[0]?.seq ?? 2_147_483_647)));
 
   const [entries, ...extra] = await related;
 

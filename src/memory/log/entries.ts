@@ -130,17 +130,16 @@ export async function relevantEntries(
   db: TenantDb,
   input: { text: string; scopeRefs: string[]; limit: number },
 ): Promise<MemoryEntry[]> {
-  const rows = await db.$queryRaw<{ id: string }[]>`
+  // The rows themselves, in one statement: context waits on it (on the embedded store a second
+  // statement to read them by id was about 3 ms of a context query's 19).
+  return db.$queryRaw<MemoryEntry[]>`
     WITH q AS (SELECT ${lexemeQuery(input.text, "|")} AS q)
-    SELECT e."id"
+    SELECT e."id", e."tenantId", e."scope"::text AS "scope", e."scopeRef", e."title", e."summary", e."tags", e."importance",
+           e."source"::text AS "source", e."createdAt", e."updatedAt"
     FROM "MemoryEntry" e, q
     WHERE e."tenantId" = ${db.$tenantId()}
       AND (e."scope" = 'INSTITUTIONAL'::"Scope" OR e."scopeRef" = ANY(${input.scopeRefs}::text[]))
       AND q.q IS NOT NULL AND e."search" @@ q.q
     ORDER BY ts_rank_cd(e."search", q.q) * (1 + e."importance" / 10.0) DESC, e."updatedAt" DESC
     LIMIT ${input.limit}`;
-  if (rows.length === 0) return [];
-  const entries = await db.memoryEntry.findMany({ where: { id: { in: rows.map((r) => r.id) } } });
-  const byId = new Map(entries.map((e) => [e.id, e]));
-  return rows.flatMap((row) => byId.get(row.id) ?? []);
 }

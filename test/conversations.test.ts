@@ -233,6 +233,13 @@ describe("context", () => {
     // Both essential ones, then the newest useful ones; in the order they were said.
     expect(byKind.KEPT.items.map((i: any) => [i.seq, i.score])).toEqual([[2, 3], [6, 2], [9, 3], [11, 2]]);
     expect(byKind.TAIL.items.map((i: any) => i.seq)).toEqual([19, 20, 21, 22, 23, 24]);
+    // A summary further behind: the verbatim window is longer than the tail (seq 9 to 24), and
+    // what it holds is not KEPT again.
+    await db.conversation.update({ where: { id: conversationId }, data: { summaryThroughSeq: 8 } });
+    const behind = await engram.gql(CONTEXT, { input: { conversationId, message: "and the refund?" } });
+    const blocks = Object.fromEntries(behind.data.context.blocks.map((b: any) => [b.kind, b]));
+    expect(blocks.TAIL.items.map((i: any) => i.seq)).toEqual([9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 21, 22, 23, 24]);
+    expect(blocks.KEPT.items.map((i: any) => [i.seq, i.score])).toEqual([[2, 3], [4, 2], [6, 2]]);
   });
 
   it("adds curated entries relevant to the message from the agent's and user's scopes", async () => {

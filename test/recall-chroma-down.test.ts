@@ -16,7 +16,7 @@ let engram: TestEngram;
 beforeAll(async () => {
   chromaDir = mkdtempSync(path.join(tmpdir(), "engram-chroma-"));
   chroma = await startEmbeddedChroma(chromaDir);
-  engram = await startTestEngram({ worker: true, env: { CHROMA_URL: chroma.url, ENGRAM_VECTOR_SEARCH_TIMEOUT_MS: "1500" } });
+  engram = await startTestEngram({ worker: true, env: { CHROMA_URL: chroma.url, ENGRAM_VECTOR_SEARCH_TIMEOUT_MS: "3000" } });
 }, 120_000);
 afterAll(async () => {
   await engram?.stop();
@@ -113,11 +113,11 @@ describe("with Chroma down", () => {
     try {
       const hybrid = await engram.gql(RECALL, { input: { endUserId: turn.endUserId, text: "where is my passport" } });
       expect(hybrid.errors).toBeUndefined();
-      expect(hybrid.data.recall.degraded).toMatch(/vector search unavailable: Chroma gave no answer within 1500 ms/);
+      expect(hybrid.data.recall.degraded).toMatch(/vector search unavailable: Chroma gave no answer within 3000 ms/);
       expect(hybrid.data.recall.candidates[0]).toMatchObject({ conversationId: turn.conversationId, vectorScore: null, keywordRank: 1 });
       const vector = await engram.gql(RECALL, { input: { endUserId: turn.endUserId, text: "where is my passport", mode: "VECTOR" } });
       expect(vector.errors?.[0]).toMatchObject({
-        message: "Vector search unavailable: Chroma gave no answer within 1500 ms",
+        message: "Vector search unavailable: Chroma gave no answer within 3000 ms",
         extensions: { code: "VECTOR_STORE_UNAVAILABLE" },
       });
       const context = await engram.gql(CONTEXT, { input: { conversationId: turn.conversationId, message: "Where did I say my passport is?" } });

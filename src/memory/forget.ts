@@ -214,8 +214,10 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   const lateFacts = (await db.fact.findMany({ where: { endUserId }, select: { id: true } })).map((f) => f.id);
   receipt.factVersions += await db.factVersion.count({ where: { factId: { in: lateFacts } } });
   countDeleted(receipt, await deleteFacts(db, deps, lateFacts));
-  // Again, for a summary begun from what the user said while the forget ran.
+  // Again, for a summary begun from what the user said while the forget ran, and for the gate's
+  // verdicts a turn's work stored meanwhile.
   receipt.summaries += await closeConversations(db, conversationIds, conversationIds);
+  receipt.gateVerdicts += (await db.gateVerdict.deleteMany({ where: inTheirs })).count;
   const turnIds = (await db.turn.findMany({ where: inTheirs, select: { id: true } })).map((t) => t.id);
   receipt.jobRecords = await forgetJobRecords(db, conversationIds, turnIds);
   // Announcements still being recorded land first, then go with the rest.

@@ -38,6 +38,8 @@ export function vectorVersion(v: Pick<SnippetVector, "vector" | "endUserId" | "c
 type Metadata = { endUserId: string; conversationId: string; kind: SnippetVector["kind"]; occurredAt: number; v?: number };
 // Vectors per request when they are read by id (the vector cache's loads and catch-ups).
 const VECTOR_PAGE = 250;
+// How long a search waits to reach Chroma and open the collection, before its own timeout starts.
+const REACH_TIMEOUT_MS = 45_000;
 
 function whereOf(selector: Omit<VectorSelector, "ids">): Where | undefined {
   const clauses: Where[] = [
@@ -170,10 +172,18 @@ export function createChromaVectorStore(
         ? { $and: [{ endUserId: filter.endUserId }, { conversationId: { $ne: filter.excludeConversationId } }] }
         : { endUserId: filter.endUserId };
       // Distances only: the snippets are read back from the database anyway (about 2 ms less a query).
+      // The search itself is held to searchTimeoutMs; reaching Chroma (an embedded one starting,
+      // up to its 30 s deadline) and opening the collection get longer, but not forever.
       const result = await withTimeout(
-        withCollection(space, (c) => c.query({ queryEmbeddings: [vector], nResults: k, where, include: ["distances"] })),
-        searchTimeoutMs,
-        `Chroma gave no answer within ${searchTimeoutMs} ms`,
+        withCollection(space, (c) =>
+          withTimeout(
+            c.query({ queryEmbeddings: [vector], nResults: k, where, include: ["distances"] }),
+            searchTimeoutMs,
+            `Chroma gave no answer within ${searchTimeoutMs} ms`,
+          ),
+        ),
+        Math.max(searchTimeoutMs, REACH_TIMEOUT_MS),
+        `Chroma could not be reached within ${Math.max(searchTimeoutMs, REACH_TIMEOUT_MS) / 1000} s`,
       );
       const distances = result.distances[0] ?? [];
       return (result.ids[0] ?? []).map((id, i) => ({ id, similarity: 1 - (distances[i] ?? 1) }));

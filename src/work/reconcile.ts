@@ -81,21 +81,19 @@ async function findLostVectors(deps: Pick<Deps, "vectors" | "log">, db: TenantDb
 async function removeOrphanVectors(deps: Pick<Deps, "vectors" | "log">, db: TenantDb, tenantId: string, model: string) {
   const key = `${tenantId}\u0000${model}`;
   const offset = orphanOffset.get(key) ?? 0;
-  try {
-    const ids = await withTimeout(
-      deps.vectors.idsPage({ tenantId, model }, offset, ORPHAN_PAGE),
-      LOST_CHECK_TIMEOUT_MS,
-      `no answer within ${LOST_CHECK_TIMEOUT_MS / 1000} s`,
-    );
+  const sweep = async () => {
+    const ids = await deps.vectors.idsPage({ tenantId, model }, offset, ORPHAN_PAGE);
     const rows = new Set((await db.recallSnippet.findMany({ where: { id: { in: ids } }, select: { id: true } })).map((s) => s.id));
     const orphans = ids.filter((id) => !rows.has(id));
-    if (orphans.length) {
-      await deps.vectors.delete(tenantId, { ids: orphans });
-      deps.log.warn("recall reconcile deleted vectors whose snippet was gone", { tenantId, orphans: orphans.length });
-    }
+    if (orphans.length) await deps.vectors.delete(tenantId, { ids: orphans });
     // The orphans deleted were before the next page's start, which moves back by as many.
     orphanOffset.set(key, ids.length < ORPHAN_PAGE ? 0 : offset + ids.length - orphans.length);
     return orphans.length;
+  };
+  try {
+    const removed = await withTimeout(sweep(), LOST_CHECK_TIMEOUT_MS, `no answer within ${LOST_CHECK_TIMEOUT_MS / 1000} s`);
+    if (removed) deps.log.warn("recall reconcile deleted vectors whose snippet was gone", { tenantId, orphans: removed });
+    return removed;
   } catch (error) {
     deps.log.warn("recall reconcile could not look for orphan vectors", { tenantId, error: (error as Error).message });
     return 0;

@@ -155,7 +155,10 @@ export async function retrieveHits(
       return await deps.vectors
         .query({ tenantId, model }, vector, { endUserId: input.endUserId, excludeConversationId: input.excludeConversationId }, pool)
         .catch((error: unknown) => {
-          throw new EngramError("VECTOR_STORE_UNAVAILABLE", `Vector search unavailable: ${(error as Error).message}`);
+          // The caller is told what happened, not the store's own words (its address, the tenant's collection).
+          deps.log.warn("recall: the vector store could not be searched", { tenantId, error });
+          const late = /^Chroma (gave no answer|could not be reached) within/.test((error as Error).message);
+          throw new EngramError("VECTOR_STORE_UNAVAILABLE", `Vector search unavailable: ${late ? (error as Error).message : "the vector store refused or failed the search"}`);
         });
     } catch (error) {
       if (mode === "VECTOR" || isModelCallLimit(error)) throw error;

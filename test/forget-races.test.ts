@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Deps } from "../src/deps.ts";
 import { forTenant, type TenantDb } from "../src/db.ts";
 import { applyCandidate } from "../src/memory/facts/facts.ts";
-import { forgetExpired, forgetPhrases, forgetUser } from "../src/memory/forget.ts";
+import { forgetExpired, forgetFact, forgetPhrases, forgetUser } from "../src/memory/forget.ts";
 import {
   createTurnSnippets,
   indexSnippets,
@@ -271,5 +271,39 @@ describe("a vector whose snippet is gone", () => {
     await indexSnippets(db, engram.services.deps, [keptId]);
     await reconcileRecall(engram.services.deps, { tenantId: engram.tenant.tenantId }, { graceMs: 0 });
     expect(await vectorsOf(turn.endUserId)).toEqual([keptId]);
+  });
+});
+
+describe("a fact deleted while an extraction that read its message runs", () => {
+  const candidate = (t: { endUserId: string; conversationId: string; sourceId: string }, text: string) =>
+    applyCandidate(db, engram.services.deps, {
+      endUserId: t.endUserId,
+      candidate: { text, core: true, seq: 1 },
+      judgment: { durability: "durable", relation: "none", relatedFactId: null, sensitivity: null },
+      allowSensitive: true,
+      sourceMessageId: t.sourceId,
+      conversationId: t.conversationId,
+    });
+
+  it("is not written back from that message, during the delete or after it; the message stays", async () => {
+    await keepMessages(false);
+    const t = await turnWithFactKey("sami", "I am vegetarian.", "Sami is vegetarian.");
+    // The extraction's write lands inside the delete (its first vector delete runs it first).
+    await forgetFact(db, onFirstVectorDelete(() => candidate(t, "Sami is vegetarian.")), t.factId, reason);
+    expect(await db.fact.count({ where: { endUserId: t.endUserId } })).toBe(0);
+    expect(await candidate(t, "Sami does not eat meat.")).toMatchObject({ change: "DROPPED", factId: null });
+    expect(await db.fact.count({ where: { endUserId: t.endUserId } })).toBe(0);
+    expect(await db.message.count({ where: { id: t.sourceId } })).toBe(1);
+  });
+
+  it("leaves no fact from that message when the two run at once (8 times, in either order)", async () => {
+    for (let round = 0; round < 8; round++) {
+      const t = await turnWithFactKey(`tove-${round}`, "I live in Oslo.", "Tove lives in Oslo.");
+      const write = () => candidate(t, "Tove lives in Oslo.");
+      const remove = () => forgetFact(db, engram.services.deps, t.factId, reason);
+      await Promise.all(round % 2 ? [write(), remove()] : [remove(), write()]);
+      expect(await db.fact.count({ where: { sourceMessageId: t.sourceId } })).toBe(0);
+      expect(await candidate(t, "Tove lives in Oslo.")).toMatchObject({ change: "DROPPED" });
+    }
   });
 });

@@ -65,7 +65,7 @@ const MAX_ENTRIES = 3;
  * best MAX_KEPT + `count` of them hold it, whatever the window turns out to be.
  */
 async function conversationMessages(db: TenantDb, conversationId: string, count: number, withKept: boolean) {
-  const columns = Prisma.sql`"id", "tenantId", "conversationId", "seq", "role"::text AS "role", "content", "private", "keepScore", "forgottenAt", "occurredAt", "createdAt"`;
+  const columns = Prisma.sql`"id", "tenantId", "conversationId", "seq", "role"::text AS "role", "content", "private", "keepScore", "forgottenAt", "factsForgottenAt", "occurredAt", "createdAt"`;
   const shared = Prisma.sql`"tenantId" = ${db.$tenantId()} AND "conversationId" = ${conversationId} AND NOT "private"`;
   const rows = await db.$queryRaw<(Message & { kept: boolean })[]>`
     (SELECT ${columns}, false AS "kept" FROM "Message" WHERE ${shared} ORDER BY "seq" DESC LIMIT ${count})

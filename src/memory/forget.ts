@@ -4,6 +4,7 @@ import { notFound } from "../errors.ts";
 import { Prisma } from "../generated/prisma/client.ts";
 import { loadTenantSettings } from "../governance/settings.ts";
 import { forgetActivity } from "./activity.ts";
+import { normalizeFact } from "./facts/normalize.ts";
 import { matchesAnyPhrase } from "./text-search.ts";
 
 /**
@@ -327,22 +328,39 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
   return { conversation, receipt };
 }
 
-/** Deletes a fact for good, its history included, and the recall snippets of the message it came from. */
+/**
+ * Deletes a fact for good, its history included, and the recall snippets of the message it came
+ * from. That message is marked (`factsForgottenAt`) so no fact is written from it again: an
+ * extraction that read it before this delete would otherwise write the fact back. The mark waits
+ * for a fact being written from the message (which locks it, facts.ts), and the facts written
+ * from it between the first read here and the mark go too, as does the same fact written from it
+ * again just before.
+ */
 export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string, who: ForgetWho) {
   const fact = await db.fact.findUnique({ where: { id: factId } });
   if (!fact) throw notFound("Fact", factId);
-  await deleteFacts(db, deps, [factId]);
-  if (fact.sourceMessageId) {
-    await forgetSnippetsWhere(db, deps, { messageIds: { has: fact.sourceMessageId } });
+  const source = fact.sourceMessageId;
+  const fromSource = async () => (source ? await db.fact.findMany({ where: { sourceMessageId: source } }) : []);
+  const before = new Set((await fromSource()).map((f) => f.id));
+  if (source) {
+    await db.$executeRaw`
+      UPDATE "Message" SET "factsForgottenAt" = ${appNow()} WHERE "tenantId" = ${db.$tenantId()} AND "id" = ${source}`;
   }
-  deps.pubsub.publish("factChanged", db.$tenantId(), {
-    endUserId: fact.endUserId,
-    factId: fact.id,
-    text: fact.text,
-    change: "DELETED",
-    reason: who.reason,
-    conversationId: who.conversationId ?? null,
-  });
+  // Written meanwhile, or the same fact written again from it just before.
+  const again = (text: string) => normalizeFact(text) === normalizeFact(fact.text);
+  const late = (await fromSource()).filter((f) => f.id !== fact.id && (!before.has(f.id) || again(f.text)));
+  await deleteFacts(db, deps, [factId, ...late.map((f) => f.id)]);
+  if (source) await forgetSnippetsWhere(db, deps, { messageIds: { has: source } });
+  for (const gone of [fact, ...late]) {
+    deps.pubsub.publish("factChanged", db.$tenantId(), {
+      endUserId: gone.endUserId,
+      factId: gone.id,
+      text: gone.text,
+      change: "DELETED",
+      reason: who.reason,
+      conversationId: who.conversationId ?? null,
+    });
+  }
   return fact;
 }
 

@@ -6,7 +6,8 @@ import type { TenantDb } from "../../db.ts";
 import type { Logger } from "../../log.ts";
 import { agentSettings } from "../conversations/agents.ts";
 import { underConversationLease } from "../conversations/leases.ts";
-import { applyCandidate, normalizeFact, type CandidateOutcome, type FactDeps } from "./facts.ts";
+import { applyCandidate, type CandidateOutcome, type FactDeps } from "./facts.ts";
+import { normalizeFact } from "./normalize.ts";
 
 export type ExtractionDeps = FactDeps & {
   extractor: Runnable<ExtractorInput, CandidateFact[]>;

@@ -21,9 +21,6 @@ export type FactAuthor =
 
 export type FactDeps = { pubsub: PubSub; vectors: Deps["vectors"] };
 
-export const normalizeFact = (text: string) =>
-  text.toLowerCase().replace(/[^\p{L}\p{N}]+/gu, " ").trim();
-
 function announce(
   db: TenantDb,
   deps: FactDeps,
@@ -67,7 +64,7 @@ async function enforceCap(db: TenantDb, deps: FactDeps, endUserId: string) {
   }
 }
 
-/** The message a fact was extracted from was forgotten while the extraction ran. */
+/** The message a fact was extracted from was forgotten, or a fact from it deleted, while the extraction ran. */
 class SourceForgotten extends Error {}
 
 /**
@@ -80,7 +77,9 @@ class SourceForgotten extends Error {}
 async function requireSourceStillSaid(tx: TenantDb, sourceMessageId: string | null | undefined) {
   if (!sourceMessageId) return;
   const live = await tx.$queryRaw<unknown[]>`
-    SELECT 1 FROM "Message" WHERE "tenantId" = ${tx.$tenantId()} AND "id" = ${sourceMessageId} AND "forgottenAt" IS NULL FOR SHARE`;
+    SELECT 1 FROM "Message"
+    WHERE "tenantId" = ${tx.$tenantId()} AND "id" = ${sourceMessageId} AND "forgottenAt" IS NULL AND "factsForgottenAt" IS NULL
+    FOR SHARE`;
   if (live.length === 0) throw new SourceForgotten();
 }
 
@@ -200,7 +199,7 @@ export async function applyCandidate(db: TenantDb, deps: FactDeps, input: Candid
     return await applyJudgedCandidate(db, deps, input);
   } catch (error) {
     if (!(error instanceof SourceForgotten)) throw error;
-    return { change: "DROPPED", reason: "its message was forgotten while it was read", factId: null };
+    return { change: "DROPPED", reason: "its message was forgotten, or a fact from it deleted, while it was read", factId: null };
   }
 }
 

@@ -174,6 +174,7 @@ export function createChromaVectorStore(
       // Distances only: the snippets are read back from the database anyway (about 2 ms less a query).
       // The search itself is held to searchTimeoutMs; reaching Chroma (an embedded one starting,
       // up to its 30 s deadline) and opening the collection get longer, but not forever.
+      const reachMs = Math.max(searchTimeoutMs, REACH_TIMEOUT_MS);
       const result = await withTimeout(
         withCollection(space, (c) =>
           withTimeout(
@@ -182,8 +183,8 @@ export function createChromaVectorStore(
             `Chroma gave no answer within ${searchTimeoutMs} ms`,
           ),
         ),
-        Math.max(searchTimeoutMs, REACH_TIMEOUT_MS),
-        `Chroma could not be reached within ${Math.max(searchTimeoutMs, REACH_TIMEOUT_MS) / 1000} s`,
+        reachMs,
+        `Chroma could not be reached within ${reachMs / 1000} s`,
       );
       const distances = result.distances[0] ?? [];
       return (result.ids[0] ?? []).map((id, i) => ({ id, similarity: 1 - (distances[i] ?? 1) }));

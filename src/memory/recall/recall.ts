@@ -6,6 +6,7 @@ import type { TenantDb } from "../../db.ts";
 import { Prisma } from "../../generated/prisma/client.ts";
 import { EngramError } from "../../errors.ts";
 import { isModelCallLimit } from "../../models/call-budget.ts";
+import { TimedOut } from "../../timeout.ts";
 import type { ModelProvider } from "../../models/provider.ts";
 import type { PubSub, RecallCandidate, RecallEvent } from "../../pubsub.ts";
 import type { ContextBlock, ExtraBlocks } from "../context.ts";
@@ -133,6 +134,13 @@ async function keywordHits(db: TenantDb, input: SearchInput, limit: number) {
     ORDER BY r."rank" DESC, s."occurredAt" DESC, s."id"`;
 }
 
+/** A vector search the store refused, failed or did not answer in time; `reason` is safe to show. */
+class VectorStoreUnavailable extends EngramError {
+  constructor(readonly reason: string) {
+    super("VECTOR_STORE_UNAVAILABLE", `Vector search unavailable: ${reason}`);
+  }
+}
+
 /**
  * The two retrievers' hits for a message, before fusion (the LoCoMo bench tunes fusion over
  * these), and the snippets they found: the vector hits are read back while the keyword
@@ -157,12 +165,11 @@ export async function retrieveHits(
         .catch((error: unknown) => {
           // The caller is told what happened, not the store's own words (its address, the tenant's collection).
           deps.log.warn("recall: the vector store could not be searched", { tenantId, error });
-          const late = /^Chroma (gave no answer|could not be reached) within/.test((error as Error).message);
-          throw new EngramError("VECTOR_STORE_UNAVAILABLE", `Vector search unavailable: ${late ? (error as Error).message : "the vector store refused or failed the search"}`);
+          throw new VectorStoreUnavailable(error instanceof TimedOut ? error.message : "the vector store refused or failed the search");
         });
     } catch (error) {
       if (mode === "VECTOR" || isModelCallLimit(error)) throw error;
-      degraded = `vector search unavailable: ${(error as Error).message.replace(/^Vector search unavailable: /, "")}`;
+      degraded = `vector search unavailable: ${error instanceof VectorStoreUnavailable ? error.reason : (error as Error).message}`;
       deps.log.warn("recall: vector search failed; using keyword matches only", { tenantId, error });
       return [];
     }

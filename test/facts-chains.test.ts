@@ -260,6 +260,11 @@ function recordingLog() {
 }
 
 const tenantDb = () => forTenant(engram.services.db, engram.tenant.tenantId);
+/** gateMessage's input for a user message of the conversation (its text, trailing space aside). */
+async function judging(conversationId: string, message: string) {
+  const source = await engram.services.db.message.findFirstOrThrow({ where: { conversationId, role: "USER", content: message.trim() } });
+  return { conversationId, messageId: source.id, message };
+}
 const storedVerdicts = (conversationId: string) => engram.services.db.gateVerdict.findMany({ where: { conversationId } });
 
 describe("gateMessage", () => {
@@ -273,10 +278,10 @@ describe("gateMessage", () => {
     const { log, warnings } = recordingLog();
     const deps = { triage: createTriageChain(model), log };
 
-    const first = await gateMessage(tenantDb(), deps, { conversationId, message });
+    const first = await gateMessage(tenantDb(), deps, await judging(conversationId, message));
     expect(first).toEqual({ remember: true, forget: "SOME", forgetTargets: ["my old address"], needsRecall: false, decidedBy: "MODEL" });
     // Trailing whitespace is the same message.
-    const second = await gateMessage(tenantDb(), deps, { conversationId, message: `${message}  \n` });
+    const second = await gateMessage(tenantDb(), deps, await judging(conversationId, `${message}  \n`));
     expect(second).toEqual(first);
     expect(seen).toHaveLength(1);
     expect(warnings).toEqual([]);
@@ -301,9 +306,10 @@ describe("gateMessage", () => {
     const { model, seen } = scriptedModel([verdict, verdict, verdict]);
     const deps = { triage: createTriageChain(model), log: recordingLog().log };
 
-    await gateMessage(tenantDb(), deps, { conversationId, message });
-    await gateMessage(tenantDb(), deps, { conversationId, message: "And a window seat." });
-    await gateMessage(tenantDb(), deps, { conversationId: otherConversationId, message });
+    await gateMessage(tenantDb(), deps, await judging(conversationId, message));
+    await recordTurn(engram, { agentExternalId: "gate-bot", endUserExternalId: "ada", conversationExternalId: `gate-${conversationCounter - 1}`, userMessage: "And a window seat.", assistantMessage: "Noted." });
+    await gateMessage(tenantDb(), deps, await judging(conversationId, "And a window seat."));
+    await gateMessage(tenantDb(), deps, await judging(otherConversationId, message));
     expect(seen).toHaveLength(3);
     expect(await storedVerdicts(conversationId)).toHaveLength(2);
     expect(await storedVerdicts(otherConversationId)).toHaveLength(1);
@@ -316,13 +322,13 @@ describe("gateMessage", () => {
     const { log, warnings } = recordingLog();
     const deps = { triage: createTriageChain(model), log };
 
-    const verdict = await gateMessage(tenantDb(), deps, { conversationId, message });
+    const verdict = await gateMessage(tenantDb(), deps, await judging(conversationId, message));
     expect(verdict).toEqual({ remember: false, forget: "ALL", forgetTargets: [], needsRecall: false, decidedBy: "KEYWORDS" });
     expect(warnings).toHaveLength(1);
     expect(warnings[0][0]).toContain("gate: the model's answer could not be read");
     expect(warnings[0][1]).toMatchObject({ conversationId });
 
-    expect(await gateMessage(tenantDb(), deps, { conversationId, message })).toEqual(verdict);
+    expect(await gateMessage(tenantDb(), deps, await judging(conversationId, message))).toEqual(verdict);
     expect(seen).toHaveLength(1);
     expect(await storedVerdicts(conversationId)).toEqual([expect.objectContaining({ forget: "ALL", decidedBy: "KEYWORDS" })]);
   });
@@ -331,7 +337,7 @@ describe("gateMessage", () => {
     const message = "Forget my phone number.";
     const conversationId = await newConversation(message);
     const { log, warnings } = recordingLog();
-    const verdict = await gateMessage(tenantDb(), { triage: null, log }, { conversationId, message });
+    const verdict = await gateMessage(tenantDb(), { triage: null, log }, await judging(conversationId, message));
     expect(verdict).toEqual({ remember: false, forget: "SOME", forgetTargets: ["my phone number"], needsRecall: false, decidedBy: "KEYWORDS" });
     expect(warnings).toEqual([]);
   });
@@ -346,7 +352,7 @@ describe("gateMessage", () => {
     }) as unknown as ChatModel;
     const { log, warnings } = recordingLog();
 
-    const error = await thrown(gateMessage(tenantDb(), { triage: createTriageChain(down), log }, { conversationId, message }));
+    const error = await thrown(gateMessage(tenantDb(), { triage: createTriageChain(down), log }, await judging(conversationId, message)));
     expect(error).toBeInstanceOf(Error);
     expect(error).not.toBeInstanceOf(OutputParserException);
     expect((error as Error).message).toContain("ECONNREFUSED");
@@ -355,7 +361,7 @@ describe("gateMessage", () => {
     expect(await storedVerdicts(conversationId)).toEqual([]);
 
     const { model, seen } = scriptedModel([JSON.stringify({ remember: true, forget: "NONE", forgetTargets: [], needsRecall: false })]);
-    const verdict = await gateMessage(tenantDb(), { triage: createTriageChain(model), log }, { conversationId, message });
+    const verdict = await gateMessage(tenantDb(), { triage: createTriageChain(model), log }, await judging(conversationId, message));
     expect(verdict).toMatchObject({ remember: true, decidedBy: "MODEL" });
     expect(seen).toHaveLength(1);
   });

@@ -1,3 +1,4 @@
+import { RunnableLambda } from "@langchain/core/runnables";
 import type { ChromaClient } from "chromadb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Deps } from "../src/deps.ts";
@@ -12,6 +13,8 @@ import {
   syncFactKeys,
   syncSummaryKeys,
 } from "../src/memory/recall/snippets.ts";
+import { gateByKeywords, gateMessage } from "../src/memory/gate/gate.ts";
+import { writeRound } from "../src/work/follow-ups.ts";
 import { reconcileRecall } from "../src/work/reconcile.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { chromaOf, say, vectorIds } from "./helpers/recall.ts";
@@ -168,6 +171,47 @@ describe("a forget and a turn's indexing at the same time", () => {
       const live = new Set((await db.message.findMany({ where: { conversationId: first.conversationId }, select: { id: true } })).map((m) => m.id));
       expect(left.filter((s) => /badge/i.test(s.text) || s.messageIds.some((id) => !live.has(id)))).toEqual([]);
     }
+  });
+});
+
+describe("a gate verdict of a message forgotten while it was judged", () => {
+  it("is not stored by a follow-ups round that read the message before the forget", async () => {
+    await keepMessages(true);
+    const turn = await say(engram, { user: "uma", conversation: "uma-1" }, "My door code is 7741.", "Saved.");
+    const other = await say(engram, { user: "uma", conversation: "uma-2" }, "I like aisle seats.", "Noted.");
+    const opening = (conversationId: string) => db.message.findFirstOrThrow({ where: { conversationId, seq: 1 } });
+    const [source, otherSource] = [await opening(turn.conversationId), await opening(other.conversationId)];
+    const gate = await gateByKeywords(db, [
+      { conversationId: turn.conversationId, message: source.content },
+      { conversationId: other.conversationId, message: otherSource.content },
+    ]);
+    await forgetPhrases(db, engram.services.deps, turn.endUserId, ["door code"], reason);
+    const [forgotten, kept] = gate.fresh.map(({ index: _, ...row }) => row);
+    await writeRound(db, {
+      turnIds: [turn.turnId, other.turnId],
+      snippets: [],
+      verdicts: [
+        { ...forgotten, turnId: turn.turnId, messageId: source.id },
+        { ...kept, turnId: other.turnId, messageId: otherSource.id },
+      ],
+      forgetting: [],
+    });
+    expect(await db.gateVerdict.count({ where: { conversationId: turn.conversationId } })).toBe(0);
+    expect(await db.gateVerdict.count({ where: { conversationId: other.conversationId } })).toBe(1);
+  });
+
+  it("is not stored by a turn's gate whose model call a forget ran during, and is still answered", async () => {
+    await keepMessages(true);
+    const turn = await say(engram, { user: "vic", conversation: "vic-1" }, "My bike lock code is 2290.", "Saved.");
+    const source = await db.message.findFirstOrThrow({ where: { conversationId: turn.conversationId, seq: 1 } });
+    const answer = { remember: true, forget: "NONE" as const, forgetTargets: [], needsRecall: false };
+    const triage = RunnableLambda.from(async () => {
+      await forgetPhrases(db, engram.services.deps, turn.endUserId, ["lock code"], reason);
+      return answer;
+    });
+    const verdict = await gateMessage(db, { triage, log: engram.services.log }, { conversationId: turn.conversationId, messageId: source.id, message: source.content });
+    expect(verdict).toEqual({ ...answer, decidedBy: "MODEL" });
+    expect(await db.gateVerdict.count({ where: { conversationId: turn.conversationId } })).toBe(0);
   });
 });
 

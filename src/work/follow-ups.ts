@@ -41,11 +41,12 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
     if (waiting.length === 0) break;
     const planned = await planSnippetsOfTurns(db, waiting);
     // The user message that opens each turn, for the gate.
-    const opening = new Map(planned.messages.filter((m) => m.role === "USER").map((m) => [`${m.conversationId}:${m.seq}`, m.content]));
-    const gated = waiting.filter((t) => opening.has(`${t.conversationId}:${t.firstSeq}`));
+    const opening = new Map(planned.messages.filter((m) => m.role === "USER").map((m) => [`${m.conversationId}:${m.seq}`, m]));
+    const openingOf = (t: (typeof waiting)[number]) => opening.get(`${t.conversationId}:${t.firstSeq}`);
+    const gated = waiting.filter((t) => openingOf(t));
     const gate = await gateByKeywords(
       db,
-      gated.map((t) => ({ conversationId: t.conversationId, message: opening.get(`${t.conversationId}:${t.firstSeq}`)! })),
+      gated.map((t) => ({ conversationId: t.conversationId, message: openingOf(t)!.content })),
     );
     const forgetting = gated.filter((_, i) => gate.verdicts[i].forget !== "NONE").map((t) => t.id);
     const written = await writeRound(db, {
@@ -55,7 +56,7 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
       snippets: planned.rows
         .map(({ turn, ...row }) => ({ ...row, turnId: waiting[turn].id }))
         .filter((row) => !forgetting.includes(row.turnId)),
-      verdicts: gate.fresh.map(({ index, ...row }) => ({ ...row, turnId: gated[index].id })),
+      verdicts: gate.fresh.map(({ index, ...row }) => ({ ...row, turnId: gated[index].id, messageId: openingOf(gated[index])!.id })),
       forgetting,
     });
     const claimed = new Set(written.claimed);
@@ -103,7 +104,8 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
 type RoundRows = {
   turnIds: string[];
   snippets: (SnippetRow & { turnId: string })[];
-  verdicts: (Omit<GateVerdict, "id" | "tenantId" | "createdAt"> & { turnId: string })[];
+  /** Each with the id of the message it judged: written only while that message is not forgotten. */
+  verdicts: (Omit<GateVerdict, "id" | "tenantId" | "createdAt"> & { turnId: string; messageId: string })[];
   forgetting: string[];
 };
 
@@ -111,10 +113,11 @@ type RoundRows = {
  * A round's writes in one statement (atomic on its own): it claims those of the turns still in
  * the outbox (SKIP LOCKED, so two workers never take the same turn; a turn another worker
  * dispatched meanwhile is no longer waiting), inserts the snippets (of messages not forgotten
- * meanwhile: insertTurnSnippets) and verdicts of the claimed turns, and marks them dispatched,
- * except those left for their own turn job. Returns the claimed turns' ids and the new snippets'.
+ * meanwhile: insertTurnSnippets) and verdicts (of messages not forgotten meanwhile either) of the
+ * claimed turns, and marks them dispatched, except those left for their own turn job. Returns the
+ * claimed turns' ids and the new snippets'.
  */
-async function writeRound(db: TenantDb, rows: RoundRows): Promise<{ claimed: string[]; snippetIds: string[] }> {
+export async function writeRound(db: TenantDb, rows: RoundRows): Promise<{ claimed: string[]; snippetIds: string[] }> {
   const tenantId = db.$tenantId();
   const now = appNow();
   const [written] = await db.$queryRaw<{ claimed: string[]; snippetIds: string[] }[]>`
@@ -122,12 +125,12 @@ async function writeRound(db: TenantDb, rows: RoundRows): Promise<{ claimed: str
       SELECT "id" FROM "Turn"
       WHERE "tenantId" = ${tenantId} AND "id" = ANY(${rows.turnIds}::text[]) AND "followUpsQueuedAt" IS NULL
       FOR UPDATE SKIP LOCKED
-    ), ${insertTurnSnippets(tenantId, rows.snippets, Prisma.sql`AND r."turnId" IN (SELECT "id" FROM claimed)`)}, verdicts AS (
+    ), ${insertTurnSnippets(tenantId, rows.snippets, Prisma.sql`AND r."turnId" IN (SELECT "id" FROM claimed)`, rows.verdicts.map((v) => v.messageId))}, verdicts AS (
       INSERT INTO "GateVerdict" ("id", "tenantId", "conversationId", "messageHash", "remember", "forget", "forgetTargets", "needsRecall", "decidedBy", "createdAt")
       SELECT gen_random_uuid()::text, ${tenantId}, v."conversationId", v."messageHash", v."remember", v."forget", v."forgetTargets", v."needsRecall", v."decidedBy", ${now}
       FROM jsonb_to_recordset(${JSON.stringify(rows.verdicts)}::jsonb)
-        AS v("turnId" text, "conversationId" text, "messageHash" text, "remember" boolean, "forget" text, "forgetTargets" text[], "needsRecall" boolean, "decidedBy" text)
-      WHERE v."turnId" IN (SELECT "id" FROM claimed)
+        AS v("turnId" text, "messageId" text, "conversationId" text, "messageHash" text, "remember" boolean, "forget" text, "forgetTargets" text[], "needsRecall" boolean, "decidedBy" text)
+      WHERE v."turnId" IN (SELECT "id" FROM claimed) AND v."messageId" IN (SELECT "id" FROM "live")
       ON CONFLICT ("conversationId", "messageHash") DO NOTHING
     ), marked AS (
       UPDATE "Turn" SET "followUpsQueuedAt" = ${now}

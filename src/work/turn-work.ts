@@ -84,8 +84,8 @@ export async function runTurnWork(db: TenantDb, deps: TurnWorkDeps, payload: z.i
   if (imported) return { status: "QUEUED" as const };
 
   const userMessage = await db.message.findFirst({
-    where: { conversationId: conversation.id, seq: turn.firstSeq, role: "USER" },
-    select: { content: true },
+    where: { conversationId: conversation.id, seq: turn.firstSeq, role: "USER", forgottenAt: null },
+    select: { id: true, content: true },
   });
   if (!userMessage) return { status: "NO_USER_MESSAGE" as const };
   // With extraction off, only the keyword gate runs: it still honours "forget …" requests, and no
@@ -93,7 +93,7 @@ export async function runTurnWork(db: TenantDb, deps: TurnWorkDeps, payload: z.i
   const verdict = await gateMessage(
     db,
     { triage: settings.extractionOn ? await chainFor(deps.models, tenantId, "triage") : null, log: deps.log },
-    { conversationId: conversation.id, message: userMessage.content },
+    { conversationId: conversation.id, messageId: userMessage.id, message: userMessage.content },
   );
   if (verdict.forget !== "NONE") {
     const who = { reason: "the user asked to forget", conversationId: conversation.id };

@@ -10,11 +10,12 @@ import {
   type TriageInput,
   type TriageVerdict,
 } from "../../chains/triage.ts";
-import type { TenantDb } from "../../db.ts";
+import { appNow, type TenantDb } from "../../db.ts";
 import type { GateVerdict as GateVerdictRow } from "../../generated/prisma/client.ts";
 import { EngramError, parseInput } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { ModelCallError } from "../../models/egress.ts";
+import { liveMessages } from "../conversations/live-messages.ts";
 import { needsRecallByKeywords } from "./keywords.ts";
 
 export type StoredVerdict = TriageVerdict & { decidedBy: "MODEL" | "KEYWORDS" | "CALLER" };
@@ -105,7 +106,7 @@ export function keywordGate(message: string): TriageVerdict {
 export async function gateMessage(
   db: TenantDb,
   deps: { triage: Runnable<TriageInput, TriageVerdict> | null; log: Logger },
-  input: { conversationId: string; message: string },
+  input: { conversationId: string; messageId: string; message: string },
 ): Promise<StoredVerdict> {
   const messageHash = hashOf(input.message);
   const cached = await db.gateVerdict.findUnique({
@@ -128,12 +129,24 @@ export async function gateMessage(
       });
     }
   }
-  const [stored] = await db.gateVerdict.createManyAndReturn({
-    data: [{ tenantId: db.$tenantId(), conversationId: input.conversationId, messageHash, ...verdict }],
-    skipDuplicates: true,
+  // Stored only while the message is there and not forgotten (a forget may have run during the
+  // model call): a verdict keeps the message's hash and what it asked to forget.
+  const tenantId = db.$tenantId();
+  const stored = await db.$queryRaw<{ id: string }[]>`
+    WITH ${liveMessages("judged", tenantId, [input.messageId])}
+    INSERT INTO "GateVerdict" ("id", "tenantId", "conversationId", "messageHash", "remember", "forget", "forgetTargets", "needsRecall", "decidedBy", "createdAt")
+    SELECT gen_random_uuid()::text, ${tenantId}, ${input.conversationId}, ${messageHash}, ${verdict.remember}, ${verdict.forget},
+           ${verdict.forgetTargets}::text[], ${verdict.needsRecall}, ${verdict.decidedBy}, ${appNow()}
+    WHERE EXISTS (SELECT 1 FROM "judged")
+    ON CONFLICT ("conversationId", "messageHash") DO NOTHING
+    RETURNING "id"`;
+  if (stored.length) return verdict;
+  // A concurrent call stored its verdict first: everyone gets that one. Or the message was
+  // forgotten: the verdict is used, not kept.
+  const first = await db.gateVerdict.findUnique({
+    where: { conversationId_messageHash: { conversationId: input.conversationId, messageHash } },
   });
-  // A concurrent call stored its verdict first: everyone gets that one.
-  return stored ? verdict : gateMessage(db, deps, input);
+  return first ? storedVerdict(first) : verdict;
 }
 
 /**

@@ -1,6 +1,7 @@
 import { appNow, type TenantDb } from "../../db.ts";
 import type { Deps } from "../../deps.ts";
 import { Prisma, type Message } from "../../generated/prisma/client.ts";
+import { liveMessages } from "../conversations/live-messages.ts";
 import { forgetSnippets } from "../forget.ts";
 
 /** What indexing needs beside the tenant's client: the embedder and the vector store. */
@@ -51,21 +52,24 @@ export type SnippetRow = Omit<Awaited<ReturnType<typeof planSnippetsOfTurns>>["r
 /**
  * The insert of planned TURN snippets, as the common table expressions `live` and `inserted`
  * (the new rows' ids) of one statement, which a caller may extend (`and` narrows the rows, by
- * `r."turnId"` say). A row goes in only while all of its messages are still there and not
+ * `r."turnId"` say; `live` also holds those of `alsoLocked` still there, for the caller's own
+ * writes from messages). A row goes in only while all of its messages are still there and not
  * forgotten, and the statement locks those messages (FOR SHARE, in id order, as the forgets lock
  * them) until its transaction ends: a forget that marks or deletes them after the plan read them
  * either commits first, and the row is left out, or waits for the insert, and then finds the
  * snippet when it looks again (src/memory/forget.ts). Without that, a turn's snippet planned
  * before a forget and written after it would bring back what was forgotten.
  */
-export function insertTurnSnippets(tenantId: string, rows: SnippetRow[], and: Prisma.Sql = Prisma.empty): Prisma.Sql {
-  const messageIds = rows.flatMap((r) => r.messageIds);
-  return Prisma.sql`"live" AS (
-      SELECT m."id" FROM "Message" m
-      WHERE m."tenantId" = ${tenantId} AND m."id" = ANY(${messageIds}::text[]) AND m."forgottenAt" IS NULL
-      ORDER BY m."id"
-      FOR SHARE
-    ), "inserted" AS (
+export function insertTurnSnippets(
+  tenantId: string,
+  rows: SnippetRow[],
+  and: Prisma.Sql = Prisma.empty,
+  alsoLocked: string[] = [],
+): Prisma.Sql {
+  // One lock of all the statement's messages, in id order: a second CTE locking more of them
+  // could take them out of the order the forgets take them in, and deadlock with one.
+  const messageIds = [...rows.flatMap((r) => r.messageIds), ...alsoLocked];
+  return Prisma.sql`${liveMessages("live", tenantId, messageIds)}, "inserted" AS (
       INSERT INTO "RecallSnippet" ("id", "tenantId", "endUserId", "conversationId", "kind", "text", "messageIds", "messageSeqs", "occurredAt", "createdAt")
       SELECT gen_random_uuid()::text, ${tenantId}, r."endUserId", r."conversationId", r."kind"::"SnippetKind", r."text", r."messageIds", r."messageSeqs", r."occurredAt", ${appNow()}
       FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb)

@@ -1,6 +1,7 @@
 import { RunnableLambda } from "@langchain/core/runnables";
 import type { ChromaClient } from "chromadb";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { OfflineEmbeddings } from "../src/embeddings/offline.ts";
 import type { Deps } from "../src/deps.ts";
 import { forTenant, type TenantDb } from "../src/db.ts";
 import { applyCandidate } from "../src/memory/facts/facts.ts";
@@ -212,6 +213,25 @@ describe("a gate verdict of a message forgotten while it was judged", () => {
     const verdict = await gateMessage(db, { triage, log: engram.services.log }, { conversationId: turn.conversationId, messageId: source.id, message: source.content });
     expect(verdict).toEqual({ ...answer, decidedBy: "MODEL" });
     expect(await db.gateVerdict.count({ where: { conversationId: turn.conversationId } })).toBe(0);
+  });
+});
+
+describe("the query vectors this instance kept", () => {
+  it("of the tenant go with a forget: a message's vector is not answered from memory after it", async () => {
+    const text = "What was the code to my storage unit again?";
+    const { embeddings } = await engram.services.deps.embeddings.forTenant(engram.tenant.tenantId);
+    const encoder = vi.spyOn(OfflineEmbeddings.prototype, "embedQuery");
+    try {
+      await embeddings.embedQuery(text);
+      await embeddings.embedQuery(text);
+      expect(encoder).toHaveBeenCalledTimes(1);
+      const turn = await say(engram, { user: "wes", conversation: "wes-1" }, text, "4471.");
+      await forgetUser(db, engram.services.deps, turn.endUserId, reason);
+      await embeddings.embedQuery(text);
+      expect(encoder).toHaveBeenCalledTimes(2);
+    } finally {
+      encoder.mockRestore();
+    }
   });
 });
 

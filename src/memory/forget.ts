@@ -16,7 +16,7 @@ import { matchesAnyPhrase } from "./text-search.ts";
  * messages (when it is off, they are marked forgotten and no snippet is made from them again).
  * What stays is a receipt of kinds and counts, never content, kept in the audit log.
  */
-export type ForgetDeps = Pick<Deps, "pubsub" | "vectors">;
+export type ForgetDeps = Pick<Deps, "pubsub" | "vectors" | "embeddings">;
 
 export type ForgetReceipt = {
   facts: number;
@@ -174,6 +174,8 @@ async function audit(db: TenantDb, who: ForgetWho, target: Record<string, unknow
 
 /** Announces the forget and waits for its history row, so the feed shows it once the caller has the receipt. */
 async function announceForgotten(db: TenantDb, deps: ForgetDeps, endUserId: string, who: ForgetWho) {
+  // A query vector this instance kept may be of a message that was just forgotten.
+  deps.embeddings.forgetQueries(db.$tenantId());
   deps.pubsub.publish("factChanged", db.$tenantId(), {
     endUserId,
     factId: null,
@@ -321,6 +323,7 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
   receipt.messages = (await forgetMessages(db, Prisma.sql`m."conversationId" = ${conversationId}`, true)).removed;
   // A second look, as forgetUser's.
   receipt.snippets += await forgetSnippetsWhere(db, deps, { conversationId });
+  deps.embeddings.forgetQueries(tenantId);
   await deps.pubsub.settled();
   receipt.activity = (await db.activityLog.deleteMany({ where: { conversationId } })).count;
   await db.conversation.deleteMany({ where: { id: conversationId } });

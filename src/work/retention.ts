@@ -9,7 +9,7 @@ const DAY_MS = 86_400_000;
 
 export type RetentionResult = { retentionDays: number; cutoff: string | null; snippetsDeleted: number; factsDeleted: number };
 
-type RetentionDeps = Pick<Deps, "tenants" | "pubsub" | "vectors" | "log">;
+type RetentionDeps = Pick<Deps, "tenants" | "pubsub" | "vectors" | "embeddings" | "log">;
 
 /**
  * One tenant's retention window, through the forgetting path: recall snippets (rows and

@@ -11,7 +11,7 @@ import { UnreadableAnswer } from "./dead-letter.ts";
 import { indexFactKeys, makeTurnSnippets, queueIndexing } from "./index-snippets.ts";
 import { requestSummary } from "./summarize.ts";
 
-type TurnWorkDeps = Pick<Deps, "models" | "queue" | "pubsub" | "vectors" | "log">;
+type TurnWorkDeps = Pick<Deps, "models" | "queue" | "pubsub" | "vectors" | "embeddings" | "log">;
 
 async function runExtraction(db: TenantDb, deps: TurnWorkDeps, conversationId: string, now: boolean) {
   const tenantId = db.$tenantId();

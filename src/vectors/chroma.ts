@@ -1,6 +1,6 @@
 import { ChromaClient, type Collection, type Where } from "chromadb";
 import type { Logger } from "../log.ts";
-import { withTimeout } from "../timeout.ts";
+import { TimedOut, withTimeout } from "../timeout.ts";
 import type { ChromaServer } from "../embedded/chroma.ts";
 import type { SnippetVector, VectorHit, VectorSelector, VectorSpace, VectorStore } from "./index.ts";
 
@@ -40,6 +40,8 @@ type Metadata = { endUserId: string; conversationId: string; kind: SnippetVector
 const VECTOR_PAGE = 250;
 // How long a search waits to reach Chroma and open the collection, before its own timeout starts.
 const REACH_TIMEOUT_MS = 45_000;
+// After a search ran out of time, how many search timeouts pass before Chroma is searched again.
+const QUIET_TIMEOUTS = 3;
 
 function whereOf(selector: Omit<VectorSelector, "ids">): Where | undefined {
   const clauses: Where[] = [
@@ -55,7 +57,10 @@ function whereOf(selector: Omit<VectorSelector, "ids">): Where | undefined {
  * Recall vectors in Chroma, with our own embeddings (`embeddingFunction: null`) and cosine
  * distance. `server()` resolves the Chroma to talk to; the embedded one is started on first use.
  * A search waits at most `searchTimeoutMs` (a Chroma that hangs instead of refusing would hold
- * every recall, and the reply of every agent waiting on `context`, for as long as it hangs).
+ * every recall, and the reply of every agent waiting on `context`, for as long as it hangs). Once
+ * one has run out, searches are refused at once for three timeouts, then one search at a time
+ * tries Chroma again until one answers: recall answers from keywords without waiting meanwhile,
+ * and searches do not pile up, unanswered, on a Chroma that hangs.
  */
 export function createChromaVectorStore(
   server: () => Promise<ChromaServer>,
@@ -63,6 +68,7 @@ export function createChromaVectorStore(
   options: { searchTimeoutMs?: number } = {},
 ): VectorStore {
   const searchTimeoutMs = options.searchTimeoutMs ?? 5_000;
+  const quiet = { until: 0, trying: false };
   let client: { url: string; chroma: ChromaClient } | undefined;
   const collections = new Map<string, Collection>();
 
@@ -175,17 +181,25 @@ export function createChromaVectorStore(
       // The search itself is held to searchTimeoutMs; reaching Chroma (an embedded one starting,
       // up to its 30 s deadline) and opening the collection get longer, but not forever.
       const reachMs = Math.max(searchTimeoutMs, REACH_TIMEOUT_MS);
-      const result = await withTimeout(
-        withCollection(space, (c) =>
-          withTimeout(
-            c.query({ queryEmbeddings: [vector], nResults: k, where, include: ["distances"] }),
-            searchTimeoutMs,
-            `Chroma gave no answer within ${searchTimeoutMs} ms`,
+      const hung = `Chroma gave no answer within ${searchTimeoutMs} ms`;
+      if (quiet.until && (Date.now() < quiet.until || quiet.trying)) throw new TimedOut(`${hung} to a recent search; not searched again yet`);
+      quiet.trying = quiet.until > 0;
+      let result;
+      try {
+        result = await withTimeout(
+          withCollection(space, (c) =>
+            withTimeout(c.query({ queryEmbeddings: [vector], nResults: k, where, include: ["distances"] }), searchTimeoutMs, hung),
           ),
-        ),
-        reachMs,
-        `Chroma could not be reached within ${reachMs / 1000} s`,
-      );
+          reachMs,
+          `Chroma could not be reached within ${reachMs / 1000} s`,
+        );
+        quiet.until = 0;
+      } catch (error) {
+        if (error instanceof TimedOut) quiet.until = Date.now() + QUIET_TIMEOUTS * searchTimeoutMs;
+        throw error;
+      } finally {
+        quiet.trying = false;
+      }
       const distances = result.distances[0] ?? [];
       return (result.ids[0] ?? []).map((id, i) => ({ id, similarity: 1 - (distances[i] ?? 1) }));
     },

@@ -144,6 +144,25 @@ describe("a verdict from the caller", () => {
     expect(model.requests.slice(chatBefore).map(chainOf)).not.toContain("triage");
   });
 
+  it("from a reader key, it decides recall for that answer only: it is not kept, so it cannot steer the turn's work to forget", async () => {
+    const who = { user: "yan", conversation: "yan-1" };
+    const first = await recorded(who, "I like the corner table at Nonna's.");
+    await followUps(first);
+    const { data, errors } = await engram.gql(
+      CONTEXT,
+      { input: { conversationId: first.conversationId, message: "Thanks!", gate: { remember: false, forget: "ALL", forgetTargets: [], needsRecall: false } } },
+      engram.tenant.reader,
+    );
+    expect(errors).toBeUndefined();
+    expect(data.context.blocks.map((b: { kind: string }) => b.kind)).not.toContain("RECALL");
+    expect(await verdictsOf(first.conversationId)).not.toContainEqual(expect.objectContaining({ decidedBy: "CALLER" }));
+    // The turn that follows is judged by the turn's own gate, and nothing is forgotten.
+    const turn = await recorded(who, "Thanks!");
+    const work = await followUps(turn);
+    expect(work).toMatchObject({ verdict: { forget: "NONE" } });
+    expect(await engram.services.db.message.count({ where: { conversationId: first.conversationId } })).toBe(4);
+  });
+
   it("a caller's needsRecall: false is obeyed even when keywords would recall", async () => {
     const turn = await recorded({ user: "wes", conversation: "wes-3" }, "Hello.");
     const { data } = await engram.gql(CONTEXT, {

@@ -56,7 +56,7 @@ export type ContextInput = {
   conversationExternalId?: string | null | undefined;
   conversationId?: string | number | null | undefined;
   endUserExternalId?: string | null | undefined;
-  /** Your model's verdict on the message (see gateInstructions). Decides recall, and is stored for the turn's background work, which then makes no gate call. Without it, recall is decided locally (no model call). */
+  /** Your model's verdict on the message (see gateInstructions). Decides recall, and (from a writer or admin key) is stored for the turn's background work, which then makes no gate call; a reader key's verdict decides recall only. Without it, recall is decided locally (no model call). */
   gate?: unknown;
   /** The user's new message the agent is about to answer. */
   message: string;

@@ -58,8 +58,9 @@ const ContextInput = builder.inputType("ContextInput", {
     gate: t.field({
       type: "JSON",
       description:
-        "Your model's verdict on the message (see gateInstructions). Decides recall, and is stored for the turn's " +
-        "background work, which then makes no gate call. Without it, recall is decided locally (no model call).",
+        "Your model's verdict on the message (see gateInstructions). Decides recall, and (from a writer or admin key) " +
+        "is stored for the turn's background work, which then makes no gate call; a reader key's verdict decides " +
+        "recall only. Without it, recall is decided locally (no model call).",
     }),
   }),
 });
@@ -70,6 +71,11 @@ builder.queryFields((t) => ({
     authScopes: { reader: true },
     args: { input: t.arg({ type: ContextInput, required: true }) },
     resolve: (_root, { input }, ctx) =>
-      contextForTurn(ctx.db, ctx.deps, { ...input, conversationId: input.conversationId == null ? null : String(input.conversationId) }),
+      contextForTurn(
+        ctx.db,
+        ctx.deps,
+        { ...input, conversationId: input.conversationId == null ? null : String(input.conversationId) },
+        ctx.principal.role !== "READER",
+      ),
   }),
 }));

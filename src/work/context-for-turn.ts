@@ -11,7 +11,7 @@ import { recallBlocks } from "../memory/recall/recall.ts";
  * The `context` query: facts, recall, entries, summary, kept messages and the tail for the
  * agent's next model call. It never waits on a chat model to decide recall: the caller's
  * verdict (`gate`) decides, else the local gate (whether the message is nearer the recall
- * prototypes than the no-recall ones), whose embedding the recall search reuses. A caller's
+ * prototypes than the no-recall ones), whose embedding the recall search reuses. A writer's
  * verdict is stored for the turn's background work; without one, the model gate runs there,
  * after the reply.
  */
@@ -19,13 +19,19 @@ export async function contextForTurn(
   db: TenantDb,
   deps: Pick<Deps, "models" | "embeddings" | "vectors" | "pubsub" | "log">,
   input: ContextInput & { gate?: unknown },
+  /**
+   * Whether the caller may write (a WRITER or ADMIN key). A reader's verdict decides recall for
+   * this answer only: stored, it would steer the turn's background work, whose "forget" verdicts
+   * delete the user's memory.
+   */
+  canWrite: boolean,
 ) {
   const { gate, ...contextInput } = input;
   const verdict = gate == null ? null : parseCallerVerdict(gate);
   const decide = verdict ? async () => ({ needsRecall: verdict.needsRecall }) : startLocalDecision(db, deps, contextInput);
   const context = await assembleContext(db, contextInput, [factsBlocks(db), recallBlocks(db, deps, { decide })]);
   // A conversation with no turn yet has nowhere to keep it: recordTurn's `gate` carries it then.
-  if (verdict && context.conversationId) {
+  if (verdict && canWrite && context.conversationId) {
     await storeCallerVerdict(db, { conversationId: context.conversationId, message: input.message, verdict });
   }
   return context;

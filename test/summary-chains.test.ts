@@ -10,6 +10,7 @@ import type { Logger } from "../src/log.ts";
 import { rewriteSummary, type SummaryDeps } from "../src/memory/conversations/summary.ts";
 import type { PubSub } from "../src/pubsub.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { CONTEXT } from "./helpers/recall.ts";
 import { itReadsAnswers, renderedPrompt, thrown } from "./helpers/scripted-model.ts";
 import { recordTurn } from "./helpers/turns.ts";
 
@@ -329,6 +330,31 @@ describe("rewriteSummary", () => {
     ]);
     expect(calls.published).toEqual([["summaryChanged", engram.tenant.tenantId, { conversationId, revisionId: revisions[0].id }]]);
     expect(calls.warnings).toEqual([]);
+  });
+
+  it("neither folds nor scores a message that was forgotten (a tenant that keeps them), and context never sends it back", async () => {
+    const conversationId = await conversationWith(TURNS);
+    const db = engram.services.db;
+    await db.message.updateMany({ where: { conversationId, seq: 3 }, data: { forgottenAt: new Date() } });
+    const { deps, calls } = fakeDeps({ verbatimJudge: () => new Map([[1, 3], [2, 0], [3, 3], [5, 1]]) as VerbatimScores });
+
+    expect(await rewrite(deps, conversationId)).toMatchObject({ status: "ACCEPTED" });
+    // Shared and not forgotten: 1, 2, 5–11; the tail is 6–11.
+    expect(seqs(calls.summarizer[0].messages)).toEqual([1, 2, 5]);
+    expect(seqs(calls.verbatimJudge[0].older)).toEqual([1, 2, 5]);
+    expect((await stateOf(conversationId)).keepScores).toContainEqual([3, null]);
+
+    // A score written back as the forget marked it (a rewrite already under way), and a
+    // forgotten message among the newest: neither reaches the agent.
+    await db.message.updateMany({ where: { conversationId, seq: 3 }, data: { keepScore: 3 } });
+    await db.message.updateMany({ where: { conversationId, seq: 10 }, data: { forgottenAt: new Date() } });
+    const { data, errors } = await engram.gql(CONTEXT, { input: { conversationId, message: "Anything else?" } });
+    expect(errors).toBeUndefined();
+    const texts = data.context.blocks.map((b: { text: string }) => b.text).join("\n");
+    expect(texts).toContain("User message");
+    const [third, tenth] = await db.message.findMany({ where: { conversationId, seq: { in: [3, 10] } }, orderBy: { seq: "asc" } });
+    expect(texts).not.toContain(third.content);
+    expect(texts).not.toContain(tenth.content);
   });
 
   it("keeps the previous summary when the loss judge says something was lost, storing a rejected revision with the reason", async () => {

@@ -66,7 +66,8 @@ const MAX_ENTRIES = 3;
  */
 async function conversationMessages(db: TenantDb, conversationId: string, count: number, withKept: boolean) {
   const columns = Prisma.sql`"id", "tenantId", "conversationId", "seq", "role"::text AS "role", "content", "private", "keepScore", "forgottenAt", "factsForgottenAt", "occurredAt", "createdAt"`;
-  const shared = Prisma.sql`"tenantId" = ${db.$tenantId()} AND "conversationId" = ${conversationId} AND NOT "private"`;
+  // Forgotten messages a tenant keeps are a record, not memory: never sent to the agent again.
+  const shared = Prisma.sql`"tenantId" = ${db.$tenantId()} AND "conversationId" = ${conversationId} AND NOT "private" AND "forgottenAt" IS NULL`;
   const rows = await db.$queryRaw<(Message & { kept: boolean })[]>`
     (SELECT ${columns}, false AS "kept" FROM "Message" WHERE ${shared} ORDER BY "seq" DESC LIMIT ${count})
     ${withKept ? Prisma.sql`UNION ALL

@@ -28,7 +28,9 @@ export type RewriteOutcome =
 
 class Superseded extends Error {}
 
-const shared = (conversationId: string) => ({ conversationId, private: false });
+// What a summary folds and the verbatim judge scores: shared, and not forgotten (a tenant that
+// keeps forgotten messages keeps them as a record, not as memory).
+const shared = (conversationId: string) => ({ conversationId, private: false, forgottenAt: null });
 
 /**
  * Folds everything older than the tail into the running summary: rewrite with the summarizer,
@@ -174,7 +176,7 @@ async function rescoreOlderMessages(
   }
   await db.$transaction(
     [...bySeq].map(([score, seqs]) =>
-      db.message.updateMany({ where: { conversationId, seq: { in: seqs } }, data: { keepScore: score } }),
+      db.message.updateMany({ where: { conversationId, seq: { in: seqs }, forgottenAt: null }, data: { keepScore: score } }),
     ),
   );
 }

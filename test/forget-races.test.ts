@@ -5,7 +5,7 @@ import { OfflineEmbeddings } from "../src/embeddings/offline.ts";
 import type { Deps } from "../src/deps.ts";
 import { forTenant, type TenantDb } from "../src/db.ts";
 import { applyCandidate } from "../src/memory/facts/facts.ts";
-import { forgetExpired, forgetFact, forgetPhrases, forgetUser } from "../src/memory/forget.ts";
+import { forgetConversation, forgetExpired, forgetFact, forgetPhrases, forgetUser } from "../src/memory/forget.ts";
 import {
   createTurnSnippets,
   indexSnippets,
@@ -232,6 +232,50 @@ describe("the query vectors this instance kept", () => {
     } finally {
       encoder.mockRestore();
     }
+  });
+});
+
+/** The tenant's client with `turn.findMany` running `first` before its first call goes through. */
+function onFirstTurnRead(first: () => Promise<unknown>): TenantDb {
+  let ran = false;
+  const turn = new Proxy(db.turn, {
+    get: (target, prop) =>
+      prop === "findMany"
+        ? async (...args: Parameters<typeof target.findMany>) => {
+            if (!ran) {
+              ran = true;
+              await first();
+            }
+            return target.findMany(...args);
+          }
+        : Reflect.get(target, prop),
+  });
+  return new Proxy(db, {
+    get: (target, prop) => {
+      if (prop === "turn") return turn;
+      const value = Reflect.get(target, prop);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
+describe("deleteConversation", () => {
+  it("deletes the facts extracted from its messages, and a fact or a verdict written from them while it runs", async () => {
+    await keepMessages(false);
+    const turn = await turnWithFactKey("xena", "My gym locker is 19.", "The user's gym locker is 19.");
+    // After the delete's first look, the turn's work stores its gate verdict and another fact
+    // from the same message.
+    const meanwhile = onFirstTurnRead(async () => {
+      await gateMessage(db, { triage: null, log: engram.services.log }, { conversationId: turn.conversationId, messageId: turn.sourceId, message: "My gym locker is 19." });
+      await engram.services.db.fact.create({
+        data: { tenantId: engram.tenant.tenantId, endUserId: turn.endUserId, text: "The user uses locker 19.", origin: "EXTRACTOR", sourceMessageId: turn.sourceId },
+      });
+    });
+    const { receipt } = await forgetConversation(meanwhile, engram.services.deps, turn.conversationId, reason);
+    expect(receipt.facts).toBe(2);
+    expect(await db.fact.count({ where: { endUserId: turn.endUserId } })).toBe(0);
+    expect(await db.gateVerdict.count({ where: { conversationId: turn.conversationId } })).toBe(0);
+    expect(await vectorsOf(turn.endUserId)).not.toContain(turn.keyId);
   });
 });
 

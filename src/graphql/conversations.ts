@@ -221,6 +221,7 @@ const DeletedConversation = builder.simpleObject("DeletedConversation", {
     id: t.id(),
     messages: t.int({ description: "Messages deleted." }),
     snippets: t.int({ description: "Recall snippets deleted, with their vectors." }),
+    facts: t.int({ description: "Facts extracted from its messages, deleted with their history and recall keys." }),
   }),
 });
 
@@ -228,14 +229,14 @@ builder.mutationFields((t) => ({
   deleteConversation: t.field({
     type: DeletedConversation,
     authScopes: { writer: true },
-    description: "Deletes a conversation, its messages, summary revisions and recall data (vectors included).",
+    description: "Deletes a conversation, its messages, summary revisions, recall data (vectors included) and the facts extracted from its messages.",
     args: { id: t.arg.id({ required: true }) },
     resolve: async (_root, { id }, ctx) => {
       const { conversation, receipt } = await forgetConversation(ctx.db, ctx.deps, String(id), {
         apiKeyId: ctx.principal.apiKeyId,
         reason: "the conversation was deleted",
       });
-      return { id: conversation.id, messages: receipt.messages, snippets: receipt.snippets };
+      return { id: conversation.id, messages: receipt.messages, snippets: receipt.snippets, facts: receipt.facts };
     },
   }),
 }));

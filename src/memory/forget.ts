@@ -103,8 +103,7 @@ function countDeleted(receipt: ForgetReceipt, deleted: { facts: number; snippets
  * `clear` are cleared, in one statement. A forget does this first, and again at its end: a
  * summary rewrite begun before finds the summary it started from moved and writes nothing (its
  * compare-and-set, summary.ts), so neither a revision nor a first summary of what is being
- * forgotten lands after the forget has deleted them. (The tail is still sent word for word while
- * the raw messages are kept.) Returns how many summaries were cleared.
+ * forgotten lands after the forget has deleted them. Returns how many summaries were cleared.
  */
 async function closeConversations(db: TenantDb, conversationIds: string[], clear: string[] = []): Promise<number> {
   if (conversationIds.length === 0) return 0;
@@ -318,11 +317,22 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
   receipt.summaryRevisions = await db.summaryRevision.count({ where: { conversationId } });
   receipt.summaries = conversation.summary ? 1 : 0;
   receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId } })).count;
+  // The facts extracted from its messages, with their history and recall keys.
+  const messageIds = (await db.message.findMany({ where: { conversationId }, select: { id: true } })).map((m) => m.id);
+  const deleteItsFacts = async () => {
+    const ids = (await db.fact.findMany({ where: { sourceMessageId: { in: messageIds } }, select: { id: true } })).map((f) => f.id);
+    receipt.factVersions += await db.factVersion.count({ where: { factId: { in: ids } } });
+    countDeleted(receipt, await deleteFacts(db, deps, ids));
+  };
+  await deleteItsFacts();
   const turnIds = (await db.turn.findMany({ where: { conversationId }, select: { id: true } })).map((t) => t.id);
   receipt.jobRecords = await forgetJobRecords(db, [conversationId], turnIds);
   receipt.messages = (await forgetMessages(db, Prisma.sql`m."conversationId" = ${conversationId}`, true)).removed;
-  // A second look, as forgetUser's.
+  // A second look, as forgetUser's, at what work under way wrote from the messages meanwhile
+  // (a fact or a verdict written from now on finds its message gone).
   receipt.snippets += await forgetSnippetsWhere(db, deps, { conversationId });
+  await deleteItsFacts();
+  receipt.gateVerdicts += (await db.gateVerdict.deleteMany({ where: { conversationId } })).count;
   deps.embeddings.forgetQueries(tenantId);
   await deps.pubsub.settled();
   receipt.activity = (await db.activityLog.deleteMany({ where: { conversationId } })).count;

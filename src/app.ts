@@ -20,7 +20,7 @@ import { MCP_PATH, mcpHandler } from "./mcp/http.ts";
 import { restApi } from "./rest.ts";
 import { LIMITS } from "./limits.ts";
 import type { Services } from "./services.ts";
-import { createSocketRegistry } from "./sockets.ts";
+import { createSocketRegistry, useStreamsOfLiveKeys } from "./sockets.ts";
 import { corsFor, HTTP_TIMEOUTS, parseOrigins, useCachedGraphiQL } from "./http-hardening.ts";
 
 const GRAPHQL_PATH = "/graphql";
@@ -109,6 +109,9 @@ export function buildApp(services: Services): App {
     headers: JSON.stringify({ Authorization: "Bearer <your Engram API key>" }),
     defaultQuery: "{\n  viewer {\n    role\n    tenant { id name }\n  }\n}\n",
   };
+  // Open connections of each key (WebSockets and subscriptions over HTTP), closed on revocation.
+  const connectionLimits = { connectionsPerKey: services.env.ENGRAM_WS_MAX_CONNECTIONS_PER_KEY };
+  const sockets = createSocketRegistry(services.pubsub, connectionLimits, (ids) => liveKeyIds(services.db, ids), services.log);
   const yoga = createYoga<InitialContext, GraphQLContext>({
     schema,
     graphqlEndpoint: GRAPHQL_PATH,
@@ -132,6 +135,7 @@ export function buildApp(services: Services): App {
       costLimitPlugin({ maxCost: LIMITS.queryCost, ...reportLimitErrors }),
       maxAliasesPlugin({ n: LIMITS.aliases, ...reportLimitErrors }),
       useTypedRequestErrors({ modelFieldsPerRequest: LIMITS.modelFieldsPerRequest }),
+      useStreamsOfLiveKeys(sockets, connectionLimits),
       useCachedGraphiQL(GRAPHQL_PATH, graphiql),
       // Seed 000's REST paths (/memory…), generated from the schema, through this same pipeline.
       restApi(schema),
@@ -174,12 +178,6 @@ export function buildApp(services: Services): App {
   server.keepAliveTimeout = HTTP_TIMEOUTS.keepAliveMs;
 
   const wsServer = new WebSocketServer({ server, path: GRAPHQL_PATH, maxPayload: LIMITS.requestBodyBytes });
-  const sockets = createSocketRegistry(
-    services.pubsub,
-    { connectionsPerKey: services.env.ENGRAM_WS_MAX_CONNECTIONS_PER_KEY },
-    (ids) => liveKeyIds(services.db, ids),
-    services.log,
-  );
   const wsDisposable = useServer<Record<string, unknown>, { request: IncomingMessage; socket: WebSocket }>(
     {
       onConnect: async (ctx) => {

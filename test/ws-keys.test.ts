@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { startSecondInstance, testRedisUrl, type TestInstance } from "./helpers/instances.ts";
+import { sseSubscribe } from "./helpers/sse.ts";
 import { until } from "./helpers/until.ts";
 import { collect, settle } from "./helpers/ws.ts";
 
@@ -87,6 +88,51 @@ describe("WebSocket connections and API keys", () => {
     expect(feeds.slice(0, 3).map((f) => f.failure)).toEqual([undefined, undefined, undefined]);
     feeds.forEach((f) => f.dispose());
     await reader.ws.dispose();
+  });
+});
+
+describe("subscriptions over HTTP (SSE) and API keys", () => {
+  let engram: TestEngram;
+  let url: string;
+  beforeAll(async () => {
+    engram = await startTestEngram({ env: { ENGRAM_EMBEDDINGS: "offline", ENGRAM_WS_MAX_CONNECTIONS_PER_KEY: "2" } });
+    url = await engram.listen();
+  });
+  afterAll(() => engram?.stop());
+
+  it("ends a revoked key's stream with UNAUTHENTICATED, and no event reaches it afterwards", async () => {
+    const { data } = await engram.gql(CREATE_KEY);
+    const stream = await sseSubscribe(url, data.createApiKey.key, FEED);
+    await settle(500);
+    await append(engram, "sse before revocation");
+    expect((await stream.next(1)).data?.eventAppended.body).toBe("sse before revocation");
+
+    expect((await engram.gql(REVOKE, { id: data.createApiKey.id })).errors).toBeUndefined();
+    const refused = await stream.next(2);
+    expect(refused.errors?.[0]).toMatchObject({ message: "API key revoked", extensions: { code: "UNAUTHENTICATED" } });
+    await until("the stream to end", async () => stream.ended);
+    for (let i = 0; i < 3; i++) await append(engram, `sse after revocation ${i}`);
+    await settle(500);
+    expect(stream.received).toHaveLength(2);
+    stream.close();
+  });
+
+  it("counts each stream against the key's connections, and frees its place when it ends", async () => {
+    const streams = [await sseSubscribe(url, engram.tenant.reader, FEED), await sseSubscribe(url, engram.tenant.reader, FEED)];
+    await settle(300);
+    const third = await sseSubscribe(url, engram.tenant.reader, FEED);
+    expect((await third.next(1)).errors?.[0]).toMatchObject({ extensions: { code: "TOO_MANY_CONNECTIONS" } });
+    streams[0].close();
+    const again = await until("a place for another stream", async () => {
+      const next = await sseSubscribe(url, engram.tenant.reader, FEED);
+      await settle(200);
+      if (next.received.length === 0) return next;
+      next.close();
+      return null;
+    });
+    await append(engram, "to the streams that stay");
+    expect((await again.next(1)).data?.eventAppended.body).toBe("to the streams that stay");
+    [streams[1], third, again].forEach((s) => s.close());
   });
 });
 

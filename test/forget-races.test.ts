@@ -279,6 +279,35 @@ describe("deleteConversation", () => {
   });
 });
 
+describe("another fact's history", () => {
+  /** Two facts of a user, the second's history quoting the first (as a contradiction's does). */
+  async function quotingPair(user: string) {
+    const turn = await say(engram, { user, conversation: `${user}-1` }, "Hello.", "Hi.");
+    const data = { tenantId: engram.tenant.tenantId, endUserId: turn.endUserId, origin: "API" };
+    const quoted = await engram.services.db.fact.create({ data: { ...data, text: "The user's locker code is 5521." } });
+    const quoting = await engram.services.db.fact.create({ data: { ...data, text: "The user has no locker any more." } });
+    await engram.services.db.factVersion.create({
+      data: { tenantId: data.tenantId, factId: quoting.id, text: quoting.text, core: false, change: "CONTRADICTED", reason: `contradicts: ${quoted.text}` },
+    });
+    const reasons = async () => (await db.factVersion.findMany({ where: { factId: quoting.id } })).map((v) => v.reason);
+    return { turn, quoted, quoting, reasons };
+  }
+
+  it("loses its quote of a fact \"forget my X\" deletes, and the fact stays", async () => {
+    const pair = await quotingPair("yuri");
+    await forgetPhrases(db, engram.services.deps, pair.turn.endUserId, ["locker code"], reason);
+    expect(await db.fact.findUnique({ where: { id: pair.quoted.id } })).toBeNull();
+    expect(await db.fact.findUnique({ where: { id: pair.quoting.id } })).not.toBeNull();
+    expect(await pair.reasons()).toEqual(["(quoted a fact since forgotten)"]);
+  });
+
+  it("loses its quote of a fact deleteFact deletes", async () => {
+    const pair = await quotingPair("zara");
+    await forgetFact(db, engram.services.deps, pair.quoted.id, reason);
+    expect(await pair.reasons()).toEqual(["(quoted a fact since forgotten)"]);
+  });
+});
+
 describe("a summary's keys", () => {
   it("are not written when the summary is cleared between their read and their write", async () => {
     const turn = await say(engram, { user: "lux", conversation: "lux-1" }, "We are moving to Oslo in May.", "Exciting.");

@@ -140,7 +140,9 @@ describe("resolveContradiction", () => {
     expect(ids).toContain(pair.newer);
     expect(ids).not.toContain(pair.older);
     const history = (await engram.gql(HISTORY, { id: pair.newer })).data.factHistory;
-    expect(history.at(-1)).toEqual({ change: "RESOLVED", reason: "contradiction resolved: kept over “Is vegetarian.”" });
+    expect(history.at(-1)).toEqual({ change: "RESOLVED", reason: "contradiction resolved: kept over the other fact" });
+    // Its history quoted the deleted fact when it was written ("contradicts: …"): not any more.
+    expect(JSON.stringify(history)).not.toContain("Is vegetarian");
   });
 
   it("keeps the older, or both (they stop contradicting)", async () => {

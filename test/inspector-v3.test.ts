@@ -162,7 +162,7 @@ describe("on the user's page", () => {
     await poll(async () => (await newer.textContent()) ?? "").not.toContain("contradicts");
     expect(await newer.getByRole("button", { name: "Resolve…" }).count()).toBe(0);
     await newer.getByRole("button", { name: "History" }).click();
-    await newer.getByText(/resolved: Eats fish now\. \(contradiction resolved: kept over “Is vegetarian\.”\)/).waitFor();
+    await newer.getByText(/resolved: Eats fish now\. \(contradiction resolved: kept over the other fact\)/).waitFor();
   });
 
   it("exports the user's memory as a JSON file for an admin key, and shows no export to a writer", async () => {

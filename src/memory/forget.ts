@@ -76,7 +76,8 @@ async function forgetSnippetsWhere(db: TenantDb, deps: Pick<Deps, "vectors">, wh
 /**
  * Deletes facts with their recall keys (FACT snippets): the keys' rows would cascade with the
  * facts, their vectors would not, and a vector left behind keeps the forgotten sentence's
- * embedding searchable and takes a place among the hits. `where` may narrow the delete (a fact
+ * embedding searchable and takes a place among the hits. Quotes of them in the user's other
+ * facts' histories go too. `where` may narrow the delete (a fact
  * refreshed meanwhile stays; its key is made again by the next syncFactKeys). Returns how many
  * facts and keys went.
  */
@@ -88,13 +89,41 @@ export async function deleteFacts(
 ): Promise<{ facts: number; snippets: number }> {
   if (factIds.length === 0) return { facts: 0, snippets: 0 };
   const snippets = await forgetSnippetsWhere(db, deps, { factId: { in: factIds } });
-  return { facts: (await db.fact.deleteMany({ where: { ...where, id: { in: factIds } } })).count, snippets };
+  // Every text the facts had, with their users: other facts' histories may quote them.
+  const doomed = await db.fact.findMany({
+    where: { ...where, id: { in: factIds } },
+    select: { text: true, endUserId: true, versions: { select: { text: true } } },
+  });
+  const facts = await db.fact.deleteMany({ where: { ...where, id: { in: factIds } } });
+  if (facts.count > 0) {
+    const texts = [...new Set(doomed.flatMap((f) => [f.text, ...f.versions.map((v) => v.text)]))];
+    for (const endUserId of new Set(doomed.map((f) => f.endUserId))) {
+      await scrubQuotes(db, endUserId, Prisma.sql`EXISTS (SELECT 1 FROM unnest(${texts}::text[]) q(t) WHERE strpos(v."reason", q.t) > 0)`);
+    }
+  }
+  return { facts: facts.count, snippets };
 }
 
 /** Adds what deleteFacts removed to a receipt. */
 function countDeleted(receipt: ForgetReceipt, deleted: { facts: number; snippets: number }) {
   receipt.facts += deleted.facts;
   receipt.snippets += deleted.snippets;
+}
+
+// What a quote of a forgotten fact in another fact's history becomes.
+const QUOTE_FORGOTTEN = "(quoted a fact since forgotten)";
+
+/**
+ * Another fact's history may quote a fact that is forgotten ("contradicts: …", "kept over “…”":
+ * facts.ts, contradictions.ts): the quote goes, the history stays. `quotes` picks the versions
+ * (`v`) whose reason quotes it. Returns how many reasons were cleared.
+ */
+async function scrubQuotes(db: TenantDb, endUserId: string, quotes: Prisma.Sql) {
+  return db.$executeRaw`
+    UPDATE "FactVersion" v SET "reason" = ${QUOTE_FORGOTTEN}
+    FROM "Fact" f
+    WHERE v."factId" = f."id" AND f."tenantId" = ${db.$tenantId()} AND f."endUserId" = ${endUserId}
+      AND v."reason" IS NOT NULL AND v."reason" <> ${QUOTE_FORGOTTEN} AND ${quotes}`;
 }
 
 /**
@@ -300,6 +329,7 @@ export async function forgetPhrases(
     receipt.summaries += await closeConversations(db, affected, affected);
   }
 
+  await scrubQuotes(db, endUserId, matches(Prisma.sql`v."reason"`));
   await audit(db, who, { kind: "PHRASES", endUserId, phrases: wanted.length }, receipt);
   await announceForgotten(db, deps, endUserId, who);
   return receipt;
@@ -364,11 +394,11 @@ export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string,
   const late = (await fromSource()).filter((f) => f.id !== fact.id && (!before.has(f.id) || again(f.text)));
   await deleteFacts(db, deps, [factId, ...late.map((f) => f.id)]);
   if (source) await forgetSnippetsWhere(db, deps, { messageIds: { has: source } });
-  for (const gone of [fact, ...late]) {
+  for (const deleted of [fact, ...late]) {
     deps.pubsub.publish("factChanged", db.$tenantId(), {
-      endUserId: gone.endUserId,
-      factId: gone.id,
-      text: gone.text,
+      endUserId: deleted.endUserId,
+      factId: deleted.id,
+      text: deleted.text,
       change: "DELETED",
       reason: who.reason,
       conversationId: who.conversationId ?? null,

@@ -38,7 +38,8 @@ export async function resolveContradiction(
   const reasonFor = (fact: Fact) => {
     const other = fact.id === newer.id ? older : newer;
     if (!other) return "contradiction resolved: the other fact was already gone";
-    return keep === "BOTH" ? `contradiction resolved: both kept, with ${quote(other.text)}` : `contradiction resolved: kept over ${quote(other.text)}`;
+    // The fact let go is deleted, so its text is not quoted here either.
+    return keep === "BOTH" ? `contradiction resolved: both kept, with ${quote(other.text)}` : "contradiction resolved: kept over the other fact";
   };
   const reasons = new Map(kept.map((fact) => [fact.id, reasonFor(fact)]));
 

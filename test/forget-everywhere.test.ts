@@ -108,12 +108,23 @@ describe("forgetting a user reaches every copy", () => {
   it("with forgetDeletesMessages on (the default): no trace of the canary anywhere, and a receipt of counts", async () => {
     const tenantId = engram.tenant.tenantId;
     const planted = await plant(engram.tenant.writer, tenantId, "vera", CANARY.deleting);
+    // A skill's notes on the person, under their own id, and a note on someone else.
+    const notes = await engram.gql(
+      `mutation($body: String!) {
+        vera: appendEvent(input: { scope: ENTITY, scopeRef: "vera", kind: "note", body: $body, source: "crm" }) { id }
+        entry: createEntry(input: { scope: ENTITY, scopeRef: "vera", title: "Vera", summary: $body }) { id }
+        other: appendEvent(input: { scope: ENTITY, scopeRef: "acme", kind: "note", body: "Renewal in March.", source: "crm" }) { id }
+      }`,
+      { body: `Vera's passphrase is ${CANARY.deleting}.` },
+      engram.tenant.writer,
+    );
+    expect(notes.errors).toBeUndefined();
     expect((await rowsHolding(engram, CANARY.deleting)).map((h) => h.table)).toEqual(
-      expect.arrayContaining(["Message", "Fact", "FactVersion", "RecallSnippet", "SummaryRevision", "Conversation"]),
+      expect.arrayContaining(["Message", "Fact", "FactVersion", "RecallSnippet", "SummaryRevision", "Conversation", "MemoryEvent", "MemoryEntry"]),
     );
 
     const forgotten = await engram.gql(
-      `mutation($id: ID!) { forgetUser(endUserId: $id) { facts factVersions snippets summaries summaryRevisions keptVerdicts gateVerdicts messages jobRecords } }`,
+      `mutation($id: ID!) { forgetUser(endUserId: $id) { facts factVersions snippets summaries summaryRevisions keptVerdicts gateVerdicts messages jobRecords events entries } }`,
       { id: planted.endUserId },
       engram.tenant.writer,
     );
@@ -123,6 +134,8 @@ describe("forgetting a user reaches every copy", () => {
     for (const kind of ["facts", "factVersions", "snippets", "summaryRevisions", "gateVerdicts", "messages"]) {
       expect(receipt[kind], kind).toBeGreaterThan(0);
     }
+    expect(receipt).toMatchObject({ events: 1, entries: 1 });
+    expect(await engram.services.db.memoryEvent.count({ where: { id: notes.data.other.id } })).toBe(1);
 
     // Work still queued for the user's turns finds nothing to bring back.
     await new Promise((resolve) => setTimeout(resolve, 2_000));

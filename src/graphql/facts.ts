@@ -97,6 +97,8 @@ const ForgetResult = builder.simpleObject("ForgetResult", {
     gateVerdicts: t.int({ description: "Stored gate verdicts deleted." }),
     messages: t.int({ description: "Raw messages deleted (only when the tenant's forgetDeletesMessages is on)." }),
     jobRecords: t.int({ description: "Finished job records of the user's conversations deleted." }),
+    events: t.int({ description: "Events under the user's external id as their scopeRef deleted." }),
+    entries: t.int({ description: "Entries under the user's external id as their scopeRef deleted." }),
     activity: t.int({ description: "Rows of the inspector feed's history deleted (ids and kinds only)." }),
   }),
 });

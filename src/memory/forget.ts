@@ -28,6 +28,9 @@ export type ForgetReceipt = {
   gateVerdicts: number;
   messages: number;
   jobRecords: number;
+  /** Events and entries under the user's own id as their scopeRef (what exportUser lists as theirs). */
+  events: number;
+  entries: number;
   /** The feed's history rows of the user (ids and kinds only, deleted all the same). */
   activity: number;
 };
@@ -42,6 +45,8 @@ const emptyReceipt = (): ForgetReceipt => ({
   gateVerdicts: 0,
   messages: 0,
   jobRecords: 0,
+  events: 0,
+  entries: 0,
   activity: 0,
 });
 
@@ -254,6 +259,10 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   // Announcements still being recorded land first, then go with the rest.
   await deps.pubsub.settled();
   const { externalId } = await db.endUser.findUniqueOrThrow({ where: { id: endUserId }, select: { externalId: true } });
+  // What was written under the user's own id (a skill's notes on them, their entries): exportUser
+  // lists these as held about the person.
+  receipt.events = (await db.memoryEvent.deleteMany({ where: { scopeRef: externalId } })).count;
+  receipt.entries = (await db.memoryEntry.deleteMany({ where: { scopeRef: externalId } })).count;
   receipt.activity = await forgetActivity(db, endUserId, conversationIds, externalId);
 
   await audit(db, who, { kind: "USER", endUserId }, receipt);

@@ -89,3 +89,11 @@ export function jsonAnswerChain<I, A, O = A>(options: {
     return options.result ? options.result(answer, input) : (answer as unknown as O);
   });
 }
+
+/**
+ * What a warning may say of an answer that could not be read: its length, not its text (the model
+ * repeats what users said, and logs outlive a forget). LangChain's own message quotes the answer.
+ */
+export function unreadable(error: OutputParserException): { answerChars: number } {
+  return { answerChars: String(error.llmOutput ?? "").length };
+}

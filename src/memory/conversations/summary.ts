@@ -9,6 +9,7 @@ import type { Logger } from "../../log.ts";
 import type { PubSub } from "../../pubsub.ts";
 import { agentSettings } from "./agents.ts";
 import { underConversationLease } from "./leases.ts";
+import { unreadable } from "../../chains/json.ts";
 
 // The verbatim judge looks at this many of the most recent folded messages.
 const VERBATIM_WINDOW = 30;
@@ -91,11 +92,7 @@ async function rewriteUnderLease(db: TenantDb, deps: SummaryDeps, conversationId
     });
   } catch (error) {
     if (!(error instanceof OutputParserException)) throw error;
-    deps.log.warn("summary rewrite: the model's answer could not be read; nothing changed", {
-      conversationId,
-      error: error.message,
-      answer: String(error.llmOutput ?? "").slice(0, 500),
-    });
+    deps.log.warn("summary rewrite: the model's answer could not be read; nothing changed", { conversationId, ...unreadable(error) });
     return { status: "UNPARSABLE" };
   }
 

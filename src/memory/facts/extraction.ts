@@ -8,6 +8,7 @@ import { agentSettings } from "../conversations/agents.ts";
 import { underConversationLease } from "../conversations/leases.ts";
 import { applyCandidate, type CandidateOutcome, type FactDeps } from "./facts.ts";
 import { normalizeFact } from "./normalize.ts";
+import { unreadable } from "../../chains/json.ts";
 
 export type ExtractionDeps = FactDeps & {
   extractor: Runnable<ExtractorInput, CandidateFact[]>;
@@ -79,11 +80,7 @@ async function extractUnderLease(
     candidates = await deps.extractor.invoke({ known: known.map((f) => f.text), messages: batch });
   } catch (error) {
     if (!(error instanceof OutputParserException)) throw error;
-    deps.log.warn("extraction: the model's answer could not be read; nothing kept", {
-      conversationId,
-      error: error.message,
-      answer: String(error.llmOutput ?? "").slice(0, 500),
-    });
+    deps.log.warn("extraction: the model's answer could not be read; nothing kept", { conversationId, ...unreadable(error) });
     return { status: "UNPARSABLE" };
   }
 
@@ -108,7 +105,7 @@ async function extractUnderLease(
         : await deps.judge.invoke({ candidate: candidate.text, stored: stored.map((f) => ({ id: f.id, text: f.text })) });
     } catch (error) {
       if (!(error instanceof OutputParserException)) throw error;
-      deps.log.warn("fact judge: the model's answer could not be read; candidate dropped", { conversationId, candidate: candidate.text });
+      deps.log.warn("fact judge: the model's answer could not be read; candidate dropped", { conversationId, ...unreadable(error) });
       outcomes.push({ change: "DROPPED", reason: "the fact judge's answer could not be read", factId: null, text: candidate.text });
       continue;
     }

@@ -15,6 +15,7 @@ import type { SnippetDeps } from "./snippets.ts";
 import { countTokens } from "../tokens.ts";
 import { fuseHits } from "./fusion.ts";
 import { resolveTimeHint, type TimeHint } from "./time.ts";
+import { unreadable } from "../../chains/json.ts";
 
 export type RecallDeps = SnippetDeps & { models: ModelProvider; pubsub: PubSub };
 
@@ -365,8 +366,7 @@ export async function recallForTurn(db: TenantDb, deps: RecallDeps, input: Recal
       // A reply must not wait on a broken judge: fall back to the similarity floor.
       deps.log.warn("recall: the re-rank judge failed; using the similarity floor", {
         tenantId,
-        error: (error as Error).message,
-        ...(error instanceof OutputParserException ? { answer: String(error.llmOutput ?? "").slice(0, 500) } : {}),
+        ...(error instanceof OutputParserException ? unreadable(error) : { error: (error as Error).message }),
       });
     }
   }

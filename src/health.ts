@@ -1,5 +1,6 @@
 import type { Store } from "./embedded/embedded.ts";
-import { withTimeout } from "./timeout.ts";
+import type { Logger } from "./log.ts";
+import { TimedOut, withTimeout } from "./timeout.ts";
 
 /** One component's state as /healthz reports it. */
 export type ComponentHealth = { status: "ok" | "down"; detail?: string };
@@ -12,12 +13,18 @@ export type Health = {
 
 const CHECK_TIMEOUT_MS = 3_000;
 
-/** Resolves with the check's verdict, or "down" when it throws or takes longer than CHECK_TIMEOUT_MS. */
-async function timed(check: () => Promise<ComponentHealth>): Promise<ComponentHealth> {
+/**
+ * Resolves with the check's verdict, or "down" when it throws or takes longer than
+ * CHECK_TIMEOUT_MS. /healthz answers without a key, so a failure's own words (a driver's, which
+ * may name hosts, ports or paths) go to the log, not into the answer.
+ */
+async function timed(name: string, check: () => Promise<ComponentHealth>, log?: HealthParts["log"]): Promise<ComponentHealth> {
   try {
     return await withTimeout(check(), CHECK_TIMEOUT_MS, `no answer within ${CHECK_TIMEOUT_MS} ms`);
   } catch (error) {
-    return { status: "down", detail: (error as Error).message.split("\n")[0] };
+    if (error instanceof TimedOut) return { status: "down", detail: error.message };
+    log?.warn(`health check: the ${name} failed`, { error });
+    return { status: "down", detail: "the check failed (the server's log has the error)" };
   }
 }
 
@@ -28,22 +35,23 @@ export type HealthParts = {
   query(): Promise<unknown>;
   queue: { ping(): Promise<void> };
   chroma: { health(): Promise<ComponentHealth> };
+  log?: Pick<Logger, "warn">;
 };
 
 /** Asks each component, in parallel: the store with a query, the queue on its own pool, Chroma by heartbeat. */
 export async function checkHealth(services: HealthParts): Promise<Health> {
   const [store, queue, chroma] = await Promise.all([
-    timed(async () => {
+    timed("store", async () => {
       const state = services.store.state();
       if (state !== "up") return { status: "down", detail: `embedded database ${state}` };
       await services.query();
       return { status: "ok", detail: services.store.kind };
-    }),
-    timed(async () => {
+    }, services.log),
+    timed("queue", async () => {
       await services.queue.ping();
       return { status: "ok" };
-    }),
-    timed(() => services.chroma.health()),
+    }, services.log),
+    timed("Chroma", () => services.chroma.health(), services.log),
   ]);
   const status = store.status === "down" || queue.status === "down" ? "down" : chroma.status === "down" ? "degraded" : "ok";
   return { status, components: { store, queue, chroma } };

@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
 import { afterAll, describe, expect, it, vi } from "vitest";
+import { checkHealth } from "../src/health.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { processTree } from "./helpers/server-process.ts";
 import { until } from "./helpers/until.ts";
@@ -68,6 +69,23 @@ describe("/healthz and /readyz", () => {
     expect(health.status).toBe(200);
     expect(health.body.status).toBe("degraded");
     expect(health.body.components.chroma.status).toBe("down");
+    // It answers without a key: it says which part, never the address.
+    expect(health.body.components.chroma.detail).toBe("no heartbeat from the external Chroma (CHROMA_URL)");
+    expect(JSON.stringify(health.body)).not.toContain("127.0.0.1");
+  });
+
+  it("say that a check failed, not the failure's own words, which the log has", async () => {
+    const warnings: unknown[] = [];
+    const health = await checkHealth({
+      store: { state: () => "up", kind: "postgres" },
+      query: () => Promise.reject(new Error("connect ECONNREFUSED 10.0.4.7:5432")),
+      queue: { ping: async () => {} },
+      chroma: { health: async () => ({ status: "ok" }) },
+      log: { warn: (_message: string, fields?: object) => void warnings.push((fields as { error?: unknown } | undefined)?.error) },
+    });
+    expect(health).toMatchObject({ status: "down", components: { store: { status: "down", detail: "the check failed (the server's log has the error)" } } });
+    expect(JSON.stringify(health)).not.toContain("10.0.4.7");
+    expect(warnings).toEqual([new Error("connect ECONNREFUSED 10.0.4.7:5432")]);
   });
 });
 

@@ -175,7 +175,7 @@ export function lazyChroma(options: {
       if (!options.url && !current?.alive()) return { status: "down", detail: "the embedded Chroma exited; it restarts on next use" };
       return (await heartbeat(url, 1_500))
         ? { status: "ok", detail: options.url ? "external" : "embedded" }
-        : { status: "down", detail: `no heartbeat from ${url}` };
+        : { status: "down", detail: options.url ? "no heartbeat from the external Chroma (CHROMA_URL)" : "no heartbeat from the embedded Chroma" };
     },
     get(): Promise<ChromaServer> {
       if (closed) return Promise.reject(new Error("Chroma is closed."));

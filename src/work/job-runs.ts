@@ -1,4 +1,5 @@
 import type { TenantDb } from "../db.ts";
+import { publicReason } from "../errors.ts";
 import type { JobStatus, Prisma } from "../generated/prisma/client.ts";
 import type { PubSub } from "../pubsub.ts";
 
@@ -23,7 +24,7 @@ export async function recordJobRun(
   } catch (error) {
     await db.jobRun.update({
       where: { id: run.id },
-      data: { status: "FAILED", error: (error as Error).message, finishedAt: new Date() },
+      data: { status: "FAILED", error: publicReason(error), finishedAt: new Date() },
     });
     pubsub.publish("jobRunChanged", tenantId, { id: run.id });
     throw error;

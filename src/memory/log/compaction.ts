@@ -1,6 +1,7 @@
 import type { Runnable } from "@langchain/core/runnables";
 import type { CompactedEntry, CompactorInput } from "../../chains/compactor.ts";
 import type { TenantDb } from "../../db.ts";
+import { EngramError, publicReason } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import type { PubSub } from "../../pubsub.ts";
 import { announceEntry } from "./entries.ts";
@@ -80,7 +81,7 @@ export async function compactTenant(
           data: { compressedAt: now, entryId: created.id },
         });
         // Another worker compacted some of these meanwhile: roll back rather than double up.
-        if (marked.count !== events.length) throw new Error("events changed during compaction");
+        if (marked.count !== events.length) throw new EngramError("CONFLICT", "events changed during compaction");
         return created;
       });
       result.compacted++;
@@ -89,7 +90,7 @@ export async function compactTenant(
       announceEntry(db, deps, "CREATED", entry);
     } catch (error) {
       result.failed++;
-      result.errors.push({ ...bucket, error: (error as Error).message });
+      result.errors.push({ ...bucket, error: publicReason(error) });
       deps.log.warn("compaction of a bucket failed; it stays for the next run", {
         tenantId,
         ...bucket,

@@ -1,9 +1,12 @@
+import { FakeEmbeddings } from "@langchain/core/utils/testing";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import { createEmbeddingsProvider } from "../src/embeddings/index.ts";
-import { OfflineEmbeddings } from "../src/embeddings/offline.ts";
+import { OFFLINE_MODEL, OfflineEmbeddings } from "../src/embeddings/offline.ts";
 import { readEnv } from "../src/env.ts";
+import { decideRecallLocally } from "../src/memory/gate/recall-intent.ts";
 
-// The query vectors the offline embedder keeps (context, then recall, embed the same message).
+// The query vectors the offline embedder keeps (context, then recall, embed the same message),
+// and the recall prototypes' vectors, which every tenant of the offline encoder shares.
 describe("kept query vectors", { timeout: 120_000 }, () => {
   let clock = 0;
   const unused = { embeddings: async () => Promise.reject(new Error("no remote embedder in this test")) };
@@ -47,5 +50,27 @@ describe("kept query vectors", { timeout: 120_000 }, () => {
     clock += 1;
     await embed("tenant-a", text);
     expect(encoder).toHaveBeenCalledTimes(2);
+  });
+});
+
+describe("the local recall decision", () => {
+  it("compares with the recall prototypes only through the offline encoder, whatever another embedder's model is called", async () => {
+    // A tenant's own route whose model is named like the offline encoder: its vectors must not
+    // become the prototypes every tenant shares, so only the keywords decide.
+    const remote = new FakeEmbeddings();
+    const embedded = vi.spyOn(remote, "embedDocuments");
+    const queried = vi.spyOn(remote, "embedQuery");
+    const provider = {
+      forTenant: async () => ({ embeddings: remote, model: OFFLINE_MODEL, similarityFloor: 0.25, offline: false }),
+      forgetQueries: () => {},
+      close: async () => {},
+    };
+    expect(await decideRecallLocally({ embeddings: provider }, "tenant-a", "What did I order last time?")).toEqual({
+      needsRecall: true,
+      vector: null,
+      decidedBy: "KEYWORDS",
+    });
+    expect(embedded).not.toHaveBeenCalled();
+    expect(queried).not.toHaveBeenCalled();
   });
 });

@@ -11,6 +11,8 @@ export type TenantEmbeddings = {
   model: string;
   /** Cosine similarity below which a snippet is not recalled without the judge. */
   similarityFloor: number;
+  /** The offline encoder, shared by every tenant (a remote route is the tenant's, whatever its model's name). */
+  offline: boolean;
 };
 
 export type EmbeddingsProvider = {
@@ -107,9 +109,9 @@ export function createEmbeddingsProvider(
     async forTenant(tenantId) {
       const remote = usesOpenAIEmbeddings(env) ? await models.embeddings(tenantId) : null;
       // A remote route's vectors are not kept: its redaction rules, budget and base URL may change between calls.
-      if (remote) return { embeddings: remote, model: remote.model, similarityFloor: FLOOR.openai };
+      if (remote) return { embeddings: remote, model: remote.model, similarityFloor: FLOOR.openai, offline: false };
       offline ??= new OfflineEmbeddings();
-      return { embeddings: new CachedQueries(offline, queries, tenantId, OFFLINE_MODEL), model: OFFLINE_MODEL, similarityFloor: FLOOR.offline };
+      return { embeddings: new CachedQueries(offline, queries, tenantId, OFFLINE_MODEL), model: OFFLINE_MODEL, similarityFloor: FLOOR.offline, offline: true };
     },
     forgetQueries(tenantId) {
       queries.forgetTenant(tenantId);

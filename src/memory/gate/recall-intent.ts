@@ -126,8 +126,10 @@ export async function decideRecallLocally(
   message: string,
 ): Promise<LocalRecallDecision> {
   const byKeywords = needsRecallByKeywords(message);
-  const { embeddings, model } = await deps.embeddings.forTenant(tenantId);
-  const margins = RECALL_INTENT_MARGIN[model];
+  const { embeddings, model, offline } = await deps.embeddings.forTenant(tenantId);
+  // Measured for the offline encoder alone, whose prototype vectors every tenant shares: a
+  // tenant's own route may give its model any name, and must not fill that cache for the others.
+  const margins = offline ? RECALL_INTENT_MARGIN[model] : undefined;
   if (margins === undefined) return { needsRecall: byKeywords, vector: null, decidedBy: byKeywords ? "KEYWORDS" : "NONE" };
   const vector = await embeddings.embedQuery(message);
   const { recall, other } = await recallIntent(embeddings, model, vector);

@@ -190,6 +190,11 @@ describe("people's side", () => {
       { input: { endUserId: t.endUserId, text: "Jon prefers email over phone.", core: true } }, engram.tenant.writer);
     expect(added.data.addFact).toMatchObject({ core: true, origin: "PERSON", writtenBy: { id: expect.any(String) } });
     const id = added.data.addFact.id;
+    // Key records are admins' to list: a reader sees who wrote it as null, an admin sees the key.
+    const writtenBy = async (key: string) =>
+      (await engram.gql(FACTS, { id: t.endUserId }, key)).data.facts.find((f: { id: string }) => f.id === id).writtenBy;
+    expect(await writtenBy(engram.tenant.reader)).toBeNull();
+    expect(await writtenBy(engram.tenant.admin)).toEqual({ id: added.data.addFact.writtenBy.id });
     const corrected = await engram.gql(`mutation($id: ID!) { correctFact(id: $id, input: {text: "Jon prefers email, never phone."}) { text } }`, { id });
     expect(corrected.data.correctFact.text).toBe("Jon prefers email, never phone.");
     const history = await engram.gql(`query($id: ID!) { factHistory(factId: $id) { text change } }`, { id });

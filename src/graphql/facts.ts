@@ -6,6 +6,10 @@ import { addFact, correctFact, listFacts } from "../memory/facts/facts.ts";
 import { forgetFact, forgetRecords, forgetUser, type ForgetRecord } from "../memory/forget.ts";
 import type { FactChangeKind, FactChangePayload } from "../pubsub.ts";
 
+/** Key records are admins' to list (apiKeys): other keys see only their own, as who wrote or asked. */
+const shownKey = (ctx: GraphQLContext, apiKeyId: string | null): boolean =>
+  apiKeyId !== null && (ctx.principal.role === "ADMIN" || ctx.principal.apiKeyId === apiKeyId);
+
 const FactOriginEnum = builder.enumType("FactOrigin", {
   description: "Who wrote a fact: the extractor from a user's message, a person, or an API call.",
   values: ["EXTRACTOR", "PERSON", "API"] as const,
@@ -34,10 +38,10 @@ builder.prismaObject("Fact", {
     writtenBy: t.prismaField({
       type: "ApiKey",
       nullable: true,
-      description: "The key of the person who wrote or last corrected it.",
+      description: "The key of the person who wrote or last corrected it: for admins, or the key itself; null for others.",
       select: { apiKeyId: true },
       resolve: (query, fact, _args, ctx) =>
-        fact.apiKeyId ? ctx.db.apiKey.findUnique({ ...query, where: { id: fact.apiKeyId } }) : null,
+        shownKey(ctx, fact.apiKeyId) ? ctx.db.apiKey.findUnique({ ...query, where: { id: fact.apiKeyId! } }) : null,
     }),
     contradicts: t.prismaField({
       type: "Fact",
@@ -112,8 +116,9 @@ const ForgetRecordRef = builder.objectRef<ForgetRecord>("ForgetRecord").implemen
     askedBy: t.prismaField({
       type: "ApiKey",
       nullable: true,
-      description: "The key that asked; null when the user asked in a message.",
-      resolve: (query, record, _args, ctx) => (record.apiKeyId ? ctx.db.apiKey.findUnique({ ...query, where: { id: record.apiKeyId } }) : null),
+      description: "The key that asked (for admins, or the key itself; null for others); null when the user asked in a message.",
+      resolve: (query, record, _args, ctx) =>
+        shownKey(ctx, record.apiKeyId) ? ctx.db.apiKey.findUnique({ ...query, where: { id: record.apiKeyId! } }) : null,
     }),
     receipt: t.field({ type: ForgetResult, resolve: (record) => record.receipt }),
   }),

@@ -381,6 +381,26 @@ describe("a fact extracted from a message forgotten while the extraction ran", (
     expect(await candidate(source.id)).toMatchObject({ change: "DROPPED", factId: null });
     expect(await db.fact.count({ where: { endUserId: turn.endUserId } })).toBe(0);
   });
+
+  it("is dropped when it cites another message of the batch the extraction read", async () => {
+    await keepMessages(true);
+    const turn = await say(engram, { user: "quin", conversation: "quin-1" }, "My locker code is 3141.", "Noted.");
+    await say(engram, { user: "quin", conversation: "quin-1" }, "It is also my gym code.", "Got it.");
+    const batch = await db.message.findMany({ where: { conversationId: turn.conversationId }, orderBy: { seq: "asc" } });
+    await forgetPhrases(db, engram.services.deps, turn.endUserId, ["locker code"], reason);
+    // Drawn from the forgotten message, citing the next one, which was not forgotten.
+    const outcome = await applyCandidate(db, engram.services.deps, {
+      endUserId: turn.endUserId,
+      candidate: { text: "Quin's locker code 3141 is also their gym code.", core: false, seq: 3 },
+      judgment: { durability: "durable", relation: "none", relatedFactId: null, sensitivity: null },
+      allowSensitive: true,
+      sourceMessageId: batch[2].id,
+      readMessageIds: batch.map((m) => m.id),
+      conversationId: turn.conversationId,
+    });
+    expect(outcome).toMatchObject({ change: "DROPPED", factId: null });
+    expect(await db.fact.count({ where: { endUserId: turn.endUserId } })).toBe(0);
+  });
 });
 
 describe("a vector whose snippet is gone", () => {

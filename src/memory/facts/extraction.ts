@@ -64,7 +64,7 @@ async function extractUnderLease(
   if (!settings.extractionOn) return { status: "EXTRACTION_OFF" };
 
   const batch = await db.message.findMany({
-    where: { conversationId, private: false, seq: { gt: conversation.extractedThroughSeq } },
+    where: { conversationId, private: false, forgottenAt: null, seq: { gt: conversation.extractedThroughSeq } },
     orderBy: { seq: "asc" },
     take: MAX_BATCH,
   });
@@ -115,6 +115,7 @@ async function extractUnderLease(
       judgment,
       allowSensitive: settings.allowSensitiveFacts,
       sourceMessageId: source.id,
+      readMessageIds: batch.map((m) => m.id),
       conversationId,
     });
     outcomes.push({ ...outcome, text: candidate.text });

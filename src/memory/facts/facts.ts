@@ -16,8 +16,8 @@ export const FACT_CAP = 50;
 const factText = z.string().trim().min(3).max(500);
 
 export type FactAuthor =
-  | { origin: "PERSON" | "API"; apiKeyId: string; sourceMessageId?: null }
-  | { origin: "EXTRACTOR"; apiKeyId?: null; sourceMessageId: string | null };
+  | { origin: "PERSON" | "API"; apiKeyId: string; sourceMessageId?: null; readMessageIds?: undefined }
+  | { origin: "EXTRACTOR"; apiKeyId?: null; sourceMessageId: string | null; readMessageIds?: string[] };
 
 export type FactDeps = { pubsub: PubSub; vectors: Deps["vectors"] };
 
@@ -68,19 +68,23 @@ async function enforceCap(db: TenantDb, deps: FactDeps, endUserId: string) {
 class SourceForgotten extends Error {}
 
 /**
- * Inside the transaction that writes a fact: its source message must still be there and not
- * forgotten, and it stays locked (FOR SHARE) until the transaction ends. A forget that marks or
- * deletes it either commits first, and the fact is not written, or waits, and then finds the
- * fact when it sweeps again (src/memory/forget.ts): an extraction that read the message before
- * the forget cannot bring it back after.
+ * Inside the transaction that writes a fact: its source message, and every other message the
+ * extraction read with it (a model may draw a fact from one message and cite its neighbour), must
+ * still be there and not forgotten, the source without a fact deleted from it, and they stay
+ * locked (FOR SHARE, in id order as the forgets lock them) until the transaction ends. A forget
+ * that marks or deletes them either commits first, and the fact is not written, or waits, and
+ * then finds the fact when it sweeps again (src/memory/forget.ts): an extraction that read the
+ * messages before the forget cannot bring what they said back after.
  */
-async function requireSourceStillSaid(tx: TenantDb, sourceMessageId: string | null | undefined) {
-  if (!sourceMessageId) return;
-  const live = await tx.$queryRaw<unknown[]>`
-    SELECT 1 FROM "Message"
-    WHERE "tenantId" = ${tx.$tenantId()} AND "id" = ${sourceMessageId} AND "forgottenAt" IS NULL AND "factsForgottenAt" IS NULL
+async function requireSourceStillSaid(tx: TenantDb, sourceMessageId: string | null | undefined, readMessageIds: string[] = []) {
+  const ids = [...new Set([...(sourceMessageId ? [sourceMessageId] : []), ...readMessageIds])];
+  if (ids.length === 0) return;
+  const live = await tx.$queryRaw<{ id: string; factsForgotten: boolean }[]>`
+    SELECT "id", "factsForgottenAt" IS NOT NULL AS "factsForgotten" FROM "Message"
+    WHERE "tenantId" = ${tx.$tenantId()} AND "id" = ANY(${ids}::text[]) AND "forgottenAt" IS NULL
+    ORDER BY "id"
     FOR SHARE`;
-  if (live.length === 0) throw new SourceForgotten();
+  if (live.length !== ids.length || live.some((m) => m.id === sourceMessageId && m.factsForgotten)) throw new SourceForgotten();
 }
 
 async function createFact(
@@ -100,7 +104,7 @@ async function createFact(
   conversationId: string | null = null,
 ) {
   const fact = await db.$transaction(async (tx) => {
-    await requireSourceStillSaid(tx as TenantDb, author.sourceMessageId);
+    await requireSourceStillSaid(tx as TenantDb, author.sourceMessageId, author.readMessageIds);
     const created = await tx.fact.create({
       data: {
         tenantId: db.$tenantId(),
@@ -209,6 +213,8 @@ type CandidateInput = {
   judgment: FactJudgment;
   allowSensitive: boolean;
   sourceMessageId: string | null;
+  /** Every message the extraction read with the source: a forget of any of them drops the candidate. */
+  readMessageIds?: string[];
   conversationId: string;
 };
 
@@ -223,7 +229,7 @@ async function applyJudgedCandidate(db: TenantDb, deps: FactDeps, input: Candida
   const related = judgment.relatedFactId
     ? await db.fact.findFirst({ where: { id: judgment.relatedFactId, endUserId } })
     : null;
-  const author: FactAuthor = { origin: "EXTRACTOR", sourceMessageId: input.sourceMessageId };
+  const author: FactAuthor = { origin: "EXTRACTOR", sourceMessageId: input.sourceMessageId, readMessageIds: input.readMessageIds };
   const base = { endUserId, text: candidate.text, core: candidate.core, subject: candidate.subject ?? null, sensitivity: judgment.sensitivity };
 
   if (judgment.relation === "same" && related) {
@@ -234,7 +240,7 @@ async function applyJudgedCandidate(db: TenantDb, deps: FactDeps, input: Candida
   if (judgment.relation === "update" && related) {
     const reason = `replaces: ${related.text}`;
     const updated = await db.$transaction(async (tx) => {
-      await requireSourceStillSaid(tx as TenantDb, input.sourceMessageId);
+      await requireSourceStillSaid(tx as TenantDb, input.sourceMessageId, input.readMessageIds);
       const fact = await tx.fact.update({
         where: { id: related.id },
         data: {

@@ -69,11 +69,12 @@ async function compactionErrors(engram: TestEngram, scopeRef: string): Promise<s
 }
 
 describe("address ranges", () => {
-  it("calls loopback, private, link-local, metadata, unique-local and unspecified addresses private", () => {
+  it("calls loopback, private, link-local, metadata, unique-local, unspecified, IPv4-translated, local NAT64 and Teredo addresses private", () => {
     const blocked = [
       "127.0.0.1", "127.9.9.9", "10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "169.254.169.254",
       "100.64.0.1", "0.0.0.0", "::", "::1", "fd00:ec2::254", "fc00::1", "fe80::1", "::ffff:127.0.0.1",
       "::ffff:7f00:1", "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "2002:7f00:1::", "224.0.0.1", "255.255.255.255",
+      "::ffff:0:7f00:1", "::ffff:0:a9fe:a9fe", "64:ff9b:1::a9fe:a9fe", "2001:0:4136:e378:8000:63bf:3fff:fdd2",
     ];
     const open = ["8.8.8.8", "1.1.1.1", "172.32.0.1", "2606:4700:4700::1111", "2001:4860:4860::8888", "::ffff:8.8.8.8"];
     for (const address of blocked) expect(isPrivateAddress(address), address).toBe(true);

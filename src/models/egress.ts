@@ -112,7 +112,10 @@ const BLOCKED_V4: Range[] = [
 const BLOCKED_V6: Range[] = [
   "::/128",
   "::1/128",
+  "::ffff:0:0:0/96", // IPv4-translated (SIIT): an IPv4 address inside, as with the mapped form
+  "64:ff9b:1::/48", // local-use NAT64, which a network may route anywhere inside it
   "100::/64",
+  "2001::/32", // Teredo: an (obfuscated) IPv4 address inside
   "2001:db8::/32",
   "fc00::/7", // unique-local, which holds the EC2 metadata address fd00:ec2::254
   "fe80::/10",

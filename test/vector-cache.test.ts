@@ -335,6 +335,23 @@ describe("the vector cache", () => {
     await Promise.all([writer.cache.close(), reader.cache.close()]);
   });
 
+  it("drops copies twice ttlMs old that nobody searched since, so no user's vectors stay in memory for good", async () => {
+    let clock = 0;
+    const { cache } = cacheOver({ now: () => clock });
+    const { space } = await corpus(cache);
+    await cache.query(space, randomVector(), { endUserId: "a" }, 1);
+    await cache.query(space, randomVector(), { endUserId: "b" }, 1);
+    await cache.loaded();
+    expect(cache.stats().users).toBe(2);
+    clock += 45_000;
+    await cache.query(space, randomVector(), { endUserId: "b" }, 1); // b's copy is reloaded; a's is not searched
+    await cache.loaded();
+    clock += 31_000; // a's copy is 76 s old, b's 31 s
+    await cache.query(space, randomVector(), { endUserId: "b" }, 1);
+    expect(cache.stats().users).toBe(1);
+    await cache.close();
+  });
+
   it("queues the loads asked for while four run, so every user searched gets a copy, and every stale one is reloaded", async () => {
     let clock = 0;
     const { chromaStore, cache } = cacheOver({ now: () => clock });

@@ -222,6 +222,20 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
   // Not refused, or refused long enough ago: a load may be tried.
   const mayLoad = (key: string) => (declined.get(key)?.until ?? 0) <= now();
 
+  // Copies twice ttlMs old and not being replaced never answer again (their users were not
+  // searched meanwhile): they go, at most once a ttlMs, on a search and on a timer, so the vectors
+  // of a user forgotten on another instance (no Redis to hear of it) do not stay in memory.
+  let sweptAt = now();
+  function dropExpired() {
+    if (now() - sweptAt < ttlMs) return;
+    sweptAt = now();
+    for (const copy of copies.values()) {
+      if (!copy.landed && !copy.next && now() - copy.loadedAt >= 2 * ttlMs) copies.delete(copy.key);
+    }
+  }
+  const expiry = setInterval(dropExpired, ttlMs);
+  expiry.unref();
+
   function decline(key: string, backoffMs: number) {
     const times = (declined.get(key)?.times ?? 0) + 1;
     // Doubling up to 16 times, so a user who never fits is not read whole at every interval.
@@ -472,6 +486,7 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
     },
 
     async query(space, vector, filter, k) {
+      dropExpired();
       const key = keyOf(space, filter.endUserId);
       const copy = copies.get(key);
       const retry = mayLoad(key);
@@ -500,6 +515,7 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
     },
 
     async close() {
+      clearInterval(expiry);
       queued.clear();
       copies.clear();
       await changes.return?.();

@@ -259,6 +259,20 @@ function onFirstTurnRead(first: () => Promise<unknown>): TenantDb {
   });
 }
 
+describe("a dead letter of the user's work", () => {
+  it("goes with forgetUser, as the job records do", async () => {
+    const turn = await say(engram, { user: "ines", conversation: "ines-1" }, "Hello.", "Hi.");
+    const tenantId = engram.tenant.tenantId;
+    const letter = await engram.services.db.jobRun.create({
+      data: { tenantId, name: "memory.turn", status: "FAILED", result: { deadLetter: true, tries: 5, conversationId: turn.conversationId, turnId: turn.turnId } },
+    });
+    const other = await engram.services.db.jobRun.create({ data: { tenantId, name: "memory.turn", status: "FAILED", result: { deadLetter: true, turnId: "elsewhere" } } });
+    const receipt = await forgetUser(db, engram.services.deps, turn.endUserId, reason);
+    expect(receipt.jobRecords).toBeGreaterThanOrEqual(1);
+    expect(await engram.services.db.jobRun.count({ where: { id: { in: [letter.id, other.id] } } })).toBe(1);
+  });
+});
+
 describe("deleteConversation", () => {
   it("deletes the facts extracted from its messages, and a fact or a verdict written from them while it runs", async () => {
     await keepMessages(false);

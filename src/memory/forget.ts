@@ -177,11 +177,16 @@ async function forgetMessages(db: TenantDb, where: Prisma.Sql, remove: boolean) 
   return { unscored, removed };
 }
 
-/** Finished job records of these conversations (their payloads name what was worked on). */
+/** Finished job records of these conversations, and dead letters (their payloads name what was worked on). */
 async function forgetJobRecords(db: TenantDb, conversationIds: string[], turnIds: string[]) {
   if (conversationIds.length === 0 && turnIds.length === 0) return 0;
   const tenantId = db.$tenantId();
-  return db.$executeRaw`
+  // Dead letters, recorded as job runs, name the work they gave up on.
+  const runs = await db.$executeRaw`
+    DELETE FROM "JobRun"
+    WHERE "tenantId" = ${tenantId}
+      AND ("result"->>'conversationId' = ANY(${conversationIds}::text[]) OR "result"->>'turnId' = ANY(${turnIds}::text[]))`;
+  return runs + (await db.$executeRaw`
     DELETE FROM "agenda_jobs"
     WHERE "data"->>'tenantId' = ${tenantId}
       AND "last_finished_at" IS NOT NULL AND "next_run_at" IS NULL
@@ -191,7 +196,7 @@ async function forgetJobRecords(db: TenantDb, conversationIds: string[], turnIds
       if (error instanceof Prisma.PrismaClientKnownRequestError && /does not exist/.test(error.message)) return 0;
       throw error;
     },
-  );
+  ));
 }
 
 async function audit(db: TenantDb, who: ForgetWho, target: Record<string, unknown>, receipt: ForgetReceipt) {

@@ -390,6 +390,8 @@ const RECEIPT_LABELS: [string, string][] = [
   ["gateVerdicts", "gate verdicts"],
   ["messages", "messages"],
   ["jobRecords", "job records"],
+  ["events", "events"],
+  ["entries", "entries"],
   ["activity", "feed history rows"],
 ];
 

@@ -51,24 +51,32 @@ type Counted = VectorStore & {
   fetches: number;
   fetched: number;
   fetchGate?: Promise<void>;
+  /** Chroma cannot be read: searches and reads fail. */
+  down?: boolean;
 };
 
 /** A Chroma store under the cache that counts the searches Chroma answered and the loads, and can hold them. */
 function counted(): Counted {
   const store = createChromaVectorStore(async () => chroma, log);
   const wrapped: Counted = { ...store, queries: 0, loads: 0, fetches: 0, fetched: 0 };
+  const refuse = () => {
+    if (wrapped.down) throw new Error("Chroma down");
+  };
   wrapped.vectorsByIds = async (...args) => {
+    refuse();
     wrapped.fetches++;
     wrapped.fetched += args[1].length;
     const read = await store.vectorsByIds(...args);
     await wrapped.fetchGate;
     return read;
   };
-  wrapped.query = (...args) => {
+  wrapped.query = async (...args) => {
+    refuse();
     wrapped.queries++;
     return store.query(...args);
   };
   wrapped.versionsOf = async (...args) => {
+    refuse();
     wrapped.loads++;
     const listed = await store.versionsOf(...args);
     await wrapped.loadGate;
@@ -349,6 +357,29 @@ describe("the vector cache", () => {
     clock += 31_000; // a's copy is 76 s old, b's 31 s
     await cache.query(space, randomVector(), { endUserId: "b" }, 1);
     expect(cache.stats().users).toBe(1);
+    await cache.close();
+  });
+
+  it("keeps a copy its user is still searched with, however old, while Chroma cannot be read", async () => {
+    let clock = 0;
+    const { chromaStore, cache } = cacheOver({ now: () => clock });
+    const { space } = await corpus(cache);
+    const probe = randomVector();
+    await cache.upsert(space, [{ id: "a-probe", vector: probe, endUserId: "a", conversationId: "a-c9", kind: "TURN", occurredAt: new Date() }]);
+    await cache.query(space, probe, { endUserId: "a" }, 1);
+    await cache.loaded();
+    chromaStore.down = true;
+    const answers: string[] = [];
+    for (let t = 0; t < 8; t++) {
+      clock += 20_000;
+      // Between the reloads' retries the copy answers; when a retry is due, Chroma is asked and fails.
+      const hits = await cache.query(space, probe, { endUserId: "a" }, 1).catch(() => []);
+      answers.push(hits[0]?.id ?? "none");
+      await cache.loaded();
+    }
+    expect(cache.stats().users).toBe(1);
+    expect(answers.at(-1)).toBe("a-probe");
+    chromaStore.down = false;
     await cache.close();
   });
 

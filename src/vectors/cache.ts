@@ -222,15 +222,17 @@ export function withVectorCache(store: VectorStore, options: VectorCacheOptions)
   // Not refused, or refused long enough ago: a load may be tried.
   const mayLoad = (key: string) => (declined.get(key)?.until ?? 0) <= now();
 
-  // Copies twice ttlMs old and not being replaced never answer again (their users were not
-  // searched meanwhile): they go, at most once a ttlMs, on a search and on a timer, so the vectors
-  // of a user forgotten on another instance (no Redis to hear of it) do not stay in memory.
+  // Copies twice ttlMs old whose users nobody searched for as long go, at most once a ttlMs, on a
+  // search and on a timer, so the vectors of a user forgotten on another instance (no Redis to
+  // hear of it) do not stay in memory. A copy still searched stays however old: while Chroma
+  // cannot be read, it is what answers.
   let sweptAt = now();
   function dropExpired() {
     if (now() - sweptAt < ttlMs) return;
     sweptAt = now();
     for (const copy of copies.values()) {
-      if (!copy.landed && !copy.next && now() - copy.loadedAt >= 2 * ttlMs) copies.delete(copy.key);
+      const idle = now() - copy.loadedAt >= 2 * ttlMs && now() - copy.searchedAt >= 2 * ttlMs;
+      if (!copy.landed && !copy.next && idle) copies.delete(copy.key);
     }
   }
   const expiry = setInterval(dropExpired, ttlMs);

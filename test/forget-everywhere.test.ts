@@ -114,6 +114,7 @@ describe("forgetting a user reaches every copy", () => {
         vera: appendEvent(input: { scope: ENTITY, scopeRef: "vera", kind: "note", body: $body, source: "crm" }) { id }
         entry: createEntry(input: { scope: ENTITY, scopeRef: "vera", title: "Vera", summary: $body }) { id }
         other: appendEvent(input: { scope: ENTITY, scopeRef: "acme", kind: "note", body: "Renewal in March.", source: "crm" }) { id }
+        team: appendEvent(input: { scope: TEAM, scopeRef: "vera", kind: "note", body: "The Vera team ships on Fridays.", source: "crm" }) { id }
       }`,
       { body: `Vera's passphrase is ${CANARY.deleting}.` },
       engram.tenant.writer,
@@ -135,7 +136,8 @@ describe("forgetting a user reaches every copy", () => {
       expect(receipt[kind], kind).toBeGreaterThan(0);
     }
     expect(receipt).toMatchObject({ events: 1, entries: 1 });
-    expect(await engram.services.db.memoryEvent.count({ where: { id: notes.data.other.id } })).toBe(1);
+    // Another entity's notes, and a team that happens to share the id, stay.
+    expect(await engram.services.db.memoryEvent.count({ where: { id: { in: [notes.data.other.id, notes.data.team.id] } } })).toBe(2);
 
     // Work still queued for the user's turns finds nothing to bring back.
     await new Promise((resolve) => setTimeout(resolve, 2_000));

@@ -415,6 +415,26 @@ describe("a fact extracted from a message forgotten while the extraction ran", (
     expect(outcome).toMatchObject({ change: "DROPPED", factId: null });
     expect(await db.fact.count({ where: { endUserId: turn.endUserId } })).toBe(0);
   });
+
+  it("is dropped when a fact from another message of the batch was deleted meanwhile (deleteFact)", async () => {
+    const turn = await say(engram, { user: "rhea", conversation: "rhea-1" }, "My locker code is 2718.", "Noted.");
+    await say(engram, { user: "rhea", conversation: "rhea-1" }, "It is also my gym code.", "Got it.");
+    const batch = await db.message.findMany({ where: { conversationId: turn.conversationId }, orderBy: { seq: "asc" } });
+    const deleted = await engram.services.db.fact.create({
+      data: { tenantId: engram.tenant.tenantId, endUserId: turn.endUserId, text: "Rhea's locker code is 2718.", origin: "EXTRACTOR", sourceMessageId: batch[0].id },
+    });
+    await forgetFact(db, engram.services.deps, deleted.id, reason);
+    const outcome = await applyCandidate(db, engram.services.deps, {
+      endUserId: turn.endUserId,
+      candidate: { text: "Rhea's locker code 2718 is also their gym code.", core: false, seq: 3 },
+      judgment: { durability: "durable", relation: "none", relatedFactId: null, sensitivity: null },
+      allowSensitive: true,
+      sourceMessageId: batch[2].id,
+      readMessageIds: batch.map((m) => m.id),
+      conversationId: turn.conversationId,
+    });
+    expect(outcome).toMatchObject({ change: "DROPPED", factId: null });
+  });
 });
 
 describe("a vector whose snippet is gone", () => {

@@ -101,8 +101,8 @@ const ForgetResult = builder.simpleObject("ForgetResult", {
     gateVerdicts: t.int({ description: "Stored gate verdicts deleted." }),
     messages: t.int({ description: "Raw messages deleted (only when the tenant's forgetDeletesMessages is on)." }),
     jobRecords: t.int({ description: "Finished job records of the user's conversations deleted." }),
-    events: t.int({ description: "Events under the user's external id as their scopeRef deleted." }),
-    entries: t.int({ description: "Entries under the user's external id as their scopeRef deleted." }),
+    events: t.int({ description: "Events about the user as an entity (scope ENTITY, their external id as scopeRef) deleted." }),
+    entries: t.int({ description: "Entries about the user as an entity (scope ENTITY, their external id as scopeRef) deleted." }),
     activity: t.int({ description: "Rows of the inspector feed's history deleted (ids and kinds only)." }),
   }),
 });

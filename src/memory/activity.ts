@@ -289,14 +289,14 @@ export async function feedHistory(db: TenantDb, args: HistoryArgs) {
   };
 }
 
-/** A forgotten user's history rows: their conversations', their facts' and recalls', and their own scope's events and entries. */
+/** A forgotten user's history rows: their conversations', their facts' and recalls', and the events and entries about them as an entity. */
 export async function forgetActivity(db: TenantDb, endUserId: string, conversationIds: string[], scopeRef: string) {
   const { count } = await db.activityLog.deleteMany({
     where: {
       OR: [
         { endUserId },
         { conversationId: { in: conversationIds } },
-        { kind: { in: ["EVENT", "ENTRY"] }, scopeRef },
+        { kind: { in: ["EVENT", "ENTRY"] }, scope: "ENTITY", scopeRef },
       ],
     },
   });

@@ -34,7 +34,7 @@ export async function exportUser(db: TenantDb, endUserId: string) {
       select: { id: true, kind: true, text: true, conversationId: true, occurredAt: true },
     }),
     db.memoryEntry.findMany({
-      where: { scopeRef: user.externalId },
+      where: { scope: "ENTITY", scopeRef: user.externalId },
       orderBy: { updatedAt: "desc" },
       select: { id: true, scope: true, scopeRef: true, title: true, summary: true, tags: true, importance: true, source: true, updatedAt: true },
     }),

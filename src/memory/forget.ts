@@ -264,10 +264,12 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   // Announcements still being recorded land first, then go with the rest.
   await deps.pubsub.settled();
   const { externalId } = await db.endUser.findUniqueOrThrow({ where: { id: endUserId }, select: { externalId: true } });
-  // What was written under the user's own id (a skill's notes on them, their entries): exportUser
-  // lists these as held about the person.
-  receipt.events = (await db.memoryEvent.deleteMany({ where: { scopeRef: externalId } })).count;
-  receipt.entries = (await db.memoryEntry.deleteMany({ where: { scopeRef: externalId } })).count;
+  // What was written about the person as an entity under their own id (a skill's notes on them):
+  // exportUser lists these entries as held about them. A team, project or agent that happens to
+  // share the id is another scope, and stays.
+  const aboutThem = { scope: "ENTITY" as const, scopeRef: externalId };
+  receipt.events = (await db.memoryEvent.deleteMany({ where: aboutThem })).count;
+  receipt.entries = (await db.memoryEntry.deleteMany({ where: aboutThem })).count;
   receipt.activity = await forgetActivity(db, endUserId, conversationIds, externalId);
 
   await audit(db, who, { kind: "USER", endUserId }, receipt);
@@ -362,15 +364,23 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
   receipt.summaries = conversation.summary ? 1 : 0;
   receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId } })).count;
   // The facts extracted from its messages, with their history and recall keys.
-  const messageIds = (await db.message.findMany({ where: { conversationId }, select: { id: true } })).map((m) => m.id);
+  const messageIds = new Set<string>();
+  // Read again before the messages go: a turn recorded while the delete runs adds messages.
+  const noteMessages = async () => {
+    for (const m of await db.message.findMany({ where: { conversationId }, select: { id: true } })) messageIds.add(m.id);
+  };
   const deleteItsFacts = async () => {
-    const ids = (await db.fact.findMany({ where: { sourceMessageId: { in: messageIds } }, select: { id: true } })).map((f) => f.id);
+    const ids = (
+      await db.fact.findMany({ where: { endUserId: conversation.endUserId, sourceMessageId: { in: [...messageIds] } }, select: { id: true } })
+    ).map((f) => f.id);
     receipt.factVersions += await db.factVersion.count({ where: { factId: { in: ids } } });
     countDeleted(receipt, await deleteFacts(db, deps, ids));
   };
+  await noteMessages();
   await deleteItsFacts();
   const turnIds = (await db.turn.findMany({ where: { conversationId }, select: { id: true } })).map((t) => t.id);
   receipt.jobRecords = await forgetJobRecords(db, [conversationId], turnIds);
+  await noteMessages();
   receipt.messages = (await forgetMessages(db, Prisma.sql`m."conversationId" = ${conversationId}`, true)).removed;
   // A second look, as forgetUser's, at what work under way wrote from the messages meanwhile
   // (a fact or a verdict written from now on finds its message gone).

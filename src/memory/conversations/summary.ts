@@ -171,9 +171,18 @@ async function rescoreOlderMessages(
   for (const [seq, score] of scores) {
     if (asked.has(seq)) bySeq.set(score, [...(bySeq.get(score) ?? []), seq]);
   }
-  await db.$transaction(
-    [...bySeq].map(([score, seqs]) =>
-      db.message.updateMany({ where: { conversationId, seq: { in: seqs }, forgottenAt: null }, data: { keepScore: score } }),
-    ),
-  );
+  // One statement, its rows locked in id order as every other writer of messages locks them (a
+  // fact's transaction share-locks the messages its extraction read): updates in groups by score
+  // could take them in another order and deadlock with it.
+  const scored = [...bySeq].flatMap(([score, seqs]) => seqs.map((seq) => ({ seq, score })));
+  if (scored.length === 0) return;
+  await db.$executeRaw`
+    WITH picked AS (
+      SELECT m."id", s."score" FROM "Message" m
+      JOIN jsonb_to_recordset(${JSON.stringify(scored)}::jsonb) AS s("seq" int, "score" int) ON s."seq" = m."seq"
+      WHERE m."tenantId" = ${db.$tenantId()} AND m."conversationId" = ${conversationId} AND m."forgottenAt" IS NULL
+      ORDER BY m."id"
+      FOR NO KEY UPDATE OF m
+    )
+    UPDATE "Message" SET "keepScore" = picked."score" FROM picked WHERE "Message"."id" = picked."id"`;
 }

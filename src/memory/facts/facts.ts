@@ -70,7 +70,7 @@ class SourceForgotten extends Error {}
 /**
  * Inside the transaction that writes a fact: its source message, and every other message the
  * extraction read with it (a model may draw a fact from one message and cite its neighbour), must
- * still be there and not forgotten, the source without a fact deleted from it, and they stay
+ * still be there, neither forgotten nor with a fact deleted from it, and they stay
  * locked (FOR SHARE, in id order as the forgets lock them) until the transaction ends. A forget
  * that marks or deletes them either commits first, and the fact is not written, or waits, and
  * then finds the fact when it sweeps again (src/memory/forget.ts): an extraction that read the
@@ -84,7 +84,7 @@ async function requireSourceStillSaid(tx: TenantDb, sourceMessageId: string | nu
     WHERE "tenantId" = ${tx.$tenantId()} AND "id" = ANY(${ids}::text[]) AND "forgottenAt" IS NULL
     ORDER BY "id"
     FOR SHARE`;
-  if (live.length !== ids.length || live.some((m) => m.id === sourceMessageId && m.factsForgotten)) throw new SourceForgotten();
+  if (live.length !== ids.length || live.some((m) => m.factsForgotten)) throw new SourceForgotten();
 }
 
 async function createFact(

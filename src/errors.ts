@@ -1,4 +1,5 @@
 import { ZodError } from "zod";
+import { TimedOut } from "./timeout.ts";
 
 export type ErrorCode =
   | "UNAUTHENTICATED"
@@ -32,7 +33,7 @@ export class EngramError extends Error {
  * failed. The whole error goes to the server's log.
  */
 export function publicReason(error: unknown): string {
-  if (error instanceof EngramError || (error instanceof Error && error.name === "TimedOut")) return error.message;
+  if (error instanceof EngramError || error instanceof TimedOut) return error.message;
   // LangChain's OutputParserException (its name stays "Error"; its code says what it is).
   if ((error as { lc_error_code?: string } | null)?.lc_error_code === "OUTPUT_PARSING_FAILURE") return "the model's answer could not be read";
   return "failed unexpectedly (the server's log has the error)";

@@ -1,7 +1,5 @@
 /** What withTimeout rejects with, so a caller can tell a wait that ran out from the work's own failure. */
-export class TimedOut extends Error {
-  override name = "TimedOut";
-}
+export class TimedOut extends Error {}
 
 /**
  * Settles as `work` does, or rejects with a TimedOut of `message` once `ms` have passed. The work

@@ -92,7 +92,7 @@ export function jsonAnswerChain<I, A, O = A>(options: {
 
 /**
  * What a warning may say of an answer that could not be read: its length, not its text (the model
- * repeats what users said, and logs outlive a forget). LangChain's own message quotes the answer.
+ * repeats what users said, and logs outlive a forget), nor the parser's message about it.
  */
 export function unreadable(error: OutputParserException): { answerChars: number } {
   return { answerChars: String(error.llmOutput ?? "").length };

@@ -285,7 +285,9 @@ class Slot {
     };
     const onError = (error: Error) => {
       if (this.worker === worker) this.worker = undefined;
-      finish(() => job.reject(new EngramError("REDACTION_FAILED", `Redaction worker failed: ${error.message}`)));
+      // The worker's own words stay with the error's cause (logged), not in what callers and job runs show.
+      const failed = new EngramError("REDACTION_FAILED", "The redaction worker failed; nothing was sent to the model.");
+      finish(() => job.reject(Object.assign(failed, { cause: error })));
     };
     const timer = setTimeout(() => {
       if (this.worker === worker) this.worker = undefined;

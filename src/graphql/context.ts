@@ -75,7 +75,7 @@ builder.queryFields((t) => ({
         ctx.db,
         ctx.deps,
         { ...input, conversationId: input.conversationId == null ? null : String(input.conversationId) },
-        ctx.principal.role !== "READER",
+        { storeVerdict: ctx.principal.role !== "READER" },
       ),
   }),
 }));

@@ -101,9 +101,11 @@ export async function deleteFacts(
   });
   const facts = await db.fact.deleteMany({ where: { ...where, id: { in: factIds } } });
   if (facts.count > 0) {
-    const texts = [...new Set(doomed.flatMap((f) => [f.text, ...f.versions.map((v) => v.text)]))];
     for (const endUserId of new Set(doomed.map((f) => f.endUserId))) {
-      await scrubQuotes(db, endUserId, Prisma.sql`EXISTS (SELECT 1 FROM unnest(${texts}::text[]) q(t) WHERE strpos(v."reason", q.t) > 0)`);
+      const texts = [...new Set(doomed.filter((f) => f.endUserId === endUserId).flatMap((f) => [f.text, ...f.versions.map((v) => v.text)]))];
+      // The forms a reason quotes another fact in: "contradicts: …", "replaces: …", "… “…”".
+      await scrubQuotes(db, endUserId, Prisma.sql`EXISTS (SELECT 1 FROM unnest(${texts}::text[]) q(t)
+        WHERE v."reason" IN ('contradicts: ' || q.t, 'replaces: ' || q.t) OR strpos(v."reason", '“' || q.t || '”') > 0)`);
     }
   }
   return { facts: facts.count, snippets };
@@ -119,7 +121,7 @@ function countDeleted(receipt: ForgetReceipt, deleted: { facts: number; snippets
 const QUOTE_FORGOTTEN = "(quoted a fact since forgotten)";
 
 /**
- * Another fact's history may quote a fact that is forgotten ("contradicts: …", "kept over “…”":
+ * Another fact's history may quote a fact that is forgotten ("contradicts: …", "both kept, with “…”":
  * facts.ts, contradictions.ts): the quote goes, the history stays. `quotes` picks the versions
  * (`v`) whose reason quotes it. Returns how many reasons were cleared.
  */

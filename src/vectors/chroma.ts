@@ -58,9 +58,9 @@ function whereOf(selector: Omit<VectorSelector, "ids">): Where | undefined {
  * distance. `server()` resolves the Chroma to talk to; the embedded one is started on first use.
  * A search waits at most `searchTimeoutMs` (a Chroma that hangs instead of refusing would hold
  * every recall, and the reply of every agent waiting on `context`, for as long as it hangs). Once
- * one has run out, searches are refused at once for three timeouts, then one search at a time
- * tries Chroma again until one answers: recall answers from keywords without waiting meanwhile,
- * and searches do not pile up, unanswered, on a Chroma that hangs.
+ * one has run out, searches of that collection are refused at once for three timeouts, then one
+ * search at a time tries again until one answers: recall answers from keywords without waiting
+ * meanwhile, and searches do not pile up, unanswered, on a Chroma that hangs.
  */
 export function createChromaVectorStore(
   server: () => Promise<ChromaServer>,
@@ -68,7 +68,8 @@ export function createChromaVectorStore(
   options: { searchTimeoutMs?: number } = {},
 ): VectorStore {
   const searchTimeoutMs = options.searchTimeoutMs ?? 5_000;
-  const quiet = { until: 0, trying: false };
+  // Per collection: one tenant's collection that does not answer leaves the others searched.
+  const quiet = new Map<string, { until: number; trying: boolean }>();
   let client: { url: string; chroma: ChromaClient } | undefined;
   const collections = new Map<string, Collection>();
 
@@ -182,8 +183,11 @@ export function createChromaVectorStore(
       // up to its 30 s deadline) and opening the collection get longer, but not forever.
       const reachMs = Math.max(searchTimeoutMs, REACH_TIMEOUT_MS);
       const hung = `Chroma gave no answer within ${searchTimeoutMs} ms`;
-      if (quiet.until && (Date.now() < quiet.until || quiet.trying)) throw new TimedOut(`${hung} to a recent search; not searched again yet`);
-      quiet.trying = quiet.until > 0;
+      const name = collectionName(space);
+      const state = quiet.get(name);
+      if (state && (Date.now() < state.until || state.trying)) throw new TimedOut(`${hung} to a recent search; not searched again yet`);
+      // Past a quiet period, this search is the one trial until it settles.
+      if (state) state.trying = true;
       let result;
       try {
         result = await withTimeout(
@@ -193,12 +197,11 @@ export function createChromaVectorStore(
           reachMs,
           `Chroma could not be reached within ${reachMs / 1000} s`,
         );
-        quiet.until = 0;
+        quiet.delete(name);
       } catch (error) {
-        if (error instanceof TimedOut) quiet.until = Date.now() + QUIET_TIMEOUTS * searchTimeoutMs;
+        if (error instanceof TimedOut) quiet.set(name, { until: Date.now() + QUIET_TIMEOUTS * searchTimeoutMs, trying: false });
+        else if (state) state.trying = false;
         throw error;
-      } finally {
-        quiet.trying = false;
       }
       const distances = result.distances[0] ?? [];
       return (result.ids[0] ?? []).map((id, i) => ({ id, similarity: 1 - (distances[i] ?? 1) }));

@@ -20,18 +20,18 @@ export async function contextForTurn(
   deps: Pick<Deps, "models" | "embeddings" | "vectors" | "pubsub" | "log">,
   input: ContextInput & { gate?: unknown },
   /**
-   * Whether the caller may write (a WRITER or ADMIN key). A reader's verdict decides recall for
-   * this answer only: stored, it would steer the turn's background work, whose "forget" verdicts
-   * delete the user's memory.
+   * `storeVerdict`: whether the caller's verdict is kept for the turn (a WRITER or ADMIN key). A
+   * reader's decides recall for this answer only: stored, it would steer the turn's background
+   * work, whose "forget" verdicts delete the user's memory.
    */
-  canWrite: boolean,
+  options: { storeVerdict: boolean },
 ) {
   const { gate, ...contextInput } = input;
   const verdict = gate == null ? null : parseCallerVerdict(gate);
   const decide = verdict ? async () => ({ needsRecall: verdict.needsRecall }) : startLocalDecision(db, deps, contextInput);
   const context = await assembleContext(db, contextInput, [factsBlocks(db), recallBlocks(db, deps, { decide })]);
   // A conversation with no turn yet has nowhere to keep it: recordTurn's `gate` carries it then.
-  if (verdict && canWrite && context.conversationId) {
+  if (verdict && options.storeVerdict && context.conversationId) {
     await storeCallerVerdict(db, { conversationId: context.conversationId, message: input.message, verdict });
   }
   return context;

@@ -1,5 +1,6 @@
 import { OutputParserException } from "@langchain/core/output_parsers";
 import type { Runnable } from "@langchain/core/runnables";
+import { unreadable } from "../../chains/json.ts";
 import type { LossJudgeInput, LossVerdict } from "../../chains/loss-judge.ts";
 import { limitWords, type SummarizerInput } from "../../chains/summarizer.ts";
 import { countWords } from "../../chains/transcript.ts";
@@ -9,7 +10,6 @@ import type { Logger } from "../../log.ts";
 import type { PubSub } from "../../pubsub.ts";
 import { agentSettings } from "./agents.ts";
 import { underConversationLease } from "./leases.ts";
-import { unreadable } from "../../chains/json.ts";
 
 // The verbatim judge looks at this many of the most recent folded messages.
 const VERBATIM_WINDOW = 30;
@@ -162,7 +162,7 @@ async function rescoreOlderMessages(
     // that has nothing left to fold. The next accepted rewrite scores these messages again.
     deps.log.warn("verbatim judge failed; scores unchanged until the next rewrite", {
       conversationId,
-      error: (error as Error).message,
+      ...(error instanceof OutputParserException ? unreadable(error) : { error: (error as Error).message }),
     });
     return;
   }

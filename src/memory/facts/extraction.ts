@@ -2,13 +2,13 @@ import { OutputParserException } from "@langchain/core/output_parsers";
 import type { Runnable } from "@langchain/core/runnables";
 import type { CandidateFact, ExtractorInput } from "../../chains/extractor.ts";
 import type { FactJudgeInput, FactJudgment } from "../../chains/fact-judge.ts";
+import { unreadable } from "../../chains/json.ts";
 import type { TenantDb } from "../../db.ts";
 import type { Logger } from "../../log.ts";
 import { agentSettings } from "../conversations/agents.ts";
 import { underConversationLease } from "../conversations/leases.ts";
 import { applyCandidate, type CandidateOutcome, type FactDeps } from "./facts.ts";
 import { normalizeFact } from "./normalize.ts";
-import { unreadable } from "../../chains/json.ts";
 
 export type ExtractionDeps = FactDeps & {
   extractor: Runnable<ExtractorInput, CandidateFact[]>;

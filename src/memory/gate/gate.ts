@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import type { Runnable } from "@langchain/core/runnables";
 import { OutputParserException } from "@langchain/core/output_parsers";
+import { unreadable } from "../../chains/json.ts";
 import {
   GATE_INSTRUCTIONS,
   gateVerdictJsonSchema,
@@ -122,10 +123,10 @@ export async function gateMessage(
       // "forget" request is never held back by the model. An outage throws, and the job retries.
       const outage = error instanceof ModelCallError && error.kind === "failed";
       if (outage || (!(error instanceof OutputParserException) && !(error instanceof EngramError))) throw error;
-      const why = error instanceof OutputParserException ? "the model's answer could not be read" : error.message;
-      deps.log.warn(`gate: ${why}; using the keyword gate`, {
+      const unread = error instanceof OutputParserException;
+      deps.log.warn(`gate: ${unread ? "the model's answer could not be read" : error.message}; using the keyword gate`, {
         conversationId: input.conversationId,
-        error: error.message,
+        ...(unread ? unreadable(error) : {}),
       });
     }
   }

@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { OutputParserException } from "@langchain/core/output_parsers";
+import { unreadable } from "../../chains/json.ts";
 import { chainFor } from "../../chains/registry.ts";
 import type { RerankScores } from "../../chains/rerank.ts";
 import type { TenantDb } from "../../db.ts";
@@ -15,7 +16,6 @@ import type { SnippetDeps } from "./snippets.ts";
 import { countTokens } from "../tokens.ts";
 import { fuseHits } from "./fusion.ts";
 import { resolveTimeHint, type TimeHint } from "./time.ts";
-import { unreadable } from "../../chains/json.ts";
 
 export type RecallDeps = SnippetDeps & { models: ModelProvider; pubsub: PubSub };
 

@@ -110,7 +110,14 @@ class HttpStream extends EventEmitter implements Connection {
  */
 function untilClosed(source: AsyncIterable<ExecutionResult>, stream: HttpStream): AsyncIterableIterator<ExecutionResult> {
   const results = source[Symbol.asyncIterator]();
-  const closed = stream.closed.then(() => null);
+  // The wait of the next() under way, ended by the close. (Racing every next() against the one
+  // close promise would leave a reaction on it per result for as long as the stream is open.)
+  let wake: ((closed: null) => void) | null = null;
+  let closed = false;
+  void stream.closed.then(() => {
+    closed = true;
+    wake?.(null);
+  });
   let finished = false;
   const finish = async (): Promise<IteratorResult<ExecutionResult>> => {
     if (!finished) {
@@ -123,7 +130,12 @@ function untilClosed(source: AsyncIterable<ExecutionResult>, stream: HttpStream)
   return {
     async next() {
       if (finished) return { done: true, value: undefined };
-      const next = await Promise.race([results.next(), closed]);
+      const next = closed
+        ? null
+        : await new Promise<IteratorResult<ExecutionResult> | null>((resolve, reject) => {
+            wake = resolve;
+            results.next().then(resolve, reject);
+          }).finally(() => (wake = null));
       if (next && !next.done) return next;
       const reason = next === null ? stream.reason : null;
       await finish();

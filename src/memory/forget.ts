@@ -28,7 +28,7 @@ export type ForgetReceipt = {
   gateVerdicts: number;
   messages: number;
   jobRecords: number;
-  /** Events and entries under the user's own id as their scopeRef (what exportUser lists as theirs). */
+  /** Events and entries about the user as an entity (scope ENTITY, their external id as scopeRef), as exportUser lists them. */
   events: number;
   entries: number;
   /** The feed's history rows of the user (ids and kinds only, deleted all the same). */
@@ -82,9 +82,8 @@ async function forgetSnippetsWhere(db: TenantDb, deps: Pick<Deps, "vectors">, wh
  * Deletes facts with their recall keys (FACT snippets): the keys' rows would cascade with the
  * facts, their vectors would not, and a vector left behind keeps the forgotten sentence's
  * embedding searchable and takes a place among the hits. Quotes of them in the user's other
- * facts' histories go too. `where` may narrow the delete (a fact
- * refreshed meanwhile stays; its key is made again by the next syncFactKeys). Returns how many
- * facts and keys went.
+ * facts' histories go too. `where` may narrow the delete (a fact refreshed meanwhile stays; its
+ * key is made again by the next syncFactKeys). Returns how many facts and keys went.
  */
 export async function deleteFacts(
   db: TenantDb,

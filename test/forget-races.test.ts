@@ -396,42 +396,42 @@ describe("a fact extracted from a message forgotten while the extraction ran", (
     expect(await db.fact.count({ where: { endUserId: turn.endUserId } })).toBe(0);
   });
 
-  it("is dropped when it cites another message of the batch the extraction read", async () => {
-    await keepMessages(true);
-    const turn = await say(engram, { user: "quin", conversation: "quin-1" }, "My locker code is 3141.", "Noted.");
-    await say(engram, { user: "quin", conversation: "quin-1" }, "It is also my gym code.", "Got it.");
+  /**
+   * Two turns read as one extraction batch ("My locker code is …", then "It is also my gym
+   * code."), and `meanwhile` run on the first message before the candidate drawn from it, citing
+   * the second (seq 3), is applied.
+   */
+  async function citingTheNext(user: string, code: number, meanwhile: (turn: { endUserId: string }, first: { id: string }) => Promise<unknown>) {
+    const turn = await say(engram, { user, conversation: `${user}-1` }, `My locker code is ${code}.`, "Noted.");
+    await say(engram, { user, conversation: `${user}-1` }, "It is also my gym code.", "Got it.");
     const batch = await db.message.findMany({ where: { conversationId: turn.conversationId }, orderBy: { seq: "asc" } });
-    await forgetPhrases(db, engram.services.deps, turn.endUserId, ["locker code"], reason);
-    // Drawn from the forgotten message, citing the next one, which was not forgotten.
+    await meanwhile(turn, batch[0]);
     const outcome = await applyCandidate(db, engram.services.deps, {
       endUserId: turn.endUserId,
-      candidate: { text: "Quin's locker code 3141 is also their gym code.", core: false, seq: 3 },
+      candidate: { text: `The user's locker code ${code} is also their gym code.`, core: false, seq: 3 },
       judgment: { durability: "durable", relation: "none", relatedFactId: null, sensitivity: null },
       allowSensitive: true,
       sourceMessageId: batch[2].id,
       readMessageIds: batch.map((m) => m.id),
       conversationId: turn.conversationId,
     });
+    return { turn, outcome };
+  }
+
+  it("is dropped when it cites another message of the batch the extraction read", async () => {
+    await keepMessages(true);
+    // Drawn from the forgotten message, citing the next one, which was not forgotten.
+    const { turn, outcome } = await citingTheNext("quin", 3141, (t) => forgetPhrases(db, engram.services.deps, t.endUserId, ["locker code"], reason));
     expect(outcome).toMatchObject({ change: "DROPPED", factId: null });
     expect(await db.fact.count({ where: { endUserId: turn.endUserId } })).toBe(0);
   });
 
   it("is dropped when a fact from another message of the batch was deleted meanwhile (deleteFact)", async () => {
-    const turn = await say(engram, { user: "rhea", conversation: "rhea-1" }, "My locker code is 2718.", "Noted.");
-    await say(engram, { user: "rhea", conversation: "rhea-1" }, "It is also my gym code.", "Got it.");
-    const batch = await db.message.findMany({ where: { conversationId: turn.conversationId }, orderBy: { seq: "asc" } });
-    const deleted = await engram.services.db.fact.create({
-      data: { tenantId: engram.tenant.tenantId, endUserId: turn.endUserId, text: "Rhea's locker code is 2718.", origin: "EXTRACTOR", sourceMessageId: batch[0].id },
-    });
-    await forgetFact(db, engram.services.deps, deleted.id, reason);
-    const outcome = await applyCandidate(db, engram.services.deps, {
-      endUserId: turn.endUserId,
-      candidate: { text: "Rhea's locker code 2718 is also their gym code.", core: false, seq: 3 },
-      judgment: { durability: "durable", relation: "none", relatedFactId: null, sensitivity: null },
-      allowSensitive: true,
-      sourceMessageId: batch[2].id,
-      readMessageIds: batch.map((m) => m.id),
-      conversationId: turn.conversationId,
+    const { outcome } = await citingTheNext("rhea", 2718, async (t, first) => {
+      const deleted = await engram.services.db.fact.create({
+        data: { tenantId: engram.tenant.tenantId, endUserId: t.endUserId, text: "The user's locker code is 2718.", origin: "EXTRACTOR", sourceMessageId: first.id },
+      });
+      await forgetFact(db, engram.services.deps, deleted.id, reason);
     });
     expect(outcome).toMatchObject({ change: "DROPPED", factId: null });
   });

@@ -3,6 +3,7 @@ import { insertRows, type ColumnTypes, type TenantDb, type TenantDirectory } fro
 import type { Prisma } from "../generated/prisma/client.ts";
 import type { Logger } from "../log.ts";
 import type { PubSub, RecallCandidate, Topics } from "../pubsub.ts";
+import { aboutThePerson } from "./export.ts";
 import { feedScope, type FeedFilter, type FeedPayload } from "./feed-filter.ts";
 
 /**
@@ -290,13 +291,13 @@ export async function feedHistory(db: TenantDb, args: HistoryArgs) {
 }
 
 /** A forgotten user's history rows: their conversations', their facts' and recalls', and the events and entries about them as an entity. */
-export async function forgetActivity(db: TenantDb, endUserId: string, conversationIds: string[], scopeRef: string) {
+export async function forgetActivity(db: TenantDb, endUserId: string, conversationIds: string[], externalId: string) {
   const { count } = await db.activityLog.deleteMany({
     where: {
       OR: [
         { endUserId },
         { conversationId: { in: conversationIds } },
-        { kind: { in: ["EVENT", "ENTRY"] }, scope: "ENTITY", scopeRef },
+        { kind: { in: ["EVENT", "ENTRY"] }, ...aboutThePerson(externalId) },
       ],
     },
   });

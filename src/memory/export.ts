@@ -2,9 +2,16 @@ import type { TenantDb } from "../db.ts";
 import { notFound } from "../errors.ts";
 
 /**
+ * What the log holds about a person as an entity: scope ENTITY under their own external id (a
+ * skill's notes on them). A team, project or agent that shares the id is another scope. The
+ * export lists these entries; forgetting the person deletes them, their events and feed rows.
+ */
+export const aboutThePerson = (externalId: string) => ({ scope: "ENTITY" as const, scopeRef: externalId });
+
+/**
  * Everything Engram holds about one person, as JSON: the right-of-access twin of forgetting.
  * Facts with their history, each conversation with its summary (and revisions), the recall
- * snippets' text, and the curated entries whose scopeRef is the person's own id.
+ * snippets' text, and the curated entries about them as an entity (aboutThePerson).
  */
 export async function exportUser(db: TenantDb, endUserId: string) {
   const user = await db.endUser.findUnique({ where: { id: endUserId } });
@@ -34,7 +41,7 @@ export async function exportUser(db: TenantDb, endUserId: string) {
       select: { id: true, kind: true, text: true, conversationId: true, occurredAt: true },
     }),
     db.memoryEntry.findMany({
-      where: { scope: "ENTITY", scopeRef: user.externalId },
+      where: aboutThePerson(user.externalId),
       orderBy: { updatedAt: "desc" },
       select: { id: true, scope: true, scopeRef: true, title: true, summary: true, tags: true, importance: true, source: true, updatedAt: true },
     }),

@@ -4,6 +4,7 @@ import { notFound } from "../errors.ts";
 import { Prisma } from "../generated/prisma/client.ts";
 import { loadTenantSettings } from "../governance/settings.ts";
 import { forgetActivity } from "./activity.ts";
+import { aboutThePerson } from "./export.ts";
 import { normalizeFact } from "./facts/normalize.ts";
 import { matchesAnyPhrase } from "./text-search.ts";
 
@@ -265,12 +266,8 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   // Announcements still being recorded land first, then go with the rest.
   await deps.pubsub.settled();
   const { externalId } = await db.endUser.findUniqueOrThrow({ where: { id: endUserId }, select: { externalId: true } });
-  // What was written about the person as an entity under their own id (a skill's notes on them):
-  // exportUser lists these entries as held about them. A team, project or agent that happens to
-  // share the id is another scope, and stays.
-  const aboutThem = { scope: "ENTITY" as const, scopeRef: externalId };
-  receipt.events = (await db.memoryEvent.deleteMany({ where: aboutThem })).count;
-  receipt.entries = (await db.memoryEntry.deleteMany({ where: aboutThem })).count;
+  receipt.events = (await db.memoryEvent.deleteMany({ where: aboutThePerson(externalId) })).count;
+  receipt.entries = (await db.memoryEntry.deleteMany({ where: aboutThePerson(externalId) })).count;
   receipt.activity = await forgetActivity(db, endUserId, conversationIds, externalId);
 
   await audit(db, who, { kind: "USER", endUserId }, receipt);

@@ -7,6 +7,7 @@ import { notFound, parseInput } from "../../errors.ts";
 import { Prisma, type Fact } from "../../generated/prisma/client.ts";
 import type { FactChangeKind, FactChangePayload, PubSub } from "../../pubsub.ts";
 import type { ExtraBlocks } from "../context.ts";
+import { liveMessages } from "../conversations/live-messages.ts";
 import { deleteFacts } from "../forget.ts";
 import { countTokens } from "../tokens.ts";
 
@@ -80,10 +81,7 @@ async function requireSourceStillSaid(tx: TenantDb, sourceMessageId: string | nu
   const ids = [...new Set([...(sourceMessageId ? [sourceMessageId] : []), ...readMessageIds])];
   if (ids.length === 0) return;
   const live = await tx.$queryRaw<{ id: string; factsForgotten: boolean }[]>`
-    SELECT "id", "factsForgottenAt" IS NOT NULL AS "factsForgotten" FROM "Message"
-    WHERE "tenantId" = ${tx.$tenantId()} AND "id" = ANY(${ids}::text[]) AND "forgottenAt" IS NULL
-    ORDER BY "id"
-    FOR SHARE`;
+    WITH ${liveMessages("live", tx.$tenantId(), ids)} SELECT "id", "factsForgotten" FROM "live"`;
   if (live.length !== ids.length || live.some((m) => m.factsForgotten)) throw new SourceForgotten();
 }
 

@@ -87,6 +87,10 @@ describe("address ranges", () => {
       expect(baseUrlProblem(none, url), url).toMatch(/private, loopback or link-local/);
     }
     expect(baseUrlProblem(none, "http://user:pass@models.example/v1")).toMatch(/credentials/);
+    // On an allow-listed host too: the query would reach it with whatever the tenant wrote.
+    for (const url of ["https://models.example/v1?api-version=1", "http://127.0.0.1:5432/v1?x=", "http://127.0.0.1:5432/v1#frag"]) {
+      expect(baseUrlProblem({ allowed: ["127.0.0.1:5432"] }, url), url).toMatch(/query .* or fragment/);
+    }
     expect(baseUrlProblem(none, "https://models.example/v1")).toBeNull();
     expect(baseUrlProblem({ allowed: ["127.0.0.1:5432"] }, "http://127.0.0.1:5432/v1")).toBeNull();
     expect(baseUrlProblem({ allowed: ["127.0.0.1:5432"] }, "http://127.0.0.1:6379/v1")).not.toBeNull();

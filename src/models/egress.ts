@@ -152,8 +152,8 @@ const refusal = (host: string) =>
   );
 
 /**
- * Why a base URL may not be used, judged without DNS (settings time): credentials in it, or an
- * address or name that is plainly not public. Null when it may be tried; calls check again.
+ * Why a base URL may not be used, judged without DNS (settings time): credentials, a query or a
+ * fragment in it, or an address or name that is plainly not public. Null when it may be tried; calls check again.
  */
 export function baseUrlProblem(policy: EgressPolicy, raw: string): string | null {
   let url: URL;
@@ -164,6 +164,9 @@ export function baseUrlProblem(policy: EgressPolicy, raw: string): string | null
   }
   if (url.username || url.password) return "must not contain credentials (user:password@); set apiKey instead";
   if (url.protocol !== "http:" && url.protocol !== "https:") return "must be an http(s) URL";
+  // The client appends its own paths to the base URL: a query or fragment would only carry what
+  // the tenant put there to whatever host it names (the operator's allow-listed ones included).
+  if (url.search || url.hash || /[?#]/.test(raw)) return "must not contain a query (?…) or fragment (#…)";
   if (isAllowlisted(policy, url)) return null;
   const host = bare(url.hostname);
   if (isIP(host) ? isPrivateAddress(host) : host === "localhost" || host.endsWith(".localhost")) {

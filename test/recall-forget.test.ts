@@ -208,4 +208,34 @@ describe("nightly retention", () => {
     const jobRuns = await engram.gql(`{ jobRuns { name status } }`).catch(() => null);
     if (jobRuns?.data) expect(jobRuns.data.jobRuns.some((r: any) => r.name === "memory.retention")).toBe(true);
   });
+
+  it("drops the queue's records of jobs that finished more than a day before, whatever the window", async () => {
+    const db = engram.services.db;
+    const tenantId = engram.other.tenantId; // retentionDays 0 since the test above
+    await sayAt("ines", "i-1", 1, "My order was a green lamp.", engram.other.writer);
+    await allIndexed(engram, tenantId);
+    type Row = { name: string; finished: boolean; next: boolean };
+    const records = () =>
+      db.$queryRaw<Row[]>`
+        SELECT "name", "last_finished_at" IS NOT NULL AS "finished", "next_run_at" IS NOT NULL AS "next"
+        FROM "agenda_jobs" WHERE "data"->>'tenantId' = ${tenantId}`;
+    const finishedBefore = (await records()).filter((r) => r.finished && !r.next).length;
+    expect(finishedBefore).toBeGreaterThan(0);
+    // One still waiting for its time: it stays, whatever its age.
+    await engram.services.queue.agenda.schedule(new Date(Date.now() + 3_600_000), "memory.retention", { tenantId });
+
+    // A day later nothing has aged enough; two days later every finished record goes.
+    const inDays = (days: number) => new Date(Date.now() + days * DAY);
+    const dayLater = await retentionSweep(engram.services.deps, { tenantId }, inDays(0.5));
+    expect(dayLater[0].result).toMatchObject({ finishedJobsDeleted: 0 });
+    const later = await retentionSweep(engram.services.deps, { tenantId }, inDays(2));
+    expect(later[0].result).toMatchObject({ retentionDays: 0, finishedJobsDeleted: finishedBefore });
+    const left = await records();
+    expect(left.filter((r) => r.finished && !r.next)).toEqual([]);
+    expect(left.filter((r) => r.next).map((r) => r.name)).toContain("memory.retention");
+    // The other tenant's records are its own sweep's.
+    const mine = await db.$queryRaw<{ n: number }[]>`
+      SELECT count(*)::int AS "n" FROM "agenda_jobs" WHERE "data"->>'tenantId' = ${engram.tenant.tenantId} AND "last_finished_at" IS NOT NULL`;
+    expect(mine[0].n).toBeGreaterThan(0);
+  });
 });

@@ -188,17 +188,33 @@ async function forgetJobRecords(db: TenantDb, conversationIds: string[], turnIds
     DELETE FROM "JobRun"
     WHERE "tenantId" = ${tenantId}
       AND ("result"->>'conversationId' = ANY(${conversationIds}::text[]) OR "result"->>'turnId' = ANY(${turnIds}::text[]))`;
-  return runs + (await db.$executeRaw`
+  return runs + (await onQueueTable(db.$executeRaw`
     DELETE FROM "agenda_jobs"
     WHERE "data"->>'tenantId' = ${tenantId}
       AND "last_finished_at" IS NOT NULL AND "next_run_at" IS NULL
-      AND ("data"->>'conversationId' = ANY(${conversationIds}::text[]) OR "data"->>'turnId' = ANY(${turnIds}::text[]))`.catch(
-    // The queue's table is made by the worker on first start; without it there is nothing to delete.
-    (error: unknown) => {
-      if (error instanceof Prisma.PrismaClientKnownRequestError && /does not exist/.test(error.message)) return 0;
-      throw error;
-    },
-  ));
+      AND ("data"->>'conversationId' = ANY(${conversationIds}::text[]) OR "data"->>'turnId' = ANY(${turnIds}::text[]))`));
+}
+
+/** A statement on the job queue's table, which the worker makes on its first start: without it there is nothing to delete. */
+function onQueueTable(statement: Promise<number>): Promise<number> {
+  return statement.catch((error: unknown) => {
+    if (error instanceof Prisma.PrismaClientKnownRequestError && /does not exist/.test(error.message)) return 0;
+    throw error;
+  });
+}
+
+/**
+ * The queue's records of this tenant's one-off jobs that finished before `before`, succeeded or
+ * given up (a dead letter keeps its own JobRun). Agenda keeps them otherwise for ever: the table
+ * grows by a row per job, and their payloads name conversations and turns, so a job still
+ * retrying when its user was forgotten left one behind once it finished. Recurring jobs (a next
+ * run) and running ones (locked) stay.
+ */
+export async function pruneFinishedJobs(db: TenantDb, before: Date): Promise<number> {
+  return onQueueTable(db.$executeRaw`
+    DELETE FROM "agenda_jobs"
+    WHERE "data"->>'tenantId' = ${db.$tenantId()}
+      AND "next_run_at" IS NULL AND "locked_at" IS NULL AND "last_finished_at" < ${before}`);
 }
 
 async function audit(db: TenantDb, who: ForgetWho, target: Record<string, unknown>, receipt: ForgetReceipt) {

@@ -1,11 +1,13 @@
 import type { Deps } from "../deps.ts";
-import { forgetExpired } from "../memory/forget.ts";
+import { forgetExpired, pruneFinishedJobs } from "../memory/forget.ts";
 import type { retentionJob } from "../queue.ts";
 import type { z } from "zod";
 import { recordJobRun } from "./job-runs.ts";
 
 export const DEFAULT_RETENTION_DAYS = 180;
 const DAY_MS = 86_400_000;
+/** How long the queue keeps a finished job's record (for an operator looking at the queue's table). */
+export const FINISHED_JOBS_KEPT_MS = DAY_MS;
 
 export type RetentionResult = { retentionDays: number; cutoff: string | null; snippetsDeleted: number; factsDeleted: number };
 
@@ -45,8 +47,10 @@ export async function retentionSweep(deps: RetentionDeps, payload: z.infer<typeo
         retentionDays: settings?.retentionDays ?? DEFAULT_RETENTION_DAYS,
         now,
       });
-      deps.log.info("retention finished", { tenantId: tenant.id, ...result });
-      return { status: "SUCCEEDED" as const, result };
+      // Whatever the window, 0 days included: these are the queue's records, not the tenant's memory.
+      const finishedJobsDeleted = await pruneFinishedJobs(db, new Date(now.getTime() - FINISHED_JOBS_KEPT_MS));
+      deps.log.info("retention finished", { tenantId: tenant.id, ...result, finishedJobsDeleted });
+      return { status: "SUCCEEDED" as const, result: { ...result, finishedJobsDeleted } };
     }).catch((error) => {
       deps.log.error("retention of a tenant failed; the others go on", { tenantId: tenant.id, error });
       return null;

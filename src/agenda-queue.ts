@@ -128,11 +128,11 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
     },
     async enqueueCoalesced(job, payload, key, debounceMs) {
       const data = job.schema.parse(payload) as Record<string, unknown>;
-      await inOrder(`${job.name}:${String(data[key])}`, () =>
-        agenda.nowDebounced(job.name, data, { [`data.${key}`]: data[key] }, debounceMs, {
-          maxWait: debounceMs * 10,
-        }),
-      );
+      const submit = () => agenda.nowDebounced(job.name, data, { [`data.${key}`]: data[key] }, debounceMs, { maxWait: debounceMs * 10 });
+      // The save reads the job's row, then updates it. If the nightly prune of finished jobs
+      // (pruneFinishedJobs) deleted that row in between, the update finds none and the backend
+      // throws a TypeError on the missing row; once more, the read finds none and inserts.
+      await inOrder(`${job.name}:${String(data[key])}`, () => submit().catch((error: unknown) => (error instanceof TypeError ? submit() : Promise.reject(error))));
     },
     async enqueueSoon(job, payload, key, windowMs) {
       const data = job.schema.parse(payload) as Record<string, unknown>;

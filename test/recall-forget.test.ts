@@ -213,26 +213,30 @@ describe("nightly retention", () => {
     const db = engram.services.db;
     const tenantId = engram.other.tenantId; // retentionDays 0 since the test above
     await sayAt("ines", "i-1", 1, "My order was a green lamp.", engram.other.writer);
-    await allIndexed(engram, tenantId);
-    type Row = { name: string; finished: boolean; next: boolean };
+    await sayAt("ines", "i-2", 1, "My order was a blue lamp.", engram.other.writer);
+    await allIndexed(engram, tenantId, 30_000, ["memory.summarize", "memory.extract"]);
+    type Row = { id: string; name: string; finished: boolean; next: boolean };
     const records = () =>
       db.$queryRaw<Row[]>`
-        SELECT "name", "last_finished_at" IS NOT NULL AS "finished", "next_run_at" IS NOT NULL AS "next"
-        FROM "agenda_jobs" WHERE "data"->>'tenantId' = ${tenantId}`;
-    const finishedBefore = (await records()).filter((r) => r.finished && !r.next).length;
-    expect(finishedBefore).toBeGreaterThan(0);
-    // One still waiting for its time: it stays, whatever its age.
-    await engram.services.queue.agenda.schedule(new Date(Date.now() + 3_600_000), "memory.retention", { tenantId });
+        SELECT "id"::text AS "id", "name", "last_finished_at" IS NOT NULL AS "finished", "next_run_at" IS NOT NULL AS "next"
+        FROM "agenda_jobs" WHERE "data"->>'tenantId' = ${tenantId} ORDER BY "id"`;
+    const finished = (await records()).filter((r) => r.finished && !r.next);
+    expect(finished.length).toBeGreaterThan(2);
+    // Two finished records made to look like what must stay: one failed and waiting for its retry
+    // (a next run), one running again (locked).
+    const [retrying, running] = finished;
+    await db.$executeRaw`UPDATE "agenda_jobs" SET "next_run_at" = now() + interval '1 hour' WHERE "id" = ${retrying.id}::uuid`;
+    await db.$executeRaw`UPDATE "agenda_jobs" SET "locked_at" = now() WHERE "id" = ${running.id}::uuid`;
 
-    // A day later nothing has aged enough; two days later every finished record goes.
+    // Half a day later nothing has aged enough; two days later every other finished record goes.
     const inDays = (days: number) => new Date(Date.now() + days * DAY);
-    const dayLater = await retentionSweep(engram.services.deps, { tenantId }, inDays(0.5));
-    expect(dayLater[0].result).toMatchObject({ finishedJobsDeleted: 0 });
+    const halfDayLater = await retentionSweep(engram.services.deps, { tenantId }, inDays(0.5));
+    expect(halfDayLater[0].result).toMatchObject({ finishedJobsDeleted: 0 });
     const later = await retentionSweep(engram.services.deps, { tenantId }, inDays(2));
-    expect(later[0].result).toMatchObject({ retentionDays: 0, finishedJobsDeleted: finishedBefore });
-    const left = await records();
-    expect(left.filter((r) => r.finished && !r.next)).toEqual([]);
-    expect(left.filter((r) => r.next).map((r) => r.name)).toContain("memory.retention");
+    expect(later[0].result).toMatchObject({ retentionDays: 0, finishedJobsDeleted: finished.length - 2 });
+    const left = new Set((await records()).map((r) => r.id));
+    expect(finished.filter((r) => left.has(r.id)).map((r) => r.id)).toEqual([retrying.id, running.id]);
+    await db.$executeRaw`UPDATE "agenda_jobs" SET "locked_at" = NULL, "next_run_at" = NULL WHERE "id" IN (${retrying.id}::uuid, ${running.id}::uuid)`;
     // The other tenant's records are its own sweep's.
     const mine = await db.$queryRaw<{ n: number }[]>`
       SELECT count(*)::int AS "n" FROM "agenda_jobs" WHERE "data"->>'tenantId' = ${engram.tenant.tenantId} AND "last_finished_at" IS NOT NULL`;

@@ -195,6 +195,8 @@ async function forgetJobRecords(db: TenantDb, conversationIds: string[], turnIds
       AND ("data"->>'conversationId' = ANY(${conversationIds}::text[]) OR "data"->>'turnId' = ANY(${turnIds}::text[]))`));
 }
 
+const PRUNE_BATCH = 1_000;
+
 /** A statement on the job queue's table, which the worker makes on its first start: without it there is nothing to delete. */
 function onQueueTable(statement: Promise<number>): Promise<number> {
   return statement.catch((error: unknown) => {
@@ -211,10 +213,20 @@ function onQueueTable(statement: Promise<number>): Promise<number> {
  * run) and running ones (locked) stay.
  */
 export async function pruneFinishedJobs(db: TenantDb, before: Date): Promise<number> {
-  return onQueueTable(db.$executeRaw`
-    DELETE FROM "agenda_jobs"
-    WHERE "data"->>'tenantId' = ${db.$tenantId()}
-      AND "next_run_at" IS NULL AND "locked_at" IS NULL AND "last_finished_at" < ${before}`);
+  let deleted = 0;
+  // In batches: the first night after an upgrade finds the whole backlog, and on the embedded
+  // store every request waits behind the statement running. The column is a timestamptz, and a
+  // Date parameter is sent without a zone (read in the session's), hence the ISO text and cast.
+  for (;;) {
+    const batch = await onQueueTable(db.$executeRaw`
+      DELETE FROM "agenda_jobs" WHERE "id" IN (
+        SELECT "id" FROM "agenda_jobs"
+        WHERE "data"->>'tenantId' = ${db.$tenantId()}
+          AND "next_run_at" IS NULL AND "locked_at" IS NULL AND "last_finished_at" < ${before.toISOString()}::timestamptz
+        LIMIT ${PRUNE_BATCH})`);
+    deleted += batch;
+    if (batch < PRUNE_BATCH) return deleted;
+  }
 }
 
 async function audit(db: TenantDb, who: ForgetWho, target: Record<string, unknown>, receipt: ForgetReceipt) {

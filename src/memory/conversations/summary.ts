@@ -167,14 +167,10 @@ async function rescoreOlderMessages(
     return;
   }
   const asked = new Set(older.map((m) => m.seq));
-  const bySeq = new Map<number, number[]>();
-  for (const [seq, score] of scores) {
-    if (asked.has(seq)) bySeq.set(score, [...(bySeq.get(score) ?? []), seq]);
-  }
   // One statement, its rows locked in id order as every other writer of messages locks them (a
   // fact's transaction share-locks the messages its extraction read): updates in groups by score
   // could take them in another order and deadlock with it.
-  const scored = [...bySeq].flatMap(([score, seqs]) => seqs.map((seq) => ({ seq, score })));
+  const scored = [...scores].filter(([seq]) => asked.has(seq)).map(([seq, score]) => ({ seq, score }));
   if (scored.length === 0) return;
   await db.$executeRaw`
     WITH picked AS (

@@ -1,5 +1,6 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { forTenant } from "../src/db.ts";
+import { UNAWAITED_QUEUE_WRITES } from "../src/work/after-turn.ts";
 import { dispatchPendingTurns } from "../src/work/dispatch.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { allIndexed } from "./helpers/recall.ts";
@@ -43,6 +44,38 @@ describe("the outbox", () => {
     expect(await db.recallSnippet.count({ where: { conversationId: turns[0].conversation.id, kind: "TURN" } })).toBe(3);
     // Nothing is left to dispatch, and a second sweep queues nothing twice.
     expect(await dispatchPendingTurns(engram.services.deps)).toEqual({});
+  }, 300_000);
+
+  it("answers a turn without waiting for its queue write, until that many writes are under way", async () => {
+    const queue = engram.services.deps.queue;
+    const enqueue = queue.enqueue.bind(queue);
+    let open!: () => void;
+    const stuck = new Promise<void>((resolve) => (open = resolve));
+    // The queue answers nothing until the test lets it: its writes stay under way.
+    const spy = vi.spyOn(queue, "enqueue").mockImplementation(async (job, payload) => {
+      await stuck;
+      return enqueue(job, payload);
+    });
+    const say = (n: number) =>
+      recordTurn(engram, { agentExternalId: "ob-stuck", endUserExternalId: "ob-stuck-user", conversationExternalId: `ob-stuck-${n % 10}`, clientTurnId: `ob-stuck-${n}`, userMessage: `Order ${n} shipped.` });
+    const turns = [];
+    try {
+      for (let n = 0; n < UNAWAITED_QUEUE_WRITES; n += 20) turns.push(...(await Promise.all(Array.from({ length: 20 }, (_, i) => say(n + i)))));
+      expect(spy).toHaveBeenCalledTimes(UNAWAITED_QUEUE_WRITES);
+      // One more waits for its own write: the backlog does not grow without bound.
+      let answered = false;
+      const next = say(UNAWAITED_QUEUE_WRITES).then((turn) => ((answered = true), turn));
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(answered).toBe(false);
+      open();
+      turns.push(await next);
+    } finally {
+      open();
+      spy.mockRestore();
+    }
+    const db = forTenant(engram.services.db, engram.tenant.tenantId);
+    const ids = turns.map((t) => t.id);
+    await until("every held write's follow-ups", async () => (await db.turn.count({ where: { id: { in: ids }, followUpsQueuedAt: null } })) === 0, 240_000);
   }, 300_000);
 
   it("drains the turns of an agent with no model work in batches: each gets its snippet and vector, and a forget request its own job", async () => {

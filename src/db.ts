@@ -156,14 +156,28 @@ export async function insertRows(db: TenantDb, table: Prisma.ModelName, columns:
 }
 
 /**
- * A duplicate key: Prisma's own queries report it as P2002, a raw statement's reaches us as
- * P2010 with PostgreSQL's code 23505 in the driver adapter's error.
+ * PostgreSQL's SQLSTATE of a failed statement: Prisma's own queries report a duplicate key as
+ * P2002, a raw statement's failure reaches us as P2010 with the code in the driver adapter's error.
  */
-export function isUniqueViolation(error: unknown): boolean {
-  if (!(error instanceof Prisma.PrismaClientKnownRequestError)) return false;
-  if (error.code === "P2002") return true;
+function sqlState(error: unknown): string | undefined {
+  if (!(error instanceof Prisma.PrismaClientKnownRequestError)) return undefined;
+  if (error.code === "P2002") return "23505";
   const meta = error.meta as { driverAdapterError?: { cause?: { originalCode?: string } } } | undefined;
-  return error.code === "P2010" && meta?.driverAdapterError?.cause?.originalCode === "23505";
+  return error.code === "P2010" ? meta?.driverAdapterError?.cause?.originalCode : undefined;
+}
+
+/** A duplicate key. */
+export function isUniqueViolation(error: unknown): boolean {
+  return sqlState(error) === "23505";
+}
+
+/**
+ * The store refused a value (SQLSTATE class 22, data exception: a NUL in text, a number out of
+ * range) or a row (class 23, a constraint): the statement did nothing, and sent again it fails
+ * the same way.
+ */
+export function isRefusedData(error: unknown): boolean {
+  return /^2[23]/.test(sqlState(error) ?? "");
 }
 
 /**

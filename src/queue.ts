@@ -31,6 +31,8 @@ export type JobQueue = {
     key: string,
     windowMs: number,
   ): Promise<void>;
+  /** This process's queue writes not done yet: how far the queue is behind producers that do not wait (after-turn.ts). */
+  writesUnderWay(): number;
   close(): Promise<void>;
 };
 

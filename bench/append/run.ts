@@ -174,7 +174,7 @@ function report(results: StoreResult[], skipped: string[]): string {
       "**HTTP** is the `appendEvent` mutation posted with `fetch` to the server on a loopback port " +
       "(API key lookup, validation, insert, the answer from the inserted row, in-process publish with the feed's history row; appends that arrive while one of the tenant's inserts is out go together as the next statement). " +
       "**Raw SQL** is the same row inserted by one `INSERT … RETURNING` statement (`$queryRaw`) through the same Prisma client " +
-      "and pool (8 connections), the statement appendEvent sends for a lone append; **Prisma create** is `services.db.memoryEvent.create` " +
+      "and pool (8 connections), a plain `VALUES` insert (appendEvent's own statement carries its rows, one or many, as one JSON parameter); **Prisma create** is `services.db.memoryEvent.create` " +
       "with the same data (Prisma's WASM query compiler runs first), this bench's baseline until 2026-12-04. Latency is per append, measured at the caller while the others are " +
       `in flight, so it includes waiting for a connection; the *alone* columns are ${fmt(ALONE_N)} more ` +
       "appends made one at a time. The load generator runs in the server's " +

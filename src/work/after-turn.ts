@@ -15,11 +15,10 @@ export function batchedFollowUps(settings: Prisma.JsonValue | undefined): boolea
 }
 
 /**
- * Queue writes under way that no request waited for. Past this many (the queue slower than the
- * turns coming in), requests wait for their own again, so a backlog cannot grow without bound.
+ * Queue writes under way in this process past which requests wait for their own again (the
+ * queue slower than the turns coming in), so a backlog cannot grow without bound.
  */
 export const UNAWAITED_QUEUE_WRITES = 200;
-let unawaited = 0;
 
 /**
  * What every new turn starts, whoever wrote it (recordTurn, importConversation, `engram
@@ -27,7 +26,7 @@ let unawaited = 0;
  * the outbox: its `followUpsQueuedAt` stays null until its follow-ups are queued or done, so a
  * turn whose enqueue never happened (a crash, the queue down) is caught up by the dispatcher
  * (work/dispatch.ts), never lost. So the API answers without waiting for the queue write, unless
- * UNAWAITED_QUEUE_WRITES are already under way; `waitForQueue` waits for it always (the CLI's
+ * more than UNAWAITED_QUEUE_WRITES are under way; `waitForQueue` waits for it always (the CLI's
  * import, which exits when done). A failed write is logged, never thrown. A turn that needs no
  * model joins the batch of its tenant (one queue write per window, see runTurnFollowUps); any
  * other gets its own turn job.
@@ -63,8 +62,6 @@ export async function afterTurnRecorded(
       conversationId: conversation.id,
     });
   }
-  if (!queued) return;
-  if (options.waitForQueue || unawaited >= UNAWAITED_QUEUE_WRITES) return queued;
-  unawaited++;
-  void queued.finally(() => unawaited--);
+  // The queue counts this write among those under way; close() lets them land.
+  if (queued && (options.waitForQueue || deps.queue.writesUnderWay() > UNAWAITED_QUEUE_WRITES)) await queued;
 }

@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { z } from "zod";
-import type { TenantDb } from "../../db.ts";
+import { isRefusedData, type TenantDb } from "../../db.ts";
 import type { Deps } from "../../deps.ts";
 import { parseInput } from "../../errors.ts";
 import type { MemoryEvent, Prisma } from "../../generated/prisma/client.ts";
@@ -58,8 +58,9 @@ type Batch = { waiting: Waiting[]; out: boolean };
  * would first run its WASM query compiler, about 0.7 ms of CPU an append (src/db.ts, insertRows).
  */
 const batches = new WeakMap<TenantDb, Batch>();
-/** At most this many rows a statement (bodies run to 64k characters each). */
+/** At most this many rows a statement, and their bodies at most this many characters (one row always goes). */
 const BATCH_ROWS = 100;
+const BATCH_BODY_CHARS = 1_000_000;
 
 function insertBatched(db: TenantDb, row: EventRow): Promise<MemoryEvent | null> {
   let batch = batches.get(db);
@@ -69,18 +70,32 @@ function insertBatched(db: TenantDb, row: EventRow): Promise<MemoryEvent | null>
   return inserted;
 }
 
+/** The next statement's rows, first come first. */
+function nextBatch(waiting: Waiting[]): Waiting[] {
+  let count = 0;
+  let chars = 0;
+  while (count < waiting.length && count < BATCH_ROWS && (count === 0 || chars + waiting[count].row.body.length <= BATCH_BODY_CHARS)) {
+    chars += waiting[count].row.body.length;
+    count++;
+  }
+  return waiting.splice(0, count);
+}
+
 async function sendBatches(db: TenantDb, batch: Batch) {
   batch.out = true;
   try {
     while (batch.waiting.length) {
-      const sent = batch.waiting.splice(0, BATCH_ROWS);
+      const sent = nextBatch(batch.waiting);
       try {
         const inserted = new Map((await insertEventRows(db, sent.map((w) => w.row))).map((e) => [e.id, e]));
         for (const w of sent) w.resolve(inserted.get(w.row.id) ?? null);
       } catch (error) {
-        // One bad row (a NUL the store refuses, say) must not fail the others: each alone again.
-        if (sent.length === 1) sent[0].reject(error);
-        else await Promise.all(sent.map((w) => sendAlone(db, w)));
+        // A row the store refuses (a NUL, say) must not fail the others: each alone again, in
+        // order, so the first of two with one sourceRef is still the one stored. Any other failure
+        // (the store away, the pool closed) is every row's: sent again, they would only wait
+        // twice, or be stored twice if the statement committed and only its answer was lost.
+        if (sent.length > 1 && isRefusedData(error)) for (const w of sent) await sendAlone(db, w);
+        else for (const w of sent) w.reject(error);
       }
     }
   } finally {

@@ -17,11 +17,6 @@ export type AgendaQueue = JobQueue & {
 
 const QUEUE_POOL_SIZE = 8; // on PostgreSQL
 
-/** How long close() waits for writes under way to land. */
-const WRITES_GRACE_MS = 2_000;
-
-const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
-
 /** The wait before a retry: 250 ms, doubling, at most 5 s. */
 const backoff = (attempt: number) => Math.min(250 * 2 ** attempt, 5_000);
 
@@ -126,29 +121,35 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
   };
   // key -> when the job queued for it runs (epoch ms).
   const soon = new Map<string, number>();
-  // Writes under way, some of which no request waits for (after-turn.ts): close() lets them land.
-  const writing = new Set<Promise<unknown>>();
-  const tracked = async (write: () => Promise<unknown>) => {
-    const under = write();
-    writing.add(under);
-    try {
-      await under;
-    } finally {
-      writing.delete(under);
-    }
-  };
   return {
     agenda,
-    enqueue(job, payload) {
-      return tracked(() => agenda.now(job.name, job.schema.parse(payload)));
+    async enqueue(job, payload) {
+      await agenda.now(job.name, job.schema.parse(payload));
     },
-    enqueueCoalesced(job, payload, key, debounceMs) {
-      return tracked(() => coalesced(job, payload, key, debounceMs));
+    async enqueueCoalesced(job, payload, key, debounceMs) {
+      const data = job.schema.parse(payload) as Record<string, unknown>;
+      const submit = () => agenda.nowDebounced(job.name, data, { [`data.${key}`]: data[key] }, debounceMs, { maxWait: debounceMs * 10 });
+      // The save reads the job's row, then updates it. If the nightly prune of finished jobs
+      // (pruneFinishedJobs) deleted that row in between, the update finds none and the backend
+      // throws a TypeError on the missing row; once more, the read finds none and inserts.
+      await inOrder(`${job.name}:${String(data[key])}`, () => submit().catch((error: unknown) => (error instanceof TypeError ? submit() : Promise.reject(error))));
     },
-    enqueueSoon(job, payload, key, windowMs) {
-      return tracked(() => soonOnce(job, payload, key, windowMs));
+    async enqueueSoon(job, payload, key, windowMs) {
+      const data = job.schema.parse(payload) as Record<string, unknown>;
+      const id = `${job.name}:${String(data[key])}`;
+      const now = Date.now();
+      // The queued job has not started yet (Agenda never runs a job before its time), so it will see this write.
+      if ((soon.get(id) ?? 0) > now) return;
+      const runAt = now + windowMs;
+      soon.set(id, runAt);
+      if (soon.size > 10_000) for (const [k, at] of soon) if (at <= now) soon.delete(k);
+      try {
+        await agenda.schedule(new Date(runAt), job.name, data);
+      } catch (error) {
+        if (soon.get(id) === runAt) soon.delete(id);
+        throw error;
+      }
     },
-    writesUnderWay: () => writing.size,
     async ping() {
       await pool.query("SELECT 1");
     },
@@ -157,10 +158,6 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
       wakeSleepers();
     },
     async close() {
-      // Writes no request waited for go to the pool first: once it has ended, pg-pool never
-      // answers a request still waiting for a connection. The store down, they wait at most this.
-      const landed = await Promise.race([Promise.allSettled([...writing]).then(() => true), delay(WRITES_GRACE_MS).then(() => false)]);
-      if (!landed) log.warn("job queue closing with writes under way; the outbox's dispatcher queues their turns", { writes: writing.size });
       closed = true;
       wakeSleepers();
       // Agenda connects from its constructor: ending the pool mid-connect crashes the process.
@@ -169,30 +166,4 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
       await pool.end();
     },
   };
-
-  async function coalesced(...[job, payload, key, debounceMs]: Parameters<JobQueue["enqueueCoalesced"]>) {
-    const data = job.schema.parse(payload) as Record<string, unknown>;
-    const submit = () => agenda.nowDebounced(job.name, data, { [`data.${key}`]: data[key] }, debounceMs, { maxWait: debounceMs * 10 });
-    // The save reads the job's row, then updates it. If the nightly prune of finished jobs
-    // (pruneFinishedJobs) deleted that row in between, the update finds none and the backend
-    // throws a TypeError on the missing row; once more, the read finds none and inserts.
-    await inOrder(`${job.name}:${String(data[key])}`, () => submit().catch((error: unknown) => (error instanceof TypeError ? submit() : Promise.reject(error))));
-  }
-
-  async function soonOnce(...[job, payload, key, windowMs]: Parameters<JobQueue["enqueueSoon"]>) {
-    const data = job.schema.parse(payload) as Record<string, unknown>;
-    const id = `${job.name}:${String(data[key])}`;
-    const now = Date.now();
-    // The queued job has not started yet (Agenda never runs a job before its time), so it will see this write.
-    if ((soon.get(id) ?? 0) > now) return;
-    const runAt = now + windowMs;
-    soon.set(id, runAt);
-    if (soon.size > 10_000) for (const [k, at] of soon) if (at <= now) soon.delete(k);
-    try {
-      await agenda.schedule(new Date(runAt), job.name, data);
-    } catch (error) {
-      if (soon.get(id) === runAt) soon.delete(id);
-      throw error;
-    }
-  }
 }

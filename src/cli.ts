@@ -109,7 +109,7 @@ async function importFile(services: Services, file: string, tenant?: string): Pr
     else if (done === total || done % Math.max(1, Math.ceil(total / 10)) === 0) process.stderr.write(`${line}\n`);
   };
   const db = forTenant(services.db, tenantId);
-  const after = (imported: Parameters<typeof afterTurnRecorded>[2]) => afterTurnRecorded(db, services.deps, imported, { waitForQueue: true });
+  const after = (imported: Parameters<typeof afterTurnRecorded>[2]) => afterTurnRecorded(db, services.deps, imported);
   for await (const result of importJsonl(db, file, after)) {
     done++;
     if (result.error) {

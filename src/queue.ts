@@ -31,8 +31,6 @@ export type JobQueue = {
     key: string,
     windowMs: number,
   ): Promise<void>;
-  /** This process's queue writes not done yet: how far the queue is behind producers that do not wait (after-turn.ts). */
-  writesUnderWay(): number;
   close(): Promise<void>;
 };
 

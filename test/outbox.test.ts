@@ -1,6 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant } from "../src/db.ts";
-import { UNAWAITED_QUEUE_WRITES } from "../src/work/after-turn.ts";
 import { dispatchPendingTurns } from "../src/work/dispatch.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { allIndexed } from "./helpers/recall.ts";
@@ -44,40 +43,6 @@ describe("the outbox", () => {
     expect(await db.recallSnippet.count({ where: { conversationId: turns[0].conversation.id, kind: "TURN" } })).toBe(3);
     // Nothing is left to dispatch, and a second sweep queues nothing twice.
     expect(await dispatchPendingTurns(engram.services.deps)).toEqual({});
-  }, 300_000);
-
-  it("answers a turn without waiting for its queue write, until that many writes are under way", async () => {
-    const { agenda } = engram.services.queue;
-    const now = agenda.now.bind(agenda);
-    let open!: () => void;
-    const stuck = new Promise<void>((resolve) => (open = resolve));
-    // The queue's store answers nothing until the test lets it: its writes stay under way.
-    const spy = vi.spyOn(agenda, "now").mockImplementation((async (...args: Parameters<typeof now>) => {
-      await stuck;
-      return now(...args);
-    }) as typeof now);
-    const say = (n: number) =>
-      recordTurn(engram, { agentExternalId: "ob-stuck", endUserExternalId: "ob-stuck-user", conversationExternalId: `ob-stuck-${n % 10}`, clientTurnId: `ob-stuck-${n}`, userMessage: `Order ${n} shipped.` });
-    const turns = [];
-    try {
-      // Answered one after another while their writes stay under way (with any other write of
-      // this process: held too, so the count only grows).
-      while (engram.services.queue.writesUnderWay() < UNAWAITED_QUEUE_WRITES) turns.push(await say(turns.length));
-      expect(spy.mock.calls.length).toBeGreaterThanOrEqual(turns.length);
-      // Past the limit, a request waits for its own write: the backlog does not grow without bound.
-      let answered = false;
-      const next = say(turns.length).then((turn) => ((answered = true), turn));
-      await new Promise((resolve) => setTimeout(resolve, 300));
-      expect(answered).toBe(false);
-      open();
-      turns.push(await next);
-    } finally {
-      open();
-      spy.mockRestore();
-    }
-    const db = forTenant(engram.services.db, engram.tenant.tenantId);
-    const ids = turns.map((t) => t.id);
-    await until("every held write's follow-ups", async () => (await db.turn.count({ where: { id: { in: ids }, followUpsQueuedAt: null } })) === 0, 240_000);
   }, 300_000);
 
   it("drains the turns of an agent with no model work in batches: each gets its snippet and vector, and a forget request its own job", async () => {

@@ -15,21 +15,12 @@ export function batchedFollowUps(settings: Prisma.JsonValue | undefined): boolea
 }
 
 /**
- * Queue writes under way in this process past which requests wait for their own again (the
- * queue slower than the turns coming in), so a backlog cannot grow without bound.
- */
-export const UNAWAITED_QUEUE_WRITES = 200;
-
-/**
  * What every new turn starts, whoever wrote it (recordTurn, importConversation, `engram
  * import`): a queue write for the turn's follow-ups, and the live announcement. The turn row is
  * the outbox: its `followUpsQueuedAt` stays null until its follow-ups are queued or done, so a
- * turn whose enqueue never happened (a crash, the queue down) is caught up by the dispatcher
- * (work/dispatch.ts), never lost. So the API answers without waiting for the queue write, unless
- * more than UNAWAITED_QUEUE_WRITES are under way; `waitForQueue` waits for it always (the CLI's
- * import, which exits when done). A failed write is logged, never thrown. A turn that needs no
- * model joins the batch of its tenant (one queue write per window, see runTurnFollowUps); any
- * other gets its own turn job.
+ * crash before this enqueue is caught up by the dispatcher (work/dispatch.ts), never lost. A turn
+ * that needs no model joins the batch of its tenant (one queue write per window, see
+ * runTurnFollowUps); any other gets its own turn job.
  */
 export async function afterTurnRecorded(
   db: TenantDb,
@@ -40,18 +31,16 @@ export async function afterTurnRecorded(
     created: boolean;
     agentSettings?: Prisma.JsonValue;
   },
-  options: { waitForQueue?: boolean } = {},
 ) {
   const { turn, conversation, created } = recorded;
   const tenantId = db.$tenantId();
-  let queued: Promise<void> | null = null;
   // A retry of a turn whose follow-ups were already queued has nothing to add.
   if (created || !turn.followUpsQueuedAt) {
-    const enqueue =
+    const queued =
       created && !turn.clientTurnId.startsWith("import:") && batchedFollowUps(recorded.agentSettings)
         ? deps.queue.enqueueSoon(followUpsJob, { tenantId }, "tenantId", FOLLOW_UPS_WINDOW_MS)
         : deps.queue.enqueue(turnJob, { tenantId, turnId: turn.id });
-    queued = enqueue.catch((error) =>
+    await queued.catch((error) =>
       deps.log.warn("could not queue a turn's follow-ups; the dispatcher will", { turnId: turn.id, error }),
     );
   }
@@ -62,6 +51,4 @@ export async function afterTurnRecorded(
       conversationId: conversation.id,
     });
   }
-  // The queue counts this write among those under way; close() lets them land.
-  if (queued && (options.waitForQueue || deps.queue.writesUnderWay() > UNAWAITED_QUEUE_WRITES)) await queued;
 }

@@ -84,39 +84,32 @@ function nextBatch(waiting: Waiting[]): Waiting[] {
 async function sendBatches(db: TenantDb, batch: Batch) {
   batch.out = true;
   try {
-    while (batch.waiting.length) {
-      const sent = nextBatch(batch.waiting);
-      try {
-        const inserted = new Map((await insertEventRows(db, sent.map((w) => w.row))).map((e) => [e.id, e]));
-        for (const w of sent) w.resolve(inserted.get(w.row.id) ?? null);
-      } catch (error) {
-        // A row the store refuses (a NUL, say) must not fail the others: each alone again, in
-        // order, so the first of two with one sourceRef is still the one stored. Any other failure
-        // (the store away, the pool closed) is every row's: sent again, they would only wait
-        // twice, or be stored twice if the statement committed and only its answer was lost.
-        if (sent.length > 1 && isRefusedData(error)) for (const w of sent) await sendAlone(db, w);
-        else for (const w of sent) w.reject(error);
-      }
-    }
+    while (batch.waiting.length) await send(db, nextBatch(batch.waiting));
   } finally {
     batch.out = false;
   }
 }
 
-async function sendAlone(db: TenantDb, waiting: Waiting) {
+/** One statement for the rows; each caller gets its row, or null where its sourceRef was taken. */
+async function send(db: TenantDb, sent: Waiting[]) {
   try {
-    const [inserted] = await insertEventRows(db, [waiting.row]);
-    waiting.resolve(inserted ?? null);
+    const inserted = new Map((await insertEventRows(db, sent.map((w) => w.row))).map((e) => [e.id, e]));
+    for (const w of sent) w.resolve(inserted.get(w.row.id) ?? null);
   } catch (error) {
-    waiting.reject(error);
+    // A row the store refuses (a NUL, say) must not fail the others: each alone again, in
+    // order, so the first of two with one sourceRef is still the one stored. Any other failure
+    // (the store away, the pool closed) is every row's: sent again, they would only wait
+    // twice, or be stored twice if the statement committed and only its answer was lost.
+    if (sent.length > 1 && isRefusedData(error)) for (const w of sent) await send(db, [w]);
+    else for (const w of sent) w.reject(error);
   }
 }
 
 /**
  * With a sourceRef, ON CONFLICT DO NOTHING keeps a concurrent retry from failing or duplicating
  * (within one batch too: of two rows with one sourceRef, the first in the batch is inserted, as
- * jsonb_to_recordset gives them in order); without one
- * nothing can conflict (NULLs are distinct in the unique index). No transaction around it.
+ * jsonb_to_recordset gives them in order); without one nothing can conflict (NULLs are distinct
+ * in the unique index). No transaction around it.
  */
 function insertEventRows(db: TenantDb, rows: EventRow[]) {
   return db.$queryRaw<MemoryEvent[]>`

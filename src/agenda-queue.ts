@@ -123,8 +123,10 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
   const soon = new Map<string, number>();
   return {
     agenda,
-    async enqueue(job, payload) {
-      await agenda.now(job.name, job.schema.parse(payload));
+    async enqueue(job, payload, options) {
+      const data = job.schema.parse(payload);
+      if (options?.delayMs) await agenda.schedule(new Date(Date.now() + options.delayMs), job.name, data);
+      else await agenda.now(job.name, data);
     },
     async enqueueCoalesced(job, payload, key, debounceMs) {
       const data = job.schema.parse(payload) as Record<string, unknown>;

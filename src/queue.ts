@@ -12,7 +12,8 @@ export function defineJob<S extends z.ZodType>(definition: JobDefinition<S>): Jo
 }
 
 export type JobQueue = {
-  enqueue<S extends z.ZodType>(job: JobDefinition<S>, payload: z.input<S>): Promise<void>;
+  /** One job, run now, or `delayMs` from now. */
+  enqueue<S extends z.ZodType>(job: JobDefinition<S>, payload: z.input<S>, options?: { delayMs?: number }): Promise<void>;
   /** One run for a burst: submissions with the same key within `debounceMs` become one job. */
   enqueueCoalesced<S extends z.ZodType>(
     job: JobDefinition<S>,

@@ -7,6 +7,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { buildApp } from "../../src/app.ts";
 import { startWorker } from "../../jobs/worker.ts";
 import { startModelServer, type ModelServer } from "../../test/helpers/model-server.ts";
+import { factsScript, memoryScript } from "../../test/helpers/scripted-memory-model.ts";
 import {
   envInt,
   fmt,
@@ -30,6 +31,9 @@ const CONCURRENCY = envInt("BENCH_CONCURRENCY", 1);
 // LoCoMo-like: a few users, sessions of about 20 turns each.
 const USERS = envInt("BENCH_USERS", 10);
 const SESSION_TURNS = envInt("BENCH_SESSION_TURNS", 20);
+// "harness": summary and extraction off, as the peers harness sets its agent; "default": the agent
+// at its default settings (summary and extraction on), the model's answers scripted by chain.
+const AGENT = process.env.BENCH_AGENT === "default" ? "default" : "harness";
 const DIM = 512;
 
 const RECORD = /* GraphQL */ `
@@ -104,8 +108,20 @@ async function benchStore(store: BenchStore): Promise<StoreResult> {
   const started = performance.now();
   const model: ModelServer = await startModelServer();
   model.embed((input) => input.map(vectorOf));
-  // The gate's verdict: nothing to remember, nothing to forget (what most LoCoMo turns get).
-  model.respond(() => JSON.stringify({ remember: false, forget: "NONE", forgetTargets: [], needsRecall: false }));
+  // The gate's verdict: nothing to remember, nothing to forget (what most LoCoMo turns get); with
+  // the default agent, a gate that remembers one turn in four, one fact per remembered turn, and
+  // summaries with their judges.
+  model.respond(
+    AGENT === "default"
+      ? factsScript(
+          {
+            triage: (message) => ({ remember: message.length % 4 === 0 }),
+            extract: (messages) => messages.filter((m) => m.role === "user").slice(0, 1).map((m) => ({ text: `The user said: ${m.content.slice(0, 80)}`, seq: m.seq })),
+          },
+          memoryScript(),
+        )
+      : () => JSON.stringify({ remember: false, forget: "NONE", forgetTargets: [], needsRecall: false }),
+  );
   const engram = await openBenchEngram(store, {
     OPENAI_BASE_URL: `${model.url}/v1`,
     OPENAI_API_KEY: "bench",
@@ -118,7 +134,7 @@ async function benchStore(store: BenchStore): Promise<StoreResult> {
   try {
     const url = `${await app.start(0, "127.0.0.1")}/graphql`;
     const headers = { "content-type": "application/json", authorization: `Bearer ${writerKey}` };
-    await services.db.agent.create({ data: { tenantId, externalId: "bench", name: "bench", settings: { summaryOn: false, extractionOn: false } } }).catch(() => {});
+    await services.db.agent.create({ data: { tenantId, externalId: "bench", name: "bench", settings: AGENT === "default" ? {} : { summaryOn: false, extractionOn: false } } }).catch(() => {});
     const overHttp = (run: string) => async (index: number) => {
       const response = await fetch(url, { method: "POST", headers, body: JSON.stringify({ query: RECORD, variables: { input: turnInput(run, index) } }) });
       const result = (await response.json()) as { data?: { recordTurn?: { firstSeq: number } }; errors?: unknown[] };
@@ -164,7 +180,19 @@ async function benchStore(store: BenchStore): Promise<StoreResult> {
         const now = treeRss();
         if (now.total > peak.total) peak = now;
       }, 250);
-      const httpJobsOn = await measure(sequential, overHttp("on")).finally(() => clearInterval(sampler));
+      let httpJobsOn!: Measured;
+      const statements = await sql.record(async () => {
+        httpJobsOn = await measure(sequential, overHttp("on")).finally(() => clearInterval(sampler));
+      });
+      // BENCH_SQL_PROFILE=1: the worker-on row's statements by kind, most frequent first.
+      if (process.env.BENCH_SQL_PROFILE) {
+        const kinds = new Map<string, number>();
+        for (const text of statements) {
+          const kind = text.replace(/\s+/g, " ").replace(/\$\d+/g, "$").slice(0, 110);
+          kinds.set(kind, (kinds.get(kind) ?? 0) + 1);
+        }
+        for (const [kind, count] of [...kinds].sort((a, b) => b[1] - a[1]).slice(0, 40)) console.log(`${(count / N).toFixed(2)}/turn  ${kind}`);
+      }
       const modelCalls = model.requests.length + model.embeddingRequests.length - callsBefore;
       console.log(
         `${store.kind}: raw ${fmt(rawResult.perSecond)}/s, http jobs off ${fmt(httpJobsOff.perSecond)}/s, ` +
@@ -211,11 +239,15 @@ function report(results: StoreResult[], skipped: string[]): string {
       "posted with `fetch` to the server on a loopback port, selecting what the harness selects " +
       "(`firstSeq lastSeq conversation { id endUser { id } }`). **Raw** writes the same rows through the same " +
       "Prisma client (bump `lastSeq`, `createMany` the two messages, create the turn; no transaction). " +
-      "*Worker on* runs the job worker in the same process while measuring, as `npm start` does: each turn's " +
-      "job derives its snippet, embeds it through a scripted OpenAI-compatible server on loopback (512-d) and " +
-      "the background gate calls its chat model there (agent with summary and extraction off, as the harness " +
-      "sets it). SQL statements are counted at `pg.Client#query` over the whole row, so the worker-on rows " +
-      "include the worker's statements.",
+      "*Worker on* runs the job worker in the same process while measuring, as `npm start` does: the " +
+      "turns' follow-ups derive their snippets and embed them through a scripted OpenAI-compatible server on " +
+      "loopback (512-d), " +
+      (AGENT === "default"
+        ? "and the agent has its default settings (`BENCH_AGENT=default`: summary and extraction on), so each " +
+          "turn's gate, extraction and fact judge and each conversation's summary rewrites call the scripted model "
+        : "with the agent's summary and extraction off, as the harness sets it ") +
+      "(the worker-on rows also drain what the worker-off rows left). SQL statements are counted at " +
+      "`pg.Client#query` over the whole row, so the worker-on rows include the worker's statements.",
     "",
     measuredOn(skipped),
     "",

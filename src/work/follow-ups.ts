@@ -1,10 +1,11 @@
 import { appNow, type TenantDb } from "../db.ts";
 import { Prisma, type GateVerdict } from "../generated/prisma/client.ts";
 import type { Deps } from "../deps.ts";
-import { DEFAULT_AGENT_SETTINGS } from "../memory/conversations/agents.ts";
+import { agentSettings, type AgentSettings } from "../memory/conversations/agents.ts";
 import { gateByKeywords } from "../memory/gate/gate.ts";
 import { indexSnippets, insertTurnSnippets, planSnippetsOfTurns, syncFactKeys, type SnippetRow, type TurnRange } from "../memory/recall/snippets.ts";
 import { indexJob, turnJob } from "../queue.ts";
+import { queueConversationWork } from "./turn-work.ts";
 
 type FollowUpsDeps = Pick<Deps, "queue" | "embeddings" | "vectors" | "log">;
 
@@ -14,14 +15,21 @@ const PER_ROUND = 200;
 const PER_EMBEDDING = 128;
 
 /**
- * The outbox of turns that need no model (batchedFollowUps), drained in batches: each round of
- * up to 200 turns, of any conversations, reads what it needs (the turns, their messages, the
+ * The outbox of new turns, drained in batches: each round of up to 200 turns, of any
+ * conversations, reads what it needs (the turns with their agents' settings, their messages, the
  * snippets and verdicts they have), then writes their TURN snippets and the keyword gate's
- * verdicts and marks them dispatched in one statement (writeRound); then the round's snippets
- * are embedded together and upserted in one call. No transaction is held across round trips:
- * on the embedded store an open transaction has the database's one session to itself, and every
+ * verdicts and marks them dispatched in one statement (writeRound); then the round's snippets are
+ * embedded together and upserted in one call. No transaction is held across round trips: on the
+ * embedded store an open transaction has the database's one session to itself, and every
  * recordTurn waited behind the round's nine statements. A turn whose verdict forgets something is
  * left in the outbox for its own turn job, which makes its snippet and forgets.
+ *
+ * What calls a model is queued before the round's write, so a crash between the two loses none
+ * of it: each conversation's summary request and quiet-period timer once per round (not once per
+ * turn), and for a turn whose agent extracts facts its own turn job, which finds the turn
+ * dispatched and runs only the model's gate and extraction (runTurnWork). That job waits
+ * HAND_OFF_DELAY_MS, by when the round has written; were the round to die first, the job does the
+ * whole of the turn's follow-ups itself, as for a turn the round never saw.
  */
 export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillAlive: () => Promise<unknown> = async () => {}) {
   const tenantId = db.$tenantId();
@@ -29,16 +37,15 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
   let turns = 0;
   let indexed = 0;
   for (let round = 0; round < 1_000; round++) {
-    const waiting = await db.$queryRaw<(TurnRange & { id: string })[]>`
-      SELECT t."id", t."conversationId", t."firstSeq", t."lastSeq", c."endUserId"
+    const rows = await db.$queryRaw<(TurnRange & { id: string; agentSettings: Prisma.JsonValue })[]>`
+      SELECT t."id", t."conversationId", t."firstSeq", t."lastSeq", c."endUserId", a."settings" AS "agentSettings"
       FROM "Turn" t JOIN "Conversation" c ON c."id" = t."conversationId" JOIN "Agent" a ON a."id" = c."agentId"
       WHERE t."tenantId" = ${tenantId} AND t."followUpsQueuedAt" IS NULL AND t."clientTurnId" NOT LIKE 'import:%'
-        AND NOT coalesce((a."settings"->>'summaryOn')::boolean, ${DEFAULT_AGENT_SETTINGS.summaryOn})
-        AND NOT coalesce((a."settings"->>'extractionOn')::boolean, ${DEFAULT_AGENT_SETTINGS.extractionOn})
         AND NOT (t."id" = ANY(${handedOff}::text[]))
       ORDER BY t."createdAt"
       LIMIT ${PER_ROUND}`;
-    if (waiting.length === 0) break;
+    if (rows.length === 0) break;
+    const waiting = rows.map(({ agentSettings: settings, ...turn }) => ({ ...turn, settings: agentSettings({ settings }) }));
     const planned = await planSnippetsOfTurns(db, waiting);
     // The user message that opens each turn, for the gate.
     const opening = new Map(planned.messages.filter((m) => m.role === "USER").map((m) => [`${m.conversationId}:${m.seq}`, m]));
@@ -49,6 +56,8 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
       gated.map((t) => ({ conversationId: t.conversationId, message: openingOf(t)!.content })),
     );
     const forgetting = gated.filter((_, i) => gate.verdicts[i].forget !== "NONE").map((t) => t.id);
+    const forgets = new Set(forgetting);
+    await queueModelWork(deps, tenantId, waiting.filter((t) => !forgets.has(t.id)), gated);
     const written = await writeRound(db, {
       turnIds: waiting.map((t) => t.id),
       // A turn left for its own job gets its snippet there (another worker may claim it again
@@ -56,7 +65,11 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
       snippets: planned.rows
         .map(({ turn, ...row }) => ({ ...row, turnId: waiting[turn].id }))
         .filter((row) => !forgetting.includes(row.turnId)),
-      verdicts: gate.fresh.map(({ index, ...row }) => ({ ...row, turnId: gated[index].id, messageId: openingOf(gated[index])!.id })),
+      // The keyword gate's verdict stands where no model decides (the agent's extraction is off) and
+      // for a forget request; any other turn's verdict is the model's, in its turn job.
+      verdicts: gate.fresh
+        .filter(({ index }) => !gated[index].settings.extractionOn || forgets.has(gated[index].id))
+        .map(({ index, ...row }) => ({ ...row, turnId: gated[index].id, messageId: openingOf(gated[index])!.id })),
       forgetting,
     });
     const claimed = new Set(written.claimed);
@@ -99,6 +112,31 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
   }
   deps.log.debug("turn follow-ups done", { tenantId, turns, indexed });
   return { turns, indexed };
+}
+
+/** A turn job waits this long, by when the round that queued it has written its turn. */
+const HAND_OFF_DELAY_MS = 1_000;
+
+/**
+ * The model's work of a round's turns (all but the forget requests, which get a turn job of their
+ * own): a summary request and the quiet-period timer per conversation, and a turn job for each
+ * turn whose agent extracts (its gate and extraction; runTurnWork skips what the round does).
+ */
+async function queueModelWork(
+  deps: FollowUpsDeps,
+  tenantId: string,
+  turns: { id: string; conversationId: string; settings: AgentSettings }[],
+  gated: { id: string }[],
+) {
+  const conversations = new Map(turns.map((t) => [t.conversationId, t.settings]));
+  for (const [conversationId, settings] of conversations) await queueConversationWork(deps, tenantId, conversationId, settings, { imported: false });
+  // A turn without a user message has no verdict to ask for.
+  const withMessage = new Set(gated.map((t) => t.id));
+  for (const turn of turns) {
+    if (turn.settings.extractionOn && withMessage.has(turn.id)) {
+      await deps.queue.enqueue(turnJob, { tenantId, turnId: turn.id }, { delayMs: HAND_OFF_DELAY_MS });
+    }
+  }
 }
 
 type RoundRows = {

@@ -2,7 +2,7 @@ import type { z } from "zod";
 import { chainFor } from "../chains/registry.ts";
 import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
-import { agentSettings } from "../memory/conversations/agents.ts";
+import { agentSettings, type AgentSettings } from "../memory/conversations/agents.ts";
 import { extractFacts, type ExtractionResult } from "../memory/facts/extraction.ts";
 import { forgetPhrases, forgetUser } from "../memory/forget.ts";
 import { gateMessage } from "../memory/gate/gate.ts";
@@ -30,6 +30,29 @@ async function runExtraction(db: TenantDb, deps: TurnWorkDeps, conversationId: s
     await indexFactKeys(db, deps, conversationId);
   }
   return result;
+}
+
+/**
+ * The model's work a conversation's new turns start, queued once per turn or once per batch of
+ * them (work/follow-ups.ts): the summary rewrite, coalesced per conversation; seed 003's timer,
+ * which every shared turn sets again, so that when the conversation has been quiet that long the
+ * extractor reads what is pending even below a batch; and for an imported conversation,
+ * extraction until caught up.
+ */
+export async function queueConversationWork(
+  deps: Pick<Deps, "queue">,
+  tenantId: string,
+  conversationId: string,
+  settings: AgentSettings,
+  options: { imported: boolean },
+) {
+  if (settings.summaryOn) await requestSummary(deps, tenantId, conversationId);
+  if (settings.extractionOn && settings.quietExtractionSeconds > 0 && !options.imported) {
+    await deps.queue.enqueueCoalesced(quietExtractJob, { tenantId, conversationId }, "conversationId", settings.quietExtractionSeconds * 1_000);
+  }
+  if (options.imported && settings.extractionOn) {
+    await deps.queue.enqueueCoalesced(extractJob, { tenantId, conversationId }, "conversationId", 1_000);
+  }
 }
 
 /** Another run holds the conversation's extraction lease: the job is retried soon (jobs/backoff.ts). */
@@ -65,20 +88,7 @@ export async function runTurnWork(db: TenantDb, deps: TurnWorkDeps, payload: z.i
     // later, or while the forget runs, cannot bring back what was just forgotten.
     const made = await makeTurnSnippets(db, deps, conversation.id, { firstSeq: turn.firstSeq, lastSeq: turn.lastSeq });
     await queueIndexing(deps, tenantId, made);
-    if (settings.summaryOn) await requestSummary(deps, tenantId, conversation.id);
-    // Seed 003's timer: every shared turn sets it again; when the conversation has been quiet
-    // that long, the extractor reads what is pending even below a batch.
-    if (settings.extractionOn && settings.quietExtractionSeconds > 0 && !imported) {
-      await deps.queue.enqueueCoalesced(
-        quietExtractJob,
-        { tenantId, conversationId: conversation.id },
-        "conversationId",
-        settings.quietExtractionSeconds * 1_000,
-      );
-    }
-    if (imported && settings.extractionOn) {
-      await deps.queue.enqueueCoalesced(extractJob, { tenantId, conversationId: conversation.id }, "conversationId", 1_000);
-    }
+    await queueConversationWork(deps, tenantId, conversation.id, settings, { imported });
     await db.turn.updateMany({ where: { id: turn.id }, data: { followUpsQueuedAt: new Date() } });
   }
   if (imported) return { status: "QUEUED" as const };
@@ -105,9 +115,12 @@ export async function runTurnWork(db: TenantDb, deps: TurnWorkDeps, payload: z.i
   }
   if (!settings.extractionOn) return { status: "DONE" as const, verdict, extraction: { status: "EXTRACTION_OFF" as const } };
   const extraction: ExtractionResult | { status: "MODEL_OFF" } = await runExtraction(db, deps, conversation.id, verdict.remember);
-  // Another extraction of this conversation is running and may not have read this turn: try again
-  // later (the gate's verdict is stored, so the retry costs no second gate call).
-  if (extraction.status === "BUSY") throw new ExtractionBusy();
+  // Another extraction of this conversation is running and may not have read this turn. A turn
+  // worth remembering tries again later (the gate's verdict is stored, so the retry costs no second
+  // gate call); any other waits for the batch, which the conversation's next turn or its
+  // quiet-period timer looks at again. Turns of one conversation arriving together had their jobs
+  // retried in turn on the lease, a third of the embedded store's statements under such load.
+  if (extraction.status === "BUSY" && verdict.remember) throw new ExtractionBusy();
   if (extraction.status === "UNPARSABLE") throw new UnreadableAnswer("fact extraction");
   return { status: "DONE" as const, verdict, extraction };
 }

@@ -1,4 +1,5 @@
 import type { TenantDb } from "../../db.ts";
+import { Prisma } from "../../generated/prisma/client.ts";
 
 /**
  * A running holder renews its lease every quarter of this, so a slow model never loses it; a
@@ -19,20 +20,29 @@ export async function underConversationLease<T>(
   lease: ConversationLease,
   work: () => Promise<T>,
 ): Promise<T | { status: "BUSY" | "GONE" }> {
-  const now = new Date();
-  const { count: leased } = await db.conversation.updateMany({
-    where: { id: conversationId, OR: [{ [lease]: null }, { [lease]: { lt: now } }] },
-    data: { [lease]: new Date(now.getTime() + LEASE_MS) },
-  });
-  if (!leased) {
-    return (await db.conversation.count({ where: { id: conversationId } })) ? { status: "BUSY" } : { status: "GONE" };
-  }
+  const tenantId = db.$tenantId();
+  const column = Prisma.raw(`"${lease}"`);
+  const timestamp = (at: Date) => Prisma.sql`${at.toISOString()}::timestamp(3)`;
+  const until = () => timestamp(new Date(Date.now() + LEASE_MS));
+  // Raw statements, one round trip each: Prisma's updateMany wraps its UPDATE in BEGIN/COMMIT, and
+  // a turn's extraction takes and gives back a lease on every turn.
+  const setLease = (value: Prisma.Sql) =>
+    db.$executeRaw`UPDATE "Conversation" SET ${column} = ${value} WHERE "tenantId" = ${tenantId} AND "id" = ${conversationId}`;
+  const now = timestamp(new Date());
+  const [taken] = await db.$queryRaw<{ found: boolean; leased: boolean }[]>`
+    WITH found AS (
+      SELECT "id" FROM "Conversation" WHERE "tenantId" = ${tenantId} AND "id" = ${conversationId}
+    ), leased AS (
+      UPDATE "Conversation" SET ${column} = ${until()}
+      WHERE "tenantId" = ${tenantId} AND "id" = ${conversationId} AND (${column} IS NULL OR ${column} < ${now})
+      RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM found) AS "found", EXISTS (SELECT 1 FROM leased) AS "leased"`;
+  if (!taken.leased) return { status: taken.found ? "BUSY" : "GONE" };
   // Renewals are not chained: a slow store must not hold the next one back.
   const renewals = new Set<Promise<unknown>>();
   const renew = setInterval(() => {
-    const renewal = db.conversation
-      .updateMany({ where: { id: conversationId }, data: { [lease]: new Date(Date.now() + LEASE_MS) } })
-      .catch(() => {});
+    const renewal = setLease(until()).catch(() => {});
     renewals.add(renewal);
     void renewal.finally(() => renewals.delete(renewal));
   }, LEASE_MS / 4);
@@ -41,6 +51,6 @@ export async function underConversationLease<T>(
   } finally {
     clearInterval(renew);
     await Promise.all(renewals); // a renewal still in flight must not land after the release
-    await db.conversation.updateMany({ where: { id: conversationId }, data: { [lease]: null } });
+    await setLease(Prisma.sql`NULL`);
   }
 }

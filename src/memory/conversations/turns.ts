@@ -69,7 +69,7 @@ async function conversationFor(tx: TenantDb, tenantId: string, ids: z.infer<z.Zo
       `Conversation ${ids.conversationExternalId} belongs to another agent or end user.`,
     );
   }
-  return { ...conversation, agentSettings: agent.settings };
+  return conversation;
 }
 
 /**
@@ -97,7 +97,6 @@ type KnownConversation = {
   endUserId: string;
   agentExternalId: string;
   endUserExternalId: string;
-  agentSettings: Prisma.JsonValue;
   agentRow?: Record<string, unknown>;
   endUserRow?: Record<string, unknown>;
 };
@@ -125,7 +124,7 @@ async function appendToKnownConversation(
   // nothing was written.
   const [row] = await db.$queryRaw<(Nullable<KnownConversation> & { turnTaken: boolean } & { [K in keyof Turn as `turn_${K}`]: Turn[K] | null } & { conversationRow: Record<string, unknown> | null })[]>`
     WITH known AS (
-      SELECT c."id", c."agentId", c."endUserId", a."externalId" AS "agentExternalId", u."externalId" AS "endUserExternalId", a."settings" AS "agentSettings",
+      SELECT c."id", c."agentId", c."endUserId", a."externalId" AS "agentExternalId", u."externalId" AS "endUserExternalId",
              ${withRows ? Prisma.sql`to_jsonb(a) AS "agentRow", to_jsonb(u) AS "endUserRow",` : Prisma.empty}
              EXISTS (SELECT 1 FROM "Turn" t WHERE t."tenantId" = ${tenantId} AND t."clientTurnId" = ${parsed.clientTurnId}) AS "turnTaken"
       FROM (SELECT 1) AS one
@@ -171,7 +170,6 @@ async function appendToKnownConversation(
       },
       conversation: { id: row.id!, agentId: row.agentId!, endUserId: row.endUserId! },
       created: true,
-      agentSettings: row.agentSettings,
       // As this write left them (the conversation as updated; its agent and end user as read), for
       // an answer that selects them.
       rows: withRows
@@ -232,8 +230,6 @@ export type RecordedTurn = {
   turn: Turn;
   conversation: Pick<Conversation, "id" | "agentId" | "endUserId">;
   created: boolean;
-  /** The agent's stored settings, when the write read them (its follow-ups depend on them). */
-  agentSettings?: Prisma.JsonValue;
   /** The conversation, its agent and end user as the write left them, when one statement did it all. */
   rows?: { conversation: Conversation; agent: Agent; endUser: EndUser };
 };
@@ -303,7 +299,7 @@ export async function recordTurn(
       const turn = await tx.turn.create({
         data: { tenantId, conversationId: conversation.id, clientTurnId: parsed.clientTurnId, occurredAt, ...range },
       });
-      return { turn, conversation, created: true, agentSettings: conversation.agentSettings };
+      return { turn, conversation, created: true };
     }, TX);
   for (let tries = 1; ; tries++) {
     try {

@@ -56,6 +56,8 @@ function implement<S extends z.ZodType>(
             touches.add(touch);
             void touch.finally(() => touches.delete(touch));
           }, deps.env.ENGRAM_JOB_LOCK_MS / 4);
+          // A job still running when a shutdown's grace ends must not keep the process alive.
+          heartbeat.unref();
           try {
             await run(deps, definition.schema.parse(job.attrs.data ?? {}), control);
           } finally {

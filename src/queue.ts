@@ -45,8 +45,17 @@ const allTenants = z.object({ tenantId: z.string().optional() }).default({});
 /** The follow-ups of every turn of a tenant still in the outbox, in batches: snippets, their vectors, summary requests, the gate. */
 export const followUpsJob = defineJob({ name: "memory.follow-ups", schema: z.object({ ...tenantScoped }) });
 
-/** A recorded turn's follow-ups: recall snippets, the summary request, the gate and extraction. */
+/** A turn's follow-ups on its own: recall snippets, the summary request, the gate and extraction (imported turns, forget requests, and turns the dispatcher catches up). */
 export const turnJob = defineJob({ name: "memory.turn", schema: z.object({ ...tenantScoped, turnId: z.string() }) });
+
+/**
+ * The model's gate on the turns of one conversation that a follow-ups round dispatched, in
+ * order, then one extraction (work/turn-work.ts, runConversationTurnsWork).
+ */
+export const conversationTurnsJob = defineJob({
+  name: "memory.conversation-turns",
+  schema: z.object({ ...tenantScoped, conversationId: z.string(), turnIds: z.array(z.string()).min(1).max(200) }),
+});
 
 /** Extraction until caught up (imported conversations, quiet conversations). */
 export const extractJob = defineJob({

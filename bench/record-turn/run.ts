@@ -173,6 +173,18 @@ async function benchStore(store: BenchStore): Promise<StoreResult> {
     // The worker drains the turns recorded so far before the measured run starts.
     const worker = await startWorker(services);
     try {
+      // BENCH_DRAIN=1 (default agent): how long the worker takes to gate what the rows before left.
+      if (process.env.BENCH_DRAIN && AGENT === "default") {
+        const turns = await services.db.turn.count({ where: { tenantId } });
+        const started = performance.now();
+        for (;;) {
+          const verdicts = await services.db.gateVerdict.count({ where: { tenantId } });
+          if (verdicts >= turns) break;
+          await new Promise((resolve) => setTimeout(resolve, 100));
+        }
+        const seconds = (performance.now() - started) / 1000;
+        console.log(`drain: ${turns} turns gated in ${seconds.toFixed(1)} s (${(turns / seconds).toFixed(1)} turns/s)`);
+      }
       await sequential(WARMUP, overHttp("warm-on"));
       const callsBefore = model.requests.length + model.embeddingRequests.length;
       let peak = treeRss();

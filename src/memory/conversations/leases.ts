@@ -46,6 +46,8 @@ export async function underConversationLease<T>(
     renewals.add(renewal);
     void renewal.finally(() => renewals.delete(renewal));
   }, LEASE_MS / 4);
+  // A holder cut off by a shutdown (its store closed under it) must not keep the process alive.
+  renew.unref();
   try {
     return await work();
   } finally {

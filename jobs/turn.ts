@@ -1,6 +1,6 @@
-import { conversationTurnsJob, extractJob, followUpsJob, quietExtractJob, turnJob } from "../src/queue.ts";
+import { extractJob, followUpsJob, quietExtractJob, turnJob } from "../src/queue.ts";
 import { runTurnFollowUps } from "../src/work/follow-ups.ts";
-import { ExtractionBusy, runConversationTurnsWork, runExtractAll, runQuietExtraction, runTurnWork } from "../src/work/turn-work.ts";
+import { ExtractionBusy, runExtractAll, runQuietExtraction, runTurnWork } from "../src/work/turn-work.ts";
 import { untilItWorks } from "./backoff.ts";
 import { implementTenantJob, type JobControl } from "./implement.ts";
 
@@ -27,12 +27,6 @@ export const turn = implementTenantJob(turnJob, (db, deps, payload, control) => 
   backoff: untilItWorks,
   concurrency: 4,
 });
-
-export const conversationTurns = implementTenantJob(
-  conversationTurnsJob,
-  (db, deps, payload, control) => againSoonWhenBusy(control, runConversationTurnsWork(db, deps, payload)),
-  { backoff: untilItWorks, concurrency: 4 },
-);
 
 export const extract = implementTenantJob(
   extractJob,

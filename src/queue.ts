@@ -45,17 +45,12 @@ const allTenants = z.object({ tenantId: z.string().optional() }).default({});
 /** The follow-ups of every turn of a tenant still in the outbox, in batches: snippets, their vectors, summary requests, the gate. */
 export const followUpsJob = defineJob({ name: "memory.follow-ups", schema: z.object({ ...tenantScoped }) });
 
-/** A turn's follow-ups on its own: recall snippets, the summary request, the gate and extraction (imported turns, forget requests, and turns the dispatcher catches up). */
-export const turnJob = defineJob({ name: "memory.turn", schema: z.object({ ...tenantScoped, turnId: z.string() }) });
-
 /**
- * The model's gate on the turns of one conversation that a follow-ups round dispatched, in
- * order, then one extraction (work/turn-work.ts, runConversationTurnsWork).
+ * A turn's follow-ups: recall snippets, the summary request, the gate and extraction (imported
+ * turns, forget requests, and those the dispatcher catches up); for a turn the batched follow-ups
+ * dispatched, the model's gate and extraction alone.
  */
-export const conversationTurnsJob = defineJob({
-  name: "memory.conversation-turns",
-  schema: z.object({ ...tenantScoped, conversationId: z.string(), turnIds: z.array(z.string()).min(1).max(200) }),
-});
+export const turnJob = defineJob({ name: "memory.turn", schema: z.object({ ...tenantScoped, turnId: z.string() }) });
 
 /** Extraction until caught up (imported conversations, quiet conversations). */
 export const extractJob = defineJob({

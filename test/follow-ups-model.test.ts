@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant } from "../src/db.ts";
-import { conversationTurnsJob } from "../src/queue.ts";
+import { turnJob } from "../src/queue.ts";
 import { runTurnFollowUps } from "../src/work/follow-ups.ts";
-import { ExtractionBusy, runConversationTurnsWork } from "../src/work/turn-work.ts";
+import { ExtractionBusy, runTurnWork } from "../src/work/turn-work.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import type { ModelServer } from "./helpers/model-server.ts";
 import { factsScript } from "./helpers/scripted-memory-model.ts";
@@ -10,8 +10,8 @@ import { recordTurn } from "./helpers/turns.ts";
 
 // The turns of an agent whose summary and extraction are on (the default) go through the same
 // batched follow-ups as any other: the request writes no job of its own, the round writes their
-// snippets and vectors, and queues once per conversation the summary request, the quiet-period
-// timer and a job that runs the model's gate on each of its turns, then extraction.
+// snippets and vectors, queues the summary request and the quiet-period timer once per
+// conversation, and hands each turn to a turn job that runs only the model's gate and extraction.
 
 let model: ModelServer;
 let engram: TestEngram;
@@ -30,15 +30,14 @@ afterAll(async () => {
 });
 
 const db = () => forTenant(engram.services.db, engram.tenant.tenantId);
-const verdictsOf = (conversationId: string) => engram.services.db.gateVerdict.findMany({ where: { conversationId }, orderBy: { remember: "asc" } });
 const jobsOf = (name: string) =>
   engram.services.db.$queryRaw<{ data: Record<string, string>; nextRunAt: Date }[]>`
     SELECT "data", "next_run_at" AS "nextRunAt" FROM "agenda_jobs"
     WHERE "name" = ${name} AND "data"->>'tenantId' = ${engram.tenant.tenantId}`;
 
 describe("follow-ups of turns whose agent calls a model", () => {
-  it("are batched: per conversation one summary request, one quiet timer and one job for the gate on its turns and extraction", async () => {
-    const turns: Awaited<ReturnType<typeof recordTurn>>[] = [];
+  it("are batched: one summary request and quiet timer per conversation, a turn job per turn for the gate and extraction", async () => {
+    const turns = [];
     for (let n = 0; n < 6; n++) {
       turns.push(
         await recordTurn(engram, {
@@ -52,10 +51,9 @@ describe("follow-ups of turns whose agent calls a model", () => {
       );
     }
     const ids = turns.map((t) => t.id);
-    // The requests wrote no turn job: their tenant's follow-ups job (one per 200 ms window) is
-    // their only queue write.
+    // The requests wrote no turn job: their tenant's follow-ups job is the only queue write.
     expect(await jobsOf("memory.turn")).toEqual([]);
-    expect((await jobsOf("memory.follow-ups")).length).toBeGreaterThanOrEqual(1);
+    expect((await jobsOf("memory.follow-ups")).length).toBe(1);
 
     const queuedAt = Date.now();
     const { turns: drained, indexed } = await runTurnFollowUps(db(), engram.services.deps);
@@ -67,28 +65,30 @@ describe("follow-ups of turns whose agent calls a model", () => {
     const conversations = [...new Set(turns.map((t) => t.conversation.id))].sort();
     expect((await jobsOf("memory.summarize")).map((j) => j.data.conversationId).sort()).toEqual(conversations);
     expect((await jobsOf("memory.extract-quiet")).map((j) => j.data.conversationId).sort()).toEqual(conversations);
-    // One job per conversation with its turns in order, due a moment later (by when the round has
-    // written), and no verdict yet: the model decides, in that job. No turn job.
-    const handed = await jobsOf("memory.conversation-turns");
-    const turnsOf = (conversationId: string) => turns.filter((t) => t.conversation.id === conversationId).map((t) => t.id);
-    expect(Object.fromEntries(handed.map((j) => [j.data.conversationId, j.data.turnIds]))).toEqual(Object.fromEntries(conversations.map((c) => [c, turnsOf(c)])));
+    // A turn job per turn, due a moment later (by when the round has written), and no verdict
+    // yet: the model decides, in that job.
+    const handed = await jobsOf("memory.turn");
+    expect(handed.map((j) => j.data.turnId).sort()).toEqual([...ids].sort());
     for (const job of handed) expect(job.nextRunAt.getTime()).toBeGreaterThan(queuedAt);
-    expect(await jobsOf("memory.turn")).toEqual([]);
     expect(await engram.services.db.gateVerdict.count({ where: { conversationId: { in: conversations } } })).toBe(0);
     const callsBefore = model.requests.length;
 
-    // The job of the conversation with "I keep bees": the model's gate on each of its three turns,
-    // then one extraction, read now since one of them is worth remembering; no second snippet.
+    // The turn job of a dispatched turn: the model's gate, then extraction; no second snippet.
     const bees = turns[3];
-    const work = await runConversationTurnsWork(db(), engram.services.deps, { tenantId: engram.tenant.tenantId, conversationId: bees.conversation.id, turnIds: turnsOf(bees.conversation.id) });
-    expect(work).toMatchObject({ status: "DONE", turns: ["GATED", "GATED", "GATED"], extraction: { status: "EXTRACTED" } });
-    expect(model.requests.slice(callsBefore).map((r) => r.chain)).toEqual(["triage", "triage", "triage", "extract", "fact-judge"]);
-    expect((await verdictsOf(bees.conversation.id)).map((v) => [v.remember, v.decidedBy])).toEqual([[false, "MODEL"], [true, "MODEL"], [false, "MODEL"]].sort());
+    const work = (await runTurnWork(db(), engram.services.deps, { tenantId: engram.tenant.tenantId, turnId: bees.id })) as {
+      status: string;
+      verdict: { remember: boolean; decidedBy: string };
+      extraction: { status: string };
+    };
+    expect(work.status).toBe("DONE");
+    expect(work.verdict).toMatchObject({ remember: true, decidedBy: "MODEL" });
+    expect(work.extraction.status).toBe("EXTRACTED");
+    expect(model.requests.slice(callsBefore).map((r) => r.chain)).toEqual(["triage", "extract", "fact-judge"]);
     expect(await db().fact.findMany({ select: { text: true } })).toEqual([{ text: "The user said: I keep bees on the roof." }]);
     expect(await db().recallSnippet.count({ where: { conversationId: bees.conversation.id, kind: "TURN" } })).toBe(3);
   }, 120_000);
 
-  it("loses nothing when the round dies after queueing the model's work: the job does the turn's follow-ups itself", async () => {
+  it("loses nothing when the round dies after queueing the model's work: the turn job does the turn's follow-ups itself", async () => {
     const turn = await recordTurn(engram, {
       agentExternalId: "talker",
       endUserExternalId: "talker-user",
@@ -97,11 +97,11 @@ describe("follow-ups of turns whose agent calls a model", () => {
       userMessage: "I moved to Porto.",
       assistantMessage: "Nice.",
     });
-    // What a round that queued the conversation's job and died before its write leaves: the job,
-    // and the turn still in the outbox without a snippet.
-    const payload = { tenantId: engram.tenant.tenantId, conversationId: turn.conversation.id, turnIds: [turn.id] };
-    await engram.services.deps.queue.enqueue(conversationTurnsJob, payload, { delayMs: 1_000 });
-    expect(await runConversationTurnsWork(db(), engram.services.deps, payload)).toMatchObject({ status: "DONE", turns: ["GATED"], extraction: { status: "EXTRACTED" } });
+    // What a round that queued the turn's job and died before its write leaves: the job, and the
+    // turn still in the outbox without a snippet.
+    await engram.services.deps.queue.enqueue(turnJob, { tenantId: engram.tenant.tenantId, turnId: turn.id }, { delayMs: 1_000 });
+    const work = (await runTurnWork(db(), engram.services.deps, { tenantId: engram.tenant.tenantId, turnId: turn.id })) as { status: string };
+    expect(work.status).toBe("DONE");
     expect((await db().turn.findUniqueOrThrow({ where: { id: turn.id } })).followUpsQueuedAt).not.toBeNull();
     expect(await db().recallSnippet.count({ where: { conversationId: turn.conversation.id, kind: "TURN" } })).toBe(1);
     // A round after it finds the turn dispatched: it writes no second snippet.
@@ -109,7 +109,7 @@ describe("follow-ups of turns whose agent calls a model", () => {
     expect(await db().recallSnippet.count({ where: { conversationId: turn.conversation.id, kind: "TURN" } })).toBe(1);
   }, 120_000);
 
-  it("waits for the batch, not for the lease, when another extraction of the conversation runs and the turn is not worth remembering", async () => {
+  it("tries a turn's extraction again when another extraction of the conversation holds its lease, the lease is one statement to take", async () => {
     const say = (n: number, userMessage: string) =>
       recordTurn(engram, { agentExternalId: "talker", endUserExternalId: "talker-user", conversationExternalId: "talk-busy", clientTurnId: `talk-busy-${n}`, userMessage, assistantMessage: "Ok." });
     const plain = await say(1, "What time is it in Lima?");
@@ -117,11 +117,13 @@ describe("follow-ups of turns whose agent calls a model", () => {
     await runTurnFollowUps(db(), engram.services.deps);
     // Another worker's extraction holds the conversation's lease.
     await db().conversation.update({ where: { id: plain.conversation.id }, data: { extractionLeaseUntil: new Date(Date.now() + 60_000) } });
-    const payload = (...turnIds: string[]) => ({ tenantId: engram.tenant.tenantId, conversationId: plain.conversation.id, turnIds });
-    expect(await runConversationTurnsWork(db(), engram.services.deps, payload(plain.id))).toMatchObject({ status: "DONE", extraction: { status: "BUSY" } });
-    // A turn worth remembering is read now: its job runs again once the lease is free.
-    await expect(runConversationTurnsWork(db(), engram.services.deps, payload(plain.id, worth.id))).rejects.toThrow(ExtractionBusy);
+    const payload = (turnId: string) => ({ tenantId: engram.tenant.tenantId, turnId });
+    // Worth remembering or not (a turn that fills a batch has no other reader when the agent's
+    // quiet-period timer is off), the job runs again once the lease is free.
+    await expect(runTurnWork(db(), engram.services.deps, payload(plain.id))).rejects.toThrow(ExtractionBusy);
+    await expect(runTurnWork(db(), engram.services.deps, payload(worth.id))).rejects.toThrow(ExtractionBusy);
     await db().conversation.update({ where: { id: plain.conversation.id }, data: { extractionLeaseUntil: null } });
-    expect(await runConversationTurnsWork(db(), engram.services.deps, payload(plain.id, worth.id))).toMatchObject({ status: "DONE", extraction: { status: "EXTRACTED" } });
+    expect(await runTurnWork(db(), engram.services.deps, payload(worth.id))).toMatchObject({ status: "DONE", extraction: { status: "EXTRACTED" } });
+    expect((await db().conversation.findUniqueOrThrow({ where: { id: plain.conversation.id } })).extractionLeaseUntil).toBeNull();
   }, 120_000);
 });

@@ -4,7 +4,7 @@ import type { Deps } from "../deps.ts";
 import { agentSettings, type AgentSettings } from "../memory/conversations/agents.ts";
 import { gateByKeywords } from "../memory/gate/gate.ts";
 import { indexSnippets, insertTurnSnippets, planSnippetsOfTurns, syncFactKeys, type SnippetRow, type TurnRange } from "../memory/recall/snippets.ts";
-import { conversationTurnsJob, indexJob, turnJob } from "../queue.ts";
+import { indexJob, turnJob } from "../queue.ts";
 import { queueConversationWork } from "./turn-work.ts";
 
 type FollowUpsDeps = Pick<Deps, "queue" | "embeddings" | "vectors" | "log">;
@@ -25,11 +25,11 @@ const PER_EMBEDDING = 128;
  * left in the outbox for its own turn job, which makes its snippet and forgets.
  *
  * What calls a model is queued before the round's write, so a crash between the two loses none
- * of it, once per conversation a round (not once per turn): the summary request, the quiet-period
- * timer and, where the agent extracts facts, a job that runs the model's gate on each of the
- * conversation's turns, then extraction (runConversationTurnsWork). That job waits
+ * of it: each conversation's summary request and quiet-period timer once per round (not once per
+ * turn), and for a turn whose agent extracts facts its own turn job, which finds the turn
+ * dispatched and runs only the model's gate and extraction (runTurnWork). That job waits
  * HAND_OFF_DELAY_MS, by when the round has written; were the round to die first, the job does the
- * whole of those turns' follow-ups itself, as for a turn the round never saw.
+ * whole of the turn's follow-ups itself, as for a turn the round never saw.
  */
 export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillAlive: () => Promise<unknown> = async () => {}) {
   const tenantId = db.$tenantId();
@@ -114,13 +114,17 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
   return { turns, indexed };
 }
 
-/** A conversation's turns job waits this long, by when the round that queued it has written its turns. */
-const HAND_OFF_DELAY_MS = 1_000;
+/**
+ * A turn job waits this long, by when the round that queued it has written its turn: one that
+ * found the turn still in the outbox would make its snippet beside the round's write. Queue
+ * writes took hundreds of milliseconds each on the embedded store under load.
+ */
+const HAND_OFF_DELAY_MS = 5_000;
 
 /**
  * The model's work of a round's turns (all but the forget requests, which get a turn job of their
- * own), per conversation: a summary request, the quiet-period timer, and one job for the gate on
- * each of its turns whose agent extracts, then extraction (runConversationTurnsWork).
+ * own): a summary request and the quiet-period timer per conversation, and a turn job for each
+ * turn whose agent extracts (its gate and extraction; runTurnWork skips what the round does).
  */
 async function queueModelWork(
   deps: FollowUpsDeps,
@@ -132,13 +136,10 @@ async function queueModelWork(
   for (const [conversationId, settings] of conversations) await queueConversationWork(deps, tenantId, conversationId, settings, { imported: false });
   // A turn without a user message has no verdict to ask for.
   const withMessage = new Set(gated.map((t) => t.id));
-  const byConversation = new Map<string, string[]>();
   for (const turn of turns) {
-    if (!turn.settings.extractionOn || !withMessage.has(turn.id)) continue;
-    byConversation.set(turn.conversationId, [...(byConversation.get(turn.conversationId) ?? []), turn.id]);
-  }
-  for (const [conversationId, turnIds] of byConversation) {
-    await deps.queue.enqueue(conversationTurnsJob, { tenantId, conversationId, turnIds }, { delayMs: HAND_OFF_DELAY_MS });
+    if (turn.settings.extractionOn && withMessage.has(turn.id)) {
+      await deps.queue.enqueue(turnJob, { tenantId, turnId: turn.id }, { delayMs: HAND_OFF_DELAY_MS });
+    }
   }
 }
 

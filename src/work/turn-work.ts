@@ -5,8 +5,8 @@ import type { Deps } from "../deps.ts";
 import { agentSettings, type AgentSettings } from "../memory/conversations/agents.ts";
 import { extractFacts, type ExtractionResult } from "../memory/facts/extraction.ts";
 import { forgetPhrases, forgetUser } from "../memory/forget.ts";
-import { gateMessage, type StoredVerdict } from "../memory/gate/gate.ts";
-import { extractJob, quietExtractJob, type conversationTurnsJob, type turnJob } from "../queue.ts";
+import { gateMessage } from "../memory/gate/gate.ts";
+import { extractJob, quietExtractJob, type turnJob } from "../queue.ts";
 import { UnreadableAnswer } from "./dead-letter.ts";
 import { indexFactKeys, makeTurnSnippets, queueIndexing } from "./index-snippets.ts";
 import { requestSummary } from "./summarize.ts";
@@ -69,46 +69,17 @@ export class ExtractionBusy extends Error {
  * Then the gate's verdict on the user's message (the one the caller or context assembly already
  * gave, or a new one), forgetting what the user asked to forget, and extraction when the gate
  * says the turn is worth remembering or a batch is full. An imported conversation is extracted
- * until caught up instead.
+ * until caught up instead. A turn the batched follow-ups already dispatched (work/follow-ups.ts,
+ * which wrote its snippet and queued the conversation's work) comes here for the gate and
+ * extraction alone.
  */
 export async function runTurnWork(db: TenantDb, deps: TurnWorkDeps, payload: z.infer<typeof turnJob.schema>) {
-  const gated = await gateTurn(db, deps, payload.turnId);
-  if (gated.status !== "GATED") return gated;
-  const { verdict } = gated;
-  if (!gated.extractionOn) return { status: "DONE" as const, verdict, extraction: { status: "EXTRACTION_OFF" as const } };
-  return { status: "DONE" as const, verdict, extraction: await extractAfterGate(db, deps, gated.conversationId, verdict.remember) };
-}
-
-/**
- * The model's part of a conversation's turns that a follow-ups round dispatched (work/follow-ups.ts,
- * which wrote their snippets and queued the conversation's summary request and timer): the gate
- * on each turn's user message, in order (and what it asks to forget), then one extraction, read
- * now if any of them is worth remembering. A turn the round did not get to write (it died after
- * queueing this) has its whole follow-ups done here, as runTurnWork does them.
- */
-export async function runConversationTurnsWork(db: TenantDb, deps: TurnWorkDeps, payload: z.infer<typeof conversationTurnsJob.schema>) {
-  const turns: Gated[] = [];
-  for (const turnId of payload.turnIds) turns.push(await gateTurn(db, deps, turnId));
-  const gated = turns.filter((t): t is Extract<Gated, { status: "GATED" }> => t.status === "GATED" && t.extractionOn);
-  const statuses = turns.map((t) => t.status);
-  if (gated.length === 0) return { status: "DONE" as const, turns: statuses };
-  const remember = gated.some((t) => t.verdict.remember);
-  return { status: "DONE" as const, turns: statuses, extraction: await extractAfterGate(db, deps, payload.conversationId, remember) };
-}
-
-type Gated =
-  | { status: "GONE" | "QUEUED" | "NO_USER_MESSAGE" }
-  | { status: "FORGOT"; verdict: StoredVerdict; forgotten: unknown }
-  | { status: "GATED"; verdict: StoredVerdict; conversationId: string; extractionOn: boolean };
-
-/** A turn's follow-ups up to extraction: its snippets and the conversation's work if it is still in the outbox, then the gate. */
-async function gateTurn(db: TenantDb, deps: TurnWorkDeps, turnId: string): Promise<Gated> {
   const tenantId = db.$tenantId();
   const turn = await db.turn.findUnique({
-    where: { id: turnId },
+    where: { id: payload.turnId },
     include: { conversation: { select: { id: true, endUserId: true, agent: { select: { settings: true } } } } },
   });
-  if (!turn) return { status: "GONE" };
+  if (!turn) return { status: "GONE" as const };
   const { conversation } = turn;
   const settings = agentSettings(conversation.agent);
   const imported = turn.clientTurnId.startsWith("import:");
@@ -122,13 +93,13 @@ async function gateTurn(db: TenantDb, deps: TurnWorkDeps, turnId: string): Promi
     await queueConversationWork(deps, tenantId, conversation.id, settings, { imported });
     await db.turn.updateMany({ where: { id: turn.id }, data: { followUpsQueuedAt: new Date() } });
   }
-  if (imported) return { status: "QUEUED" };
+  if (imported) return { status: "QUEUED" as const };
 
   const userMessage = await db.message.findFirst({
     where: { conversationId: conversation.id, seq: turn.firstSeq, role: "USER", forgottenAt: null },
     select: { id: true, content: true },
   });
-  if (!userMessage) return { status: "NO_USER_MESSAGE" };
+  if (!userMessage) return { status: "NO_USER_MESSAGE" as const };
   // With extraction off, only the keyword gate runs: it still honours "forget …" requests, and no
   // model call is spent on a verdict nobody would use.
   const verdict = await gateMessage(
@@ -142,22 +113,17 @@ async function gateTurn(db: TenantDb, deps: TurnWorkDeps, turnId: string): Promi
       verdict.forget === "ALL"
         ? await forgetUser(db, deps, conversation.endUserId, { ...who, reason: "the user asked to forget everything" })
         : await forgetPhrases(db, deps, conversation.endUserId, verdict.forgetTargets, who);
-    return { status: "FORGOT", verdict, forgotten };
+    return { status: "FORGOT" as const, verdict, forgotten };
   }
-  return { status: "GATED", verdict, conversationId: conversation.id, extractionOn: settings.extractionOn };
-}
-
-/** Extraction after the gate: read now when a turn is worth remembering, else when a batch is full. */
-async function extractAfterGate(db: TenantDb, deps: TurnWorkDeps, conversationId: string, remember: boolean) {
-  const extraction: ExtractionResult | { status: "MODEL_OFF" } = await runExtraction(db, deps, conversationId, remember);
-  // Another extraction of this conversation is running and may not have read these turns. One
-  // worth remembering tries again later (the gate's verdicts are stored, so the retry costs no
-  // second gate call); any other waits for the batch, which the conversation's next turn or its
-  // quiet-period timer looks at again. Turns of one conversation arriving together had their jobs
-  // retried in turn on the lease, a third of the embedded store's statements under such load.
-  if (extraction.status === "BUSY" && remember) throw new ExtractionBusy();
+  if (!settings.extractionOn) return { status: "DONE" as const, verdict, extraction: { status: "EXTRACTION_OFF" as const } };
+  const extraction: ExtractionResult | { status: "MODEL_OFF" } = await runExtraction(db, deps, conversation.id, verdict.remember);
+  // Another extraction of this conversation is running and may not have read this turn: try again
+  // later (the gate's verdict is stored, so the retry costs no second gate call). Not only for a
+  // turn worth remembering: one that fills a batch has no other reader when the agent's
+  // quiet-period timer is off.
+  if (extraction.status === "BUSY") throw new ExtractionBusy();
   if (extraction.status === "UNPARSABLE") throw new UnreadableAnswer("fact extraction");
-  return extraction;
+  return { status: "DONE" as const, verdict, extraction };
 }
 
 /** Extraction until caught up, for imported conversations; `stillAlive` keeps the job's lock between rounds. */

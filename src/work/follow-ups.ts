@@ -65,10 +65,11 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
       snippets: planned.rows
         .map(({ turn, ...row }) => ({ ...row, turnId: waiting[turn].id }))
         .filter((row) => !forgetting.includes(row.turnId)),
-      // The keyword gate's verdict stands where no model decides (the agent's extraction is off) and
-      // for a forget request; any other turn's verdict is the model's, in its turn job.
+      // The keyword gate's verdict stands where no model decides (the agent's extraction is off);
+      // elsewhere the model's, in the turn's job (a forget request's too: the model names what to
+      // forget).
       verdicts: gate.fresh
-        .filter(({ index }) => !gated[index].settings.extractionOn || forgets.has(gated[index].id))
+        .filter(({ index }) => !gated[index].settings.extractionOn)
         .map(({ index, ...row }) => ({ ...row, turnId: gated[index].id, messageId: openingOf(gated[index])!.id })),
       forgetting,
     });

@@ -187,7 +187,12 @@ export function isRefusedData(error: unknown): boolean {
  * reconcile sweep's lost-vector check reads snippets indexed since it last looked).
  */
 export function appNow(): Prisma.Sql {
-  return Prisma.sql`${new Date().toISOString()}::timestamp(3)`;
+  return sqlTimestamp(new Date());
+}
+
+/** A time of this process's clock as a raw statement's `timestamp(3)` value (the columns Prisma writes). */
+export function sqlTimestamp(at: Date): Prisma.Sql {
+  return Prisma.sql`${at.toISOString()}::timestamp(3)`;
 }
 
 /**

@@ -64,7 +64,7 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
       // before that job marks it, and a snippet written twice would be a duplicate).
       snippets: planned.rows
         .map(({ turn, ...row }) => ({ ...row, turnId: waiting[turn].id }))
-        .filter((row) => !forgetting.includes(row.turnId)),
+        .filter((row) => !forgets.has(row.turnId)),
       // The keyword gate's verdict stands where no model decides (the agent's extraction is off);
       // elsewhere the model's, in the turn's job (a forget request's too: the model names what to
       // forget).
@@ -89,7 +89,7 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
     // Snippets still without a vector of the turns this round took (their turn job made them, a
     // dispatcher's catch-up say): not those of turns another worker took, nor of the forget
     // requests, whose own job embeds what it made.
-    const ours = new Set(messagesOf(ofRound.filter((t) => !forgetting.includes(t.id))));
+    const ours = new Set(messagesOf(ofRound.filter((t) => !forgets.has(t.id))));
     const ids = [...planned.waiting.filter((s) => s.messageIds.some((id) => ours.has(id))).map((s) => s.id), ...written.snippetIds];
     // Extraction may have read these messages before their turn had a snippet: the keys of its
     // facts could not point anywhere yet.

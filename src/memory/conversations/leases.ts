@@ -1,4 +1,4 @@
-import type { TenantDb } from "../../db.ts";
+import { appNow, sqlTimestamp, type TenantDb } from "../../db.ts";
 import { Prisma } from "../../generated/prisma/client.ts";
 
 /**
@@ -22,13 +22,12 @@ export async function underConversationLease<T>(
 ): Promise<T | { status: "BUSY" | "GONE" }> {
   const tenantId = db.$tenantId();
   const column = Prisma.raw(`"${lease}"`);
-  const timestamp = (at: Date) => Prisma.sql`${at.toISOString()}::timestamp(3)`;
-  const until = () => timestamp(new Date(Date.now() + LEASE_MS));
+  const until = () => sqlTimestamp(new Date(Date.now() + LEASE_MS));
   // Raw statements, one round trip each: Prisma's updateMany wraps its UPDATE in BEGIN/COMMIT, and
   // a turn's extraction takes and gives back a lease on every turn.
   const setLease = (value: Prisma.Sql) =>
     db.$executeRaw`UPDATE "Conversation" SET ${column} = ${value} WHERE "tenantId" = ${tenantId} AND "id" = ${conversationId}`;
-  const now = timestamp(new Date());
+  const now = appNow();
   const [taken] = await db.$queryRaw<{ found: boolean; leased: boolean }[]>`
     WITH found AS (
       SELECT "id" FROM "Conversation" WHERE "tenantId" = ${tenantId} AND "id" = ${conversationId}

@@ -1,6 +1,6 @@
-import { extractJob, followUpsJob, quietExtractJob, turnJob } from "../src/queue.ts";
+import { conversationTurnsJob, extractJob, followUpsJob, quietExtractJob, turnJob } from "../src/queue.ts";
 import { runTurnFollowUps } from "../src/work/follow-ups.ts";
-import { ExtractionBusy, runExtractAll, runQuietExtraction, runTurnWork } from "../src/work/turn-work.ts";
+import { ExtractionBusy, runConversationTurnsWork, runExtractAll, runQuietExtraction, runTurnWork, HAND_OFF_MS, TurnBusy } from "../src/work/turn-work.ts";
 import { untilItWorks } from "./backoff.ts";
 import { implementTenantJob, type JobControl } from "./implement.ts";
 
@@ -8,7 +8,8 @@ import { implementTenantJob, type JobControl } from "./implement.ts";
 const BUSY_RETRY_MS = 2_000;
 
 /**
- * The conversation's extraction is running elsewhere: no outage, so the same job runs again in
+ * The conversation's extraction is running elsewhere, or another worker is taking the turn out of
+ * the outbox: no outage, so the same job runs again in
  * 2–4 s, not after the growing backoff (which left a soak's turns waiting minutes behind a lease
  * long free), and without counting a failure (which would shorten the next real outage's
  * retries and the unreadable-answer tries).
@@ -17,16 +18,32 @@ export async function againSoonWhenBusy(control: Pick<JobControl, "runAgainIn">,
   try {
     return await work;
   } catch (error) {
-    if (!(error instanceof ExtractionBusy)) throw error;
+    if (!(error instanceof ExtractionBusy) && !(error instanceof TurnBusy)) throw error;
     control.runAgainIn(BUSY_RETRY_MS * (1 + Math.random()));
     return { status: "BUSY" as const };
   }
 }
 
-export const turn = implementTenantJob(turnJob, (db, deps, payload, control) => againSoonWhenBusy(control, runTurnWork(db, deps, payload)), {
+export const turn = implementTenantJob(turnJob, (db, deps, payload, control) => againSoonWhenBusy(control, runTurnWork(db, deps, payload, control.stillAlive)), {
   backoff: untilItWorks,
   concurrency: 4,
 });
+
+
+export const conversationTurns = implementTenantJob(
+  conversationTurnsJob,
+  (db, deps, payload, control) =>
+    againSoonWhenBusy(
+      control,
+      runConversationTurnsWork(db, deps, payload, control.stillAlive).then((done) => {
+        // A round's request that came while it ran went to this job's row, which the run's end
+        // overwrites: turns still unjudged at the end make it run again.
+        if (done.again) control.runAgainIn(HAND_OFF_MS);
+        return done;
+      }),
+    ),
+  { backoff: untilItWorks, concurrency: 4 },
+);
 
 export const extract = implementTenantJob(
   extractJob,

@@ -8,10 +8,10 @@ import { indexSnippets } from "./index-snippets.ts";
 import { reconcile } from "./reconcile.ts";
 import { retention } from "./retention.ts";
 import { summarize } from "./summarize.ts";
-import { extract, followUps, quietExtract, turn } from "./turn.ts";
+import { conversationTurns, extract, followUps, quietExtract, turn } from "./turn.ts";
 
 /** Every job the worker runs; each file is a definition, the work function it calls, and its options. */
-export const JOBS: ImplementedJob[] = [turn, followUps, extract, quietExtract, summarize, indexSnippets, reconcile, retention, compact, dispatch];
+export const JOBS: ImplementedJob[] = [turn, conversationTurns, followUps, extract, quietExtract, summarize, indexSnippets, reconcile, retention, compact, dispatch];
 
 /** Registers every job on the shared queue, schedules the recurring ones and starts processing. */
 export async function startWorker({ queue, deps }: { queue: AgendaQueue; deps: Deps }): Promise<Worker> {

@@ -14,12 +14,17 @@ export function defineJob<S extends z.ZodType>(definition: JobDefinition<S>): Jo
 export type JobQueue = {
   /** One job, run now, or `delayMs` from now. */
   enqueue<S extends z.ZodType>(job: JobDefinition<S>, payload: z.input<S>, options?: { delayMs?: number }): Promise<void>;
-  /** One run for a burst: submissions with the same key within `debounceMs` become one job. */
+  /**
+   * One run for a burst: submissions with the same key within `debounceMs` become one job, which
+   * each pushes back, but never past `maxWaitMs` (ten times `debounceMs` unless given) after the
+   * burst began.
+   */
   enqueueCoalesced<S extends z.ZodType>(
     job: JobDefinition<S>,
     payload: z.input<S> & Record<string, unknown>,
     key: string,
     debounceMs: number,
+    options?: { maxWaitMs?: number },
   ): Promise<void>;
   /**
    * At most one job per key and window from this process, run at the window's end: every write
@@ -47,10 +52,19 @@ export const followUpsJob = defineJob({ name: "memory.follow-ups", schema: z.obj
 
 /**
  * A turn's follow-ups: recall snippets, the summary request, the gate and extraction (imported
- * turns, forget requests, and those the dispatcher catches up); for a turn the batched follow-ups
- * dispatched, the model's gate and extraction alone.
+ * turns, forget requests of agents that do not extract, and those the dispatcher catches up).
  */
 export const turnJob = defineJob({ name: "memory.turn", schema: z.object({ ...tenantScoped, turnId: z.string() }) });
+
+/**
+ * The model's gate on a conversation's turns not yet judged, in order (and what they ask to
+ * forget), then one extraction; coalesced per conversation (work/turn-work.ts,
+ * runConversationTurnsWork).
+ */
+export const conversationTurnsJob = defineJob({
+  name: "memory.conversation-turns",
+  schema: z.object({ ...tenantScoped, conversationId: z.string() }),
+});
 
 /** Extraction until caught up (imported conversations, quiet conversations). */
 export const extractJob = defineJob({

@@ -1,24 +1,27 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant } from "../src/db.ts";
-import { turnJob } from "../src/queue.ts";
+import { conversationTurnsJob } from "../src/queue.ts";
+import { planSnippetsOfTurns } from "../src/memory/recall/snippets.ts";
 import { runTurnFollowUps } from "../src/work/follow-ups.ts";
-import { ExtractionBusy, runTurnWork } from "../src/work/turn-work.ts";
+import { takeFromOutbox } from "../src/work/outbox.ts";
+import { ExtractionBusy, HAND_OFF_MS, runConversationTurnsWork, runTurnWork, TurnBusy } from "../src/work/turn-work.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import type { ModelServer } from "./helpers/model-server.ts";
 import { factsScript } from "./helpers/scripted-memory-model.ts";
+import { serverUrl } from "./helpers/store.ts";
 import { recordTurn } from "./helpers/turns.ts";
 
 // The turns of an agent whose summary and extraction are on (the default) go through the same
 // batched follow-ups as any other: the request writes no job of its own, the round writes their
-// snippets and vectors, queues the summary request and the quiet-period timer once per
-// conversation, and hands each turn to a turn job that runs only the model's gate and extraction.
+// snippets and vectors, queues the summary request, the quiet-period timer and the gate job once
+// per conversation; that job judges each turn once, in order, then extracts.
 
 let model: ModelServer;
 let engram: TestEngram;
 beforeAll(async () => {
   ({ model, engram } = await startEngramWithModel({
     respond: factsScript({
-      triage: (message) => ({ remember: /^I /.test(message) }),
+      triage: (message) => (/forget my locker code/.test(message) ? { forget: "SOME", forgetTargets: ["locker code"] } : { remember: /^I /.test(message) }),
       extract: (messages) => messages.filter((m) => m.role === "user" && /^I /.test(m.content)).map((m) => ({ text: `The user said: ${m.content}`, seq: m.seq })),
     }),
     embed: (input) => input.map((text) => Array.from({ length: 8 }, (_, i) => Math.sin(text.length + i))),
@@ -36,23 +39,20 @@ const jobsOf = (name: string) =>
     WHERE "name" = ${name} AND "data"->>'tenantId' = ${engram.tenant.tenantId}`;
 
 describe("follow-ups of turns whose agent calls a model", () => {
-  it("are batched: one summary request and quiet timer per conversation, a turn job per turn for the gate and extraction", async () => {
+  const tenantId = () => engram.tenant.tenantId;
+  const say = (conversation: string, n: number, userMessage: string) =>
+    recordTurn(engram, { agentExternalId: "talker", endUserExternalId: "talker-user", conversationExternalId: conversation, clientTurnId: `${conversation}-${n}`, userMessage, assistantMessage: "Ok." });
+  // What HAND_OFF_MS does in production: the conversation's gate job takes a turn still in the
+  // outbox only once the round has had that long to write it.
+  const age = (turnIds: string[]) => db().turn.updateMany({ where: { id: { in: turnIds } }, data: { createdAt: new Date(Date.now() - HAND_OFF_MS - 1_000) } });
+
+  it("are batched: one summary request, quiet timer and gate job per conversation, which judges each turn once", async () => {
     const turns = [];
-    for (let n = 0; n < 6; n++) {
-      turns.push(
-        await recordTurn(engram, {
-          agentExternalId: "talker",
-          endUserExternalId: "talker-user",
-          conversationExternalId: `talk-${n % 2}`,
-          clientTurnId: `talk-${n}`,
-          userMessage: n === 3 ? "I keep bees on the roof." : `What about question ${n}?`,
-          assistantMessage: "Noted.",
-        }),
-      );
-    }
+    for (let n = 0; n < 6; n++) turns.push(await say(`talk-${n % 2}`, n, n === 3 ? "I keep bees on the roof." : `What about question ${n}?`));
     const ids = turns.map((t) => t.id);
-    // The requests wrote no turn job: their tenant's follow-ups job is the only queue write.
+    // The requests wrote no job of their own: their tenant's follow-ups job is the only queue write.
     expect(await jobsOf("memory.turn")).toEqual([]);
+    expect(await jobsOf("memory.conversation-turns")).toEqual([]);
     // (one per 200 ms window, so how many depends on the machine's speed)
     expect((await jobsOf("memory.follow-ups")).length).toBeGreaterThanOrEqual(1);
 
@@ -62,47 +62,42 @@ describe("follow-ups of turns whose agent calls a model", () => {
     expect(indexed).toBe(6);
     expect(await db().turn.count({ where: { id: { in: ids }, followUpsQueuedAt: null } })).toBe(0);
     expect(await db().recallSnippet.count({ where: { conversationId: { in: turns.map((t) => t.conversation.id) }, kind: "TURN", indexedAt: { not: null } } })).toBe(6);
-    // One summary request and one quiet timer per conversation, not one per turn.
+    // Once per conversation, not once per turn: the summary request, the quiet timer, and the gate
+    // job, due a moment later (by when the round has written). No verdict yet: the model decides.
     const conversations = [...new Set(turns.map((t) => t.conversation.id))].sort();
     expect((await jobsOf("memory.summarize")).map((j) => j.data.conversationId).sort()).toEqual(conversations);
     expect((await jobsOf("memory.extract-quiet")).map((j) => j.data.conversationId).sort()).toEqual(conversations);
-    // A turn job per turn, due a moment later (by when the round has written), and no verdict
-    // yet: the model decides, in that job.
-    const handed = await jobsOf("memory.turn");
-    expect(handed.map((j) => j.data.turnId).sort()).toEqual([...ids].sort());
+    const handed = await jobsOf("memory.conversation-turns");
+    expect(handed.map((j) => j.data.conversationId).sort()).toEqual(conversations);
     for (const job of handed) expect(job.nextRunAt.getTime()).toBeGreaterThan(queuedAt);
     expect(await engram.services.db.gateVerdict.count({ where: { conversationId: { in: conversations } } })).toBe(0);
+    expect(await db().turn.count({ where: { id: { in: ids }, gatedAt: null } })).toBe(6);
     const callsBefore = model.requests.length;
 
-    // The turn job of a dispatched turn: the model's gate, then extraction; no second snippet.
+    // The gate job of the conversation with the bees: the model's gate on each of its three turns,
+    // in order, then one extraction, read now since one is worth remembering; no second snippet.
     const bees = turns[3];
-    const work = (await runTurnWork(db(), engram.services.deps, { tenantId: engram.tenant.tenantId, turnId: bees.id })) as {
-      status: string;
-      verdict: { remember: boolean; decidedBy: string };
-      extraction: { status: string };
-    };
-    expect(work.status).toBe("DONE");
-    expect(work.verdict).toMatchObject({ remember: true, decidedBy: "MODEL" });
-    expect(work.extraction.status).toBe("EXTRACTED");
-    expect(model.requests.slice(callsBefore).map((r) => r.chain)).toEqual(["triage", "extract", "fact-judge"]);
+    const work = await runConversationTurnsWork(db(), engram.services.deps, { tenantId: tenantId(), conversationId: bees.conversation.id });
+    expect(work).toMatchObject({ status: "DONE", turns: ["JUDGED", "JUDGED", "JUDGED"], extraction: { status: "EXTRACTED" }, again: false });
+    expect(model.requests.slice(callsBefore).map((r) => r.chain)).toEqual(["triage", "triage", "triage", "extract", "fact-judge"]);
     expect(await db().fact.findMany({ select: { text: true } })).toEqual([{ text: "The user said: I keep bees on the roof." }]);
     expect(await db().recallSnippet.count({ where: { conversationId: bees.conversation.id, kind: "TURN" } })).toBe(3);
+    expect(await db().turn.count({ where: { conversationId: bees.conversation.id, gatedAt: null } })).toBe(0);
+    // Run again (a second round's request, a retry), it judges nothing twice.
+    const callsAfter = model.requests.length;
+    expect(await runConversationTurnsWork(db(), engram.services.deps, { tenantId: tenantId(), conversationId: bees.conversation.id })).toMatchObject({ turns: [], again: false });
+    expect(model.requests.length).toBe(callsAfter);
   }, 120_000);
 
-  it("loses nothing when the round dies after queueing the model's work: the turn job does the turn's follow-ups itself", async () => {
-    const turn = await recordTurn(engram, {
-      agentExternalId: "talker",
-      endUserExternalId: "talker-user",
-      conversationExternalId: "talk-crash",
-      clientTurnId: "talk-crash-1",
-      userMessage: "I moved to Porto.",
-      assistantMessage: "Nice.",
-    });
-    // What a round that queued the turn's job and died before its write leaves: the job, and the
-    // turn still in the outbox without a snippet.
-    await engram.services.deps.queue.enqueue(turnJob, { tenantId: engram.tenant.tenantId, turnId: turn.id }, { delayMs: 1_000 });
-    const work = (await runTurnWork(db(), engram.services.deps, { tenantId: engram.tenant.tenantId, turnId: turn.id })) as { status: string };
-    expect(work.status).toBe("DONE");
+  it("loses nothing when the round dies after queueing the model's work: the gate job takes the turn out of the outbox itself", async () => {
+    const turn = await say("talk-crash", 1, "I moved to Porto.");
+    // What a round that queued the gate job and died before its write leaves: the job, and the
+    // turn still in the outbox without a snippet. Until HAND_OFF_MS has passed the turn is the round's.
+    await engram.services.deps.queue.enqueue(conversationTurnsJob, { tenantId: tenantId(), conversationId: turn.conversation.id }, { delayMs: 1_000 });
+    const payload = { tenantId: tenantId(), conversationId: turn.conversation.id };
+    expect(await runConversationTurnsWork(db(), engram.services.deps, payload)).toMatchObject({ turns: [], again: true });
+    await age([turn.id]);
+    expect(await runConversationTurnsWork(db(), engram.services.deps, payload)).toMatchObject({ status: "DONE", turns: ["JUDGED"], again: false });
     expect((await db().turn.findUniqueOrThrow({ where: { id: turn.id } })).followUpsQueuedAt).not.toBeNull();
     expect(await db().recallSnippet.count({ where: { conversationId: turn.conversation.id, kind: "TURN" } })).toBe(1);
     // A round after it finds the turn dispatched: it writes no second snippet.
@@ -110,29 +105,78 @@ describe("follow-ups of turns whose agent calls a model", () => {
     expect(await db().recallSnippet.count({ where: { conversationId: turn.conversation.id, kind: "TURN" } })).toBe(1);
   }, 120_000);
 
-  it("tries a turn's extraction again when another extraction of the conversation holds its lease, the lease is one statement to take", async () => {
-    const say = (n: number, userMessage: string) =>
-      recordTurn(engram, { agentExternalId: "talker", endUserExternalId: "talker-user", conversationExternalId: "talk-busy", clientTurnId: `talk-busy-${n}`, userMessage, assistantMessage: "Ok." });
-    const plain = await say(1, "What time is it in Lima?");
-    const worth = await say(2, "I am learning the cello.");
+  it("writes a turn's snippet once when a round and the turn's own job take it out of the outbox together", async () => {
+    const turn = await say("talk-race", 1, "I collect stamps.");
+    const endUserId = turn.conversation.endUser.id;
+    // A round read the turn and planned its snippet; the turn's job (a dispatcher's catch-up, say)
+    // takes it out of the outbox first; then the round writes what it planned.
+    const range = { conversationId: turn.conversation.id, endUserId, firstSeq: turn.firstSeq, lastSeq: turn.lastSeq };
+    const planned = await planSnippetsOfTurns(db(), [range]);
+    expect(await runTurnWork(db(), engram.services.deps, { tenantId: tenantId(), turnId: turn.id })).toMatchObject({ status: "DONE" });
+    const late = await takeFromOutbox(db(), {
+      turnIds: [turn.id],
+      snippets: planned.rows.map(({ turn: _, ...row }) => ({ ...row, turnId: turn.id })),
+      verdicts: [],
+      forgetting: [],
+      gated: [],
+    });
+    expect(late).toEqual({ claimed: [], snippetIds: [] });
+    expect(await db().recallSnippet.count({ where: { conversationId: turn.conversation.id, kind: "TURN" } })).toBe(1);
+    // Judged once: the job marked it, and runs again without asking the model.
+    expect((await db().turn.findUniqueOrThrow({ where: { id: turn.id } })).gatedAt).not.toBeNull();
+    const calls = model.requests.length;
+    expect(await runTurnWork(db(), engram.services.deps, { tenantId: tenantId(), turnId: turn.id })).toMatchObject({ status: "DONE", verdict: { remember: true } });
+    expect(model.requests.slice(calls).map((r) => r.chain)).not.toContain("triage");
+  }, 120_000);
+
+  // On the embedded store one session runs every statement in turn: no other statement can hold the row.
+  it.skipIf(!serverUrl)("has a turn's job wait while another worker's statement holds the turn in the outbox", async () => {
+    const turn = await say("talk-held", 1, "What is the capital of Peru?");
+    // Another worker's round statement holds the turn's row (FOR UPDATE) while this job tries.
+    const held = engram.services.db.$transaction(async (tx) => {
+      await tx.$queryRaw`SELECT "id" FROM "Turn" WHERE "id" = ${turn.id} FOR UPDATE`;
+      await expect(runTurnWork(db(), engram.services.deps, { tenantId: tenantId(), turnId: turn.id })).rejects.toThrow(TurnBusy);
+    }, { timeout: 60_000 });
+    await held;
+    expect(await db().recallSnippet.count({ where: { conversationId: turn.conversation.id, kind: "TURN" } })).toBe(0);
+    expect(await runTurnWork(db(), engram.services.deps, { tenantId: tenantId(), turnId: turn.id })).toMatchObject({ status: "DONE" });
+    expect(await db().recallSnippet.count({ where: { conversationId: turn.conversation.id, kind: "TURN" } })).toBe(1);
+  }, 120_000);
+
+  it("tries the conversation's extraction again when another extraction holds its lease, judging no turn twice by the model", async () => {
+    const plain = await say("talk-busy", 1, "What time is it in Lima?");
+    await say("talk-busy", 2, "I am learning the cello.");
     await runTurnFollowUps(db(), engram.services.deps);
     // Another worker's extraction holds the conversation's lease.
     await db().conversation.update({ where: { id: plain.conversation.id }, data: { extractionLeaseUntil: new Date(Date.now() + 60_000) } });
-    const payload = (turnId: string) => ({ tenantId: engram.tenant.tenantId, turnId });
-    // Worth remembering or not (a turn that fills a batch has no other reader when the agent's
-    // quiet-period timer is off), the job runs again once the lease is free.
-    await expect(runTurnWork(db(), engram.services.deps, payload(plain.id))).rejects.toThrow(ExtractionBusy);
-    await expect(runTurnWork(db(), engram.services.deps, payload(worth.id))).rejects.toThrow(ExtractionBusy);
+    const payload = { tenantId: tenantId(), conversationId: plain.conversation.id };
+    await expect(runConversationTurnsWork(db(), engram.services.deps, payload)).rejects.toThrow(ExtractionBusy);
     await db().conversation.update({ where: { id: plain.conversation.id }, data: { extractionLeaseUntil: null } });
-    expect(await runTurnWork(db(), engram.services.deps, payload(worth.id))).toMatchObject({ status: "DONE", extraction: { status: "EXTRACTED" } });
+    const calls = model.requests.length;
+    expect(await runConversationTurnsWork(db(), engram.services.deps, payload)).toMatchObject({ status: "DONE", turns: ["JUDGED", "JUDGED"], extraction: { status: "EXTRACTED" } });
+    // The retry judged both from their stored verdicts: no second gate call.
+    expect(model.requests.slice(calls).map((r) => r.chain)).toEqual(["extract", "fact-judge"]);
     expect((await db().conversation.findUniqueOrThrow({ where: { id: plain.conversation.id } })).extractionLeaseUntil).toBeNull();
   }, 120_000);
-  it("leaves a forget request of an agent that extracts to its own job, for the model to say what to forget", async () => {
-    const turn = await recordTurn(engram, { agentExternalId: "talker", endUserExternalId: "talker-user", conversationExternalId: "talk-forget", clientTurnId: "talk-forget-1", userMessage: "Please forget my locker code.", assistantMessage: "Ok." });
+
+  it("leaves a forget request of an agent that extracts to the conversation's gate job, which forgets once", async () => {
+    const turn = await say("talk-forget", 1, "Please forget my locker code.");
     await runTurnFollowUps(db(), engram.services.deps);
-    // Not dispatched by the round (its job makes its snippet and forgets), and no keyword verdict stored.
+    // Not dispatched by the round (the gate job makes its snippet and forgets), no keyword verdict
+    // stored, and no turn job of its own.
     expect((await db().turn.findUniqueOrThrow({ where: { id: turn.id } })).followUpsQueuedAt).toBeNull();
     expect(await engram.services.db.gateVerdict.count({ where: { conversationId: turn.conversation.id } })).toBe(0);
-    expect((await jobsOf("memory.turn")).filter((j) => j.data.turnId === turn.id)).toHaveLength(1);
+    expect((await jobsOf("memory.turn")).filter((j) => j.data.turnId === turn.id)).toHaveLength(0);
+    expect((await jobsOf("memory.conversation-turns")).filter((j) => j.data.conversationId === turn.conversation.id)).toHaveLength(1);
+    await age([turn.id]);
+    const payload = { tenantId: tenantId(), conversationId: turn.conversation.id };
+    expect(await runConversationTurnsWork(db(), engram.services.deps, payload)).toMatchObject({ turns: ["FORGOT"], again: false });
+    const after = await db().turn.findUniqueOrThrow({ where: { id: turn.id } });
+    expect(after.followUpsQueuedAt).not.toBeNull();
+    expect(after.gatedAt).not.toBeNull();
+    // The forget took the stored verdict with it; run again, the job does not judge the turn again.
+    const calls = model.requests.length;
+    expect(await runConversationTurnsWork(db(), engram.services.deps, payload)).toMatchObject({ turns: [] });
+    expect(model.requests.length).toBe(calls);
   }, 120_000);
 });

@@ -15,7 +15,7 @@ import {
   syncSummaryKeys,
 } from "../src/memory/recall/snippets.ts";
 import { gateByKeywords, gateMessage } from "../src/memory/gate/gate.ts";
-import { writeRound } from "../src/work/follow-ups.ts";
+import { takeFromOutbox } from "../src/work/outbox.ts";
 import { reconcileRecall } from "../src/work/reconcile.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { chromaOf, say, vectorIds } from "./helpers/recall.ts";
@@ -188,7 +188,7 @@ describe("a gate verdict of a message forgotten while it was judged", () => {
     ]);
     await forgetPhrases(db, engram.services.deps, turn.endUserId, ["door code"], reason);
     const [forgotten, kept] = gate.fresh.map(({ index: _, ...row }) => row);
-    await writeRound(db, {
+    await takeFromOutbox(db, {
       turnIds: [turn.turnId, other.turnId],
       snippets: [],
       verdicts: [
@@ -196,6 +196,7 @@ describe("a gate verdict of a message forgotten while it was judged", () => {
         { ...kept, turnId: other.turnId, messageId: otherSource.id },
       ],
       forgetting: [],
+      gated: [],
     });
     expect(await db.gateVerdict.count({ where: { conversationId: turn.conversationId } })).toBe(0);
     expect(await db.gateVerdict.count({ where: { conversationId: other.conversationId } })).toBe(1);

@@ -178,8 +178,8 @@ async function benchStore(store: BenchStore): Promise<StoreResult> {
         const turns = await services.db.turn.count({ where: { tenantId } });
         const started = performance.now();
         for (;;) {
-          const verdicts = await services.db.gateVerdict.count({ where: { tenantId } });
-          if (verdicts >= turns) break;
+          const judged = await services.db.turn.count({ where: { tenantId, gatedAt: { not: null } } });
+          if (judged >= turns) break;
           await new Promise((resolve) => setTimeout(resolve, 100));
         }
         const seconds = (performance.now() - started) / 1000;

@@ -1,11 +1,13 @@
-import { appNow, type TenantDb } from "../db.ts";
-import { Prisma, type GateVerdict } from "../generated/prisma/client.ts";
+import type { TenantDb } from "../db.ts";
+import type { Prisma } from "../generated/prisma/client.ts";
 import type { Deps } from "../deps.ts";
 import { agentSettings, type AgentSettings } from "../memory/conversations/agents.ts";
 import { gateByKeywords } from "../memory/gate/gate.ts";
-import { indexSnippets, insertTurnSnippets, planSnippetsOfTurns, syncFactKeys, type SnippetRow, type TurnRange } from "../memory/recall/snippets.ts";
-import { indexJob, turnJob } from "../queue.ts";
-import { queueConversationWork } from "./turn-work.ts";
+import { indexSnippets, planSnippetsOfTurns, type TurnRange } from "../memory/recall/snippets.ts";
+import { conversationTurnsJob, indexJob, turnJob } from "../queue.ts";
+import { factKeysOf } from "./index-snippets.ts";
+import { takeFromOutbox } from "./outbox.ts";
+import { HAND_OFF_MS, queueConversationWork } from "./turn-work.ts";
 
 type FollowUpsDeps = Pick<Deps, "queue" | "embeddings" | "vectors" | "log">;
 
@@ -18,18 +20,19 @@ const PER_EMBEDDING = 128;
  * The outbox of new turns, drained in batches: each round of up to 200 turns, of any
  * conversations, reads what it needs (the turns with their agents' settings, their messages, the
  * snippets and verdicts they have), then writes their TURN snippets and the keyword gate's
- * verdicts and marks them dispatched in one statement (writeRound); then the round's snippets are
- * embedded together and upserted in one call. No transaction is held across round trips: on the
- * embedded store an open transaction has the database's one session to itself, and every
+ * verdicts and marks them dispatched in one statement (takeFromOutbox); then the round's snippets
+ * are embedded together and upserted in one call. No transaction is held across round trips: on
+ * the embedded store an open transaction has the database's one session to itself, and every
  * recordTurn waited behind the round's nine statements. A turn whose verdict forgets something is
- * left in the outbox for its own turn job, which makes its snippet and forgets.
+ * left in the outbox for the job that makes its snippet and forgets.
  *
  * What calls a model is queued before the round's write, so a crash between the two loses none
- * of it: each conversation's summary request and quiet-period timer once per round (not once per
- * turn), and for a turn whose agent extracts facts its own turn job, which finds the turn
- * dispatched and runs only the model's gate and extraction (runTurnWork). That job waits
- * HAND_OFF_DELAY_MS, by when the round has written; were the round to die first, the job does the
- * whole of the turn's follow-ups itself, as for a turn the round never saw.
+ * of it, once per conversation a round (not once per turn): the summary request, the
+ * quiet-period timer and, where the agent extracts facts, the conversation's gate job, which
+ * judges each of its turns not yet judged, in order, then extracts (runConversationTurnsWork).
+ * That job is due HAND_OFF_MS later, by when the round has written; a turn it still finds
+ * in the outbox (the round died first) it takes out itself, with its snippets, and whichever of
+ * the two claims a turn first writes them.
  */
 export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillAlive: () => Promise<unknown> = async () => {}) {
   const tenantId = db.$tenantId();
@@ -57,8 +60,11 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
     );
     const forgetting = gated.filter((_, i) => gate.verdicts[i].forget !== "NONE").map((t) => t.id);
     const forgets = new Set(forgetting);
-    await queueModelWork(deps, tenantId, waiting.filter((t) => !forgets.has(t.id)), gated);
-    const written = await writeRound(db, {
+    await queueModelWork(deps, tenantId, waiting, gated);
+    // Judged here: the keyword gate decides where no model does (extraction off), and a turn
+    // without a user message has nothing to judge.
+    const withMessage = new Set(gated.map((t) => t.id));
+    const written = await takeFromOutbox(db, {
       turnIds: waiting.map((t) => t.id),
       // A turn left for its own job gets its snippet there (another worker may claim it again
       // before that job marks it, and a snippet written twice would be a duplicate).
@@ -72,14 +78,19 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
         .filter(({ index }) => !gated[index].settings.extractionOn)
         .map(({ index, ...row }) => ({ ...row, turnId: gated[index].id, messageId: openingOf(gated[index])!.id })),
       forgetting,
+      gated: waiting.filter((t) => !forgets.has(t.id) && (!t.settings.extractionOn || !withMessage.has(t.id))).map((t) => t.id),
     });
     const claimed = new Set(written.claimed);
     const ofRound = waiting.filter((t) => claimed.has(t.id));
     turns += ofRound.length;
-    // Still in the outbox: were this enqueue lost, the dispatcher would queue their job. Coalesced
-    // per turn, since another round may find the turn again before its job has marked it.
+    // Still in the outbox: the conversation's gate job takes those of agents that extract; the
+    // others get a turn job (were this enqueue lost, the dispatcher would queue it), coalesced per
+    // turn, since another round may find the turn again before its job has marked it.
     const handing = forgetting.filter((id) => claimed.has(id));
-    for (const turnId of handing) await deps.queue.enqueueCoalesced(turnJob, { tenantId, turnId }, "turnId", 1_000);
+    const extracting = new Set(waiting.filter((t) => t.settings.extractionOn).map((t) => t.id));
+    for (const turnId of handing.filter((id) => !extracting.has(id))) {
+      await deps.queue.enqueueCoalesced(turnJob, { tenantId, turnId }, "turnId", 1_000);
+    }
     handedOff.push(...handing);
     const messagesOf = (turns: typeof waiting) =>
       planned.messages
@@ -91,11 +102,7 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
     // requests, whose own job embeds what it made.
     const ours = new Set(messagesOf(ofRound.filter((t) => !forgets.has(t.id))));
     const ids = [...planned.waiting.filter((s) => s.messageIds.some((id) => ours.has(id))).map((s) => s.id), ...written.snippetIds];
-    // Extraction may have read these messages before their turn had a snippet: the keys of its
-    // facts could not point anywhere yet.
-    if (messageIds.length && (await db.fact.count({ where: { sourceMessageId: { in: messageIds } } }))) {
-      for (const endUserId of new Set(ofRound.map((t) => t.endUserId))) ids.push(...(await syncFactKeys(db, deps, endUserId)));
-    }
+    ids.push(...(await factKeysOf(db, deps, ofRound.map((t) => t.endUserId), messageIds)));
     for (let i = 0; i < ids.length; i += PER_EMBEDDING) {
       const batch = ids.slice(i, i + PER_EMBEDDING);
       try {
@@ -116,16 +123,9 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
 }
 
 /**
- * A turn job waits this long, by when the round that queued it has written its turn: one that
- * found the turn still in the outbox would make its snippet beside the round's write. Queue
- * writes took hundreds of milliseconds each on the embedded store under load.
- */
-const HAND_OFF_DELAY_MS = 5_000;
-
-/**
- * The model's work of a round's turns (all but the forget requests, which get a turn job of their
- * own): a summary request and the quiet-period timer per conversation, and a turn job for each
- * turn whose agent extracts (its gate and extraction; runTurnWork skips what the round does).
+ * The model's work of a round's turns, per conversation: a summary request, the quiet-period
+ * timer, and where the agent extracts and a turn has a user message to judge, the conversation's
+ * gate job (coalesced: one waiting job per conversation, whatever the rounds that ask).
  */
 async function queueModelWork(
   deps: FollowUpsDeps,
@@ -135,51 +135,12 @@ async function queueModelWork(
 ) {
   const conversations = new Map(turns.map((t) => [t.conversationId, t.settings]));
   for (const [conversationId, settings] of conversations) await queueConversationWork(deps, tenantId, conversationId, settings, { imported: false });
-  // A turn without a user message has no verdict to ask for.
   const withMessage = new Set(gated.map((t) => t.id));
-  for (const turn of turns) {
-    if (turn.settings.extractionOn && withMessage.has(turn.id)) {
-      await deps.queue.enqueue(turnJob, { tenantId, turnId: turn.id }, { delayMs: HAND_OFF_DELAY_MS });
-    }
+  const judging = new Set(turns.filter((t) => t.settings.extractionOn && withMessage.has(t.id)).map((t) => t.conversationId));
+  for (const conversationId of judging) {
+    // Never pushed back past HAND_OFF_MS more by a conversation that keeps talking: the gate
+    // and extraction run every 5–10 s under load, not once it falls quiet.
+    await deps.queue.enqueueCoalesced(conversationTurnsJob, { tenantId, conversationId }, "conversationId", HAND_OFF_MS, { maxWaitMs: HAND_OFF_MS });
   }
 }
 
-type RoundRows = {
-  turnIds: string[];
-  snippets: (SnippetRow & { turnId: string })[];
-  /** Each with the id of the message it judged: written only while that message is not forgotten. */
-  verdicts: (Omit<GateVerdict, "id" | "tenantId" | "createdAt"> & { turnId: string; messageId: string })[];
-  forgetting: string[];
-};
-
-/**
- * A round's writes in one statement (atomic on its own): it claims those of the turns still in
- * the outbox (SKIP LOCKED, so two workers never take the same turn; a turn another worker
- * dispatched meanwhile is no longer waiting), inserts the snippets (of messages not forgotten
- * meanwhile: insertTurnSnippets) and verdicts (of messages not forgotten meanwhile either) of the
- * claimed turns, and marks them dispatched, except those left for their own turn job. Returns the
- * claimed turns' ids and the new snippets'.
- */
-export async function writeRound(db: TenantDb, rows: RoundRows): Promise<{ claimed: string[]; snippetIds: string[] }> {
-  const tenantId = db.$tenantId();
-  const now = appNow();
-  const [written] = await db.$queryRaw<{ claimed: string[]; snippetIds: string[] }[]>`
-    WITH claimed AS (
-      SELECT "id" FROM "Turn"
-      WHERE "tenantId" = ${tenantId} AND "id" = ANY(${rows.turnIds}::text[]) AND "followUpsQueuedAt" IS NULL
-      FOR UPDATE SKIP LOCKED
-    ), ${insertTurnSnippets(tenantId, rows.snippets, Prisma.sql`AND r."turnId" IN (SELECT "id" FROM claimed)`, rows.verdicts.map((v) => v.messageId))}, verdicts AS (
-      INSERT INTO "GateVerdict" ("id", "tenantId", "conversationId", "messageHash", "remember", "forget", "forgetTargets", "needsRecall", "decidedBy", "createdAt")
-      SELECT gen_random_uuid()::text, ${tenantId}, v."conversationId", v."messageHash", v."remember", v."forget", v."forgetTargets", v."needsRecall", v."decidedBy", ${now}
-      FROM jsonb_to_recordset(${JSON.stringify(rows.verdicts)}::jsonb)
-        AS v("turnId" text, "messageId" text, "conversationId" text, "messageHash" text, "remember" boolean, "forget" text, "forgetTargets" text[], "needsRecall" boolean, "decidedBy" text)
-      WHERE v."turnId" IN (SELECT "id" FROM claimed) AND v."messageId" IN (SELECT "id" FROM "live")
-      ON CONFLICT ("conversationId", "messageHash") DO NOTHING
-    ), marked AS (
-      UPDATE "Turn" SET "followUpsQueuedAt" = ${now}
-      WHERE "id" IN (SELECT "id" FROM claimed) AND NOT ("id" = ANY(${rows.forgetting}::text[]))
-    )
-    SELECT coalesce((SELECT array_agg("id") FROM claimed), '{}') AS "claimed",
-           coalesce((SELECT array_agg("id") FROM "inserted"), '{}') AS "snippetIds"`;
-  return written;
-}

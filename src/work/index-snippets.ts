@@ -45,11 +45,21 @@ export async function makeTurnSnippets(
   const messageIds = made.length
     ? (await db.recallSnippet.findMany({ where: { id: { in: made } }, select: { messageIds: true } })).flatMap((s) => s.messageIds)
     : [];
-  if (messageIds.length && (await db.fact.count({ where: { sourceMessageId: { in: messageIds } } }))) {
-    const conversation = await db.conversation.findUnique({ where: { id: conversationId }, select: { endUserId: true } });
-    if (conversation) made.push(...(await syncFactKeys(db, deps, conversation.endUserId)));
-  }
+  const conversation = messageIds.length ? await db.conversation.findUnique({ where: { id: conversationId }, select: { endUserId: true } }) : null;
+  if (conversation) made.push(...(await factKeysOf(db, deps, [conversation.endUserId], messageIds)));
   return made;
+}
+
+/**
+ * Extraction may have read these messages before their turn had a snippet, when the keys of its
+ * facts could not point anywhere yet: if any fact came from them, its users' fact keys are synced
+ * now (syncFactKeys). Returns the keys' ids still to embed.
+ */
+export async function factKeysOf(db: TenantDb, deps: Pick<Deps, "vectors">, endUserIds: string[], messageIds: string[]) {
+  if (messageIds.length === 0 || (await db.fact.count({ where: { sourceMessageId: { in: messageIds } } })) === 0) return [];
+  const ids: string[] = [];
+  for (const endUserId of new Set(endUserIds)) ids.push(...(await syncFactKeys(db, deps, endUserId)));
+  return ids;
 }
 
 // Snippets named per index job.

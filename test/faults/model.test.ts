@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { startEngramWithModel, type TestEngram } from "../helpers/engram.ts";
 import { scriptFaultyModel, type ModelFault } from "../helpers/faulty-model.ts";
 import type { ModelServer } from "../helpers/model-server.ts";
+import { until } from "../helpers/until.ts";
 import { startWriteLoad, untilFollowUpsDone, verifyAcknowledged } from "../helpers/write-load.ts";
 
 // The chat model down, hanging or answering garbage while agents keep writing: writes never
@@ -33,8 +34,10 @@ async function underModelFault(fault: ModelFault, tag: string) {
     await load.untilAcked(12);
     const callsBefore = model.requests.length;
     faults.set(fault);
-    // The fault lasts while agents write 30 more times, and the background work meets it.
+    // The fault lasts while agents write 30 more times, and until the background work has met it
+    // (a conversation's gate job runs a few seconds after its turns).
     await load.untilAcked(42);
+    await until("the background work to call the faulty model", async () => model.requests.length > callsBefore, 60_000).catch(() => {});
     await new Promise((resolve) => setTimeout(resolve, 3_000));
     const callsDuringFault = model.requests.length - callsBefore;
     faults.set("none");

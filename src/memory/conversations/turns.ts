@@ -151,6 +151,7 @@ async function appendToKnownConversation(
     SELECT known.*, turn."id" AS "turn_id", turn."tenantId" AS "turn_tenantId", turn."conversationId" AS "turn_conversationId",
            turn."clientTurnId" AS "turn_clientTurnId", turn."firstSeq" AS "turn_firstSeq", turn."lastSeq" AS "turn_lastSeq",
            turn."occurredAt" AS "turn_occurredAt", turn."createdAt" AS "turn_createdAt", turn."followUpsQueuedAt" AS "turn_followUpsQueuedAt",
+           turn."gatedAt" AS "turn_gatedAt",
            ${withRows ? Prisma.sql`conv."row"` : Prisma.sql`NULL::jsonb`} AS "conversationRow"
     FROM known LEFT JOIN turn ON true LEFT JOIN conv ON true`;
   // A concurrent turn with the same id makes the turn's insert fail on the unique index; the
@@ -167,6 +168,7 @@ async function appendToKnownConversation(
         occurredAt: row.turn_occurredAt!,
         createdAt: row.turn_createdAt!,
         followUpsQueuedAt: row.turn_followUpsQueuedAt,
+        gatedAt: row.turn_gatedAt,
       },
       conversation: { id: row.id!, agentId: row.agentId!, endUserId: row.endUserId! },
       created: true,

@@ -99,6 +99,14 @@ export function keywordGate(message: string): TriageVerdict {
   };
 }
 
+/** The verdict stored for a message of a conversation (the caller's, or an earlier gate's), if any. */
+export async function storedGateVerdict(db: TenantDb, input: { conversationId: string; message: string }): Promise<StoredVerdict | null> {
+  const row = await db.gateVerdict.findUnique({
+    where: { conversationId_messageHash: { conversationId: input.conversationId, messageHash: hashOf(input.message) } },
+  });
+  return row ? storedVerdict(row) : null;
+}
+
 /**
  * The per-turn gate, run after the reply by the turn's background work: one verdict per user
  * message, stored. A verdict the caller gave (context or recordTurn with `gate`) is stored
@@ -110,10 +118,8 @@ export async function gateMessage(
   input: { conversationId: string; messageId: string; message: string },
 ): Promise<StoredVerdict> {
   const messageHash = hashOf(input.message);
-  const cached = await db.gateVerdict.findUnique({
-    where: { conversationId_messageHash: { conversationId: input.conversationId, messageHash } },
-  });
-  if (cached) return storedVerdict(cached);
+  const cached = await storedGateVerdict(db, input);
+  if (cached) return cached;
   let verdict: StoredVerdict = { ...keywordGate(input.message), decidedBy: "KEYWORDS" };
   if (deps.triage) {
     try {

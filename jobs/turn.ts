@@ -36,8 +36,8 @@ export const conversationTurns = implementTenantJob(
     againSoonWhenBusy(
       control,
       runConversationTurnsWork(db, deps, payload, control.stillAlive).then((done) => {
-        // A round's request that came while it ran went to this job's row, which the run's end
-        // overwrites: turns still unjudged at the end make it run again.
+        // Turns still unjudged at the end (one its round may yet write, or come during the run)
+        // make it run again, whatever requests came meanwhile.
         if (done.again) control.runAgainIn(HAND_OFF_MS);
         return done;
       }),

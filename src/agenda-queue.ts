@@ -128,10 +128,9 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
       if (options?.delayMs) await agenda.schedule(new Date(Date.now() + options.delayMs), job.name, data);
       else await agenda.now(job.name, data);
     },
-    async enqueueCoalesced(job, payload, key, debounceMs, options) {
+    async enqueueCoalesced(job, payload, key, debounceMs) {
       const data = job.schema.parse(payload) as Record<string, unknown>;
-      const maxWait = options?.maxWaitMs ?? debounceMs * 10;
-      const submit = () => agenda.nowDebounced(job.name, data, { [`data.${key}`]: data[key] }, debounceMs, { maxWait });
+      const submit = () => agenda.nowDebounced(job.name, data, { [`data.${key}`]: data[key] }, debounceMs, { maxWait: debounceMs * 10 });
       // The save reads the job's row, then updates it. If the nightly prune of finished jobs
       // (pruneFinishedJobs) deleted that row in between, the update finds none and the backend
       // throws a TypeError on the missing row; once more, the read finds none and inserts.

@@ -14,17 +14,12 @@ export function defineJob<S extends z.ZodType>(definition: JobDefinition<S>): Jo
 export type JobQueue = {
   /** One job, run now, or `delayMs` from now. */
   enqueue<S extends z.ZodType>(job: JobDefinition<S>, payload: z.input<S>, options?: { delayMs?: number }): Promise<void>;
-  /**
-   * One run for a burst: submissions with the same key within `debounceMs` become one job, which
-   * each pushes back, but never past `maxWaitMs` (ten times `debounceMs` unless given) after the
-   * burst began.
-   */
+  /** One run for a burst: submissions with the same key within `debounceMs` become one job. */
   enqueueCoalesced<S extends z.ZodType>(
     job: JobDefinition<S>,
     payload: z.input<S> & Record<string, unknown>,
     key: string,
     debounceMs: number,
-    options?: { maxWaitMs?: number },
   ): Promise<void>;
   /**
    * At most one job per key and window from this process, run at the window's end: every write
@@ -57,9 +52,8 @@ export const followUpsJob = defineJob({ name: "memory.follow-ups", schema: z.obj
 export const turnJob = defineJob({ name: "memory.turn", schema: z.object({ ...tenantScoped, turnId: z.string() }) });
 
 /**
- * The model's gate on a conversation's turns not yet judged, in order (and what they ask to
- * forget), then one extraction; coalesced per conversation (work/turn-work.ts,
- * runConversationTurnsWork).
+ * The gate on a conversation's turns not yet judged, in order (and what they ask to forget), then
+ * extraction (work/turn-work.ts, runConversationTurnsWork).
  */
 export const conversationTurnsJob = defineJob({
   name: "memory.conversation-turns",

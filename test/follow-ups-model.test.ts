@@ -159,6 +159,34 @@ describe("follow-ups of turns whose agent calls a model", () => {
     expect((await db().conversation.findUniqueOrThrow({ where: { id: plain.conversation.id } })).extractionLeaseUntil).toBeNull();
   }, 120_000);
 
+  it("judges a conversation's turns in order: a forget request its round may still write holds back the turns after it", async () => {
+    const ask = await say("talk-order", 1, "Please forget my locker code.");
+    const later = await say("talk-order", 2, "I store my bike in the locker.");
+    await runTurnFollowUps(db(), engram.services.deps);
+    // The round left the forget request in the outbox and took the turn after it.
+    expect((await db().turn.findUniqueOrThrow({ where: { id: ask.id } })).followUpsQueuedAt).toBeNull();
+    expect((await db().turn.findUniqueOrThrow({ where: { id: later.id } })).followUpsQueuedAt).not.toBeNull();
+    const payload = { tenantId: tenantId(), conversationId: ask.conversation.id };
+    expect(await runConversationTurnsWork(db(), engram.services.deps, payload)).toMatchObject({ turns: [], again: true });
+    expect(await db().turn.count({ where: { conversationId: ask.conversation.id, gatedAt: { not: null } } })).toBe(0);
+    await age([ask.id]);
+    expect(await runConversationTurnsWork(db(), engram.services.deps, payload)).toMatchObject({ turns: ["FORGOT", "JUDGED"], again: false });
+  }, 120_000);
+
+  it("judges a conversation's turns one runner at a time: another holding its gate lease makes a job wait", async () => {
+    const turn = await say("talk-lease", 1, "What is the tallest tree?");
+    await runTurnFollowUps(db(), engram.services.deps);
+    await db().conversation.update({ where: { id: turn.conversation.id }, data: { gateLeaseUntil: new Date(Date.now() + 60_000) } });
+    await expect(runConversationTurnsWork(db(), engram.services.deps, { tenantId: tenantId(), conversationId: turn.conversation.id })).rejects.toThrow(TurnBusy);
+    await expect(runTurnWork(db(), engram.services.deps, { tenantId: tenantId(), turnId: turn.id })).rejects.toThrow(TurnBusy);
+    expect((await db().turn.findUniqueOrThrow({ where: { id: turn.id } })).gatedAt).toBeNull();
+    await db().conversation.update({ where: { id: turn.conversation.id }, data: { gateLeaseUntil: null } });
+    expect(await runTurnWork(db(), engram.services.deps, { tenantId: tenantId(), turnId: turn.id })).toMatchObject({ status: "DONE" });
+    expect((await db().turn.findUniqueOrThrow({ where: { id: turn.id } })).gatedAt).not.toBeNull();
+    // The conversation's job then finds it judged.
+    expect(await runConversationTurnsWork(db(), engram.services.deps, { tenantId: tenantId(), conversationId: turn.conversation.id })).toMatchObject({ turns: [], again: false });
+  }, 120_000);
+
   it("leaves a forget request of an agent that extracts to the conversation's gate job, which forgets once", async () => {
     const turn = await say("talk-forget", 1, "Please forget my locker code.");
     await runTurnFollowUps(db(), engram.services.deps);

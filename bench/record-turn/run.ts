@@ -180,6 +180,7 @@ async function benchStore(store: BenchStore): Promise<StoreResult> {
         for (;;) {
           const judged = await services.db.turn.count({ where: { tenantId, gatedAt: { not: null } } });
           if (judged >= turns) break;
+          if (performance.now() - started > 600_000) throw new Error(`drain: ${turns - judged} of ${turns} turns still unjudged after 10 minutes`);
           await new Promise((resolve) => setTimeout(resolve, 100));
         }
         const seconds = (performance.now() - started) / 1000;

@@ -1,20 +1,35 @@
 import type { Deps } from "../deps.ts";
-import { turnJob } from "../queue.ts";
+import { conversationTurnsJob, turnJob } from "../queue.ts";
 
 // A turn younger than this most likely has its job queued and waiting.
 const GRACE_MS = 30_000;
+// A turn out of the outbox this long and still unjudged most likely lost its conversation's gate
+// job (a request that landed on a running job's row as it ended, a dead-lettered run).
+const JUDGE_GRACE_MS = 60_000;
 const MAX_PER_TENANT = 1_000;
 
 /**
  * The outbox's dispatcher: turns committed without their follow-ups queued (the process died
  * between the commit and the enqueue, or the queue was down) get their turn job now. Coalesced
- * per turn, so a job that is merely waiting is not doubled.
+ * per turn, so a job that is merely waiting is not doubled. And the conversations of turns out of
+ * the outbox but still unjudged a minute on get their gate job, coalesced per conversation.
  */
 export async function dispatchPendingTurns(deps: Pick<Deps, "tenants" | "queue" | "log">, options: { graceMs?: number } = {}) {
   const olderThan = new Date(Date.now() - (options.graceMs ?? GRACE_MS));
+  const judgedBy = new Date(Date.now() - JUDGE_GRACE_MS);
   const dispatched: Record<string, number> = {};
   for (const tenant of await deps.tenants.active()) {
     const db = deps.tenants.scoped(tenant.id);
+    const unjudged = await db.turn.findMany({
+      where: { gatedAt: null, followUpsQueuedAt: { lt: judgedBy }, NOT: { clientTurnId: { startsWith: "import:" } } },
+      distinct: ["conversationId"],
+      select: { conversationId: true },
+      take: MAX_PER_TENANT,
+    });
+    for (const { conversationId } of unjudged) {
+      await deps.queue.enqueueCoalesced(conversationTurnsJob, { tenantId: tenant.id, conversationId }, "conversationId", 1_000);
+    }
+    if (unjudged.length) deps.log.info("gate: queued the gate job of conversations with turns still unjudged", { tenantId: tenant.id, conversations: unjudged.length });
     const pending = await db.turn.findMany({
       where: { followUpsQueuedAt: null, createdAt: { lt: olderThan } },
       orderBy: { createdAt: "asc" },

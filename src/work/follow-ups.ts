@@ -30,9 +30,9 @@ const PER_EMBEDDING = 128;
  * of it, once per conversation a round (not once per turn): the summary request, the
  * quiet-period timer and, where the agent extracts facts, the conversation's gate job, which
  * judges each of its turns not yet judged, in order, then extracts (runConversationTurnsWork).
- * That job is due HAND_OFF_MS later, by when the round has written; a turn it still finds
- * in the outbox (the round died first) it takes out itself, with its snippets, and whichever of
- * the two claims a turn first writes them.
+ * That job is due HAND_OFF_MS later, by when the round has written; a turn it still finds in the
+ * outbox after that (the round died first) it takes out itself, with its snippets, and whichever
+ * of the two claims a turn first writes them.
  */
 export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillAlive: () => Promise<unknown> = async () => {}) {
   const tenantId = db.$tenantId();
@@ -125,7 +125,7 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
 /**
  * The model's work of a round's turns, per conversation: a summary request, the quiet-period
  * timer, and where the agent extracts and a turn has a user message to judge, the conversation's
- * gate job (coalesced: one waiting job per conversation, whatever the rounds that ask).
+ * gate job.
  */
 async function queueModelWork(
   deps: FollowUpsDeps,
@@ -138,9 +138,10 @@ async function queueModelWork(
   const withMessage = new Set(gated.map((t) => t.id));
   const judging = new Set(turns.filter((t) => t.settings.extractionOn && withMessage.has(t.id)).map((t) => t.conversationId));
   for (const conversationId of judging) {
-    // Never pushed back past HAND_OFF_MS more by a conversation that keeps talking: the gate
-    // and extraction run every 5–10 s under load, not once it falls quiet.
-    await deps.queue.enqueueCoalesced(conversationTurnsJob, { tenantId, conversationId }, "conversationId", HAND_OFF_MS, { maxWaitMs: HAND_OFF_MS });
+    // One job per conversation and window from this process, due at the window's end: a
+    // conversation that keeps talking is judged every 5 s, not once it falls quiet. Two such jobs
+    // (two workers' rounds) take turns on the conversation's gate lease.
+    await deps.queue.enqueueSoon(conversationTurnsJob, { tenantId, conversationId }, "conversationId", HAND_OFF_MS);
   }
 }
 

@@ -3,6 +3,7 @@ import { chainFor } from "../chains/registry.ts";
 import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { agentSettings, type AgentSettings } from "../memory/conversations/agents.ts";
+import { underConversationLease } from "../memory/conversations/leases.ts";
 import { extractFacts, type ExtractionResult } from "../memory/facts/extraction.ts";
 import { forgetPhrases, forgetUser } from "../memory/forget.ts";
 import { gateMessage, storedGateVerdict, type StoredVerdict } from "../memory/gate/gate.ts";
@@ -65,10 +66,13 @@ export class ExtractionBusy extends Error {
   }
 }
 
-/** Another worker's statement holds the turn in the outbox this moment: the job runs again soon (jobs/turn.ts). */
+/**
+ * Another worker's statement holds the turn in the outbox this moment, or another runner is
+ * judging the conversation's turns: the job runs again soon (jobs/turn.ts).
+ */
 export class TurnBusy extends Error {
   constructor() {
-    super("another worker is taking this turn out of the outbox; retrying later");
+    super("another worker is taking this turn out of the outbox or judging its conversation; retrying later");
     this.name = "TurnBusy";
   }
 }
@@ -120,10 +124,9 @@ type Judged = { turnId: string } & (
 );
 
 /**
- * The gate on a turn's user message (the verdict the caller or context assembly gave, else a new
- * one: the model's where the agent extracts, the keywords' elsewhere), and what it asks to
- * forget. A turn that asked to forget is marked judged at once: a retry of the job must not judge
- * it again, since the forget took the stored verdicts with it.
+ * The gate on a turn's user message: the verdict the caller or context assembly gave, else a new
+ * one (the model's where the agent extracts, the keywords' elsewhere). What it asks to forget is
+ * the caller's to do (forgetAsked), under the conversation's gate lease.
  */
 async function judgeTurn(db: TenantDb, deps: TurnWorkDeps, turn: TurnRow, conversation: ConversationOf): Promise<Judged> {
   const userMessage = await db.message.findFirst({
@@ -133,14 +136,33 @@ async function judgeTurn(db: TenantDb, deps: TurnWorkDeps, turn: TurnRow, conver
   if (!userMessage) return { turnId: turn.id, status: "NO_USER_MESSAGE" };
   const triage = conversation.settings.extractionOn ? await chainFor(deps.models, db.$tenantId(), "triage") : null;
   const verdict = await gateMessage(db, { triage, log: deps.log }, { conversationId: conversation.id, messageId: userMessage.id, message: userMessage.content });
-  if (verdict.forget === "NONE") return { turnId: turn.id, status: "JUDGED", verdict };
+  return { turnId: turn.id, status: "JUDGED", verdict };
+}
+
+/**
+ * What a judged turn asked to forget, then the turn marked judged at once: the forget takes the
+ * stored verdicts with it, so a retry that judged the turn again would ask the model again and
+ * could forget again what the user said since.
+ */
+async function forgetAsked(db: TenantDb, deps: TurnWorkDeps, turnId: string, conversation: ConversationOf, verdict: StoredVerdict): Promise<Judged> {
   const who = { reason: "the user asked to forget", conversationId: conversation.id };
   const forgotten =
     verdict.forget === "ALL"
       ? await forgetUser(db, deps, conversation.endUserId, { ...who, reason: "the user asked to forget everything" })
       : await forgetPhrases(db, deps, conversation.endUserId, verdict.forgetTargets, who);
-  await markGated(db, [turn.id]);
-  return { turnId: turn.id, status: "FORGOT", verdict, forgotten };
+  await markGated(db, [turnId]);
+  return { turnId, status: "FORGOT", verdict, forgotten };
+}
+
+/**
+ * Judging under the conversation's gate lease: one runner at a time judges a conversation's
+ * turns (its gate job, a turn's own job, on any worker), each reading the marks after the one
+ * before has written them. Another holding it: TurnBusy, and the job runs again in a moment.
+ */
+async function underGateLease<T extends object>(db: TenantDb, conversationId: string, work: () => Promise<T>): Promise<T | { status: "GONE" }> {
+  const result = await underConversationLease(db, conversationId, "gateLeaseUntil", work);
+  if ("status" in result && result.status === "BUSY") throw new TurnBusy();
+  return result as T | { status: "GONE" };
 }
 
 /**
@@ -148,8 +170,9 @@ async function judgeTurn(db: TenantDb, deps: TurnWorkDeps, turn: TurnRow, conver
  * extract, turns the dispatcher caught up, jobs queued by an earlier version): out of the outbox
  * if it is still there (its snippets, the conversation's work), then the gate and what it asks to
  * forget, then extraction when the gate says the turn is worth remembering or a batch is full.
- * An imported conversation is extracted until caught up instead. A turn already judged is not
- * judged again: its stored verdict, if any, says whether extraction reads now.
+ * An imported conversation is extracted until caught up instead. A turn already judged (by the
+ * conversation's gate job, say) is not judged again: its stored verdict, if any, says whether
+ * extraction reads now.
  */
 export async function runTurnWork(
   db: TenantDb,
@@ -160,46 +183,51 @@ export async function runTurnWork(
   const turn = await db.turn.findUnique({ where: { id: payload.turnId }, select: turnFields });
   const conversation = turn && (await conversationOf(db, turn.conversationId));
   if (!turn || !conversation) return { status: "GONE" as const };
-  if (!turn.followUpsQueuedAt) await dispatchTurn(db, deps, { ...turn, endUserId: conversation.endUserId }, conversation);
+  const row = { ...turn, endUserId: conversation.endUserId };
+  if (!turn.followUpsQueuedAt) await dispatchTurn(db, deps, row, conversation);
   if (turn.clientTurnId.startsWith("import:")) return { status: "QUEUED" as const };
 
-  let verdict: StoredVerdict | null;
-  if (turn.gatedAt) {
-    const said = await db.message.findFirst({ where: { conversationId: conversation.id, seq: turn.firstSeq, role: "USER", forgottenAt: null }, select: { content: true } });
-    verdict = said && (await storedGateVerdict(db, { conversationId: conversation.id, message: said.content }));
-  } else {
-    const judged = await judgeTurn(db, deps, { ...turn, endUserId: conversation.endUserId }, conversation);
-    if (judged.status === "FORGOT") return { status: "FORGOT" as const, verdict: judged.verdict, forgotten: judged.forgotten };
+  const judged = await underGateLease(db, conversation.id, async (): Promise<Judged | { status: "JUDGED_BEFORE"; verdict: StoredVerdict | null }> => {
+    const now = await db.turn.findUnique({ where: { id: turn.id }, select: { gatedAt: true } });
+    if (now?.gatedAt) {
+      const said = await db.message.findFirst({ where: { conversationId: conversation.id, seq: turn.firstSeq, role: "USER", forgottenAt: null }, select: { content: true } });
+      return { status: "JUDGED_BEFORE", verdict: said && (await storedGateVerdict(db, { conversationId: conversation.id, message: said.content })) };
+    }
+    const verdict = await judgeTurn(db, deps, row, conversation);
+    if (verdict.status === "JUDGED" && verdict.verdict.forget !== "NONE") return forgetAsked(db, deps, turn.id, conversation, verdict.verdict);
     await markGated(db, [turn.id]);
-    if (judged.status === "NO_USER_MESSAGE") return { status: "NO_USER_MESSAGE" as const };
-    verdict = judged.verdict;
-  }
+    return verdict;
+  });
+  if (judged.status === "GONE" || judged.status === "NO_USER_MESSAGE") return { status: judged.status };
+  if (judged.status === "FORGOT") return { status: "FORGOT" as const, verdict: judged.verdict, forgotten: judged.forgotten };
+  const { verdict } = judged;
   if (!conversation.settings.extractionOn) return { status: "DONE" as const, verdict, extraction: { status: "EXTRACTION_OFF" as const } };
   return { status: "DONE" as const, verdict, extraction: await extractAfterGate(db, deps, conversation.id, Boolean(verdict?.remember), stillAlive) };
 }
 
-// Turns judged per run of a conversation's job.
+// Turns judged per run of a conversation's gate job.
 const PER_RUN = 200;
 
 /**
- * A conversation's gate job runs this long after the last round that asked for it (by when those
- * rounds have written their turns: queue writes took hundreds of milliseconds each on the
- * embedded store under load), and again this long after a run that left turns unjudged. A turn
- * still in the outbox is the round's for this long; after it, the job takes it out itself.
+ * A conversation's gate job runs this long after the first round of a burst that asked for it (by
+ * when those rounds have written their turns: queue writes took hundreds of milliseconds each on
+ * the embedded store under load), and again this long after a run that left turns unjudged. A
+ * turn still in the outbox is the round's for this long; after it, the job takes it out itself.
  */
 export const HAND_OFF_MS = 5_000;
 
 /**
- * The model's part of a conversation's new turns (work/follow-ups.ts queues it, coalesced per
- * conversation, once a round has read them): the gate on each turn not yet judged, in order (and
- * what it asks to forget), then one extraction, read now if any of them is worth remembering. A
- * turn still in the outbox (the round died before writing, or left a forget request here) is
- * taken out first, as runTurnWork does. A turn that asked to forget is marked judged at once, the
- * others once extraction has run, so a retry (a busy lease, an unreadable answer, a model outage
- * on a later turn) never judges a forget request twice, and judges the others from their stored
- * verdicts. `again`: turns still
- * unjudged when it ends (they came during the run; the request a round made meanwhile went to
- * this running job's row), for the job to run again.
+ * The model's part of a conversation's new turns (work/follow-ups.ts queues it once a round has
+ * read them): under the conversation's gate lease, the gate on each turn not yet judged, in
+ * order, and what it asks to forget; then extraction, read now if any of them is worth
+ * remembering, batch after batch while there is more. A turn still in the outbox is taken out
+ * first, as runTurnWork does (the round died before writing, or left a forget request here),
+ * unless its round may still write it: the run stops there, so that no later turn overtakes it.
+ * A turn that asked to forget is marked judged at once, and those judged before it just before
+ * its forget; the others once extraction has run. So a retry (a busy lease, an unreadable
+ * answer, a model outage on a later turn) never judges a turn again whose stored verdict a forget
+ * took, and judges the others from their stored verdicts, with no model call. `again`: turns
+ * still unjudged at the end (young ones, or come during the run), for the job to run again.
  */
 export async function runConversationTurnsWork(
   db: TenantDb,
@@ -210,26 +238,33 @@ export async function runConversationTurnsWork(
   const conversation = await conversationOf(db, payload.conversationId);
   if (!conversation) return { status: "GONE" as const, again: false };
   const unjudged = { conversationId: conversation.id, gatedAt: null, NOT: { clientTurnId: { startsWith: "import:" } } };
-  const turns = await db.turn.findMany({
-    where: { ...unjudged, OR: [{ followUpsQueuedAt: { not: null } }, { createdAt: { lt: new Date(Date.now() - HAND_OFF_MS) } }] },
-    orderBy: { firstSeq: "asc" },
-    select: turnFields,
-    take: PER_RUN,
+  const run = await underGateLease(db, conversation.id, async () => {
+    const turns = await db.turn.findMany({ where: unjudged, orderBy: { firstSeq: "asc" }, select: { ...turnFields, createdAt: true }, take: PER_RUN });
+    const youngSince = new Date(Date.now() - HAND_OFF_MS);
+    const judged: Judged[] = [];
+    const marked = new Set<string>();
+    for (const turn of turns) {
+      if (!turn.followUpsQueuedAt && turn.createdAt > youngSince) break;
+      const row = { ...turn, endUserId: conversation.endUserId };
+      if (!turn.followUpsQueuedAt) await dispatchTurn(db, deps, row, conversation);
+      const one = await judgeTurn(db, deps, row, conversation);
+      if (one.status === "JUDGED" && one.verdict.forget !== "NONE") {
+        const before = judged.filter((j) => j.status !== "FORGOT" && !marked.has(j.turnId)).map((j) => j.turnId);
+        await markGated(db, before);
+        for (const id of before) marked.add(id);
+        judged.push(await forgetAsked(db, deps, turn.id, conversation, one.verdict));
+        marked.add(turn.id);
+      } else judged.push(one);
+    }
+    const remember = judged.some((j) => j.status === "JUDGED" && j.verdict.remember);
+    const extraction = conversation.settings.extractionOn && judged.length ? await extractAfterGate(db, deps, conversation.id, remember, stillAlive) : undefined;
+    // The rest once extraction has run: a retry before this, on a busy extraction lease say,
+    // judges them again from their stored verdicts, and so knows again whether to read now.
+    await markGated(db, judged.map((j) => j.turnId).filter((id) => !marked.has(id)));
+    const again = (await db.turn.count({ where: unjudged })) > 0;
+    return { status: "DONE" as const, turns: judged.map((j) => j.status), extraction, again };
   });
-  const judged: Judged[] = [];
-  for (const turn of turns) {
-    const row = { ...turn, endUserId: conversation.endUserId };
-    if (!turn.followUpsQueuedAt) await dispatchTurn(db, deps, row, conversation);
-    judged.push(await judgeTurn(db, deps, row, conversation));
-  }
-  const remember = judged.some((j) => j.status === "JUDGED" && j.verdict.remember);
-  const extraction = conversation.settings.extractionOn && judged.length ? await extractAfterGate(db, deps, conversation.id, remember, stillAlive) : undefined;
-  // Those that forgot are marked already; the rest once extraction has run (a retry before this,
-  // on a busy lease say, judges them again from their stored verdicts, without a model call, and
-  // so knows again whether extraction reads now).
-  await markGated(db, judged.filter((j) => j.status !== "FORGOT").map((j) => j.turnId));
-  const again = (await db.turn.count({ where: unjudged })) > 0;
-  return { status: "DONE" as const, turns: judged.map((j) => j.status), extraction, again };
+  return run.status === "GONE" ? { status: "GONE" as const, again: false } : run;
 }
 
 /**

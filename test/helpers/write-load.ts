@@ -264,6 +264,8 @@ export type FollowUps = {
   summaryBehind: number;
   /** Conversations with shared messages the extractor has not read. */
   extractionBehind: number;
+  /** Turns whose user message the gate has not judged (Turn.gatedAt). */
+  notJudged: number;
 };
 
 /** What is still to do of the tenant's turns' follow-ups (all zero when everything ran). */
@@ -280,7 +282,8 @@ export function followUpsPending(storeUrl: string, tenantId: string, options: { 
          (SELECT count(*)::int FROM "Conversation" c WHERE c."tenantId" = $1
              AND (SELECT count(*) FROM "Message" m WHERE m."conversationId" = c."id" AND NOT m."private" AND m."seq" > c."summaryThroughSeq") > $2) AS "summaryBehind",
          (SELECT count(*)::int FROM "Conversation" c WHERE c."tenantId" = $1
-             AND EXISTS (SELECT 1 FROM "Message" m WHERE m."conversationId" = c."id" AND NOT m."private" AND m."seq" > c."extractedThroughSeq")) AS "extractionBehind"`,
+             AND EXISTS (SELECT 1 FROM "Message" m WHERE m."conversationId" = c."id" AND NOT m."private" AND m."seq" > c."extractedThroughSeq")) AS "extractionBehind",
+         (SELECT count(*)::int FROM "Turn" WHERE "tenantId" = $1 AND "gatedAt" IS NULL AND "clientTurnId" NOT LIKE 'import:%') AS "notJudged"`,
       [tenantId, tail],
     );
     return rows[0];

@@ -7,7 +7,7 @@ import { Prisma } from "../../generated/prisma/client.ts";
  */
 export const LEASE_MS = 120_000;
 
-export type ConversationLease = "summaryLeaseUntil" | "extractionLeaseUntil";
+export type ConversationLease = "summaryLeaseUntil" | "extractionLeaseUntil" | "gateLeaseUntil";
 
 /**
  * Runs `work` holding one of a conversation's leases, so that kind of work runs once per

@@ -35,7 +35,7 @@ export const conversationTurns = implementTenantJob(
   (db, deps, payload, control) =>
     againSoonWhenBusy(
       control,
-      runConversationTurnsWork(db, deps, payload, control.stillAlive).then((done) => {
+      runConversationTurnsWork(db, deps, payload, { stillAlive: control.stillAlive, retry: control.attempt > 1 }).then((done) => {
         // Turns still unjudged at the end (one its round may yet write, or come during the run)
         // make it run again, whatever requests came meanwhile.
         if (done.again) control.runAgainIn(HAND_OFF_MS);

@@ -69,8 +69,8 @@ async function releaseClaimsOfTheDead(db: Db, log: Logger) {
   const [{ queue }] = await db.$queryRaw<{ queue: boolean }[]>`SELECT to_regclass('agenda_jobs') IS NOT NULL AS queue`;
   const jobs = queue ? await db.$executeRaw`UPDATE "agenda_jobs" SET "locked_at" = NULL WHERE "locked_at" IS NOT NULL` : 0;
   const leases = await db.$executeRaw`
-    UPDATE "Conversation" SET "summaryLeaseUntil" = NULL, "extractionLeaseUntil" = NULL
-    WHERE "summaryLeaseUntil" IS NOT NULL OR "extractionLeaseUntil" IS NOT NULL`;
+    UPDATE "Conversation" SET "summaryLeaseUntil" = NULL, "extractionLeaseUntil" = NULL, "gateLeaseUntil" = NULL
+    WHERE "summaryLeaseUntil" IS NOT NULL OR "extractionLeaseUntil" IS NOT NULL OR "gateLeaseUntil" IS NOT NULL`;
   if (jobs || leases) log.info("released the claims of a process that stopped without cleaning up", { jobs, leases });
 }
 

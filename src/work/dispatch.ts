@@ -1,3 +1,4 @@
+import { sqlTimestamp } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { conversationTurnsJob, turnJob } from "../queue.ts";
 
@@ -20,15 +21,13 @@ export async function dispatchPendingTurns(deps: Pick<Deps, "tenants" | "queue" 
   const dispatched: Record<string, number> = {};
   for (const tenant of await deps.tenants.active()) {
     const db = deps.tenants.scoped(tenant.id);
-    const unjudged = await db.turn.findMany({
-      where: { gatedAt: null, followUpsQueuedAt: { lt: judgedBy }, NOT: { clientTurnId: { startsWith: "import:" } } },
-      distinct: ["conversationId"],
-      select: { conversationId: true },
-      take: MAX_PER_TENANT,
-    });
-    for (const { conversationId } of unjudged) {
-      await deps.queue.enqueueCoalesced(conversationTurnsJob, { tenantId: tenant.id, conversationId }, "conversationId", 1_000);
-    }
+    const unjudged = await db.$queryRaw<{ conversationId: string }[]>`
+      SELECT DISTINCT "conversationId" FROM "Turn"
+      WHERE "tenantId" = ${tenant.id} AND "gatedAt" IS NULL AND "followUpsQueuedAt" < ${sqlTimestamp(judgedBy)} AND "clientTurnId" NOT LIKE 'import:%'
+      LIMIT ${MAX_PER_TENANT}`;
+    // A job of its own each (not coalesced: Agenda's debounce would reschedule every finished gate
+    // job row of the conversation); at most one a minute.
+    for (const { conversationId } of unjudged) await deps.queue.enqueue(conversationTurnsJob, { tenantId: tenant.id, conversationId });
     if (unjudged.length) deps.log.info("gate: queued the gate job of conversations with turns still unjudged", { tenantId: tenant.id, conversations: unjudged.length });
     const pending = await db.turn.findMany({
       where: { followUpsQueuedAt: null, createdAt: { lt: olderThan } },

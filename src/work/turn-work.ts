@@ -224,21 +224,24 @@ export const HAND_OFF_MS = 5_000;
  * first, as runTurnWork does (the round died before writing, or left a forget request here),
  * unless its round may still write it: the run stops there, so that no later turn overtakes it.
  * A turn that asked to forget is marked judged at once, and those judged before it just before
- * its forget; the others once extraction has run. So a retry (a busy lease, an unreadable
+ * its forget; the others once extraction has run or failed (not when its lease was busy). So a retry (a busy lease, an unreadable
  * answer, a model outage on a later turn) never judges a turn again whose stored verdict a forget
- * took, and judges the others from their stored verdicts, with no model call. `again`: turns
- * still unjudged at the end (young ones, or come during the run), for the job to run again.
+ * took, and judges the others from their stored verdicts, with no model call; a retry after a
+ * failed extraction extracts again. `again`: turns still unjudged at the end (young ones, or
+ * come during the run), for the job to run again. BUSY: another runner holds the lease; its own
+ * end, or the dispatcher a minute on, finds what is left.
  */
 export async function runConversationTurnsWork(
   db: TenantDb,
   deps: TurnWorkDeps,
   payload: z.infer<typeof conversationTurnsJob.schema>,
-  stillAlive: () => Promise<unknown> = async () => {},
+  options: { stillAlive?: () => Promise<unknown>; retry?: boolean } = {},
 ) {
+  const stillAlive = options.stillAlive ?? (async () => {});
   const conversation = await conversationOf(db, payload.conversationId);
   if (!conversation) return { status: "GONE" as const, again: false };
   const unjudged = { conversationId: conversation.id, gatedAt: null, NOT: { clientTurnId: { startsWith: "import:" } } };
-  const run = await underGateLease(db, conversation.id, async () => {
+  const run = await underConversationLease(db, conversation.id, "gateLeaseUntil", async () => {
     const turns = await db.turn.findMany({ where: unjudged, orderBy: { firstSeq: "asc" }, select: { ...turnFields, createdAt: true }, take: PER_RUN });
     const youngSince = new Date(Date.now() - HAND_OFF_MS);
     const judged: Judged[] = [];
@@ -257,14 +260,27 @@ export async function runConversationTurnsWork(
       } else judged.push(one);
     }
     const remember = judged.some((j) => j.status === "JUDGED" && j.verdict.remember);
-    const extraction = conversation.settings.extractionOn && judged.length ? await extractAfterGate(db, deps, conversation.id, remember, stillAlive) : undefined;
-    // The rest once extraction has run: a retry before this, on a busy extraction lease say,
-    // judges them again from their stored verdicts, and so knows again whether to read now.
-    await markGated(db, judged.map((j) => j.turnId).filter((id) => !marked.has(id)));
+    const rest = judged.map((j) => j.turnId).filter((id) => !marked.has(id));
+    // A retry after a failed extraction (an unreadable answer, an outage) extracts again, and
+    // reads now, even with nothing new to judge.
+    const extract = conversation.settings.extractionOn && (judged.length > 0 || Boolean(options.retry));
+    let extraction;
+    try {
+      extraction = extract ? await extractAfterGate(db, deps, conversation.id, remember || Boolean(options.retry), stillAlive) : undefined;
+    } catch (error) {
+      // The gate's part is done whatever extraction did; only a busy extraction lease leaves the
+      // turns unmarked, for the run that follows at once to judge them again from their stored
+      // verdicts and so know again whether to read now.
+      if (!(error instanceof ExtractionBusy)) await markGated(db, rest);
+      throw error;
+    }
+    await markGated(db, rest);
     const again = (await db.turn.count({ where: unjudged })) > 0;
     return { status: "DONE" as const, turns: judged.map((j) => j.status), extraction, again };
   });
-  return run.status === "GONE" ? { status: "GONE" as const, again: false } : run;
+  // Another runner is judging the conversation: its own end looks for turns left (`again`), and
+  // the dispatcher for any still unjudged a minute on, so this job need not try again.
+  return "again" in run ? run : { status: run.status, again: false };
 }
 
 /**

@@ -7,15 +7,16 @@ ALTER TABLE "Turn" ADD COLUMN "gatedAt" TIMESTAMP(3);
 ALTER TABLE "Conversation" ADD COLUMN "gateLeaseUntil" TIMESTAMP(3);
 
 -- Turns dispatched before this column were judged by their turn job, except those whose job is
--- still queued (the version before marked a turn dispatched before its gate ran): those stay
--- unjudged, and their job, or the conversation's gate job it queues, judges them.
+-- still queued or running (the version before marked a turn dispatched before its gate ran): those
+-- stay unjudged, and their job, or the gate job the dispatcher queues a minute on, judges them.
 UPDATE "Turn" SET "gatedAt" = "followUpsQueuedAt" WHERE "followUpsQueuedAt" IS NOT NULL;
 DO $$
 BEGIN
   IF to_regclass('agenda_jobs') IS NOT NULL THEN
     UPDATE "Turn" t SET "gatedAt" = NULL
     FROM "agenda_jobs" j
-    WHERE j."name" = 'memory.turn' AND j."next_run_at" IS NOT NULL AND j."data"->>'turnId' = t."id";
+    WHERE j."name" = 'memory.turn' AND (j."next_run_at" IS NOT NULL OR j."locked_at" IS NOT NULL)
+      AND j."data"->>'turnId' = t."id";
   END IF;
 END $$;
 

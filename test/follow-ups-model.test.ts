@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant } from "../src/db.ts";
+import { underConversationLease } from "../src/memory/conversations/leases.ts";
 import { conversationTurnsJob } from "../src/queue.ts";
 import { planSnippetsOfTurns } from "../src/memory/recall/snippets.ts";
 import { runTurnFollowUps } from "../src/work/follow-ups.ts";
@@ -186,6 +187,22 @@ describe("follow-ups of turns whose agent calls a model", () => {
     expect((await db().turn.findUniqueOrThrow({ where: { id: turn.id } })).gatedAt).not.toBeNull();
     // The conversation's job then finds it judged.
     expect(await runConversationTurnsWork(db(), engram.services.deps, { tenantId: tenantId(), conversationId: turn.conversation.id })).toMatchObject({ turns: [], again: false });
+  }, 120_000);
+
+  it("gives a conversation lease back only while it is still the holder's: one that lapsed and was taken stays with the new holder", async () => {
+    const turn = await say("talk-lapse", 1, "What is the longest river?");
+    const lease = () => db().conversation.findUniqueOrThrow({ where: { id: turn.conversation.id }, select: { gateLeaseUntil: true } });
+    // The usual case: taken while the work runs, given back after it.
+    await underConversationLease(db(), turn.conversation.id, "gateLeaseUntil", async () => expect((await lease()).gateLeaseUntil).not.toBeNull());
+    expect((await lease()).gateLeaseUntil).toBeNull();
+    // The holder's lease lapses (its renewals failed) and another worker takes it meanwhile.
+    const theirs = new Date(Date.now() + 90_000);
+    theirs.setMilliseconds(0);
+    await underConversationLease(db(), turn.conversation.id, "gateLeaseUntil", async () => {
+      await db().conversation.update({ where: { id: turn.conversation.id }, data: { gateLeaseUntil: theirs } });
+    });
+    expect((await lease()).gateLeaseUntil).toEqual(theirs);
+    await db().conversation.update({ where: { id: turn.conversation.id }, data: { gateLeaseUntil: null } });
   }, 120_000);
 
   it("leaves a forget request of an agent that extracts to the conversation's gate job, which forgets once", async () => {

@@ -22,28 +22,33 @@ export async function underConversationLease<T>(
 ): Promise<T | { status: "BUSY" | "GONE" }> {
   const tenantId = db.$tenantId();
   const column = Prisma.raw(`"${lease}"`);
-  const until = () => sqlTimestamp(new Date(Date.now() + LEASE_MS));
-  // Raw statements, one round trip each: Prisma's updateMany wraps its UPDATE in BEGIN/COMMIT, and
-  // a turn's extraction takes and gives back a lease on every turn.
-  const setLease = (value: Prisma.Sql) =>
-    db.$executeRaw`UPDATE "Conversation" SET ${column} = ${value} WHERE "tenantId" = ${tenantId} AND "id" = ${conversationId}`;
+  // The lease's end as this holder last wrote it: renewals and the release touch the lease only
+  // while it still holds that value. One whose renewals failed until it lapsed, and which another
+  // worker then took, must neither extend nor clear that worker's lease.
+  let held = new Date(Date.now() + LEASE_MS);
+  const ours = Prisma.sql`"tenantId" = ${tenantId} AND "id" = ${conversationId}`;
   const now = appNow();
   const [taken] = await db.$queryRaw<{ found: boolean; leased: boolean }[]>`
     WITH found AS (
-      SELECT "id" FROM "Conversation" WHERE "tenantId" = ${tenantId} AND "id" = ${conversationId}
+      SELECT "id" FROM "Conversation" WHERE ${ours}
     ), leased AS (
-      UPDATE "Conversation" SET ${column} = ${until()}
-      WHERE "tenantId" = ${tenantId} AND "id" = ${conversationId} AND (${column} IS NULL OR ${column} < ${now})
+      UPDATE "Conversation" SET ${column} = ${sqlTimestamp(held)}
+      WHERE ${ours} AND (${column} IS NULL OR ${column} < ${now})
       RETURNING 1
     )
     SELECT EXISTS (SELECT 1 FROM found) AS "found", EXISTS (SELECT 1 FROM leased) AS "leased"`;
   if (!taken.leased) return { status: taken.found ? "BUSY" : "GONE" };
-  // Renewals are not chained: a slow store must not hold the next one back.
-  const renewals = new Set<Promise<unknown>>();
+  // Raw statements, one round trip each: Prisma's updateMany wraps its UPDATE in BEGIN/COMMIT, and
+  // a turn's extraction takes and gives back a lease on every turn. A renewal waits for the one
+  // before it, since it must know what that one wrote.
+  let renewing: Promise<unknown> = Promise.resolve();
   const renew = setInterval(() => {
-    const renewal = setLease(until()).catch(() => {});
-    renewals.add(renewal);
-    void renewal.finally(() => renewals.delete(renewal));
+    renewing = renewing.then(async () => {
+      const next = new Date(Date.now() + LEASE_MS);
+      const renewed = await db.$executeRaw`
+        UPDATE "Conversation" SET ${column} = ${sqlTimestamp(next)} WHERE ${ours} AND ${column} = ${sqlTimestamp(held)}`.catch(() => 0);
+      if (renewed) held = next;
+    });
   }, LEASE_MS / 4);
   // A holder cut off by a shutdown (its store closed under it) must not keep the process alive.
   renew.unref();
@@ -51,7 +56,7 @@ export async function underConversationLease<T>(
     return await work();
   } finally {
     clearInterval(renew);
-    await Promise.all(renewals); // a renewal still in flight must not land after the release
-    await setLease(Prisma.sql`NULL`);
+    await renewing; // a renewal still in flight must not land after the release
+    await db.$executeRaw`UPDATE "Conversation" SET ${column} = NULL WHERE ${ours} AND ${column} = ${sqlTimestamp(held)}`;
   }
 }

@@ -29,7 +29,6 @@ export const turn = implementTenantJob(turnJob, (db, deps, payload, control) => 
   concurrency: 4,
 });
 
-
 export const conversationTurns = implementTenantJob(
   conversationTurnsJob,
   (db, deps, payload, control) =>

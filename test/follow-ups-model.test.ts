@@ -174,6 +174,40 @@ describe("follow-ups of turns whose agent calls a model", () => {
     expect(await runConversationTurnsWork(db(), engram.services.deps, payload)).toMatchObject({ turns: ["FORGOT", "JUDGED"], again: false });
   }, 120_000);
 
+  it("has a turn's own job judge the conversation's earlier turns first, in order", async () => {
+    const first = await say("talk-catch-up", 1, "I swim on Sundays.");
+    const second = await say("talk-catch-up", 2, "I cook paella.");
+    await runTurnFollowUps(db(), engram.services.deps);
+    const calls = model.requests.length;
+    // The second turn's job (a dispatcher's catch-up, say) comes before the conversation's gate job.
+    expect(await runTurnWork(db(), engram.services.deps, { tenantId: tenantId(), turnId: second.id })).toMatchObject({ status: "DONE", verdict: { remember: true }, extraction: { status: "EXTRACTED" } });
+    const triaged = model.requests.slice(calls).filter((r) => r.chain === "triage").map((r) => JSON.stringify(r.messages));
+    expect(triaged.map((text) => (text.includes("swim") ? "first" : text.includes("paella") ? "second" : "?"))).toEqual(["first", "second"]);
+    expect(await db().turn.count({ where: { id: { in: [first.id, second.id] }, gatedAt: null } })).toBe(0);
+    expect(await runConversationTurnsWork(db(), engram.services.deps, { tenantId: tenantId(), conversationId: first.conversation.id })).toMatchObject({ turns: [], again: false });
+  }, 120_000);
+
+  it("reads nothing for extraction from a turn the gate job stopped at, which a later turn's job takes out itself", async () => {
+    const chess = await say("talk-stop", 1, "I play chess.");
+    const ask = await say("talk-stop", 2, "Please forget my locker code.");
+    const bike = await say("talk-stop", 3, "I ride my bike to work.");
+    await runTurnFollowUps(db(), engram.services.deps);
+    expect((await db().turn.findUniqueOrThrow({ where: { id: ask.id } })).followUpsQueuedAt).toBeNull();
+    const payload = { tenantId: tenantId(), conversationId: chess.conversation.id };
+    // The gate job judges the first turn, stops at the forget request (its round's for a moment
+    // yet), and extraction (read now: the first is worth remembering) reads only the messages before it.
+    expect(await runConversationTurnsWork(db(), engram.services.deps, payload)).toMatchObject({ turns: ["JUDGED"], extraction: { status: "EXTRACTED", throughSeq: chess.lastSeq }, again: true });
+    const facts = () => db().fact.findMany({ where: { endUserId: chess.conversation.endUser.id }, select: { text: true } });
+    expect((await facts()).map((f) => f.text)).not.toContain("The user said: I ride my bike to work.");
+    expect((await db().turn.findUniqueOrThrow({ where: { id: bike.id } })).gatedAt).toBeNull();
+    // The third turn's own job (a dispatcher's catch-up, say) does not wait: it takes the forget
+    // request out, forgets, then judges its own turn. (A forget closes what the conversation has
+    // said so far to the extractor.)
+    expect(await runTurnWork(db(), engram.services.deps, { tenantId: tenantId(), turnId: bike.id })).toMatchObject({ status: "DONE", verdict: { remember: true } });
+    expect(await db().turn.count({ where: { conversationId: chess.conversation.id, gatedAt: null } })).toBe(0);
+    expect((await db().turn.findUniqueOrThrow({ where: { id: ask.id } })).followUpsQueuedAt).not.toBeNull();
+  }, 120_000);
+
   it("judges a conversation's turns one runner at a time: another holding its gate lease leaves them to it", async () => {
     const turn = await say("talk-lease", 1, "What is the tallest tree?");
     await runTurnFollowUps(db(), engram.services.deps);

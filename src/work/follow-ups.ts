@@ -60,10 +60,10 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
     );
     const forgetting = gated.filter((_, i) => gate.verdicts[i].forget !== "NONE").map((t) => t.id);
     const forgets = new Set(forgetting);
-    await queueModelWork(deps, tenantId, waiting, gated);
+    const withMessage = new Set(gated.map((t) => t.id));
+    await queueModelWork(deps, tenantId, waiting, withMessage);
     // Judged here: the keyword gate decides where no model does (extraction off), and a turn
     // without a user message has nothing to judge.
-    const withMessage = new Set(gated.map((t) => t.id));
     const written = await takeFromOutbox(db, {
       turnIds: waiting.map((t) => t.id),
       // A turn left for its own job gets its snippet there (another worker may claim it again
@@ -131,11 +131,10 @@ async function queueModelWork(
   deps: FollowUpsDeps,
   tenantId: string,
   turns: { id: string; conversationId: string; settings: AgentSettings }[],
-  gated: { id: string }[],
+  withMessage: Set<string>,
 ) {
   const conversations = new Map(turns.map((t) => [t.conversationId, t.settings]));
   for (const [conversationId, settings] of conversations) await queueConversationWork(deps, tenantId, conversationId, settings, { imported: false });
-  const withMessage = new Set(gated.map((t) => t.id));
   const judging = new Set(turns.filter((t) => t.settings.extractionOn && withMessage.has(t.id)).map((t) => t.conversationId));
   for (const conversationId of judging) {
     // One job per conversation and window from this process, due at the window's end: a

@@ -16,19 +16,14 @@ import { requestSummary } from "./summarize.ts";
 
 type TurnWorkDeps = Pick<Deps, "models" | "queue" | "pubsub" | "vectors" | "embeddings" | "log">;
 
-async function runExtraction(db: TenantDb, deps: TurnWorkDeps, conversationId: string, now: boolean) {
+async function runExtraction(db: TenantDb, deps: TurnWorkDeps, conversationId: string, options: { now: boolean; beforeSeq?: number }) {
   const tenantId = db.$tenantId();
   const [extractor, judge] = await Promise.all([
     chainFor(deps.models, tenantId, "extract"),
     chainFor(deps.models, tenantId, "fact-judge"),
   ]);
   if (!extractor || !judge) return { status: "MODEL_OFF" as const };
-  const result = await extractFacts(
-    db,
-    { extractor, judge, pubsub: deps.pubsub, vectors: deps.vectors, log: deps.log },
-    conversationId,
-    { now },
-  );
+  const result = await extractFacts(db, { extractor, judge, pubsub: deps.pubsub, vectors: deps.vectors, log: deps.log }, conversationId, options);
   if (result.status === "EXTRACTED" && result.outcomes.some((o) => o.factId && o.change !== "REFRESHED")) {
     await indexFactKeys(db, deps, conversationId);
   }
@@ -123,16 +118,18 @@ type Judged = { turnId: string } & (
   | { status: "FORGOT"; verdict: StoredVerdict; forgotten: unknown }
 );
 
+/** The user message that opens a turn, unless forgotten. */
+function userMessageOf(db: TenantDb, conversationId: string, turn: Pick<TurnRow, "firstSeq">) {
+  return db.message.findFirst({ where: { conversationId, seq: turn.firstSeq, role: "USER", forgottenAt: null }, select: { id: true, content: true } });
+}
+
 /**
  * The gate on a turn's user message: the verdict the caller or context assembly gave, else a new
  * one (the model's where the agent extracts, the keywords' elsewhere). What it asks to forget is
  * the caller's to do (forgetAsked), under the conversation's gate lease.
  */
 async function judgeTurn(db: TenantDb, deps: TurnWorkDeps, turn: TurnRow, conversation: ConversationOf): Promise<Judged> {
-  const userMessage = await db.message.findFirst({
-    where: { conversationId: conversation.id, seq: turn.firstSeq, role: "USER", forgottenAt: null },
-    select: { id: true, content: true },
-  });
+  const userMessage = await userMessageOf(db, conversation.id, turn);
   if (!userMessage) return { turnId: turn.id, status: "NO_USER_MESSAGE" };
   const triage = conversation.settings.extractionOn ? await chainFor(deps.models, db.$tenantId(), "triage") : null;
   const verdict = await gateMessage(db, { triage, log: deps.log }, { conversationId: conversation.id, messageId: userMessage.id, message: userMessage.content });
@@ -165,14 +162,99 @@ async function underGateLease<T extends object>(db: TenantDb, conversationId: st
   return result as T | { status: "GONE" };
 }
 
+// Turns judged per run of a conversation's gate job.
+const PER_RUN = 200;
+
+/**
+ * A conversation's gate job runs this long after the first round of a burst that asked for it (by
+ * when those rounds have written their turns: queue writes took hundreds of milliseconds each on
+ * the embedded store under load), and again this long after a run that left turns unjudged. A
+ * turn still in the outbox is the round's for this long; after it, the job takes it out itself.
+ */
+export const HAND_OFF_MS = 5_000;
+
+const unjudgedTurns = (conversationId: string) => ({ conversationId, gatedAt: null, NOT: { clientTurnId: { startsWith: "import:" } } });
+
+/**
+ * The gate on each of a conversation's turns not yet judged, in order, up to `through` (a turn's
+ * own job) or all of them (the conversation's gate job), and what they ask to forget; then
+ * extraction, read now if any of them is worth remembering, batch after batch while there is
+ * more. Run under the conversation's gate lease. A turn still in the outbox is taken out first,
+ * as its own job does (the round died before writing, or left a forget request here). The gate
+ * job leaves one its round may still write (younger than HAND_OFF_MS) to that round, whose one
+ * statement writes a batch: the run stops there, so that no later turn overtakes it, and
+ * extraction reads no message from it on. A turn's own job takes the earlier turns out itself
+ * (whoever claims a turn first writes its snippets: work/outbox.ts), so that it never waits.
+ *
+ * A turn that asked to forget is marked judged at once, and those judged before it just before
+ * its forget; the others once extraction has run or failed (not when its lease was busy). So a
+ * retry (a busy lease, an unreadable answer, a model outage on a later turn) never judges a turn
+ * again whose stored verdict a forget took, and judges the others from their stored verdicts,
+ * with no model call; a retry after a failed extraction (`retry`) extracts again. `again`: turns
+ * of the conversation still unjudged at the end (young ones, later ones, or come during the run).
+ */
+async function judgeInOrder(
+  db: TenantDb,
+  deps: TurnWorkDeps,
+  conversation: ConversationOf,
+  options: { through?: TurnRow; retry: boolean; stillAlive: () => Promise<unknown> },
+) {
+  const { through } = options;
+  const turns = await db.turn.findMany({
+    where: { ...unjudgedTurns(conversation.id), ...(through && { firstSeq: { lte: through.firstSeq } }) },
+    orderBy: { firstSeq: "asc" },
+    select: { ...turnFields, createdAt: true },
+    take: PER_RUN,
+  });
+  const youngSince = new Date(Date.now() - HAND_OFF_MS);
+  const judged: Judged[] = [];
+  const marked = new Set<string>();
+  let stoppedAt: number | undefined;
+  for (const turn of turns) {
+    if (!through && !turn.followUpsQueuedAt && turn.createdAt > youngSince) {
+      stoppedAt = turn.firstSeq;
+      break;
+    }
+    const row = { ...turn, endUserId: conversation.endUserId };
+    if (!turn.followUpsQueuedAt) await dispatchTurn(db, deps, row, conversation);
+    const one = await judgeTurn(db, deps, row, conversation);
+    if (one.status === "JUDGED" && one.verdict.forget !== "NONE") {
+      const before = judged.filter((j) => j.status !== "FORGOT" && !marked.has(j.turnId)).map((j) => j.turnId);
+      await markGated(db, before);
+      for (const id of before) marked.add(id);
+      judged.push(await forgetAsked(db, deps, turn.id, conversation, one.verdict));
+      marked.add(turn.id);
+    } else judged.push(one);
+  }
+  const remember = judged.some((j) => j.status === "JUDGED" && j.verdict.remember);
+  const rest = judged.map((j) => j.turnId).filter((id) => !marked.has(id));
+  // A retry after a failed extraction (an unreadable answer, an outage) extracts again, and
+  // reads now, even with nothing new to judge.
+  const extract = conversation.settings.extractionOn && (judged.length > 0 || options.retry);
+  let extraction;
+  try {
+    extraction = extract ? await extractAfterGate(db, deps, conversation.id, { now: remember || options.retry, beforeSeq: stoppedAt }, options.stillAlive) : undefined;
+  } catch (error) {
+    // The gate's part is done whatever extraction did; only a busy extraction lease leaves the
+    // turns unmarked, for the run that follows at once to judge them again from their stored
+    // verdicts and so know again whether to read now.
+    if (!(error instanceof ExtractionBusy)) await markGated(db, rest);
+    throw error;
+  }
+  await markGated(db, rest);
+  const again = (await db.turn.count({ where: unjudgedTurns(conversation.id) })) > 0;
+  return { judged, extraction, again };
+}
+
 /**
  * A turn's follow-ups on its own, in the worker (imports, forget requests of agents that do not
  * extract, turns the dispatcher caught up, jobs queued by an earlier version): out of the outbox
- * if it is still there (its snippets, the conversation's work), then the gate and what it asks to
- * forget, then extraction when the gate says the turn is worth remembering or a batch is full.
- * An imported conversation is extracted until caught up instead. A turn already judged (by the
+ * if it is still there (its snippets, the conversation's work), then, under the conversation's
+ * gate lease, the gate on the conversation's earlier turns not yet judged and on this one, in
+ * order, what they ask to forget, and extraction (judgeInOrder). An imported
+ * conversation is extracted until caught up instead. A turn already judged (by the
  * conversation's gate job, say) is not judged again: its stored verdict, if any, says whether
- * extraction reads now.
+ * extraction reads now (a retry after a failed extraction).
  */
 export async function runTurnWork(
   db: TenantDb,
@@ -187,49 +269,34 @@ export async function runTurnWork(
   if (!turn.followUpsQueuedAt) await dispatchTurn(db, deps, row, conversation);
   if (turn.clientTurnId.startsWith("import:")) return { status: "QUEUED" as const };
 
-  const judged = await underGateLease(db, conversation.id, async (): Promise<Judged | { status: "JUDGED_BEFORE"; verdict: StoredVerdict | null }> => {
+  const run = await underGateLease(db, conversation.id, async () => {
     const now = await db.turn.findUnique({ where: { id: turn.id }, select: { gatedAt: true } });
     if (now?.gatedAt) {
-      const said = await db.message.findFirst({ where: { conversationId: conversation.id, seq: turn.firstSeq, role: "USER", forgottenAt: null }, select: { content: true } });
-      return { status: "JUDGED_BEFORE", verdict: said && (await storedGateVerdict(db, { conversationId: conversation.id, message: said.content })) };
+      const said = await userMessageOf(db, conversation.id, turn);
+      const verdict = said && (await storedGateVerdict(db, { conversationId: conversation.id, message: said.content }));
+      return { own: { turnId: turn.id, status: "JUDGED_BEFORE" as const, verdict }, extraction: undefined };
     }
-    const verdict = await judgeTurn(db, deps, row, conversation);
-    if (verdict.status === "JUDGED" && verdict.verdict.forget !== "NONE") return forgetAsked(db, deps, turn.id, conversation, verdict.verdict);
-    await markGated(db, [turn.id]);
-    return verdict;
+    const done = await judgeInOrder(db, deps, conversation, { through: row, retry: false, stillAlive });
+    const own = done.judged.find((j) => j.turnId === turn.id);
+    if (!own) throw new TurnBusy(); // more than a run's worth of earlier turns: the rest next time
+    return { own, extraction: done.extraction };
   });
-  if (judged.status === "GONE" || judged.status === "NO_USER_MESSAGE") return { status: judged.status };
-  if (judged.status === "FORGOT") return { status: "FORGOT" as const, verdict: judged.verdict, forgotten: judged.forgotten };
-  const { verdict } = judged;
+  if (!("own" in run)) return { status: run.status };
+  const { own } = run;
+  if (own.status === "NO_USER_MESSAGE") return { status: own.status };
+  if (own.status === "FORGOT") return { status: "FORGOT" as const, verdict: own.verdict, forgotten: own.forgotten };
+  const { verdict } = own;
   if (!conversation.settings.extractionOn) return { status: "DONE" as const, verdict, extraction: { status: "EXTRACTION_OFF" as const } };
-  return { status: "DONE" as const, verdict, extraction: await extractAfterGate(db, deps, conversation.id, Boolean(verdict?.remember), stillAlive) };
+  // Judged before: by the run whose extraction failed (this job's retry extracts again), or by
+  // the conversation's gate job, whose extraction ran.
+  const extraction = run.extraction ?? (await extractAfterGate(db, deps, conversation.id, { now: Boolean(verdict?.remember) }, stillAlive));
+  return { status: "DONE" as const, verdict, extraction };
 }
-
-// Turns judged per run of a conversation's gate job.
-const PER_RUN = 200;
-
-/**
- * A conversation's gate job runs this long after the first round of a burst that asked for it (by
- * when those rounds have written their turns: queue writes took hundreds of milliseconds each on
- * the embedded store under load), and again this long after a run that left turns unjudged. A
- * turn still in the outbox is the round's for this long; after it, the job takes it out itself.
- */
-export const HAND_OFF_MS = 5_000;
 
 /**
  * The model's part of a conversation's new turns (work/follow-ups.ts queues it once a round has
- * read them): under the conversation's gate lease, the gate on each turn not yet judged, in
- * order, and what it asks to forget; then extraction, read now if any of them is worth
- * remembering, batch after batch while there is more. A turn still in the outbox is taken out
- * first, as runTurnWork does (the round died before writing, or left a forget request here),
- * unless its round may still write it: the run stops there, so that no later turn overtakes it.
- * A turn that asked to forget is marked judged at once, and those judged before it just before
- * its forget; the others once extraction has run or failed (not when its lease was busy). So a retry (a busy lease, an unreadable
- * answer, a model outage on a later turn) never judges a turn again whose stored verdict a forget
- * took, and judges the others from their stored verdicts, with no model call; a retry after a
- * failed extraction extracts again. `again`: turns still unjudged at the end (young ones, or
- * come during the run), for the job to run again. BUSY: another runner holds the lease; its own
- * end, or the dispatcher a minute on, finds what is left.
+ * read them): judgeInOrder over all of its turns not yet judged, under its gate lease. BUSY:
+ * another runner holds the lease; its own end, or the dispatcher a minute on, finds what is left.
  */
 export async function runConversationTurnsWork(
   db: TenantDb,
@@ -237,50 +304,15 @@ export async function runConversationTurnsWork(
   payload: z.infer<typeof conversationTurnsJob.schema>,
   options: { stillAlive?: () => Promise<unknown>; retry?: boolean } = {},
 ) {
-  const stillAlive = options.stillAlive ?? (async () => {});
   const conversation = await conversationOf(db, payload.conversationId);
   if (!conversation) return { status: "GONE" as const, again: false };
-  const unjudged = { conversationId: conversation.id, gatedAt: null, NOT: { clientTurnId: { startsWith: "import:" } } };
-  const run = await underConversationLease(db, conversation.id, "gateLeaseUntil", async () => {
-    const turns = await db.turn.findMany({ where: unjudged, orderBy: { firstSeq: "asc" }, select: { ...turnFields, createdAt: true }, take: PER_RUN });
-    const youngSince = new Date(Date.now() - HAND_OFF_MS);
-    const judged: Judged[] = [];
-    const marked = new Set<string>();
-    for (const turn of turns) {
-      if (!turn.followUpsQueuedAt && turn.createdAt > youngSince) break;
-      const row = { ...turn, endUserId: conversation.endUserId };
-      if (!turn.followUpsQueuedAt) await dispatchTurn(db, deps, row, conversation);
-      const one = await judgeTurn(db, deps, row, conversation);
-      if (one.status === "JUDGED" && one.verdict.forget !== "NONE") {
-        const before = judged.filter((j) => j.status !== "FORGOT" && !marked.has(j.turnId)).map((j) => j.turnId);
-        await markGated(db, before);
-        for (const id of before) marked.add(id);
-        judged.push(await forgetAsked(db, deps, turn.id, conversation, one.verdict));
-        marked.add(turn.id);
-      } else judged.push(one);
-    }
-    const remember = judged.some((j) => j.status === "JUDGED" && j.verdict.remember);
-    const rest = judged.map((j) => j.turnId).filter((id) => !marked.has(id));
-    // A retry after a failed extraction (an unreadable answer, an outage) extracts again, and
-    // reads now, even with nothing new to judge.
-    const extract = conversation.settings.extractionOn && (judged.length > 0 || Boolean(options.retry));
-    let extraction;
-    try {
-      extraction = extract ? await extractAfterGate(db, deps, conversation.id, remember || Boolean(options.retry), stillAlive) : undefined;
-    } catch (error) {
-      // The gate's part is done whatever extraction did; only a busy extraction lease leaves the
-      // turns unmarked, for the run that follows at once to judge them again from their stored
-      // verdicts and so know again whether to read now.
-      if (!(error instanceof ExtractionBusy)) await markGated(db, rest);
-      throw error;
-    }
-    await markGated(db, rest);
-    const again = (await db.turn.count({ where: unjudged })) > 0;
-    return { status: "DONE" as const, turns: judged.map((j) => j.status), extraction, again };
-  });
+  const run = await underConversationLease(db, conversation.id, "gateLeaseUntil", () =>
+    judgeInOrder(db, deps, conversation, { retry: Boolean(options.retry), stillAlive: options.stillAlive ?? (async () => {}) }),
+  );
   // Another runner is judging the conversation: its own end looks for turns left (`again`), and
   // the dispatcher for any still unjudged a minute on, so this job need not try again.
-  return "again" in run ? run : { status: run.status, again: false };
+  if (!("judged" in run)) return { status: run.status, again: false };
+  return { status: "DONE" as const, turns: run.judged.map((j) => j.status), extraction: run.extraction, again: run.again };
 }
 
 /**
@@ -288,11 +320,17 @@ export async function runConversationTurnsWork(
  * full; batch after batch while there is more (one extraction reads at most 40 messages, and a
  * conversation's job may come after many turns). `stillAlive` keeps the job's lock between them.
  */
-async function extractAfterGate(db: TenantDb, deps: TurnWorkDeps, conversationId: string, remember: boolean, stillAlive: () => Promise<unknown>) {
-  let extraction: ExtractionResult | { status: "MODEL_OFF" } = await runExtraction(db, deps, conversationId, remember);
+async function extractAfterGate(
+  db: TenantDb,
+  deps: TurnWorkDeps,
+  conversationId: string,
+  options: { now: boolean; beforeSeq?: number },
+  stillAlive: () => Promise<unknown>,
+) {
+  let extraction: ExtractionResult | { status: "MODEL_OFF" } = await runExtraction(db, deps, conversationId, options);
   for (let rounds = 1; extraction.status === "EXTRACTED" && rounds < 1_000; rounds++) {
     await stillAlive();
-    const more = await runExtraction(db, deps, conversationId, remember);
+    const more = await runExtraction(db, deps, conversationId, options);
     if (more.status === "NOTHING_NEW" || more.status === "WAITING") break; // caught up
     extraction = more;
   }
@@ -313,7 +351,7 @@ export async function runExtractAll(
   stillAlive: () => Promise<unknown> = async () => {},
 ) {
   for (let rounds = 0; rounds < 1_000; rounds++) {
-    const result = await runExtraction(db, deps, payload.conversationId, true);
+    const result = await runExtraction(db, deps, payload.conversationId, { now: true });
     if (result.status === "BUSY") throw new ExtractionBusy();
     if (result.status === "UNPARSABLE") throw new UnreadableAnswer("fact extraction");
     if (result.status !== "EXTRACTED") return result;
@@ -323,7 +361,7 @@ export async function runExtractAll(
 
 /** The quiet-period timer fired: whatever the extractor has not read yet, it reads now. */
 export async function runQuietExtraction(db: TenantDb, deps: TurnWorkDeps, payload: z.infer<typeof quietExtractJob.schema>) {
-  const result = await runExtraction(db, deps, payload.conversationId, true);
+  const result = await runExtraction(db, deps, payload.conversationId, { now: true });
   if (result.status === "BUSY") throw new ExtractionBusy();
   if (result.status === "UNPARSABLE") throw new UnreadableAnswer("fact extraction");
   return result;

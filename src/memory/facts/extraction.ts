@@ -20,6 +20,7 @@ export type ExtractionResult =
   | { status: "EXTRACTED"; throughSeq: number; outcomes: (CandidateOutcome & { text: string })[] }
   | { status: "WAITING" | "NOTHING_NEW" | "EXTRACTION_OFF" | "UNPARSABLE" | "GONE" | "BUSY" };
 
+type ExtractionOptions = { now?: boolean; beforeSeq?: number };
 
 // One extractor call reads at most this many shared messages; the rest wait for the next batch.
 const MAX_BATCH = 40;
@@ -38,12 +39,14 @@ async function skipExtractionThrough(db: TenantDb, conversationId: string, seq: 
  * judge. Runs when a batch is full (the agent's batch size, default 8) or, with `now`, when the
  * gate said the turn is worth remembering. Progress is stored per conversation; a candidate the
  * user already has is only refreshed, so running the same batch twice keeps nothing twice.
+ * `beforeSeq`: read no message from this seq on (a turn the gate has not judged yet, such as a
+ * forget request its round may still write).
  */
 export async function extractFacts(
   db: TenantDb,
   deps: ExtractionDeps,
   conversationId: string,
-  options: { now?: boolean } = {},
+  options: ExtractionOptions = {},
 ): Promise<ExtractionResult> {
   // One extraction per conversation at a time, across workers, so a batch is never judged twice
   // against the same stored facts (which would add a fact twice).
@@ -56,7 +59,7 @@ async function extractUnderLease(
   db: TenantDb,
   deps: ExtractionDeps,
   conversationId: string,
-  options: { now?: boolean },
+  options: ExtractionOptions,
 ): Promise<ExtractionResult> {
   const conversation = await db.conversation.findUnique({ where: { id: conversationId }, include: { agent: true } });
   if (!conversation) return { status: "GONE" };
@@ -64,7 +67,7 @@ async function extractUnderLease(
   if (!settings.extractionOn) return { status: "EXTRACTION_OFF" };
 
   const batch = await db.message.findMany({
-    where: { conversationId, private: false, forgottenAt: null, seq: { gt: conversation.extractedThroughSeq } },
+    where: { conversationId, private: false, forgottenAt: null, seq: { gt: conversation.extractedThroughSeq, lt: options.beforeSeq } },
     orderBy: { seq: "asc" },
     take: MAX_BATCH,
   });

@@ -24,10 +24,11 @@ export async function againSoonWhenBusy(control: Pick<JobControl, "runAgainIn">,
   }
 }
 
-export const turn = implementTenantJob(turnJob, (db, deps, payload, control) => againSoonWhenBusy(control, runTurnWork(db, deps, payload, control.stillAlive)), {
-  backoff: untilItWorks,
-  concurrency: 4,
-});
+export const turn = implementTenantJob(
+  turnJob,
+  (db, deps, payload, control) => againSoonWhenBusy(control, runTurnWork(db, deps, payload, { stillAlive: control.stillAlive, retry: control.attempt > 1 })),
+  { backoff: untilItWorks, concurrency: 4 },
+);
 
 export const conversationTurns = implementTenantJob(
   conversationTurnsJob,

@@ -127,6 +127,10 @@ describe("follow-ups of turns whose agent calls a model", () => {
     expect((await db().turn.findUniqueOrThrow({ where: { id: turn.id } })).gatedAt).not.toBeNull();
     const calls = model.requests.length;
     expect(await runTurnWork(db(), engram.services.deps, { tenantId: tenantId(), turnId: turn.id })).toMatchObject({ status: "DONE", verdict: { remember: true } });
+    // Whoever judged it extracted: no model call at all, but for a retry after a failed extraction.
+    expect(model.requests.length).toBe(calls);
+    const retried = await runTurnWork(db(), engram.services.deps, { tenantId: tenantId(), turnId: turn.id }, { retry: true });
+    expect(retried).toMatchObject({ status: "DONE", extraction: { status: "NOTHING_NEW" } });
     expect(model.requests.slice(calls).map((r) => r.chain)).not.toContain("triage");
   }, 120_000);
 
@@ -206,6 +210,25 @@ describe("follow-ups of turns whose agent calls a model", () => {
     expect(await runTurnWork(db(), engram.services.deps, { tenantId: tenantId(), turnId: bike.id })).toMatchObject({ status: "DONE", verdict: { remember: true } });
     expect(await db().turn.count({ where: { conversationId: chess.conversation.id, gatedAt: null } })).toBe(0);
     expect((await db().turn.findUniqueOrThrow({ where: { id: ask.id } })).followUpsQueuedAt).not.toBeNull();
+  }, 120_000);
+
+  it("queues the conversation's gate job for turns come while a turn's own job judged", async () => {
+    await engram.gql(`mutation { upsertAgent(input: { externalId: "quiet-talker", settings: { summaryOn: false, extractionOn: false } }) { id } }`);
+    const sayQuietly = (n: number, userMessage: string) =>
+      recordTurn(engram, { agentExternalId: "quiet-talker", endUserExternalId: "talker-user", conversationExternalId: "talk-quiet", clientTurnId: `talk-quiet-${n}`, userMessage, assistantMessage: "Ok." });
+    const ask = await sayQuietly(1, "Please forget my locker code.");
+    await runTurnFollowUps(db(), engram.services.deps);
+    // The keyword gate's forget request is left for its own job; an agent that does not extract has no gate job.
+    const gateJobs = async () => (await jobsOf("memory.conversation-turns")).filter((j) => j.data.conversationId === ask.conversation.id);
+    expect((await db().turn.findUniqueOrThrow({ where: { id: ask.id } })).followUpsQueuedAt).toBeNull();
+    expect(await gateJobs()).toHaveLength(0);
+    // A turn comes while the forget request's job runs: the job leaves it to the gate job it queues.
+    const later = await sayQuietly(2, "What is the weather like?");
+    expect(await runTurnWork(db(), engram.services.deps, { tenantId: tenantId(), turnId: ask.id })).toMatchObject({ status: "FORGOT" });
+    expect((await db().turn.findUniqueOrThrow({ where: { id: later.id } })).gatedAt).toBeNull();
+    expect(await gateJobs()).toHaveLength(1);
+    await age([later.id]);
+    expect(await runConversationTurnsWork(db(), engram.services.deps, { tenantId: tenantId(), conversationId: ask.conversation.id })).toMatchObject({ turns: ["JUDGED"], again: false });
   }, 120_000);
 
   it("judges a conversation's turns one runner at a time: another holding its gate lease leaves them to it", async () => {

@@ -8,7 +8,7 @@ import { extractFacts, type ExtractionResult } from "../memory/facts/extraction.
 import { forgetPhrases, forgetUser } from "../memory/forget.ts";
 import { gateMessage, storedGateVerdict, type StoredVerdict } from "../memory/gate/gate.ts";
 import { planSnippetsOfTurns, type TurnRange } from "../memory/recall/snippets.ts";
-import { extractJob, quietExtractJob, type conversationTurnsJob, type turnJob } from "../queue.ts";
+import { conversationTurnsJob, extractJob, quietExtractJob, type turnJob } from "../queue.ts";
 import { UnreadableAnswer } from "./dead-letter.ts";
 import { factKeysOf, indexFactKeys, queueIndexing } from "./index-snippets.ts";
 import { markGated, takeFromOutbox } from "./outbox.ts";
@@ -63,7 +63,8 @@ export class ExtractionBusy extends Error {
 
 /**
  * Another worker's statement holds the turn in the outbox this moment, or another runner is
- * judging the conversation's turns: the job runs again soon (jobs/turn.ts).
+ * judging the conversation's turns, or more than a run's worth of earlier turns came first: the
+ * job runs again soon (jobs/turn.ts).
  */
 export class TurnBusy extends Error {
   constructor() {
@@ -168,12 +169,23 @@ const PER_RUN = 200;
 /**
  * A conversation's gate job runs this long after the first round of a burst that asked for it (by
  * when those rounds have written their turns: queue writes took hundreds of milliseconds each on
- * the embedded store under load), and again this long after a run that left turns unjudged. A
- * turn still in the outbox is the round's for this long; after it, the job takes it out itself.
+ * the embedded store under load), and again this long after a run that left turns unjudged. The
+ * gate job leaves a turn still in the outbox to its round for this long; after it, the job takes
+ * it out itself.
  */
 export const HAND_OFF_MS = 5_000;
 
 const unjudgedTurns = (conversationId: string) => ({ conversationId, gatedAt: null, NOT: { clientTurnId: { startsWith: "import:" } } });
+
+/**
+ * Where extraction after the gate stops: the first message of the conversation's earliest turn
+ * not yet judged (but those of `judged`, this run's, marked after extraction), so that it never
+ * reads a turn before the gate has done what it asks (a forget request above all).
+ */
+async function firstUnjudgedSeq(db: TenantDb, conversationId: string, judged: string[] = []) {
+  const turn = await db.turn.findFirst({ where: { ...unjudgedTurns(conversationId), id: { notIn: judged } }, orderBy: { firstSeq: "asc" }, select: { firstSeq: true } });
+  return turn?.firstSeq;
+}
 
 /**
  * The gate on each of a conversation's turns not yet judged, in order, up to `through` (a turn's
@@ -182,9 +194,10 @@ const unjudgedTurns = (conversationId: string) => ({ conversationId, gatedAt: nu
  * more. Run under the conversation's gate lease. A turn still in the outbox is taken out first,
  * as its own job does (the round died before writing, or left a forget request here). The gate
  * job leaves one its round may still write (younger than HAND_OFF_MS) to that round, whose one
- * statement writes a batch: the run stops there, so that no later turn overtakes it, and
- * extraction reads no message from it on. A turn's own job takes the earlier turns out itself
- * (whoever claims a turn first writes its snippets: work/outbox.ts), so that it never waits.
+ * statement writes a batch: the run stops there, so that no later turn overtakes it. A turn's
+ * own job takes the earlier turns out itself (whoever claims a turn first writes its snippets:
+ * work/outbox.ts), so that it never waits. Extraction reads no message of a turn left unjudged
+ * (firstUnjudgedSeq: one the run stopped at, one past `through` or the run's 200, one come meanwhile).
  *
  * A turn that asked to forget is marked judged at once, and those judged before it just before
  * its forget; the others once extraction has run or failed (not when its lease was busy). So a
@@ -209,12 +222,8 @@ async function judgeInOrder(
   const youngSince = new Date(Date.now() - HAND_OFF_MS);
   const judged: Judged[] = [];
   const marked = new Set<string>();
-  let stoppedAt: number | undefined;
   for (const turn of turns) {
-    if (!through && !turn.followUpsQueuedAt && turn.createdAt > youngSince) {
-      stoppedAt = turn.firstSeq;
-      break;
-    }
+    if (!through && !turn.followUpsQueuedAt && turn.createdAt > youngSince) break;
     const row = { ...turn, endUserId: conversation.endUserId };
     if (!turn.followUpsQueuedAt) await dispatchTurn(db, deps, row, conversation);
     const one = await judgeTurn(db, deps, row, conversation);
@@ -233,7 +242,10 @@ async function judgeInOrder(
   const extract = conversation.settings.extractionOn && (judged.length > 0 || options.retry);
   let extraction;
   try {
-    extraction = extract ? await extractAfterGate(db, deps, conversation.id, { now: remember || options.retry, beforeSeq: stoppedAt }, options.stillAlive) : undefined;
+    if (extract) {
+      const beforeSeq = await firstUnjudgedSeq(db, conversation.id, judged.map((j) => j.turnId));
+      extraction = await extractAfterGate(db, deps, conversation.id, { now: remember || options.retry, beforeSeq }, options.stillAlive);
+    }
   } catch (error) {
     // The gate's part is done whatever extraction did; only a busy extraction lease leaves the
     // turns unmarked, for the run that follows at once to judge them again from their stored
@@ -251,17 +263,20 @@ async function judgeInOrder(
  * extract, turns the dispatcher caught up, jobs queued by an earlier version): out of the outbox
  * if it is still there (its snippets, the conversation's work), then, under the conversation's
  * gate lease, the gate on the conversation's earlier turns not yet judged and on this one, in
- * order, what they ask to forget, and extraction (judgeInOrder). An imported
- * conversation is extracted until caught up instead. A turn already judged (by the
- * conversation's gate job, say) is not judged again: its stored verdict, if any, says whether
- * extraction reads now (a retry after a failed extraction).
+ * order, what they ask to forget, and extraction (judgeInOrder). An imported conversation is
+ * extracted until caught up instead. A turn already judged (by the conversation's gate job, say)
+ * is not judged again: whoever judged it extracted, but a retry of this job after its own
+ * extraction failed (`retry`) extracts again, and reads now. Turns still unjudged at the end
+ * (come while this job held the lease, whose gate job found it busy and ended) get the
+ * conversation's gate job.
  */
 export async function runTurnWork(
   db: TenantDb,
   deps: TurnWorkDeps,
   payload: z.infer<typeof turnJob.schema>,
-  stillAlive: () => Promise<unknown> = async () => {},
+  options: { stillAlive?: () => Promise<unknown>; retry?: boolean } = {},
 ) {
+  const stillAlive = options.stillAlive ?? (async () => {});
   const turn = await db.turn.findUnique({ where: { id: payload.turnId }, select: turnFields });
   const conversation = turn && (await conversationOf(db, turn.conversationId));
   if (!turn || !conversation) return { status: "GONE" as const };
@@ -274,23 +289,24 @@ export async function runTurnWork(
     if (now?.gatedAt) {
       const said = await userMessageOf(db, conversation.id, turn);
       const verdict = said && (await storedGateVerdict(db, { conversationId: conversation.id, message: said.content }));
-      return { own: { turnId: turn.id, status: "JUDGED_BEFORE" as const, verdict }, extraction: undefined };
+      const again = (await firstUnjudgedSeq(db, conversation.id)) !== undefined;
+      return { own: { turnId: turn.id, status: "JUDGED_BEFORE" as const, verdict }, extraction: undefined, again };
     }
-    const done = await judgeInOrder(db, deps, conversation, { through: row, retry: false, stillAlive });
+    const done = await judgeInOrder(db, deps, conversation, { through: row, retry: Boolean(options.retry), stillAlive });
     const own = done.judged.find((j) => j.turnId === turn.id);
     if (!own) throw new TurnBusy(); // more than a run's worth of earlier turns: the rest next time
-    return { own, extraction: done.extraction };
+    return { own, extraction: done.extraction, again: done.again };
   });
   if (!("own" in run)) return { status: run.status };
+  if (run.again) await deps.queue.enqueueSoon(conversationTurnsJob, { tenantId: db.$tenantId(), conversationId: conversation.id }, "conversationId", HAND_OFF_MS);
   const { own } = run;
   if (own.status === "NO_USER_MESSAGE") return { status: own.status };
   if (own.status === "FORGOT") return { status: "FORGOT" as const, verdict: own.verdict, forgotten: own.forgotten };
   const { verdict } = own;
   if (!conversation.settings.extractionOn) return { status: "DONE" as const, verdict, extraction: { status: "EXTRACTION_OFF" as const } };
-  // Judged before: by the run whose extraction failed (this job's retry extracts again), or by
-  // the conversation's gate job, whose extraction ran.
-  const extraction = run.extraction ?? (await extractAfterGate(db, deps, conversation.id, { now: Boolean(verdict?.remember) }, stillAlive));
-  return { status: "DONE" as const, verdict, extraction };
+  if (run.extraction || !options.retry) return { status: "DONE" as const, verdict, extraction: run.extraction };
+  const beforeSeq = await firstUnjudgedSeq(db, conversation.id);
+  return { status: "DONE" as const, verdict, extraction: await extractAfterGate(db, deps, conversation.id, { now: true, beforeSeq }, stillAlive) };
 }
 
 /**

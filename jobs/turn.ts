@@ -24,6 +24,8 @@ export async function againSoonWhenBusy(control: Pick<JobControl, "runAgainIn">,
   }
 }
 
+// `retry`: this job failed before (a model outage, an unreadable answer): its extraction reads
+// now, even on a partial batch (at worst one extraction more than needed).
 export const turn = implementTenantJob(
   turnJob,
   (db, deps, payload, control) => againSoonWhenBusy(control, runTurnWork(db, deps, payload, { stillAlive: control.stillAlive, retry: control.attempt > 1 })),
@@ -53,7 +55,15 @@ export const extract = implementTenantJob(
 
 export const quietExtract = implementTenantJob(
   quietExtractJob,
-  (db, deps, payload, control) => againSoonWhenBusy(control, runQuietExtraction(db, deps, payload)),
+  (db, deps, payload, control) =>
+    againSoonWhenBusy(
+      control,
+      runQuietExtraction(db, deps, payload).then((done) => {
+        // A turn the gate had not judged yet held the extractor back: the rest once it has.
+        if (done.gateFirst) control.runAgainIn(HAND_OFF_MS);
+        return done;
+      }),
+    ),
   { backoff: untilItWorks },
 );
 

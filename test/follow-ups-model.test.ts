@@ -164,6 +164,23 @@ describe("follow-ups of turns whose agent calls a model", () => {
     expect((await db().conversation.findUniqueOrThrow({ where: { id: plain.conversation.id } })).extractionLeaseUntil).toBeNull();
   }, 120_000);
 
+  it("has the quiet-period job read soon what a turn marked before a forget asked to remember, when extraction was busy", async () => {
+    const harp = await say("talk-harp", 1, "I play the harp.");
+    const ask = await say("talk-harp", 2, "Please forget my locker code.");
+    await runTurnFollowUps(db(), engram.services.deps);
+    await age([ask.id]);
+    await db().conversation.update({ where: { id: harp.conversation.id }, data: { extractionLeaseUntil: new Date(Date.now() + 60_000) } });
+    const payload = { tenantId: tenantId(), conversationId: harp.conversation.id };
+    await expect(runConversationTurnsWork(db(), engram.services.deps, payload)).rejects.toThrow(ExtractionBusy);
+    // Both marked (the first just before the forget): a rerun judges neither again, so the
+    // quiet-period job, due in seconds rather than the agent's 10 minutes, reads the first now.
+    expect(await db().turn.count({ where: { id: { in: [harp.id, ask.id] }, gatedAt: null } })).toBe(0);
+    const quiet = (await jobsOf("memory.extract-quiet")).filter((j) => j.data.conversationId === harp.conversation.id);
+    expect(quiet).toHaveLength(1);
+    expect(quiet[0].nextRunAt.getTime()).toBeLessThan(Date.now() + 60_000);
+    await db().conversation.update({ where: { id: harp.conversation.id }, data: { extractionLeaseUntil: null } });
+  }, 120_000);
+
   it("judges a conversation's turns in order: a forget request its round may still write holds back the turns after it", async () => {
     const ask = await say("talk-order", 1, "Please forget my locker code.");
     const later = await say("talk-order", 2, "I store my bike in the locker.");

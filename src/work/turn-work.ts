@@ -249,8 +249,12 @@ async function judgeInOrder(
   } catch (error) {
     // The gate's part is done whatever extraction did; only a busy extraction lease leaves the
     // turns unmarked, for the run that follows at once to judge them again from their stored
-    // verdicts and so know again whether to read now.
+    // verdicts and so know again whether to read now. Those marked before a forget are not
+    // judged again: if one is worth remembering, the quiet-period job reads now, in a moment.
     if (!(error instanceof ExtractionBusy)) await markGated(db, rest);
+    else if (judged.some((j) => marked.has(j.turnId) && j.status === "JUDGED" && j.verdict.remember)) {
+      await deps.queue.enqueueCoalesced(quietExtractJob, { tenantId: db.$tenantId(), conversationId: conversation.id }, "conversationId", HAND_OFF_MS);
+    }
     throw error;
   }
   await markGated(db, rest);
@@ -359,7 +363,10 @@ async function extractAfterGate(
   return extraction;
 }
 
-/** Extraction until caught up, for imported conversations; `stillAlive` keeps the job's lock between rounds. */
+/**
+ * Extraction until caught up, for imported conversations (up to a live turn the gate has not
+ * judged); `stillAlive` keeps the job's lock between rounds.
+ */
 export async function runExtractAll(
   db: TenantDb,
   deps: TurnWorkDeps,
@@ -367,7 +374,7 @@ export async function runExtractAll(
   stillAlive: () => Promise<unknown> = async () => {},
 ) {
   for (let rounds = 0; rounds < 1_000; rounds++) {
-    const result = await runExtraction(db, deps, payload.conversationId, { now: true });
+    const result = await runExtraction(db, deps, payload.conversationId, { now: true, beforeSeq: await firstUnjudgedSeq(db, payload.conversationId) });
     if (result.status === "BUSY") throw new ExtractionBusy();
     if (result.status === "UNPARSABLE") throw new UnreadableAnswer("fact extraction");
     if (result.status !== "EXTRACTED") return result;
@@ -375,10 +382,15 @@ export async function runExtractAll(
   }
 }
 
-/** The quiet-period timer fired: whatever the extractor has not read yet, it reads now. */
+/**
+ * The quiet-period timer fired: whatever the extractor has not read yet, it reads now, up to a
+ * turn the gate has not judged. `gateFirst`: such a turn held it back, so the job runs again a
+ * moment later for the rest (the gate job reads now only what is worth remembering).
+ */
 export async function runQuietExtraction(db: TenantDb, deps: TurnWorkDeps, payload: z.infer<typeof quietExtractJob.schema>) {
-  const result = await runExtraction(db, deps, payload.conversationId, { now: true });
+  const beforeSeq = await firstUnjudgedSeq(db, payload.conversationId);
+  const result = await runExtraction(db, deps, payload.conversationId, { now: true, beforeSeq });
   if (result.status === "BUSY") throw new ExtractionBusy();
   if (result.status === "UNPARSABLE") throw new UnreadableAnswer("fact extraction");
-  return result;
+  return { ...result, gateFirst: beforeSeq !== undefined };
 }

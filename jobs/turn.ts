@@ -32,18 +32,19 @@ export const turn = implementTenantJob(
   { backoff: untilItWorks, concurrency: 4 },
 );
 
+/** Work that left some for later (`again`) runs again in HAND_OFF_MS, whatever requests came meanwhile. */
+function againWhenLeft<T extends { again?: boolean }>(control: Pick<JobControl, "runAgainIn">, work: Promise<T>) {
+  return work.then((done) => {
+    if (done.again) control.runAgainIn(HAND_OFF_MS);
+    return done;
+  });
+}
+
+// Left: turns still unjudged at the end (one its round may yet write, or come during the run).
 export const conversationTurns = implementTenantJob(
   conversationTurnsJob,
   (db, deps, payload, control) =>
-    againSoonWhenBusy(
-      control,
-      runConversationTurnsWork(db, deps, payload, { stillAlive: control.stillAlive, retry: control.attempt > 1 }).then((done) => {
-        // Turns still unjudged at the end (one its round may yet write, or come during the run)
-        // make it run again, whatever requests came meanwhile.
-        if (done.again) control.runAgainIn(HAND_OFF_MS);
-        return done;
-      }),
-    ),
+    againSoonWhenBusy(control, againWhenLeft(control, runConversationTurnsWork(db, deps, payload, { stillAlive: control.stillAlive, retry: control.attempt > 1 }))),
   { backoff: untilItWorks, concurrency: 4 },
 );
 
@@ -55,15 +56,8 @@ export const extract = implementTenantJob(
 
 export const quietExtract = implementTenantJob(
   quietExtractJob,
-  (db, deps, payload, control) =>
-    againSoonWhenBusy(
-      control,
-      runQuietExtraction(db, deps, payload).then((done) => {
-        // A turn the gate had not judged yet held the extractor back: the rest once it has.
-        if (done.gateFirst) control.runAgainIn(HAND_OFF_MS);
-        return done;
-      }),
-    ),
+  // Left: what a turn the gate had not judged yet held the extractor back from.
+  (db, deps, payload, control) => againSoonWhenBusy(control, againWhenLeft(control, runQuietExtraction(db, deps, payload))),
   { backoff: untilItWorks },
 );
 

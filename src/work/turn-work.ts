@@ -258,8 +258,7 @@ async function judgeInOrder(
     throw error;
   }
   await markGated(db, rest);
-  const again = (await db.turn.count({ where: unjudgedTurns(conversation.id) })) > 0;
-  return { judged, extraction, again };
+  return { judged, extraction, again: (await firstUnjudgedSeq(db, conversation.id)) !== undefined };
 }
 
 /**
@@ -384,7 +383,7 @@ export async function runExtractAll(
 
 /**
  * The quiet-period timer fired: whatever the extractor has not read yet, it reads now, up to a
- * turn the gate has not judged. `gateFirst`: such a turn held it back, so the job runs again a
+ * turn the gate has not judged. `again`: such a turn held it back, so the job runs again a
  * moment later for the rest (the gate job reads now only what is worth remembering).
  */
 export async function runQuietExtraction(db: TenantDb, deps: TurnWorkDeps, payload: z.infer<typeof quietExtractJob.schema>) {
@@ -392,5 +391,5 @@ export async function runQuietExtraction(db: TenantDb, deps: TurnWorkDeps, paylo
   const result = await runExtraction(db, deps, payload.conversationId, { now: true, beforeSeq });
   if (result.status === "BUSY") throw new ExtractionBusy();
   if (result.status === "UNPARSABLE") throw new UnreadableAnswer("fact extraction");
-  return { ...result, gateFirst: beforeSeq !== undefined };
+  return { ...result, again: beforeSeq !== undefined };
 }

@@ -222,9 +222,14 @@ describe("follow-ups of turns whose agent calls a model", () => {
     expect((await facts()).map((f) => f.text)).not.toContain("The user said: I ride my bike to work.");
     expect((await db().turn.findUniqueOrThrow({ where: { id: bike.id } })).gatedAt).toBeNull();
     // The third turn's own job (a dispatcher's catch-up, say) does not wait: it takes the forget
-    // request out, forgets, then judges its own turn. (A forget closes what the conversation has
-    // said so far to the extractor.)
-    expect(await runTurnWork(db(), engram.services.deps, { tenantId: tenantId(), turnId: bike.id })).toMatchObject({ status: "DONE", verdict: { remember: true } });
+    // request out, forgets, then judges its own turn, and reads it: the forget closed the
+    // conversation to the extractor only through the turn that asked.
+    expect(await runTurnWork(db(), engram.services.deps, { tenantId: tenantId(), turnId: bike.id })).toMatchObject({
+      status: "DONE",
+      verdict: { remember: true },
+      extraction: { status: "EXTRACTED", throughSeq: bike.lastSeq },
+    });
+    expect((await facts()).map((f) => f.text)).toContain("The user said: I ride my bike to work.");
     expect(await db().turn.count({ where: { conversationId: chess.conversation.id, gatedAt: null } })).toBe(0);
     expect((await db().turn.findUniqueOrThrow({ where: { id: ask.id } })).followUpsQueuedAt).not.toBeNull();
   }, 120_000);

@@ -4,6 +4,8 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { OfflineEmbeddings } from "../src/embeddings/offline.ts";
 import type { Deps } from "../src/deps.ts";
 import { forTenant, type TenantDb } from "../src/db.ts";
+import type { VerbatimScores } from "../src/chains/verbatim-judge.ts";
+import { rewriteSummary } from "../src/memory/conversations/summary.ts";
 import { applyCandidate } from "../src/memory/facts/facts.ts";
 import { forgetConversation, forgetExpired, forgetFact, forgetPhrases, forgetUser } from "../src/memory/forget.ts";
 import {
@@ -153,6 +155,58 @@ describe("a forget's second look", () => {
     await forgetPhrases(db, deps, turn.endUserId, ["PIN"], reason);
     expect(landed).toBe(0);
     expect(await db.conversation.findUniqueOrThrow({ where: { id: turn.conversationId } })).toMatchObject({ summary: null, summaryThroughSeq: 2 });
+  });
+});
+
+describe("\"forget my X\" asked in a conversation", () => {
+  const progressOf = (conversationId: string) =>
+    db.conversation.findUniqueOrThrow({ where: { id: conversationId }, select: { extractedThroughSeq: true, summaryThroughSeq: true, summary: true } });
+
+  it("closes that conversation to the extractor and the summary only through the turn that asked", async () => {
+    await keepMessages(false);
+    const who = { user: "una", conversation: "una-1" };
+    await say(engram, who, "My PIN is 1357.", "Saved.");
+    const ask = await say(engram, who, "Please forget my PIN.", "Done.");
+    // Said after the request, before its forget ran (the gate job runs seconds later).
+    await say(engram, who, "I adopted a cat called Miso.", "Lovely.");
+    const other = await say(engram, { user: "una", conversation: "una-2" }, "My PIN is on a card.", "Ok.");
+    await say(engram, { user: "una", conversation: "una-2" }, "I like tea.", "Noted.");
+    const receipt = await forgetPhrases(db, engram.services.deps, ask.endUserId, ["PIN"], { ...reason, conversationId: ask.conversationId, askedThroughSeq: 4 });
+    expect(receipt.messages).toBe(3);
+    // The asking conversation through seq 4, the turn that asked; the cat (5–6) is read as usual.
+    expect(await progressOf(ask.conversationId)).toMatchObject({ extractedThroughSeq: 4, summaryThroughSeq: 4 });
+    expect((await db.message.findMany({ where: { conversationId: ask.conversationId }, select: { seq: true } })).map((m) => m.seq)).toEqual([2, 4, 5, 6]);
+    // Another conversation the words were said in: through what it had said when the forget ran.
+    expect(await progressOf(other.conversationId)).toMatchObject({ extractedThroughSeq: 4, summaryThroughSeq: 4 });
+  });
+
+  it("lets no summary land that folded a matching message said after the turn that asked", async () => {
+    await keepMessages(false);
+    const who = { user: "vik", conversation: "vik-1" };
+    const ask = await say(engram, who, "Forget my PIN please.", "Done.");
+    await say(engram, who, "Actually my PIN is 9999.", "Ok.");
+    for (const n of [1, 2, 3]) await say(engram, who, `Question ${n}?`, `Answer ${n}.`);
+    // The summary already covers the turn that asked: the forget's close moves nothing, so only
+    // the folded message being gone stops the rewrite (its compare-and-set, summary.ts).
+    await db.conversation.update({ where: { id: ask.conversationId }, data: { summaryThroughSeq: 2 } });
+    const ignore = () => {};
+    let forgot = false;
+    const outcome = await rewriteSummary(db, {
+      summarizer: RunnableLambda.from(async (input: { messages: { content: string }[] }) => {
+        expect(input.messages.map((m) => m.content)).toContain("Actually my PIN is 9999.");
+        await forgetPhrases(db, engram.services.deps, ask.endUserId, ["PIN"], { ...reason, conversationId: ask.conversationId, askedThroughSeq: 2 });
+        forgot = true;
+        return "The user's PIN is 9999.";
+      }),
+      lossJudge: RunnableLambda.from(async () => ({ lost: false, reason: "nothing lost" })),
+      verbatimJudge: RunnableLambda.from(async () => new Map() as VerbatimScores),
+      pubsub: engram.services.deps.pubsub,
+      log: { debug: ignore, info: ignore, warn: ignore, error: ignore },
+    }, ask.conversationId);
+    expect(forgot).toBe(true);
+    expect(outcome).toEqual({ status: "SUPERSEDED" });
+    expect(await progressOf(ask.conversationId)).toMatchObject({ summary: null, summaryThroughSeq: 2 });
+    expect(await db.summaryRevision.count({ where: { conversationId: ask.conversationId } })).toBe(0);
   });
 });
 

@@ -51,7 +51,18 @@ const emptyReceipt = (): ForgetReceipt => ({
   activity: 0,
 });
 
-export type ForgetWho = { apiKeyId?: string | null; reason: string; conversationId?: string | null };
+export type ForgetWho = {
+  apiKeyId?: string | null;
+  reason: string;
+  /** The conversation the forget was asked in (the gate's "forget my X"). */
+  conversationId?: string | null;
+  /**
+   * The last message of the turn that asked "forget my X": what that conversation said after it,
+   * before the forget ran, stays to be read by the extractor and the summary (closeConversations).
+   * "Forget everything" (forgetUser) forgets what was said up to its run, as it always did.
+   */
+  askedThroughSeq?: number | null;
+};
 
 async function requireUser(db: TenantDb, endUserId: string) {
   if (!(await db.endUser.count({ where: { id: endUserId } }))) throw notFound("End user", endUserId);
@@ -136,13 +147,25 @@ async function scrubQuotes(db: TenantDb, endUserId: string, quotes: Prisma.Sql) 
 /**
  * After a forget, nothing already said in these conversations is read again: the extractor's
  * progress and the summary's coverage move to the last message, and the summaries of those in
- * `clear` are cleared, in one statement. A forget does this first, and again at its end: a
- * summary rewrite begun before finds the summary it started from moved and writes nothing (its
- * compare-and-set, summary.ts), so neither a revision nor a first summary of what is being
- * forgotten lands after the forget has deleted them. Returns how many summaries were cleared.
+ * `clear` are cleared, in one statement. The conversation the forget was asked in (`asked`) moves
+ * only through the turn that asked: what it said after that turn and before the forget ran is
+ * read as usual (the forget deleted any of it that matched). Progress only moves forward.
+ *
+ * A forget does this first, and again at its end: a summary rewrite begun before finds the summary
+ * it started from moved, or a message it read gone, and writes nothing (its compare-and-set,
+ * summary.ts), so neither a revision nor a first summary of what is being forgotten lands after
+ * the forget has deleted them; one that landed in between is cleared by the second. Returns how
+ * many summaries were cleared.
  */
-async function closeConversations(db: TenantDb, conversationIds: string[], clear: string[] = []): Promise<number> {
+async function closeConversations(
+  db: TenantDb,
+  conversationIds: string[],
+  clear: string[] = [],
+  asked: { conversationId?: string | null; askedThroughSeq?: number | null } = {},
+): Promise<number> {
   if (conversationIds.length === 0) return 0;
+  const through = Prisma.sql`CASE WHEN c."id" = ${asked.conversationId ?? null}::text AND ${asked.askedThroughSeq ?? null}::int IS NOT NULL
+    THEN LEAST(${asked.askedThroughSeq ?? null}::int, c."lastSeq") ELSE c."lastSeq" END`;
   const [{ cleared }] = await db.$queryRaw<{ cleared: number }[]>`
     WITH "before" AS (
       SELECT "id", "summary" IS NOT NULL AND "id" = ANY(${clear}::text[]) AS "clearing" FROM "Conversation"
@@ -150,7 +173,8 @@ async function closeConversations(db: TenantDb, conversationIds: string[], clear
       ORDER BY "id"
       FOR NO KEY UPDATE
     ), "closed" AS (
-      UPDATE "Conversation" c SET "extractedThroughSeq" = c."lastSeq", "summaryThroughSeq" = c."lastSeq",
+      UPDATE "Conversation" c SET "extractedThroughSeq" = GREATEST(c."extractedThroughSeq", ${through}),
+        "summaryThroughSeq" = GREATEST(c."summaryThroughSeq", ${through}),
         "summary" = CASE WHEN b."clearing" THEN NULL ELSE c."summary" END
       FROM "before" b WHERE c."id" = b."id"
       RETURNING b."clearing"
@@ -275,19 +299,21 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   const messages = await forgetMessages(db, Prisma.sql`m."conversationId" = ANY(${conversationIds}::text[])`, settings.forgetDeletesMessages);
   receipt.keptVerdicts = messages.unscored;
   receipt.messages = messages.removed;
-  // A second look, once the messages are gone: snippets of them that a turn's indexing (or a
-  // summary's keys) planned before and wrote after the first. From now on none can be written:
-  // insertTurnSnippets checks and locks the messages a snippet is made of, syncSummaryKeys the
-  // summary its keys come from.
+  // Again, once the messages are gone, for a summary begun from what the user said while the
+  // forget ran: closing waits for a rewrite under way and clears what it wrote, and none can land
+  // from now on (a message it read is gone); then its revision goes.
+  receipt.summaries += await closeConversations(db, conversationIds, conversationIds);
+  receipt.summaryRevisions += (await db.summaryRevision.deleteMany({ where: inTheirs })).count;
+  // A second look: snippets of the messages that a turn's indexing (or a summary's keys) planned
+  // before and wrote after the first. From now on none can be written: insertTurnSnippets checks
+  // and locks the messages a snippet is made of, syncSummaryKeys the summary its keys come from.
   receipt.snippets += await forgetSnippetsWhere(db, deps, { conversationId: { in: conversationIds } });
   // Facts an extraction that read the messages before wrote after the first delete (a fact
   // written from now on finds its message gone: facts.ts).
   const lateFacts = (await db.fact.findMany({ where: { endUserId }, select: { id: true } })).map((f) => f.id);
   receipt.factVersions += await db.factVersion.count({ where: { factId: { in: lateFacts } } });
   countDeleted(receipt, await deleteFacts(db, deps, lateFacts));
-  // Again, for a summary begun from what the user said while the forget ran, and for the gate's
-  // verdicts a turn's work stored meanwhile.
-  receipt.summaries += await closeConversations(db, conversationIds, conversationIds);
+  // And the gate's verdicts a turn's work stored meanwhile.
   receipt.gateVerdicts += (await db.gateVerdict.deleteMany({ where: inTheirs })).count;
   const turnIds = (await db.turn.findMany({ where: inTheirs, select: { id: true } })).map((t) => t.id);
   receipt.jobRecords = await forgetJobRecords(db, conversationIds, turnIds);
@@ -340,7 +366,7 @@ export async function forgetPhrases(
             OR (c."summary" IS NOT NULL AND ${matches(Prisma.sql`c."summary"`)})
             OR EXISTS (SELECT 1 FROM "SummaryRevision" r WHERE r."conversationId" = c."id" AND ${matches(Prisma.sql`r."text"`)}))`)
     : [];
-  receipt.summaries = await closeConversations(db, affected, affected);
+  receipt.summaries = await closeConversations(db, affected, affected, who);
   // Facts and snippets are looked for twice: now, and once the messages are gone, for those that
   // work already under way (an extraction, a turn's indexing) wrote in between.
   const forgetFactsAndSnippets = async () => {
@@ -361,14 +387,22 @@ export async function forgetPhrases(
   await forgetFactsAndSnippets();
 
   if (conversationIds.length) {
-    receipt.summaryRevisions = (await db.summaryRevision.deleteMany({ where: { conversationId: { in: affected } } })).count;
+    const forgetRevisions = async () => {
+      receipt.summaryRevisions += (await db.summaryRevision.deleteMany({ where: { conversationId: { in: affected } } })).count;
+    };
+    await forgetRevisions();
     const messages = await forgetMessages(db, Prisma.sql`m."id" = ANY(${messageIds}::text[])`, settings.forgetDeletesMessages);
     receipt.keptVerdicts = messages.unscored;
     receipt.messages = messages.removed;
+    // Again, once the messages are gone: the conversation that asked is open after the turn that
+    // asked, so a summary rewrite may have read a matching message said since, before its delete.
+    // Closing waits for a rewrite under way and clears what it wrote; none can land from now on (a
+    // message it read is gone: summary.ts). Its revision and keys go with the second look.
+    receipt.summaries += await closeConversations(db, affected, affected, who);
+    await forgetRevisions();
     await forgetFactsAndSnippets();
     // Stored verdicts name what was asked to be forgotten; they are only a cache of the gate's answer.
     receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId: { in: conversationIds } } })).count;
-    receipt.summaries += await closeConversations(db, affected, affected);
   }
 
   await scrubQuotes(db, endUserId, matches(Prisma.sql`v."reason"`));

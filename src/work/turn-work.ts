@@ -142,14 +142,14 @@ async function judgeTurn(db: TenantDb, deps: TurnWorkDeps, turn: TurnRow, conver
  * stored verdicts with it, so a retry that judged the turn again would ask the model again and
  * could forget again what the user said since.
  */
-async function forgetAsked(db: TenantDb, deps: TurnWorkDeps, turnId: string, conversation: ConversationOf, verdict: StoredVerdict): Promise<Judged> {
-  const who = { reason: "the user asked to forget", conversationId: conversation.id };
+async function forgetAsked(db: TenantDb, deps: TurnWorkDeps, turn: Pick<TurnRow, "id" | "lastSeq">, conversation: ConversationOf, verdict: StoredVerdict): Promise<Judged> {
+  const who = { reason: "the user asked to forget", conversationId: conversation.id, askedThroughSeq: turn.lastSeq };
   const forgotten =
     verdict.forget === "ALL"
       ? await forgetUser(db, deps, conversation.endUserId, { ...who, reason: "the user asked to forget everything" })
       : await forgetPhrases(db, deps, conversation.endUserId, verdict.forgetTargets, who);
-  await markGated(db, [turnId]);
-  return { turnId, status: "FORGOT", verdict, forgotten };
+  await markGated(db, [turn.id]);
+  return { turnId: turn.id, status: "FORGOT", verdict, forgotten };
 }
 
 /**
@@ -231,7 +231,7 @@ async function judgeInOrder(
       const before = judged.filter((j) => j.status !== "FORGOT" && !marked.has(j.turnId)).map((j) => j.turnId);
       await markGated(db, before);
       for (const id of before) marked.add(id);
-      judged.push(await forgetAsked(db, deps, turn.id, conversation, one.verdict));
+      judged.push(await forgetAsked(db, deps, turn, conversation, one.verdict));
       marked.add(turn.id);
     } else judged.push(one);
   }

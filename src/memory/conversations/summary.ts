@@ -110,6 +110,10 @@ async function rewriteUnderLease(db: TenantDb, deps: SummaryDeps, conversationId
           : { updatedAt: new Date() },
       });
       if (count === 0) throw new Superseded();
+      // Nor over a message it read that a forget has taken since (the conversation row, locked
+      // now, is what the forget's last step takes next: a summary landing before it is cleared).
+      const stillThere = await tx.message.count({ where: { id: { in: toFold.map((m) => m.id) }, forgottenAt: null } });
+      if (stillThere < toFold.length) throw new Superseded();
       return tx.summaryRevision.create({
         data: {
           tenantId: db.$tenantId(),

@@ -16,6 +16,12 @@ import { requestSummary } from "./summarize.ts";
 
 type TurnWorkDeps = Pick<Deps, "models" | "queue" | "pubsub" | "vectors" | "embeddings" | "log">;
 
+/**
+ * One extraction of a conversation, its facts' recall keys indexed. Another extraction of it
+ * running (BUSY) may not have read these turns, so the job tries again later (ExtractionBusy: the
+ * gate's verdicts are stored and the turns marked judged, so the retry costs no second gate call);
+ * an answer that cannot be read is retried too.
+ */
 async function runExtraction(db: TenantDb, deps: TurnWorkDeps, conversationId: string, options: { now: boolean; beforeSeq?: number }) {
   const tenantId = db.$tenantId();
   const [extractor, judge] = await Promise.all([
@@ -27,6 +33,8 @@ async function runExtraction(db: TenantDb, deps: TurnWorkDeps, conversationId: s
   if (result.status === "EXTRACTED" && result.outcomes.some((o) => o.factId && o.change !== "REFRESHED")) {
     await indexFactKeys(db, deps, conversationId);
   }
+  if (result.status === "BUSY") throw new ExtractionBusy();
+  if (result.status === "UNPARSABLE") throw new UnreadableAnswer("fact extraction");
   return result;
 }
 
@@ -72,6 +80,9 @@ export class TurnBusy extends Error {
     this.name = "TurnBusy";
   }
 }
+
+/** From the job runner: `stillAlive` keeps the job's lock between rounds; `retry`, this job failed before (jobs/turn.ts). */
+type JobRunOptions = { stillAlive?: () => Promise<unknown>; retry?: boolean };
 
 type TurnRow = TurnRange & { id: string; clientTurnId: string; followUpsQueuedAt: Date | null; gatedAt: Date | null };
 type ConversationOf = { id: string; endUserId: string; settings: AgentSettings };
@@ -210,9 +221,8 @@ async function judgeInOrder(
   db: TenantDb,
   deps: TurnWorkDeps,
   conversation: ConversationOf,
-  options: { through?: TurnRow; retry: boolean; stillAlive: () => Promise<unknown> },
+  { through, retry = false, stillAlive = async () => {} }: JobRunOptions & { through?: TurnRow },
 ) {
-  const { through } = options;
   const turns = await db.turn.findMany({
     where: { ...unjudgedTurns(conversation.id), ...(through && { firstSeq: { lte: through.firstSeq } }) },
     orderBy: { firstSeq: "asc" },
@@ -239,12 +249,12 @@ async function judgeInOrder(
   const rest = judged.map((j) => j.turnId).filter((id) => !marked.has(id));
   // A retry after a failed extraction (an unreadable answer, an outage) extracts again, and
   // reads now, even with nothing new to judge.
-  const extract = conversation.settings.extractionOn && (judged.length > 0 || options.retry);
+  const extract = conversation.settings.extractionOn && (judged.length > 0 || retry);
   let extraction;
   try {
     if (extract) {
       const beforeSeq = await firstUnjudgedSeq(db, conversation.id, judged.map((j) => j.turnId));
-      extraction = await extractAfterGate(db, deps, conversation.id, { now: remember || options.retry, beforeSeq }, options.stillAlive);
+      extraction = await extractAfterGate(db, deps, conversation.id, { now: remember || retry, beforeSeq }, stillAlive);
     }
   } catch (error) {
     // The gate's part is done whatever extraction did; only a busy extraction lease leaves the
@@ -277,9 +287,8 @@ export async function runTurnWork(
   db: TenantDb,
   deps: TurnWorkDeps,
   payload: z.infer<typeof turnJob.schema>,
-  options: { stillAlive?: () => Promise<unknown>; retry?: boolean } = {},
+  options: JobRunOptions = {},
 ) {
-  const stillAlive = options.stillAlive ?? (async () => {});
   const turn = await db.turn.findUnique({ where: { id: payload.turnId }, select: turnFields });
   const conversation = turn && (await conversationOf(db, turn.conversationId));
   if (!turn || !conversation) return { status: "GONE" as const };
@@ -295,7 +304,7 @@ export async function runTurnWork(
       const again = (await firstUnjudgedSeq(db, conversation.id)) !== undefined;
       return { own: { turnId: turn.id, status: "JUDGED_BEFORE" as const, verdict }, extraction: undefined, again };
     }
-    const done = await judgeInOrder(db, deps, conversation, { through: row, retry: Boolean(options.retry), stillAlive });
+    const done = await judgeInOrder(db, deps, conversation, { ...options, through: row });
     const own = done.judged.find((j) => j.turnId === turn.id);
     if (!own) throw new TurnBusy(); // more than a run's worth of earlier turns: the rest next time
     return { own, extraction: done.extraction, again: done.again };
@@ -309,7 +318,7 @@ export async function runTurnWork(
   if (!conversation.settings.extractionOn) return { status: "DONE" as const, verdict, extraction: { status: "EXTRACTION_OFF" as const } };
   if (run.extraction || !options.retry) return { status: "DONE" as const, verdict, extraction: run.extraction };
   const beforeSeq = await firstUnjudgedSeq(db, conversation.id);
-  return { status: "DONE" as const, verdict, extraction: await extractAfterGate(db, deps, conversation.id, { now: true, beforeSeq }, stillAlive) };
+  return { status: "DONE" as const, verdict, extraction: await extractAfterGate(db, deps, conversation.id, { now: true, beforeSeq }, options.stillAlive) };
 }
 
 /**
@@ -321,12 +330,12 @@ export async function runConversationTurnsWork(
   db: TenantDb,
   deps: TurnWorkDeps,
   payload: z.infer<typeof conversationTurnsJob.schema>,
-  options: { stillAlive?: () => Promise<unknown>; retry?: boolean } = {},
+  options: JobRunOptions = {},
 ) {
   const conversation = await conversationOf(db, payload.conversationId);
   if (!conversation) return { status: "GONE" as const, again: false };
   const run = await underConversationLease(db, conversation.id, "gateLeaseUntil", () =>
-    judgeInOrder(db, deps, conversation, { retry: Boolean(options.retry), stillAlive: options.stillAlive ?? (async () => {}) }),
+    judgeInOrder(db, deps, conversation, options),
   );
   // Another runner is judging the conversation: its own end looks for turns left (`again`), and
   // the dispatcher for any still unjudged a minute on, so this job need not try again.
@@ -344,7 +353,7 @@ async function extractAfterGate(
   deps: TurnWorkDeps,
   conversationId: string,
   options: { now: boolean; beforeSeq?: number },
-  stillAlive: () => Promise<unknown>,
+  stillAlive: () => Promise<unknown> = async () => {},
 ) {
   let extraction: ExtractionResult | { status: "MODEL_OFF" } = await runExtraction(db, deps, conversationId, options);
   for (let rounds = 1; extraction.status === "EXTRACTED" && rounds < 1_000; rounds++) {
@@ -353,12 +362,6 @@ async function extractAfterGate(
     if (more.status === "NOTHING_NEW" || more.status === "WAITING") break; // caught up
     extraction = more;
   }
-  // Another extraction of this conversation is running and may not have read these turns: try
-  // again later (the gate's verdicts are stored and the turns marked judged, so the retry costs no
-  // second gate call). Not only for a turn worth remembering: one that fills a batch has no other
-  // reader when the agent's quiet-period timer is off.
-  if (extraction.status === "BUSY") throw new ExtractionBusy();
-  if (extraction.status === "UNPARSABLE") throw new UnreadableAnswer("fact extraction");
   return extraction;
 }
 
@@ -374,8 +377,6 @@ export async function runExtractAll(
 ) {
   for (let rounds = 0; rounds < 1_000; rounds++) {
     const result = await runExtraction(db, deps, payload.conversationId, { now: true, beforeSeq: await firstUnjudgedSeq(db, payload.conversationId) });
-    if (result.status === "BUSY") throw new ExtractionBusy();
-    if (result.status === "UNPARSABLE") throw new UnreadableAnswer("fact extraction");
     if (result.status !== "EXTRACTED") return result;
     await stillAlive();
   }
@@ -389,7 +390,5 @@ export async function runExtractAll(
 export async function runQuietExtraction(db: TenantDb, deps: TurnWorkDeps, payload: z.infer<typeof quietExtractJob.schema>) {
   const beforeSeq = await firstUnjudgedSeq(db, payload.conversationId);
   const result = await runExtraction(db, deps, payload.conversationId, { now: true, beforeSeq });
-  if (result.status === "BUSY") throw new ExtractionBusy();
-  if (result.status === "UNPARSABLE") throw new UnreadableAnswer("fact extraction");
   return { ...result, again: beforeSeq !== undefined };
 }

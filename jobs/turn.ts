@@ -32,10 +32,10 @@ export const turn = implementTenantJob(
   { backoff: untilItWorks, concurrency: 4 },
 );
 
-/** Work that left some for later (`again`) runs again in HAND_OFF_MS, whatever requests came meanwhile. */
-function againWhenLeft<T extends { again?: boolean }>(control: Pick<JobControl, "runAgainIn">, work: Promise<T>) {
+/** Work that left some for later (`again`) runs again in `againInMs` (HAND_OFF_MS unless it says), whatever requests came meanwhile. */
+function againWhenLeft<T extends { again?: boolean; againInMs?: number }>(control: Pick<JobControl, "runAgainIn">, work: Promise<T>) {
   return work.then((done) => {
-    if (done.again) control.runAgainIn(HAND_OFF_MS);
+    if (done.again) control.runAgainIn(done.againInMs ?? HAND_OFF_MS);
     return done;
   });
 }

@@ -5,7 +5,7 @@ import { conversationTurnsJob } from "../src/queue.ts";
 import { planSnippetsOfTurns } from "../src/memory/recall/snippets.ts";
 import { runTurnFollowUps } from "../src/work/follow-ups.ts";
 import { takeFromOutbox } from "../src/work/outbox.ts";
-import { ExtractionBusy, HAND_OFF_MS, runConversationTurnsWork, runTurnWork, TurnBusy } from "../src/work/turn-work.ts";
+import { ExtractionBusy, HAND_OFF_MS, QUIET_RECHECK_MAX_MS, runConversationTurnsWork, runQuietExtraction, runTurnWork, TurnBusy } from "../src/work/turn-work.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import type { ModelServer } from "./helpers/model-server.ts";
 import { factsScript } from "./helpers/scripted-memory-model.ts";
@@ -179,6 +179,25 @@ describe("follow-ups of turns whose agent calls a model", () => {
     expect(quiet).toHaveLength(1);
     expect(quiet[0].nextRunAt.getTime()).toBeLessThan(Date.now() + 60_000);
     await db().conversation.update({ where: { id: harp.conversation.id }, data: { extractionLeaseUntil: null } });
+  }, 120_000);
+
+  it("has the quiet-period job held back by an unjudged turn look again soon, and less often the longer that turn waits", async () => {
+    const turn = await say("talk-held", 1, "I brew my own beer.");
+    const payload = { tenantId: tenantId(), conversationId: turn.conversation.id };
+    const ageBy = (ms: number) => db().turn.update({ where: { id: turn.id }, data: { createdAt: new Date(Date.now() - ms) } });
+    // The gate only behind: a moment later.
+    expect(await runQuietExtraction(db(), engram.services.deps, payload)).toMatchObject({ again: true, againInMs: HAND_OFF_MS });
+    // Waiting two minutes (the gate's model out, say): about as long again.
+    await ageBy(120_000);
+    const { againInMs } = await runQuietExtraction(db(), engram.services.deps, payload);
+    expect(againInMs).toBeGreaterThanOrEqual(120_000);
+    expect(againInMs).toBeLessThan(QUIET_RECHECK_MAX_MS);
+    await ageBy(3_600_000);
+    expect(await runQuietExtraction(db(), engram.services.deps, payload)).toMatchObject({ again: true, againInMs: QUIET_RECHECK_MAX_MS });
+    // Judged: nothing held back.
+    await ageBy(HAND_OFF_MS + 1_000);
+    await runConversationTurnsWork(db(), engram.services.deps, payload);
+    expect(await runQuietExtraction(db(), engram.services.deps, payload)).toMatchObject({ again: false });
   }, 120_000);
 
   it("judges a conversation's turns in order: a forget request its round may still write holds back the turns after it", async () => {

@@ -194,8 +194,11 @@ const unjudgedTurns = (conversationId: string) => ({ conversationId, gatedAt: nu
  * reads a turn before the gate has done what it asks (a forget request above all).
  */
 async function firstUnjudgedSeq(db: TenantDb, conversationId: string, judged: string[] = []) {
-  const turn = await db.turn.findFirst({ where: { ...unjudgedTurns(conversationId), id: { notIn: judged } }, orderBy: { firstSeq: "asc" }, select: { firstSeq: true } });
-  return turn?.firstSeq;
+  return (await firstUnjudged(db, conversationId, judged))?.firstSeq;
+}
+
+function firstUnjudged(db: TenantDb, conversationId: string, judged: string[] = []) {
+  return db.turn.findFirst({ where: { ...unjudgedTurns(conversationId), id: { notIn: judged } }, orderBy: { firstSeq: "asc" }, select: { firstSeq: true, createdAt: true } });
 }
 
 /**
@@ -382,13 +385,20 @@ export async function runExtractAll(
   }
 }
 
+// The longest a quiet-period job held back by a turn the gate has not judged waits to look again.
+export const QUIET_RECHECK_MAX_MS = 5 * 60_000;
+
 /**
  * The quiet-period timer fired: whatever the extractor has not read yet, it reads now, up to a
- * turn the gate has not judged. `again`: such a turn held it back, so the job runs again a
- * moment later for the rest (the gate job reads now only what is worth remembering).
+ * turn the gate has not judged. `again`: such a turn held it back, so the job runs again for the
+ * rest (the gate job reads now only what is worth remembering): in `againInMs`, a moment later
+ * while the gate is only behind, and as long as that turn has waited when it has waited longer
+ * (the gate's model is out, say), so that a conversation held back for minutes is looked at a
+ * few times, not every few seconds (up to QUIET_RECHECK_MAX_MS).
  */
 export async function runQuietExtraction(db: TenantDb, deps: TurnWorkDeps, payload: z.infer<typeof quietExtractJob.schema>) {
-  const beforeSeq = await firstUnjudgedSeq(db, payload.conversationId);
-  const result = await runExtraction(db, deps, payload.conversationId, { now: true, beforeSeq });
-  return { ...result, again: beforeSeq !== undefined };
+  const held = await firstUnjudged(db, payload.conversationId);
+  const result = await runExtraction(db, deps, payload.conversationId, { now: true, beforeSeq: held?.firstSeq });
+  const againInMs = held ? Math.min(Math.max(HAND_OFF_MS, Date.now() - held.createdAt.getTime()), QUIET_RECHECK_MAX_MS) : undefined;
+  return { ...result, again: Boolean(held), againInMs };
 }

@@ -16,7 +16,7 @@ import {
   syncFactKeys,
   syncSummaryKeys,
 } from "../src/memory/recall/snippets.ts";
-import { gateByKeywords, gateMessage } from "../src/memory/gate/gate.ts";
+import { gateByKeywords, gateMessage, messageHashOf } from "../src/memory/gate/gate.ts";
 import { takeFromOutbox } from "../src/work/outbox.ts";
 import { reconcileRecall } from "../src/work/reconcile.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
@@ -165,17 +165,28 @@ describe("\"forget my X\" asked in a conversation", () => {
   it("closes that conversation to the extractor and the summary only through the turn that asked", async () => {
     await keepMessages(false);
     const who = { user: "una", conversation: "una-1" };
-    await say(engram, who, "My PIN is 1357.", "Saved.");
+    const first = await say(engram, who, "My PIN is 1357.", "Saved.");
+    await createTurnSnippets(db, first.conversationId, { firstSeq: 1, lastSeq: 2 });
     const ask = await say(engram, who, "Please forget my PIN.", "Done.");
     // Said after the request, before its forget ran (the gate job runs seconds later).
     await say(engram, who, "I adopted a cat called Miso.", "Lovely.");
     const other = await say(engram, { user: "una", conversation: "una-2" }, "My PIN is on a card.", "Ok.");
     await say(engram, { user: "una", conversation: "una-2" }, "I like tea.", "Noted.");
-    const receipt = await forgetPhrases(db, engram.services.deps, ask.endUserId, ["PIN"], { ...reason, conversationId: ask.conversationId, askedThroughSeq: 4 });
-    expect(receipt.messages).toBe(3);
+    // The gate's stored verdicts: the request's names what it forgets; the cat's, the caller's, asks nothing.
+    const verdict = (message: string, forget: string, forgetTargets: string[]) =>
+      db.gateVerdict.create({
+        data: { tenantId: engram.tenant.tenantId, conversationId: ask.conversationId, messageHash: messageHashOf(message), remember: forget === "NONE", forget, forgetTargets, needsRecall: false, decidedBy: "CALLER" },
+      });
+    await verdict("Please forget my PIN.", "SOME", ["PIN"]);
+    const cat = await verdict("I adopted a cat called Miso.", "NONE", []);
+    // And one more while the forget runs, saying it again.
+    const deps = onFirstVectorDelete(() => say(engram, who, "Oh, my PIN is 4242 now.", "Noted."));
+    const receipt = await forgetPhrases(db, deps, ask.endUserId, ["PIN"], { ...reason, conversationId: ask.conversationId, askedThroughSeq: 4 });
+    expect(receipt.messages).toBe(4);
     // The asking conversation through seq 4, the turn that asked; the cat (5–6) is read as usual.
     expect(await progressOf(ask.conversationId)).toMatchObject({ extractedThroughSeq: 4, summaryThroughSeq: 4 });
-    expect((await db.message.findMany({ where: { conversationId: ask.conversationId }, select: { seq: true } })).map((m) => m.seq)).toEqual([2, 4, 5, 6]);
+    expect((await db.message.findMany({ where: { conversationId: ask.conversationId }, select: { seq: true } })).map((m) => m.seq)).toEqual([2, 4, 5, 6, 8]);
+    expect((await db.gateVerdict.findMany({ where: { conversationId: ask.conversationId }, select: { id: true } })).map((v) => v.id)).toEqual([cat.id]);
     // Another conversation the words were said in: through what it had said when the forget ran.
     expect(await progressOf(other.conversationId)).toMatchObject({ extractedThroughSeq: 4, summaryThroughSeq: 4 });
   });

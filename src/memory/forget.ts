@@ -6,6 +6,7 @@ import { loadTenantSettings } from "../governance/settings.ts";
 import { forgetActivity } from "./activity.ts";
 import { aboutThePerson } from "./export.ts";
 import { normalizeFact } from "./facts/normalize.ts";
+import { messageHashOf } from "./gate/gate.ts";
 import { matchesAnyPhrase } from "./text-search.ts";
 
 /**
@@ -187,7 +188,8 @@ async function closeConversations(
  * What a forget does to the messages that `where` picks: clears their keep scores, then deletes
  * them (or marks them forgotten). Each statement locks them in id order first: a snippet's insert
  * locks the messages it is made of in the same order (insertTurnSnippets), so the two never wait
- * on each other in a cycle. Returns how many kept scores were cleared and messages deleted.
+ * on each other in a cycle. Returns how many kept scores were cleared and messages deleted, and
+ * the messages deleted or marked, with their conversations.
  */
 async function forgetMessages(db: TenantDb, where: Prisma.Sql, remove: boolean) {
   // An update of other columns locks FOR NO KEY UPDATE; a delete takes the stronger FOR UPDATE.
@@ -195,12 +197,15 @@ async function forgetMessages(db: TenantDb, where: Prisma.Sql, remove: boolean) 
     Prisma.sql`SELECT m."id" FROM "Message" m WHERE m."tenantId" = ${db.$tenantId()} AND ${where} ${also} ORDER BY m."id" ${lock}`;
   const unscored = await db.$executeRaw`
     UPDATE "Message" SET "keepScore" = NULL WHERE "id" IN (${picked(Prisma.sql`AND m."keepScore" IS NOT NULL`)})`;
+  type Gone = { id: string; conversationId: string };
   if (!remove) {
-    await db.$executeRaw`UPDATE "Message" SET "forgottenAt" = ${appNow()} WHERE "id" IN (${picked(Prisma.sql`AND m."forgottenAt" IS NULL`)})`;
-    return { unscored, removed: 0 };
+    const marked = await db.$queryRaw<Gone[]>`
+      UPDATE "Message" SET "forgottenAt" = ${appNow()} WHERE "id" IN (${picked(Prisma.sql`AND m."forgottenAt" IS NULL`)}) RETURNING "id", "conversationId"`;
+    return { unscored, removed: 0, gone: marked };
   }
-  const removed = await db.$executeRaw`DELETE FROM "Message" WHERE "id" IN (${picked(Prisma.empty, Prisma.sql`FOR UPDATE`)})`;
-  return { unscored, removed };
+  const removed = await db.$queryRaw<Gone[]>`
+    DELETE FROM "Message" WHERE "id" IN (${picked(Prisma.empty, Prisma.sql`FOR UPDATE`)}) RETURNING "id", "conversationId"`;
+  return { unscored, removed: removed.length, gone: removed };
 }
 
 /** Finished job records of these conversations, and dead letters (their payloads name what was worked on). */
@@ -391,24 +396,56 @@ export async function forgetPhrases(
       receipt.summaryRevisions += (await db.summaryRevision.deleteMany({ where: { conversationId: { in: affected } } })).count;
     };
     await forgetRevisions();
-    const messages = await forgetMessages(db, Prisma.sql`m."id" = ANY(${messageIds}::text[])`, settings.forgetDeletesMessages);
+    // The words are looked for again as the messages go: one said while the forget ran goes too
+    // (the conversation that asked is open to the extractor and the summary after the turn that
+    // asked), and its conversation is closed with the others.
+    const messages = await forgetMessages(
+      db,
+      Prisma.sql`m."conversationId" = ANY(${conversationIds}::text[]) AND (m."id" = ANY(${messageIds}::text[]) OR ${matches(Prisma.sql`m."content"`)})`,
+      settings.forgetDeletesMessages,
+    );
     receipt.keptVerdicts = messages.unscored;
     receipt.messages = messages.removed;
-    // Again, once the messages are gone: the conversation that asked is open after the turn that
-    // asked, so a summary rewrite may have read a matching message said since, before its delete.
-    // Closing waits for a rewrite under way and clears what it wrote; none can land from now on (a
-    // message it read is gone: summary.ts). Its revision and keys go with the second look.
+    for (const gone of messages.gone) {
+      if (!messageIds.includes(gone.id)) messageIds.push(gone.id);
+      if (!affected.includes(gone.conversationId)) affected.push(gone.conversationId);
+    }
+    // Again, once the messages are gone: a summary rewrite may have read a matching message said
+    // after the turn that asked, before its delete. Closing waits for a rewrite under way and
+    // clears what it wrote; none can land from now on (a message it read is gone: summary.ts).
+    // Its revision and keys go with the second look.
     receipt.summaries += await closeConversations(db, affected, affected, who);
     await forgetRevisions();
     await forgetFactsAndSnippets();
-    // Stored verdicts name what was asked to be forgotten; they are only a cache of the gate's answer.
-    receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId: { in: conversationIds } } })).count;
+    // Stored verdicts name what was asked to be forgotten (and hash what was said); they are only
+    // a cache of the gate's answer. Those of what the conversation that asked still holds after
+    // that turn, asking nothing forgotten, stay: those turns are judged after it (a caller's
+    // verdict would otherwise be lost, and the model asked again).
+    const pending = await pendingVerdictHashes(db, who);
+    receipt.gateVerdicts = (
+      await db.gateVerdict.deleteMany({
+        where: {
+          conversationId: { in: conversationIds },
+          ...(pending.length && { NOT: { conversationId: who.conversationId ?? undefined, forget: "NONE", messageHash: { in: pending } } }),
+        },
+      })
+    ).count;
   }
 
   await scrubQuotes(db, endUserId, matches(Prisma.sql`v."reason"`));
   await audit(db, who, { kind: "PHRASES", endUserId, phrases: wanted.length }, receipt);
   await announceForgotten(db, deps, endUserId, who);
   return receipt;
+}
+
+/** The message hashes of the user messages the conversation that asked holds after the turn that asked. */
+async function pendingVerdictHashes(db: TenantDb, who: ForgetWho) {
+  if (!who.conversationId || who.askedThroughSeq == null) return [];
+  const said = await db.message.findMany({
+    where: { conversationId: who.conversationId, seq: { gt: who.askedThroughSeq }, role: "USER", forgottenAt: null },
+    select: { content: true },
+  });
+  return said.map((m) => messageHashOf(m.content));
 }
 
 /** Deletes a conversation with everything derived from it; the vectors go first (rows cascade, vectors would not). */

@@ -58,7 +58,7 @@ export async function storeCallerVerdict(
   db: TenantDb,
   input: { conversationId: string; message: string; verdict: GateVerdict },
 ) {
-  const messageHash = hashOf(input.message);
+  const messageHash = messageHashOf(input.message);
   const fields = { ...input.verdict, decidedBy: "CALLER" };
   await db.gateVerdict.upsert({
     where: { conversationId_messageHash: { conversationId: input.conversationId, messageHash } },
@@ -67,7 +67,8 @@ export async function storeCallerVerdict(
   });
 }
 
-const hashOf = (message: string) => createHash("sha256").update(message.trim()).digest("hex");
+/** What a stored verdict is keyed by: the message's text, hashed. */
+export const messageHashOf = (message: string) => createHash("sha256").update(message.trim()).digest("hex");
 
 // Without a model, only a request phrased as one counts: "forget" opening a sentence (after an
 // optional "please"/"can you"), never "don't forget …" or "did you forget …?". Then
@@ -102,7 +103,7 @@ export function keywordGate(message: string): TriageVerdict {
 /** The verdict stored for a message of a conversation (the caller's, or an earlier gate's), if any. */
 export async function storedGateVerdict(db: TenantDb, input: { conversationId: string; message: string }): Promise<StoredVerdict | null> {
   const row = await db.gateVerdict.findUnique({
-    where: { conversationId_messageHash: { conversationId: input.conversationId, messageHash: hashOf(input.message) } },
+    where: { conversationId_messageHash: { conversationId: input.conversationId, messageHash: messageHashOf(input.message) } },
   });
   return row ? storedVerdict(row) : null;
 }
@@ -117,7 +118,7 @@ export async function gateMessage(
   deps: { triage: Runnable<TriageInput, TriageVerdict> | null; log: Logger },
   input: { conversationId: string; messageId: string; message: string },
 ): Promise<StoredVerdict> {
-  const messageHash = hashOf(input.message);
+  const messageHash = messageHashOf(input.message);
   const cached = await storedGateVerdict(db, input);
   if (cached) return cached;
   let verdict: StoredVerdict = { ...keywordGate(input.message), decidedBy: "KEYWORDS" };
@@ -167,7 +168,7 @@ export async function gateByKeywords(
   messages: { conversationId: string; message: string }[],
 ): Promise<{ verdicts: StoredVerdict[]; fresh: (Omit<GateVerdictRow, "id" | "tenantId" | "createdAt"> & { index: number })[] }> {
   if (messages.length === 0) return { verdicts: [], fresh: [] };
-  const hashes = messages.map((m) => hashOf(m.message));
+  const hashes = messages.map((m) => messageHashOf(m.message));
   const stored = await db.gateVerdict.findMany({
     where: { OR: messages.map((m, i) => ({ conversationId: m.conversationId, messageHash: hashes[i] })) },
   });

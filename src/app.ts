@@ -1,6 +1,5 @@
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { costLimitPlugin } from "@escape.tech/graphql-armor-cost-limit";
 import { maxAliasesPlugin } from "@escape.tech/graphql-armor-max-aliases";
 import { maxDepthPlugin } from "@escape.tech/graphql-armor-max-depth";
 import { GraphQLError } from "graphql";
@@ -11,7 +10,7 @@ import type { GraphQLContext } from "./builder.ts";
 import { forTenant } from "./db.ts";
 import { EngramError } from "./errors.ts";
 import { checkHealth } from "./health.ts";
-import { isInputValidationError, reportLimitErrors, useTypedRequestErrors } from "./graphql/edge.ts";
+import { isInputValidationError, reportLimitErrors, useQueryCost, useTypedRequestErrors } from "./graphql/edge.ts";
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
 import { liveKeyIds } from "./auth.ts";
@@ -132,7 +131,7 @@ export function buildApp(services: Services): App {
     },
     plugins: [
       maxDepthPlugin({ n: LIMITS.queryDepth, ...reportLimitErrors }),
-      costLimitPlugin({ maxCost: LIMITS.queryCost, ...reportLimitErrors }),
+      useQueryCost(LIMITS.queryCost),
       maxAliasesPlugin({ n: LIMITS.aliases, ...reportLimitErrors }),
       useTypedRequestErrors({ modelFieldsPerRequest: LIMITS.modelFieldsPerRequest }),
       useStreamsOfLiveKeys(sockets, connectionLimits),

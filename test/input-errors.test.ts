@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { getIntrospectionQuery } from "graphql";
 import { isUniqueViolation } from "../src/db.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { collect, wsClient } from "./helpers/ws.ts";
@@ -55,6 +56,18 @@ describe("every bad input answers with a code and a message, and writes nothing"
     await expectCode(aliased, undefined, "QUERY_TOO_COMPLEX", /alias/i);
     const tooDeep = `{ ${nest(12)} }`;
     await expectCode(tooDeep, undefined, "QUERY_TOO_COMPLEX", /depth/i);
+  });
+
+  it("the cost limit counts page sizes given in variables, and defaults, as it counts literals", async () => {
+    const pages = `query($c: Int = 100, $m: Int = 500) { conversations(first: $c) { edges { node { messages(first: $m) { edges { node { content } } } } } } }`;
+    await expectCode(pages, undefined, "QUERY_TOO_COMPLEX", /cost limit/i);
+    await expectCode(pages, { c: 100, m: 500 }, "QUERY_TOO_COMPLEX", /cost limit/i);
+    await expectCode(`{ conversations(first: 100) { edges { node { messages(first: 500) { edges { node { content } } } } } } }`, undefined, "QUERY_TOO_COMPLEX", /cost limit/i);
+    // Within the limit, and introspection (GraphiQL's) free.
+    const within = await engram.gql(pages, { c: 10, m: 50 }, engram.tenant.reader);
+    expect(within.errors).toBeUndefined();
+    const introspection = await engram.gql(getIntrospectionQuery(), undefined, engram.tenant.reader);
+    expect(introspection.errors).toBeUndefined();
   });
 
   it("variables are checked on WebSocket subscriptions too", async () => {

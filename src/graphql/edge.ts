@@ -1,5 +1,6 @@
-import { GraphQLError, type ASTVisitor, type ExecutionResult, type ValidationContext } from "graphql";
+import { getNamedType, GraphQLError, type ASTVisitor, type ExecutionResult, type ValidationContext } from "graphql";
 import type { Plugin } from "graphql-yoga";
+import { getComplexity, simpleEstimator, type ComplexityEstimator } from "graphql-query-complexity";
 
 /**
  * Typed errors for what a request gets wrong before any resolver runs, and text checks at the
@@ -135,6 +136,54 @@ export function useTypedRequestErrors(limits: { modelFieldsPerRequest: number })
     onSubscribe({ args, setResultAndStopExecution }) {
       const refusal = variablesRefusal(args.variableValues);
       if (refusal) setResultAndStopExecution(refusal);
+    },
+  };
+}
+
+// What a connection asked for without a size is counted as: its default page.
+const DEFAULT_PAGE = 20;
+
+/**
+ * A field's cost is its own 1 plus its selection's, times the rows it may return: `first` or
+ * `last` as the request gives them, variables and defaults included, else a default page.
+ */
+const rowsEstimator: ComplexityEstimator = ({ field, args, childComplexity }) => {
+  if (field.name.startsWith("__")) return 0; // introspection (GraphiQL's, codegen's) is free
+  const asked = [args.first, args.last].find((n): n is number => typeof n === "number");
+  if (asked !== undefined) return 1 + childComplexity * Math.max(1, asked);
+  if (getNamedType(field.type).name.endsWith("Connection")) return 1 + childComplexity * DEFAULT_PAGE;
+};
+
+/**
+ * The request's cost, worked out once its variables are known (a limit checked at validation
+ * counts `first: $n` as one row, so a page size in a variable escaped it): past `maxCost` it is
+ * refused before any resolver runs.
+ */
+export function useQueryCost(maxCost: number): Plugin {
+  const refusal = (args: { schema: Parameters<typeof getComplexity>[0]["schema"]; document: Parameters<typeof getComplexity>[0]["query"]; variableValues?: unknown; operationName?: string | null }) => {
+    let cost: number;
+    try {
+      cost = getComplexity({
+        schema: args.schema,
+        query: args.document,
+        variables: (args.variableValues ?? {}) as Record<string, unknown>,
+        operationName: args.operationName ?? undefined,
+        estimators: [rowsEstimator, simpleEstimator({ defaultComplexity: 1 })],
+      });
+    } catch {
+      return null; // variables that do not coerce: execution answers with its own typed error
+    }
+    if (cost <= maxCost) return null;
+    return { errors: [new GraphQLError(`Query Cost limit of ${maxCost} exceeded, found ${cost}.`, { extensions: { code: "QUERY_TOO_COMPLEX" } })] };
+  };
+  return {
+    onExecute({ args, setResultAndStopExecution }) {
+      const refused = refusal(args);
+      if (refused) setResultAndStopExecution(refused);
+    },
+    onSubscribe({ args, setResultAndStopExecution }) {
+      const refused = refusal(args);
+      if (refused) setResultAndStopExecution(refused);
     },
   };
 }

@@ -109,6 +109,20 @@ describe("the rolling summary, end to end on a scripted OpenAI-compatible server
     expect(await engram.services.db.summaryRevision.count({ where: { conversationId } })).toBe(1);
   });
 
+  it("asks a loss judge that keeps rejecting again only when more is said, not every few seconds", async () => {
+    model.respond(memoryScript({ reject: () => true }));
+    let conversationId = "";
+    for (let n = 1; n <= 6; n++) conversationId = (await say("stuck", n)).conversation.id;
+    const revisions = () => engram.services.db.summaryRevision.findMany({ where: { conversationId }, select: { accepted: true } });
+    await until("a rejected rewrite", async () => (await revisions()).length >= 1);
+    // Before, the job ran again every 1.5 s while the same messages were unfolded.
+    await settle(6_000);
+    expect(await revisions()).toEqual([{ accepted: false }]);
+    await say("stuck", 7);
+    await until("a rewrite with the new turn", async () => (await revisions()).length === 2);
+    model.respond(memoryScript());
+  });
+
   it("keeps recording and serving through a model outage, and catches up when the model is back", async () => {
     model.respond(memoryScript());
     let conversationId = "";

@@ -2,7 +2,7 @@ import type { z } from "zod";
 import { chainFor } from "../chains/registry.ts";
 import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
-import { hasUnfoldedMessages, rewriteSummary } from "../memory/conversations/summary.ts";
+import { hasMessagesAfter, hasUnfoldedMessages, rewriteSummary } from "../memory/conversations/summary.ts";
 import { indexJob, summarizeJob } from "../queue.ts";
 import { syncSummaryKeys } from "../memory/recall/snippets.ts";
 import { UnreadableAnswer } from "./dead-letter.ts";
@@ -51,6 +51,12 @@ export async function runSummarize(
     }
   }
   if (outcome.status === "UNPARSABLE") throw new UnreadableAnswer("the summary rewrite");
-  const more = await hasUnfoldedMessages(db, payload.conversationId);
+  // A rejected rewrite leaves its messages unfolded: tried again at once it would fold the same
+  // ones, and a judge that keeps rejecting them would be asked every few seconds for ever. It is
+  // tried again when more is said (this run, if some came while it ran; else the next turn's request).
+  const more =
+    outcome.status === "REJECTED"
+      ? await hasMessagesAfter(db, payload.conversationId, outcome.readThroughSeq)
+      : await hasUnfoldedMessages(db, payload.conversationId);
   return { ...outcome, more };
 }

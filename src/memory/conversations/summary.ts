@@ -24,7 +24,7 @@ export type SummaryDeps = {
 };
 
 export type RewriteOutcome =
-  | { status: "ACCEPTED" | "REJECTED"; revisionId: string; coveredThroughSeq: number }
+  | { status: "ACCEPTED" | "REJECTED"; revisionId: string; coveredThroughSeq: number; readThroughSeq: number }
   | { status: "NOTHING_TO_FOLD" | "SUMMARY_OFF" | "UNPARSABLE" | "SUPERSEDED" | "BUSY" | "GONE" };
 
 class Superseded extends Error {}
@@ -45,6 +45,11 @@ export async function rewriteSummary(db: TenantDb, deps: SummaryDeps, conversati
   return underConversationLease(db, conversationId, "summaryLeaseUntil", () =>
     rewriteUnderLease(db, deps, conversationId),
   );
+}
+
+/** Whether the conversation has shared messages after `seq` (said since a rewrite read it). */
+export async function hasMessagesAfter(db: TenantDb, conversationId: string, seq: number): Promise<boolean> {
+  return (await db.message.count({ where: { ...shared(conversationId), seq: { gt: seq } }, take: 1 })) > 0;
 }
 
 /** Whether messages older than the tail are still waiting to be folded (the job re-queues then). */
@@ -134,7 +139,7 @@ async function rewriteUnderLease(db: TenantDb, deps: SummaryDeps, conversationId
   deps.pubsub.publish("summaryChanged", db.$tenantId(), { conversationId, revisionId: revision.id });
 
   if (accepted) await rescoreOlderMessages(db, deps, conversationId, newSummary, coveredThroughSeq, settings.tailSize);
-  return { status: accepted ? "ACCEPTED" : "REJECTED", revisionId: revision.id, coveredThroughSeq };
+  return { status: accepted ? "ACCEPTED" : "REJECTED", revisionId: revision.id, coveredThroughSeq, readThroughSeq: unfolded[unfolded.length - 1].seq };
 }
 
 /** Asks the verbatim judge which folded messages the next reply still needs word for word. */

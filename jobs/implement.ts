@@ -13,6 +13,8 @@ export type JobControl = {
   runAgainIn(ms: number): void;
   /** 1 on the first run, 2 on the first retry, … */
   attempt: number;
+  /** This job's row in the queue. */
+  jobId: string;
 };
 
 export type JobOptions = Pick<AgendaJobOptions, "backoff" | "concurrency"> & {
@@ -46,6 +48,7 @@ function implement<S extends z.ZodType>(
               job.attrs.nextRunAt = new Date(Date.now() + ms);
             },
             attempt: (job.attrs.failCount ?? 0) + 1,
+            jobId: String(job.attrs._id),
           };
           // Signs of life while it runs: the lock of a job whose worker died lapses, this one's never
           // does. Each touch renews the lock in memory at once; the writes are not chained, so a slow

@@ -41,10 +41,18 @@ function againWhenLeft<T extends { again?: boolean; againInMs?: number }>(contro
 }
 
 // Left: turns still unjudged at the end (one its round may yet write, or come during the run).
+// Failed while another gate job of the conversation waits to run: this one ends and leaves the
+// turns to it. During a model outage each burst of turns (and each minute, the dispatcher) queues
+// one; each retrying without end, they would pile up, and their attempts with them.
 export const conversationTurns = implementTenantJob(
   conversationTurnsJob,
   (db, deps, payload, control) =>
-    againSoonWhenBusy(control, againWhenLeft(control, runConversationTurnsWork(db, deps, payload, { stillAlive: control.stillAlive, retry: control.attempt > 1 }))),
+    againSoonWhenBusy(control, againWhenLeft(control, runConversationTurnsWork(db, deps, payload, { stillAlive: control.stillAlive, retry: control.attempt > 1 }))).catch(
+      async (error: unknown) => {
+        if ((await deps.queue.waiting(conversationTurnsJob, "conversationId", [payload.conversationId], control.jobId)).size) return { status: "HANDED_OVER" as const };
+        throw error;
+      },
+    ),
   { backoff: untilItWorks, concurrency: 4 },
 );
 

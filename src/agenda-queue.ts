@@ -152,6 +152,16 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
         throw error;
       }
     },
+    async waiting(job, key, values, exceptJobId) {
+      if (values.length === 0) return new Set<string>();
+      const { rows } = await pool.query<{ value: string }>(
+        `SELECT DISTINCT "data"->>$2 AS "value" FROM "agenda_jobs"
+         WHERE "name" = $1 AND "data"->>$2 = ANY($3::text[]) AND "next_run_at" IS NOT NULL AND "locked_at" IS NULL
+           AND ($4::uuid IS NULL OR "id" <> $4::uuid)`,
+        [job.name, key, values, exceptJobId ?? null],
+      );
+      return new Set(rows.map((r) => r.value));
+    },
     async ping() {
       await pool.query("SELECT 1");
     },

@@ -32,6 +32,11 @@ export type JobQueue = {
     key: string,
     windowMs: number,
   ): Promise<void>;
+  /**
+   * Of `values`, those for which a job of this kind keyed by them waits to run (queued or due for
+   * a retry, not running); `exceptJobId` leaves one job out (the asking job's own).
+   */
+  waiting(job: JobDefinition, key: string, values: string[], exceptJobId?: string): Promise<Set<string>>;
   close(): Promise<void>;
 };
 

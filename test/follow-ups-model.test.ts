@@ -4,6 +4,7 @@ import { underConversationLease } from "../src/memory/conversations/leases.ts";
 import { conversationTurnsJob } from "../src/queue.ts";
 import { planSnippetsOfTurns } from "../src/memory/recall/snippets.ts";
 import { runTurnFollowUps } from "../src/work/follow-ups.ts";
+import { dispatchPendingTurns } from "../src/work/dispatch.ts";
 import { takeFromOutbox } from "../src/work/outbox.ts";
 import { ExtractionBusy, HAND_OFF_MS, QUIET_RECHECK_MAX_MS, runConversationTurnsWork, runQuietExtraction, runTurnWork, TurnBusy } from "../src/work/turn-work.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
@@ -198,6 +199,29 @@ describe("follow-ups of turns whose agent calls a model", () => {
     await ageBy(HAND_OFF_MS + 1_000);
     await runConversationTurnsWork(db(), engram.services.deps, payload);
     expect(await runQuietExtraction(db(), engram.services.deps, payload)).toMatchObject({ again: false });
+  }, 120_000);
+
+  it("queues no second gate job for a conversation while one waits to run (one retrying through an outage, say)", async () => {
+    const turn = await say("talk-pile", 1, "I grow tomatoes.");
+    await runTurnFollowUps(db(), engram.services.deps);
+    const conversationId = turn.conversation.id;
+    const rows = () =>
+      engram.services.db.$queryRaw<{ id: string }[]>`
+        SELECT "id"::text FROM "agenda_jobs" WHERE "name" = 'memory.conversation-turns' AND "data"->>'conversationId' = ${conversationId}`;
+    const [queued] = await rows();
+    expect(queued).toBeDefined();
+    // Out of the outbox and unjudged for minutes: the dispatcher's case, but the round's job still waits.
+    await db().turn.update({ where: { id: turn.id }, data: { followUpsQueuedAt: new Date(Date.now() - 120_000) } });
+    await dispatchPendingTurns(engram.services.deps);
+    expect(await rows()).toHaveLength(1);
+    // The waiting job itself, failing, would find no other to leave the turns to.
+    const { queue } = engram.services.deps;
+    expect(await queue.waiting(conversationTurnsJob, "conversationId", [conversationId], queued.id)).toEqual(new Set());
+    expect(await queue.waiting(conversationTurnsJob, "conversationId", [conversationId])).toEqual(new Set([conversationId]));
+    // Gone (run and ended, say): the dispatcher queues one.
+    await engram.services.db.$executeRaw`DELETE FROM "agenda_jobs" WHERE "id"::text = ${queued.id}`;
+    await dispatchPendingTurns(engram.services.deps);
+    expect(await rows()).toHaveLength(1);
   }, 120_000);
 
   it("judges a conversation's turns in order: a forget request its round may still write holds back the turns after it", async () => {

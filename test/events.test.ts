@@ -4,7 +4,8 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { forTenant, insertRows } from "../src/db.ts";
 import { AppendEventDocument, type AppendEventInput } from "../src/gql/graphql.ts";
 import { appendEvent } from "../src/memory/log/events.ts";
-import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { recordJobRun } from "../src/work/job-runs.ts";
+import { createTenantWithKeys, startTestEngram, type GraphQLResult, type TestEngram } from "./helpers/engram.ts";
 import { collect, settle, wsClient } from "./helpers/ws.ts";
 
 const APPEND = AppendEventDocument;
@@ -238,5 +239,77 @@ describe("insertRows (the feed's history and the usage rows)", () => {
     expect(nulls.map((row) => row.id).sort()).toEqual(ids.slice(1).sort());
     await expect(insertRows(db, "ActivityLog", columns, [])).resolves.toBeUndefined();
     await expect(insertRows(db, "ActivityLog", { 'id" text); DROP TABLE "ActivityLog"; --': "text" }, rows)).rejects.toThrow(/not a column name/);
+  });
+});
+
+describe("the feed's history, a page at a time", () => {
+  const PAGE = `query($first: Int, $after: String, $kinds: [FeedKind!]) {
+    memoryFeed(first: $first, after: $after, kinds: $kinds) { items { id ... on JobRunFeedItem { run { name status } } } endCursor hasMore } }`;
+
+  it("goes on past a page's last item once it is gone: a job run that finished since, a row deleted", async () => {
+    const tenant = await createTenantWithKeys(engram.services, "feed-paging");
+    const db = forTenant(engram.services.db, tenant.tenantId);
+    const { pubsub } = engram.services.deps;
+    const succeeds = async () => ({ status: "SUCCEEDED" as const, result: {} });
+    await recordJobRun(db, pubsub, "first", succeeds);
+    let finish = () => {};
+    let running!: Promise<unknown>;
+    await new Promise<void>((started) => {
+      running = recordJobRun(db, pubsub, "second", () => {
+        started();
+        return new Promise((done) => (finish = () => done({ status: "SUCCEEDED", result: {} })));
+      });
+    });
+    await recordJobRun(db, pubsub, "third", succeeds);
+    await pubsub.settled();
+
+    const page1 = await engram.gql(PAGE, { first: 2, kinds: ["JOB_RUN"] }, tenant.reader);
+    expect(page1.errors).toBeUndefined();
+    expect(page1.data.memoryFeed.items.map((i: { run: { name: string } }) => i.run)).toEqual([
+      { name: "third", status: "SUCCEEDED" },
+      { name: "second", status: "RUNNING" },
+    ]);
+    expect(page1.data.memoryFeed.hasMore).toBe(true);
+
+    // The run's row is replaced by a newer one as it finishes: the page's last row is gone.
+    finish();
+    await running;
+    await pubsub.settled();
+    const page2 = await engram.gql(PAGE, { first: 2, kinds: ["JOB_RUN"], after: page1.data.memoryFeed.endCursor }, tenant.reader);
+    expect(page2.errors).toBeUndefined();
+    expect(page2.data.memoryFeed.items.map((i: { run: { name: string } }) => i.run.name)).toEqual(["first"]);
+    expect(page2.data.memoryFeed.hasMore).toBe(false);
+  });
+
+  it("keeps its order through items announced in the same millisecond, each once, with rows deleted between pages", async () => {
+    const tenant = await createTenantWithKeys(engram.services, "feed-ties");
+    const db = forTenant(engram.services.db, tenant.tenantId);
+    // Two processes (a server and a CLI run) can announce in the same millisecond.
+    const at = new Date("2026-05-06T07:08:09.010Z");
+    const ids = ["tie-5", "tie-4", "tie-3", "tie-2", "tie-1"];
+    const columns = { id: "text", kind: "text", refId: "text", change: "text", scope: "text", scopeRef: "text", at: "timestamp(3)" } as const;
+    await insertRows(db, "ActivityLog", columns, ids.map((id) => ({ id, kind: "ENTRY", refId: `entry-${id}`, change: "CREATED", scope: "PROJECT", scopeRef: "ties", at })));
+
+    type Page = { memoryFeed: { items: { id: string }[]; endCursor: string | null; hasMore: boolean } };
+    const seen: string[] = [];
+    let after: string | null = null;
+    for (let pages = 0; pages < 5; pages++) {
+      const { data, errors }: GraphQLResult<Page> = await engram.gql(PAGE, { first: 2, kinds: ["ENTRY"], after }, tenant.reader);
+      expect(errors).toBeUndefined();
+      seen.push(...data.memoryFeed.items.map((i) => i.id));
+      if (!data.memoryFeed.hasMore) break;
+      after = data.memoryFeed.endCursor;
+      await db.activityLog.deleteMany({ where: { id: seen.at(-1) } });
+    }
+    expect(seen).toEqual(ids);
+  });
+
+  it("refuses a cursor it did not give, with BAD_USER_INPUT", async () => {
+    const notOurs = ["garbage", randomUUID(), Buffer.from(JSON.stringify({ at: 1 })).toString("base64url"), ""];
+    for (const after of notOurs) {
+      const { data, errors } = await engram.gql(PAGE, { first: 2, after }, engram.tenant.reader);
+      expect(data).toBeNull();
+      expect(errors?.[0].extensions?.code, after).toBe("BAD_USER_INPUT");
+    }
   });
 });

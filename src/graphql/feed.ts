@@ -229,7 +229,10 @@ const FeedPage = builder
     description: "One page of the feed's history, newest first.",
     fields: (t) => ({
       items: t.field({ type: [FeedItem], resolve: (page) => page.items }),
-      endCursor: t.exposeString("endCursor", { nullable: true, description: "Pass as `after` for the next (older) page." }),
+      endCursor: t.exposeString("endCursor", {
+        nullable: true,
+        description: "Pass as `after` for the next (older) page. Opaque; it holds its place when its item is gone (a job run moved on, a forget).",
+      }),
       hasMore: t.exposeBoolean("hasMore"),
     }),
   });

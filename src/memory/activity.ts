@@ -1,5 +1,7 @@
 import { randomUUID } from "node:crypto";
+import { z } from "zod";
 import { insertRows, type ColumnTypes, type TenantDb, type TenantDirectory } from "../db.ts";
+import { badInput } from "../errors.ts";
 import type { Prisma } from "../generated/prisma/client.ts";
 import type { Logger } from "../log.ts";
 import type { PubSub, RecallCandidate, Topics } from "../pubsub.ts";
@@ -171,9 +173,31 @@ export type HistoryArgs = FeedFilter & {
   since?: Date | null;
   until?: Date | null;
   first: number;
-  /** The last item of the previous page. */
+  /** The endCursor of the previous page. */
   after?: string | null;
 };
+
+/**
+ * A page's end is its last row's sort key (time, id), not the row itself: a job run's row is
+ * replaced as the run moves on and a forget deletes rows, and paging must go on past them.
+ */
+const feedCursor = z.tuple([z.iso.datetime(), z.string().min(1)]);
+
+function cursorOf(row: { at: Date; id: string }) {
+  return Buffer.from(JSON.stringify([row.at.toISOString(), row.id])).toString("base64url");
+}
+
+function readCursor(cursor: string) {
+  let key: unknown = null;
+  try {
+    key = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8"));
+  } catch {
+    // Not JSON: refused below with the rest.
+  }
+  const parsed = feedCursor.safeParse(key);
+  if (!parsed.success) throw badInput("`after` is not a cursor of the feed: pass a page's endCursor.");
+  return { at: new Date(parsed.data[0]), id: parsed.data[1] };
+}
 
 async function filterWhere(db: TenantDb, wanted: FeedFilter): Promise<Prisma.ActivityLogWhereInput> {
   if (!wanted.agentId && !wanted.endUserId && !wanted.conversationId) return {};
@@ -267,9 +291,9 @@ async function itemsOf(db: TenantDb, rows: ActivityRow[]): Promise<FeedPayload[]
 export async function feedHistory(db: TenantDb, args: HistoryArgs) {
   const first = Math.min(Math.max(args.first, 1), 200);
   let before: Prisma.ActivityLogWhereInput = {};
-  if (args.after) {
-    const last = await db.activityLog.findUnique({ where: { id: args.after }, select: { at: true, id: true } });
-    if (last) before = { OR: [{ at: { lt: last.at } }, { at: last.at, id: { lt: last.id } }] };
+  if (args.after != null) {
+    const last = readCursor(args.after);
+    before = { OR: [{ at: { lt: last.at } }, { at: last.at, id: { lt: last.id } }] };
   }
   const where: Prisma.ActivityLogWhereInput = {
     AND: [
@@ -285,7 +309,7 @@ export async function feedHistory(db: TenantDb, args: HistoryArgs) {
   return {
     items: await itemsOf(db, page.filter(keep)),
     // The cursor is the page's last row, read or not, so a dropped row never stalls paging.
-    endCursor: page.at(-1)?.id ?? null,
+    endCursor: page.length ? cursorOf(page.at(-1)!) : null,
     hasMore: rows.length > first,
   };
 }

@@ -9,7 +9,7 @@ const config: CodegenConfig = {
     "src/gql/": {
       preset: "client",
       config: {
-        scalars: { DateTime: "string", JSON: "unknown" },
+        scalars: { DateTime: "string", JSON: "unknown", SafeInt: "number" },
         enumsAsTypes: true,
         useTypeImports: true,
         emitLegacyCommonJSImports: false,

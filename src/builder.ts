@@ -24,6 +24,7 @@ export const builder = new SchemaBuilder<{
   Scalars: {
     DateTime: { Input: Date; Output: Date | string };
     JSON: { Input: unknown; Output: unknown };
+    SafeInt: { Input: number; Output: number };
   };
 }>({
   plugins: [ScopeAuthPlugin, PrismaPlugin, RelayPlugin, SimpleObjectsPlugin],

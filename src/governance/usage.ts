@@ -82,9 +82,10 @@ export async function modelUsageReport(
   const { from, to } = input;
   if (from && to && from >= to) throw badInput("`from` must be before `to`.");
   const groupBy = new Set<UsageGroup>(input.groupBy ?? ["PURPOSE", "CHAIN", "MODEL"]);
+  // float8, not bigint (a BigInt to JavaScript): exact up to 2^53, as far as the SafeInt totals go.
   const buckets = await db.$queryRawUnsafe<Bucket[]>(
     `SELECT "purpose", "chain", "model", to_char(date_trunc('day', "createdAt"), 'YYYY-MM-DD') AS "day",
-            count(*)::int AS "calls", sum("inputTokens")::float8 AS "input",
+            count(*)::float8 AS "calls", sum("inputTokens")::float8 AS "input",
             sum("outputTokens")::float8 AS "output", sum("redactions")::float8 AS "redactions"
        FROM "ModelUsage"
       WHERE "tenantId" = $1

@@ -1,4 +1,5 @@
 import { GraphQLError, Kind } from "graphql";
+import { GraphQLSafeInt } from "graphql-scalars";
 import { builder } from "../builder.ts";
 
 // A four-digit year, a date, and optionally a time and an offset: what ISO-8601 and the store agree on.
@@ -27,3 +28,6 @@ builder.scalarType("JSON", {
   serialize: (value) => value,
   parseValue: (value) => value,
 });
+
+// Totals that outgrow a 32-bit Int (a tenant's tokens over its whole history): whole numbers up to 2^53 - 1.
+builder.addScalarType("SafeInt", GraphQLSafeInt);

@@ -16,37 +16,37 @@ const UsageRow = builder.simpleObject("ModelUsageRow", {
     model: t.string({ nullable: true }),
     day: t.string({ nullable: true, description: "YYYY-MM-DD, UTC" }),
     tenantId: t.id({ nullable: true }),
-    calls: t.int(),
-    inputTokens: t.int(),
-    outputTokens: t.int(),
-    redactions: t.int({ description: "Matches replaced by redaction before the calls were sent." }),
+    calls: t.field({ type: "SafeInt" }),
+    inputTokens: t.field({ type: "SafeInt" }),
+    outputTokens: t.field({ type: "SafeInt" }),
+    redactions: t.field({ type: "SafeInt", description: "Matches replaced by redaction before the calls were sent." }),
     costUsd: t.float({
       nullable: true,
       description: "USD for the tokens of models with a configured price (per 1M input and output tokens).",
     }),
-    unpricedTokens: t.int({ description: "Tokens of models without a price, not included in costUsd." }),
+    unpricedTokens: t.field({ type: "SafeInt", description: "Tokens of models without a price, not included in costUsd." }),
   }),
 });
 
 const UsageSummary = builder.simpleObject("ModelUsageSummary", {
   fields: (t) => ({
     rows: t.field({ type: [UsageRow] }),
-    calls: t.int(),
-    inputTokens: t.int(),
-    outputTokens: t.int(),
-    redactions: t.int({ description: "Matches replaced by redaction before the calls were sent." }),
+    calls: t.field({ type: "SafeInt" }),
+    inputTokens: t.field({ type: "SafeInt" }),
+    outputTokens: t.field({ type: "SafeInt" }),
+    redactions: t.field({ type: "SafeInt", description: "Matches replaced by redaction before the calls were sent." }),
     costUsd: t.float({
       nullable: true,
       description: "USD for the tokens of models with a configured price (per 1M input and output tokens).",
     }),
-    unpricedTokens: t.int({ description: "Tokens of models without a price, not included in costUsd." }),
+    unpricedTokens: t.field({ type: "SafeInt", description: "Tokens of models without a price, not included in costUsd." }),
   }),
 });
 
 const BudgetStatusRef = builder.simpleObject("BudgetStatus", {
   description: "This tenant against its monthly token budget (calendar month, UTC).",
   fields: (t) => ({
-    spent: t.int({ description: "Input plus output tokens of memory work this period." }),
+    spent: t.field({ type: "SafeInt", description: "Input plus output tokens of memory work this period." }),
     limit: t.int({ nullable: true, description: "Null: no limit." }),
     periodStart: t.field({ type: "DateTime" }),
     periodEnd: t.field({ type: "DateTime" }),

@@ -43,6 +43,16 @@ describe("agents and end users", () => {
     expect(third.data.upsertAgent.settings).toMatchObject({ tailSize: 4, summaryOn: false });
   });
 
+  it("upserts one new agent from several callers at once: each answers, and no caller's settings are lost", async () => {
+    const UPSERT = `mutation($input: UpsertAgentInput!) { upsertAgent(input: $input) { id settings { tailSize historySize summaryWordLimit extractionBatchSize recallOn } } }`;
+    const patches = [{ tailSize: 3 }, { historySize: 12 }, { summaryWordLimit: 90 }, { extractionBatchSize: 5 }, { recallOn: false }];
+    const answers = await Promise.all(patches.map((settings) => engram.gql(UPSERT, { input: { externalId: "crowd", settings } }, engram.tenant.writer)));
+    expect(answers.map((a) => a.errors)).toEqual(patches.map(() => undefined));
+    expect(new Set(answers.map((a) => a.data.upsertAgent.id)).size).toBe(1);
+    const last = await engram.gql(UPSERT, { input: { externalId: "crowd" } }, engram.tenant.writer);
+    expect(last.data.upsertAgent.settings).toEqual({ tailSize: 3, historySize: 12, summaryWordLimit: 90, extractionBatchSize: 5, recallOn: false });
+  });
+
   it("upserts end users by external id", async () => {
     const UPSERT = `mutation($input: UpsertEndUserInput!) { upsertEndUser(input: $input) { id externalId displayName } }`;
     const a = await engram.gql(UPSERT, { input: { externalId: "u-42", displayName: "Ada" } });

@@ -56,30 +56,23 @@ export const upsertAgentInput = z.object({
   settings: agentSettingsPatch.nullish(),
 });
 
-/** Creates or updates an agent by the caller's own id; settings given are merged over stored ones. */
+/**
+ * Creates or updates an agent by the caller's own id; settings given are merged over stored ones.
+ * One statement: callers at once for one agent (a first use among them) each merge into the row
+ * as it stands, so no caller's settings are lost and none fails on the other's insert.
+ */
 export async function upsertAgent(db: TenantDb, input: z.input<typeof upsertAgentInput>) {
   const parsed = parseInput(upsertAgentInput, input);
-  const given = parsed.settings ?? {};
-  return db.$transaction(async (tx) => {
-    const existing = await tx.agent.findUnique({
-      where: { tenantId_externalId: { tenantId: db.$tenantId(), externalId: parsed.externalId } },
-    });
-    const settings = { ...((existing?.settings as object) ?? {}), ...given };
-    if (existing) {
-      return tx.agent.update({
-        where: { id: existing.id },
-        data: { settings, ...(parsed.name ? { name: parsed.name } : {}) },
-      });
-    }
-    return tx.agent.create({
-      data: {
-        tenantId: db.$tenantId(),
-        externalId: parsed.externalId,
-        name: parsed.name ?? parsed.externalId,
-        settings,
-      },
-    });
-  });
+  const [{ id }] = await db.$queryRaw<{ id: string }[]>`
+    INSERT INTO "Agent" ("id", "tenantId", "externalId", "name", "settings", "createdAt", "updatedAt")
+    VALUES (gen_random_uuid()::text, ${db.$tenantId()}, ${parsed.externalId}, ${parsed.name ?? parsed.externalId},
+      ${JSON.stringify(parsed.settings ?? {})}::jsonb, now(), now())
+    ON CONFLICT ("tenantId", "externalId") DO UPDATE SET
+      "settings" = "Agent"."settings" || EXCLUDED."settings",
+      "name" = COALESCE(${parsed.name ?? null}::text, "Agent"."name"),
+      "updatedAt" = now()
+    RETURNING "id"`;
+  return db.agent.findUniqueOrThrow({ where: { id } });
 }
 
 export const upsertEndUserInput = z.object({

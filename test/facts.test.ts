@@ -38,6 +38,10 @@ async function turn(user: string, userMessage: string, options: { conversation?:
   return { ...recorded, work, endUserId: recorded.conversation.endUser.id };
 }
 
+// One server for the file's subscriptions: an app listens once.
+let listening: Promise<string> | undefined;
+const serverUrl = () => (listening ??= engram.listen());
+
 const facts = async (endUserId: string) => (await engram.gql(FACTS, { id: endUserId })).data.facts as any[];
 
 /** The user's own statements of the form "I …" become facts; the judge is told per test. */
@@ -178,10 +182,99 @@ describe("writing facts", () => {
   });
 });
 
+describe(`the cap of ${FACT_CAP} facts`, () => {
+  const ADD = `mutation($input: AddFactInput!) { addFact(input: $input) { id text core } }`;
+
+  /** A user (made by a first turn) with `core` core facts and `plain` facts that are not, oldest first. */
+  async function userWith(name: string, counts: { core: number; plain?: number }) {
+    const t = await turn(name, "hello there");
+    const start = Date.now() - 86_400_000;
+    const rows = [
+      ...Array.from({ length: counts.core }, (_, i) => ({ text: `${name} core fact number ${i}.`, core: true })),
+      ...Array.from({ length: counts.plain ?? 0 }, (_, i) => ({ text: `${name} plain fact number ${i}.`, core: false })),
+    ];
+    await engram.services.db.fact.createMany({
+      data: rows.map((row, i) => ({ ...row, tenantId: engram.tenant.tenantId, endUserId: t.endUserId, origin: "API", confirmedAt: new Date(start + i * 1_000) })),
+    });
+    return t;
+  }
+  const count = (endUserId: string) => engram.services.db.fact.count({ where: { endUserId } });
+
+  it("refuses an addFact that cannot fit because every fact is core: CONFLICT, nothing written or announced", async () => {
+    const { endUserId } = await userWith("uma", { core: FACT_CAP });
+    const url = await serverUrl();
+    const client = wsClient(url, engram.tenant.reader);
+    const live = collect(client, `subscription($id: ID!) { factChanged(endUserId: $id) { change factId } }`, { id: endUserId });
+    await settle();
+
+    for (const core of [false, true]) {
+      const refused = await engram.gql(ADD, { input: { endUserId, text: "Likes tea.", core } }, engram.tenant.writer);
+      expect(refused.data).toBeNull();
+      expect(refused.errors?.[0]).toMatchObject({ extensions: { code: "CONFLICT" }, message: expect.stringContaining(`cap of ${FACT_CAP} facts`) });
+    }
+    expect(await count(endUserId)).toBe(FACT_CAP);
+    expect(await engram.services.db.fact.count({ where: { endUserId, text: "Likes tea." } })).toBe(0);
+    expect(await engram.services.db.factVersion.count({ where: { fact: { endUserId } } })).toBe(0);
+
+    // Nothing was announced: the first change a subscriber sees is the delete that makes room.
+    const [oldest] = (await facts(endUserId)).slice(-1);
+    await engram.gql(`mutation($id: ID!) { deleteFact(id: $id) { change } }`, { id: oldest.id }, engram.tenant.writer);
+    const added = await engram.gql(ADD, { input: { endUserId, text: "Likes tea.", core: false } }, engram.tenant.writer);
+    expect(added.data.addFact).toMatchObject({ text: "Likes tea.", core: false });
+    await live.next(2);
+    expect(live.received.map((r) => [r.data.factChanged.change, r.data.factChanged.factId])).toEqual([
+      ["DELETED", oldest.id],
+      ["ADDED", added.data.addFact.id],
+    ]);
+    expect(await count(endUserId)).toBe(FACT_CAP);
+    live.dispose();
+    await client.dispose();
+  });
+
+  it("makes room by dropping the least recently confirmed fact that is not core, never a core one nor the one added", async () => {
+    const { endUserId } = await userWith("val", { core: FACT_CAP - 2, plain: 2 });
+    const added = await engram.gql(ADD, { input: { endUserId, text: "Val likes tea.", core: false } }, engram.tenant.writer);
+    expect(added.data.addFact).toMatchObject({ text: "Val likes tea." });
+    let texts = (await facts(endUserId)).map((f) => f.text);
+    expect(texts).toHaveLength(FACT_CAP);
+    expect(texts).not.toContain("val plain fact number 0.");
+    expect(texts).toContain("val plain fact number 1.");
+
+    const core = await engram.gql(ADD, { input: { endUserId, text: "Val is a carpenter.", core: true } }, engram.tenant.writer);
+    expect(core.data.addFact).toMatchObject({ core: true });
+    texts = (await facts(endUserId)).map((f) => f.text);
+    expect(texts).toHaveLength(FACT_CAP);
+    expect(texts).not.toContain("val plain fact number 1.");
+    expect(texts).toContain("Val likes tea.");
+    expect(texts.filter((t) => t.startsWith("val core fact"))).toHaveLength(FACT_CAP - 2);
+  });
+
+  it("two facts added at once cannot both take the last place", async () => {
+    const { endUserId } = await userWith("xia", { core: FACT_CAP - 1 });
+    const answers = await Promise.all(
+      ["Xia likes tea.", "Xia likes coffee."].map((text) => engram.gql(ADD, { input: { endUserId, text, core: true } }, engram.tenant.writer)),
+    );
+    expect(answers.map((a) => a.errors?.[0].extensions?.code ?? "ADDED").sort()).toEqual(["ADDED", "CONFLICT"]);
+    expect(await count(endUserId)).toBe(FACT_CAP);
+  });
+
+  it("the extractor cannot push a user past the cap: with every fact core, a new candidate is dropped and says why", async () => {
+    const { endUserId } = await userWith("wes", { core: FACT_CAP });
+    for (const said of ["I am a pilot.", "I like chess."]) {
+      const t = await turn("wes", said);
+      expect(t.work.extraction.outcomes).toEqual([
+        expect.objectContaining({ change: "DROPPED", factId: null, reason: expect.stringContaining(`cap of ${FACT_CAP} facts`) }),
+      ]);
+    }
+    expect(await count(endUserId)).toBe(FACT_CAP);
+    expect((await facts(endUserId)).every((f) => f.core && f.text.startsWith("wes core fact"))).toBe(true);
+  });
+});
+
 describe("people's side", () => {
   it("adds, corrects (with history) and deletes facts, with provenance and a live record", async () => {
     const t = await turn("jon", "hello there");
-    const url = await engram.listen();
+    const url = await serverUrl();
     const client = wsClient(url, engram.tenant.reader);
     const live = collect(client, `subscription($id: ID!) { factChanged(endUserId: $id) { change reason text factId fact { text } } }`, { id: t.endUserId });
     await settle();

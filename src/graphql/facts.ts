@@ -199,6 +199,9 @@ builder.mutationFields((t) => ({
   addFact: t.prismaField({
     type: "Fact",
     authScopes: { writer: true },
+    description:
+      "Adds a fact, written by the calling key. At the cap of 50 facts it drops the least recently confirmed one that is not core; " +
+      "when only core facts could make room it writes nothing and answers CONFLICT.",
     args: { input: t.arg({ type: AddFactInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
       const db = ctx.db;

@@ -3,7 +3,7 @@ import type { CandidateFact } from "../../chains/extractor.ts";
 import type { FactJudgment } from "../../chains/fact-judge.ts";
 import type { TenantDb } from "../../db.ts";
 import type { Deps } from "../../deps.ts";
-import { notFound, parseInput } from "../../errors.ts";
+import { EngramError, notFound, parseInput } from "../../errors.ts";
 import { Prisma, type Fact } from "../../generated/prisma/client.ts";
 import type { FactChangeKind, FactChangePayload, PubSub } from "../../pubsub.ts";
 import type { ExtraBlocks } from "../context.ts";
@@ -11,8 +11,20 @@ import { liveMessages } from "../conversations/live-messages.ts";
 import { deleteFacts } from "../forget.ts";
 import { countTokens } from "../tokens.ts";
 
-/** At most this many facts per user; the least recently confirmed non-core ones go first. */
+/** At most this many facts per user; the least recently confirmed non-core ones go first, core ones never. */
 export const FACT_CAP = 50;
+
+/** A new fact would take its user past the cap, and only core facts could make room. */
+export class FactCapReached extends EngramError {
+  constructor(endUserId: string) {
+    super(
+      "CONFLICT",
+      `End user ${endUserId} is at the cap of ${FACT_CAP} facts, and core facts are never dropped to make room: ` +
+        "delete a fact, or correct one to core: false, before adding another.",
+    );
+    this.name = "FactCapReached";
+  }
+}
 
 const factText = z.string().trim().min(3).max(500);
 
@@ -50,15 +62,28 @@ async function writeVersion(tx: TenantDb, fact: Fact, change: FactChangeKind, re
   });
 }
 
-/** Keeps the user at the cap by dropping the least recently confirmed non-core facts. */
-async function enforceCap(db: TenantDb, deps: FactDeps, endUserId: string) {
-  const total = await db.fact.count({ where: { endUserId } });
-  if (total <= FACT_CAP) return;
-  const dropped = await db.fact.findMany({
+/**
+ * Inside the transaction that writes a new fact, before it is written: the facts that must go to
+ * leave it room under the cap, the least recently confirmed non-core ones. Throws FactCapReached
+ * when only core facts could make room. The user's row stays locked until the transaction ends,
+ * so two facts written at once cannot both take the last place.
+ */
+async function roomForAnother(tx: TenantDb, endUserId: string): Promise<Fact[]> {
+  await tx.$queryRaw`SELECT "id" FROM "EndUser" WHERE "tenantId" = ${tx.$tenantId()} AND "id" = ${endUserId} FOR NO KEY UPDATE`;
+  const over = (await tx.fact.count({ where: { endUserId } })) + 1 - FACT_CAP;
+  if (over <= 0) return [];
+  const dropped = await tx.fact.findMany({
     where: { endUserId, core: false },
     orderBy: [{ confirmedAt: "asc" }, { id: "asc" }],
-    take: total - FACT_CAP,
+    take: over,
   });
+  if (dropped.length < over) throw new FactCapReached(endUserId);
+  return dropped;
+}
+
+/** Once the new fact is written, the facts roomForAnother picked go (their recall keys and vectors too). */
+async function dropForRoom(db: TenantDb, deps: FactDeps, endUserId: string, dropped: Fact[]) {
+  if (dropped.length === 0) return;
   await deleteFacts(db, deps, dropped.map((f) => f.id));
   for (const fact of dropped) {
     announce(db, deps, "DELETED", { endUserId, factId: fact.id, text: fact.text, reason: `over the cap of ${FACT_CAP} facts` });
@@ -101,7 +126,8 @@ async function createFact(
   reason: string,
   conversationId: string | null = null,
 ) {
-  const fact = await db.$transaction(async (tx) => {
+  const { fact, dropped } = await db.$transaction(async (tx) => {
+    const dropped = await roomForAnother(tx as TenantDb, input.endUserId);
     await requireSourceStillSaid(tx as TenantDb, author.sourceMessageId, author.readMessageIds);
     const created = await tx.fact.create({
       data: {
@@ -118,10 +144,10 @@ async function createFact(
       },
     });
     await writeVersion(tx as TenantDb, created, change, reason);
-    return created;
+    return { fact: created, dropped };
   });
   announce(db, deps, change, { endUserId: input.endUserId, factId: fact.id, text: fact.text, reason, conversationId });
-  await enforceCap(db, deps, input.endUserId);
+  await dropForRoom(db, deps, input.endUserId, dropped);
   return fact;
 }
 
@@ -134,7 +160,7 @@ export const addFactInput = z.object({
   subject: factSubject,
 });
 
-/** A fact written by a person or through the API. */
+/** A fact written by a person or through the API; refused (FactCapReached) when it cannot fit under the cap. */
 export async function addFact(db: TenantDb, deps: FactDeps, input: z.input<typeof addFactInput>, author: FactAuthor) {
   const parsed = parseInput(addFactInput, input);
   await requireUser(db, parsed.endUserId);
@@ -194,12 +220,15 @@ export type CandidateOutcome = { change: FactChangeKind | "DROPPED"; reason: str
  * Applies the fact judge's rules exactly: situational and noise are dropped; sensitive facts
  * are dropped unless the agent allows them; "same" refreshes the stored fact's confirmation;
  * "update" replaces it (its earlier text stays in its history); "contradiction" keeps both,
- * the newer first.
+ * the newer first. A new fact that cannot fit under the cap (only core facts could make room) is dropped.
  */
 export async function applyCandidate(db: TenantDb, deps: FactDeps, input: CandidateInput): Promise<CandidateOutcome> {
   try {
     return await applyJudgedCandidate(db, deps, input);
   } catch (error) {
+    if (error instanceof FactCapReached) {
+      return { change: "DROPPED", reason: `no room: the user is at the cap of ${FACT_CAP} facts, and core facts are never dropped to make room`, factId: null };
+    }
     if (!(error instanceof SourceForgotten)) throw error;
     return { change: "DROPPED", reason: "its message was forgotten, or a fact from it deleted, while it was read", factId: null };
   }

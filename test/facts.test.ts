@@ -347,6 +347,35 @@ describe("forgetting", () => {
     expect((await facts(t.endUserId)).map((f) => f.text)).toEqual(["The user says: I like chess."]);
   });
 
+  it("deleteFact, and a contradiction settled by deleting one side, are audited: forgetRecords shows who and how many, never the text", async () => {
+    const t = await turn("sia", "hello there");
+    const add = async (text: string) =>
+      (await engram.gql(`mutation($input: AddFactInput!) { addFact(input: $input) { id writtenBy { id } } }`, { input: { endUserId: t.endUserId, text } }, engram.tenant.writer)).data.addFact;
+    const tomatoes = await add("Sia grows tomatoes.");
+    await engram.gql(`mutation($id: ID!) { correctFact(id: $id, input: {text: "Sia grows cherry tomatoes."}) { id } }`, { id: tomatoes.id }, engram.tenant.writer);
+    const deleted = await engram.gql(`mutation($id: ID!) { deleteFact(id: $id) { change } }`, { id: tomatoes.id }, engram.tenant.writer);
+    expect(deleted.data.deleteFact.change).toBe("DELETED");
+
+    const rome = await add("Sia lives in Rome.");
+    const oslo = await add("Sia lives in Oslo.");
+    await engram.services.db.fact.update({ where: { id: oslo.id }, data: { contradictsId: rome.id } });
+    const resolved = await engram.gql(`mutation($id: ID!) { resolveContradiction(factId: $id, keep: NEWER) { deletedFactId } }`, { id: oslo.id }, engram.tenant.writer);
+    expect(resolved.data.resolveContradiction.deletedFactId).toBe(rome.id);
+
+    const records = await engram.gql(
+      `query($id: ID!) { forgetRecords(endUserId: $id) { kind askedBy { id } receipt { facts factVersions snippets messages } } }`,
+      { id: t.endUserId },
+      engram.tenant.admin,
+    );
+    const writer = { id: tomatoes.writtenBy.id };
+    expect(records.data.forgetRecords).toEqual([
+      { kind: "FACT", askedBy: writer, receipt: { facts: 1, factVersions: 1, snippets: 0, messages: 0 } },
+      { kind: "FACT", askedBy: writer, receipt: { facts: 1, factVersions: 2, snippets: 0, messages: 0 } },
+    ]);
+    const audited = JSON.stringify(await engram.services.db.auditLog.findMany({ where: { tenantId: engram.tenant.tenantId, action: "memory.forget" } }));
+    for (const text of ["tomatoes", "Rome", "Oslo"]) expect(audited).not.toContain(text);
+  });
+
   it("without a model, the keyword gate still honours 'forget everything'", async () => {
     const offline = await startTestEngram();
     try {

@@ -498,7 +498,7 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
  * extraction that read it before this delete would otherwise write the fact back. The mark waits
  * for a fact being written from the message (which locks it, facts.ts), and the facts written
  * from it between the first read here and the mark go too, as does the same fact written from it
- * again just before.
+ * again just before. The receipt of counts is audited, as for the other forgets.
  */
 export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string, who: ForgetWho) {
   const fact = await db.fact.findUnique({ where: { id: factId } });
@@ -513,8 +513,12 @@ export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string,
   // Written meanwhile, or the same fact written again from it just before.
   const again = (text: string) => normalizeFact(text) === normalizeFact(fact.text);
   const late = (await fromSource()).filter((f) => f.id !== fact.id && (!before.has(f.id) || again(f.text)));
-  await deleteFacts(db, deps, [factId, ...late.map((f) => f.id)]);
-  if (source) await forgetSnippetsWhere(db, deps, { messageIds: { has: source } });
+  const ids = [factId, ...late.map((f) => f.id)];
+  const receipt = emptyReceipt();
+  receipt.factVersions = await db.factVersion.count({ where: { factId: { in: ids } } });
+  countDeleted(receipt, await deleteFacts(db, deps, ids));
+  if (source) receipt.snippets += await forgetSnippetsWhere(db, deps, { messageIds: { has: source } });
+  await audit(db, who, { kind: "FACT", endUserId: fact.endUserId, factId }, receipt);
   for (const deleted of [fact, ...late]) {
     deps.pubsub.publish("factChanged", db.$tenantId(), {
       endUserId: deleted.endUserId,

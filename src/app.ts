@@ -133,7 +133,7 @@ export function buildApp(services: Services): App {
       maxDepthPlugin({ n: LIMITS.queryDepth, ...reportLimitErrors }),
       useQueryCost(LIMITS.queryCost),
       maxAliasesPlugin({ n: LIMITS.aliases, ...reportLimitErrors }),
-      useTypedRequestErrors({ modelFieldsPerRequest: LIMITS.modelFieldsPerRequest }),
+      useTypedRequestErrors(LIMITS),
       useStreamsOfLiveKeys(sockets, connectionLimits),
       useCachedGraphiQL(GRAPHQL_PATH, graphiql),
       // Seed 000's REST paths (/memory…), generated from the schema, through this same pipeline.

@@ -18,6 +18,8 @@ export const LIMITS = {
   aliases: 30,
   /** context and recall fields per request: each may spend model calls. */
   modelFieldsPerRequest: 3,
+  /** contextTimeline fields per request: each tokenizes up to 200 turns of a conversation. */
+  timelinesPerRequest: 1,
 } as const;
 
 export const scopeSchema = z.enum(["INSTITUTIONAL", "ENTITY", "PROJECT", "TEAM"]);

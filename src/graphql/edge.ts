@@ -44,24 +44,22 @@ function safeTextRule(context: ValidationContext): ASTVisitor {
 
 /** Root fields that may call models (the gate, the re-rank judge, embeddings) each time they run. */
 const MODEL_FIELDS = new Set(["context", "recall"]);
+/** Root fields that tokenize a conversation's recent history each time they run. */
+const TIMELINE_FIELDS = new Set(["contextTimeline"]);
 
 /**
- * A model-call budget per request: aliases could otherwise run `context` 30 times in one
- * request, each spending model calls.
+ * A budget per request for root fields that cost much each time they run: aliases could
+ * otherwise run `context` 30 times in one request, each spending model calls, or
+ * `contextTimeline` 30 times, each tokenizing up to 200 turns on the one event loop.
  */
-function modelFieldsRule(max: number) {
+function rootFieldsRule(fields: ReadonlySet<string>, max: number, message: string) {
   return (context: ValidationContext): ASTVisitor => {
     let count = 0;
     return {
       Field(node) {
-        if (context.getParentType()?.name !== "Query" || !MODEL_FIELDS.has(node.name.value)) return;
+        if (context.getParentType()?.name !== "Query" || !fields.has(node.name.value)) return;
         if (++count === max + 1) {
-          context.reportError(
-            new GraphQLError(`Model calls limit of ${max} fields exceeded: at most ${max} context or recall fields per request.`, {
-              nodes: [node],
-              extensions: { code: "QUERY_TOO_COMPLEX" },
-            }),
-          );
+          context.reportError(new GraphQLError(message, { nodes: [node], extensions: { code: "QUERY_TOO_COMPLEX" } }));
         }
       },
     };
@@ -100,7 +98,8 @@ function variablesRefusal(variables: unknown): ExecutionResult | null {
  * One plugin for HTTP and WebSocket (both run yoga's envelop pipeline): text checks on literals
  * and variables, and a code on every validation and variable-coercion error.
  */
-export function useTypedRequestErrors(limits: { modelFieldsPerRequest: number }): Plugin {
+export function useTypedRequestErrors(limits: { modelFieldsPerRequest: number; timelinesPerRequest: number }): Plugin {
+  const { modelFieldsPerRequest: models, timelinesPerRequest: timelines } = limits;
   return {
     onParse() {
       // A syntax error, or an escape that is not Unicode (a lone surrogate such as "\ud800").
@@ -114,7 +113,12 @@ export function useTypedRequestErrors(limits: { modelFieldsPerRequest: number })
     },
     onValidate({ addValidationRule }) {
       addValidationRule(safeTextRule);
-      addValidationRule(modelFieldsRule(limits.modelFieldsPerRequest));
+      addValidationRule(
+        rootFieldsRule(MODEL_FIELDS, models, `Model calls limit of ${models} fields exceeded: at most ${models} context or recall fields per request.`),
+      );
+      addValidationRule(
+        rootFieldsRule(TIMELINE_FIELDS, timelines, `Timeline limit of ${timelines} exceeded: at most ${timelines} contextTimeline per request.`),
+      );
       return ({ valid, result, setResult }) => {
         if (!valid) setResult(result.map((error) => withCode(error as GraphQLError)));
       };

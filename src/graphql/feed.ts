@@ -212,7 +212,8 @@ builder.queryFields((t) => ({
     authScopes: { reader: true },
     description:
       "Tokens sent against the baseline after each of the conversation's last 200 turns, recomputed from " +
-      "stored messages and accepted revisions (facts, entries and recall are left out: they depend on the next message).",
+      "stored messages and accepted revisions (facts, entries and recall are left out: they depend on the next message). " +
+      "One per request (QUERY_TOO_COMPLEX beyond).",
     args: { conversationId: t.arg.id({ required: true }) },
     resolve: (_root, { conversationId }, ctx) => contextTimeline(ctx.db, String(conversationId)),
   }),

@@ -54,7 +54,7 @@ export type AssembledContext = {
 };
 
 // At most this many older messages come back verbatim on the judge's word, essential ones first.
-const MAX_KEPT = 4;
+export const MAX_KEPT = 4;
 const MAX_ENTRIES = 3;
 
 /**

@@ -13,3 +13,21 @@ export function countTokens(text: string): number {
   counter ??= (createRequire(import.meta.url)("gpt-tokenizer/encoding/o200k_base") as { countTokens: Counter }).countTokens;
   return counter(text);
 }
+
+const WHITESPACE = /\s/u;
+
+/**
+ * The end of a line that a following line break can change the count of: from the start of its
+ * last whitespace run. o200k's split never carries a piece across such a start, and glues a "\n"
+ * only onto the piece before it (a trailing run of punctuation, such as a transcript line's
+ * closing quote), so for a line without line breaks
+ * countTokens(line + "\n") === countTokens(line) - countTokens(tail) + countTokens(tail + "\n"),
+ * and countTokens(a + "\n" + b) === countTokens(a + "\n") + countTokens(b) when b starts with
+ * neither whitespace nor "/".
+ */
+export function lineBreakTail(line: string): string {
+  let start = line.length;
+  while (start > 0 && !WHITESPACE.test(line[start - 1])) start--;
+  while (start > 0 && WHITESPACE.test(line[start - 1])) start--;
+  return line.slice(start);
+}

@@ -20,12 +20,13 @@ import { recordTurn } from "./helpers/turns.ts";
 
 let model: ModelServer;
 let engram: TestEngram;
+const script = factsScript({
+  triage: (message) => (/forget my locker code/.test(message) ? { forget: "SOME", forgetTargets: ["locker code"] } : { remember: /^I /.test(message) }),
+  extract: (messages) => messages.filter((m) => m.role === "user" && /^I /.test(m.content)).map((m) => ({ text: `The user said: ${m.content}`, seq: m.seq })),
+});
 beforeAll(async () => {
   ({ model, engram } = await startEngramWithModel({
-    respond: factsScript({
-      triage: (message) => (/forget my locker code/.test(message) ? { forget: "SOME", forgetTargets: ["locker code"] } : { remember: /^I /.test(message) }),
-      extract: (messages) => messages.filter((m) => m.role === "user" && /^I /.test(m.content)).map((m) => ({ text: `The user said: ${m.content}`, seq: m.seq })),
-    }),
+    respond: script,
     embed: (input) => input.map((text) => Array.from({ length: 8 }, (_, i) => Math.sin(text.length + i))),
   }));
 }, 120_000);
@@ -198,6 +199,30 @@ describe("follow-ups of turns whose agent calls a model", () => {
     // Judged: nothing held back.
     await ageBy(HAND_OFF_MS + 1_000);
     await runConversationTurnsWork(db(), engram.services.deps, payload);
+    expect(await runQuietExtraction(db(), engram.services.deps, payload)).toMatchObject({ again: false });
+  }, 120_000);
+
+  it("has the quiet-period job set its timer again for a message said while it ran", async () => {
+    const first = await say("talk-late", 1, "I knit scarves.");
+    const payload = { tenantId: tenantId(), conversationId: first.conversation.id };
+    await runTurnFollowUps(db(), engram.services.deps);
+    await db().turn.updateMany({ where: { conversationId: first.conversation.id }, data: { gatedAt: new Date() } });
+    // While the extractor reads, the user says more (judged at once, so nothing holds the job back).
+    let said = false;
+    model.respond(async (request) => {
+      if (request.chain === "extract" && !said) {
+        said = true;
+        const late = await say("talk-late", 2, "Nothing much.");
+        await db().turn.update({ where: { id: late.id }, data: { gatedAt: new Date() } });
+      }
+      return script(request);
+    });
+    try {
+      expect(await runQuietExtraction(db(), engram.services.deps, payload)).toMatchObject({ status: "EXTRACTED", again: true, againInMs: 600_000 });
+    } finally {
+      model.respond(script);
+    }
+    // Read, the timer is not set again.
     expect(await runQuietExtraction(db(), engram.services.deps, payload)).toMatchObject({ again: false });
   }, 120_000);
 

@@ -390,7 +390,7 @@ export const QUIET_RECHECK_MAX_MS = 5 * 60_000;
 
 /**
  * The quiet-period timer fired: whatever the extractor has not read yet, it reads now, up to a
- * turn the gate has not judged. `again`: such a turn held it back, so the job runs again for the
+ * turn the gate has not judged (and if a message came while it ran, the timer is set again). `again`: such a turn held it back, so the job runs again for the
  * rest (the gate job reads now only what is worth remembering): in `againInMs`, a moment later
  * while the gate is only behind, and as long as that turn has waited when it has waited longer
  * (the gate's model is out, say), so that a conversation held back for minutes is looked at a
@@ -399,6 +399,21 @@ export const QUIET_RECHECK_MAX_MS = 5 * 60_000;
 export async function runQuietExtraction(db: TenantDb, deps: TurnWorkDeps, payload: z.infer<typeof quietExtractJob.schema>) {
   const held = await firstUnjudged(db, payload.conversationId);
   const result = await runExtraction(db, deps, payload.conversationId, { now: true, beforeSeq: held?.firstSeq });
-  const againInMs = held ? Math.min(Math.max(HAND_OFF_MS, Date.now() - held.createdAt.getTime()), QUIET_RECHECK_MAX_MS) : undefined;
-  return { ...result, again: Boolean(held), againInMs };
+  if (held) return { ...result, again: true, againInMs: Math.min(Math.max(HAND_OFF_MS, Date.now() - held.createdAt.getTime()), QUIET_RECHECK_MAX_MS) };
+  // A message said while this ran set the timer again on this very job, which its end clears: it
+  // is set again here, for the agent's quiet period from now.
+  const quietAgainIn = result.status === "EXTRACTED" || result.status === "NOTHING_NEW" ? await quietPeriodIfUnread(db, payload.conversationId) : undefined;
+  return { ...result, again: quietAgainIn !== undefined, againInMs: quietAgainIn };
+}
+
+/** The agent's quiet period, if the conversation has a shared message the extractor has not read. */
+async function quietPeriodIfUnread(db: TenantDb, conversationId: string) {
+  const conversation = await db.conversation.findUnique({ where: { id: conversationId }, select: { extractedThroughSeq: true, agent: { select: { settings: true } } } });
+  if (!conversation) return undefined;
+  const { quietExtractionSeconds } = agentSettings(conversation.agent);
+  const unread = await db.message.count({
+    where: { conversationId, private: false, forgottenAt: null, seq: { gt: conversation.extractedThroughSeq } },
+    take: 1,
+  });
+  return unread && quietExtractionSeconds > 0 ? quietExtractionSeconds * 1_000 : undefined;
 }

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant } from "../src/db.ts";
 import { dispatchPendingTurns } from "../src/work/dispatch.ts";
+import { reconcileRecall } from "../src/work/reconcile.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { allIndexed } from "./helpers/recall.ts";
 import { recordTurn } from "./helpers/turns.ts";
@@ -44,6 +45,26 @@ describe("the outbox", () => {
     // Nothing is left to dispatch, and a second sweep queues nothing twice.
     expect(await dispatchPendingTurns(engram.services.deps)).toEqual({});
   }, 300_000);
+
+  it("goes on to the other tenants when one tenant's sweep fails, as the recall reconcile does", async () => {
+    const { deps } = engram.services;
+    const db = forTenant(engram.services.db, engram.tenant.tenantId);
+    const turn = await recordTurn(engram, { agentExternalId: "ob", endUserExternalId: "ob-user", conversationExternalId: "ob-2", userMessage: "I sold item 4.", assistantMessage: "Ok." });
+    await db.turn.update({ where: { id: turn.id }, data: { followUpsQueuedAt: null, createdAt: new Date(Date.now() - 120_000) } });
+    // A tenant listed first whose every statement fails, and whose embedding route is refused.
+    const broken = { id: "broken-tenant", name: "broken", createdAt: new Date() };
+    const failing = { $queryRaw: () => Promise.reject(new Error("this tenant's store is broken")) } as unknown as ReturnType<typeof deps.tenants.scoped>;
+    const errors: string[] = [];
+    const sweepDeps = {
+      ...deps,
+      log: { ...deps.log, error: (message: string) => errors.push(message) },
+      tenants: { active: async () => [broken, ...(await deps.tenants.active())], scoped: (id: string) => (id === broken.id ? failing : deps.tenants.scoped(id)) },
+      embeddings: { ...deps.embeddings, forTenant: (id: string) => (id === broken.id ? Promise.reject(new Error("route refused")) : deps.embeddings.forTenant(id)) },
+    } as typeof deps;
+    expect(await dispatchPendingTurns(sweepDeps)).toEqual({ [engram.tenant.tenantId]: 1 });
+    await expect(reconcileRecall(sweepDeps, {})).resolves.toBeDefined();
+    expect(errors).toEqual([expect.stringMatching(/outbox.*others go on/), expect.stringMatching(/reconcile.*others go on/)]);
+  }, 120_000);
 
   it("drains the turns of an agent with no model work in batches: each gets its snippet and vector, and a forget request its own job", async () => {
     await engram.gql(`mutation { upsertAgent(input: { externalId: "batch", settings: { summaryOn: false, extractionOn: false } }) { id } }`);

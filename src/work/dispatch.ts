@@ -20,28 +20,33 @@ export async function dispatchPendingTurns(deps: Pick<Deps, "tenants" | "queue" 
   const judgedBy = new Date(Date.now() - JUDGE_GRACE_MS);
   const dispatched: Record<string, number> = {};
   for (const tenant of await deps.tenants.active()) {
-    const db = deps.tenants.scoped(tenant.id);
-    const unjudged = await db.$queryRaw<{ conversationId: string }[]>`
-      SELECT DISTINCT "conversationId" FROM "Turn"
-      WHERE "tenantId" = ${tenant.id} AND "gatedAt" IS NULL AND "followUpsQueuedAt" < ${sqlTimestamp(judgedBy)} AND "clientTurnId" NOT LIKE 'import:%'
-      LIMIT ${MAX_PER_TENANT}`;
-    // A job of its own each (not coalesced: Agenda's debounce would reschedule every finished gate
-    // job row of the conversation); at most one a minute, and none while one waits to run (one
-    // retrying through a model outage, say).
-    const waiting = await deps.queue.waiting(conversationTurnsJob, "conversationId", unjudged.map((u) => u.conversationId));
-    const gateless = unjudged.filter((u) => !waiting.has(u.conversationId));
-    for (const { conversationId } of gateless) await deps.queue.enqueue(conversationTurnsJob, { tenantId: tenant.id, conversationId });
-    if (gateless.length) deps.log.info("gate: queued the gate job of conversations with turns still unjudged", { tenantId: tenant.id, conversations: gateless.length });
-    const pending = await db.turn.findMany({
-      where: { followUpsQueuedAt: null, createdAt: { lt: olderThan } },
-      orderBy: { createdAt: "asc" },
-      select: { id: true },
-      take: MAX_PER_TENANT,
-    });
-    for (const turn of pending) {
-      await deps.queue.enqueueCoalesced(turnJob, { tenantId: tenant.id, turnId: turn.id }, "turnId", 1_000);
+    try {
+      const db = deps.tenants.scoped(tenant.id);
+      const unjudged = await db.$queryRaw<{ conversationId: string }[]>`
+        SELECT DISTINCT "conversationId" FROM "Turn"
+        WHERE "tenantId" = ${tenant.id} AND "gatedAt" IS NULL AND "followUpsQueuedAt" < ${sqlTimestamp(judgedBy)} AND "clientTurnId" NOT LIKE 'import:%'
+        LIMIT ${MAX_PER_TENANT}`;
+      // A job of its own each (not coalesced: Agenda's debounce would reschedule every finished gate
+      // job row of the conversation); at most one a minute, and none while one waits to run (one
+      // retrying through a model outage, say).
+      const waiting = await deps.queue.waiting(conversationTurnsJob, "conversationId", unjudged.map((u) => u.conversationId));
+      const gateless = unjudged.filter((u) => !waiting.has(u.conversationId));
+      for (const { conversationId } of gateless) await deps.queue.enqueue(conversationTurnsJob, { tenantId: tenant.id, conversationId });
+      if (gateless.length) deps.log.info("gate: queued the gate job of conversations with turns still unjudged", { tenantId: tenant.id, conversations: gateless.length });
+      const pending = await db.turn.findMany({
+        where: { followUpsQueuedAt: null, createdAt: { lt: olderThan } },
+        orderBy: { createdAt: "asc" },
+        select: { id: true },
+        take: MAX_PER_TENANT,
+      });
+      for (const turn of pending) {
+        await deps.queue.enqueueCoalesced(turnJob, { tenantId: tenant.id, turnId: turn.id }, "turnId", 1_000);
+      }
+      if (pending.length) dispatched[tenant.id] = pending.length;
+    } catch (error) {
+      // One tenant's failure never stops the others' catch-up.
+      deps.log.error("outbox: catching up a tenant's turns failed; the others go on", { tenantId: tenant.id, error });
     }
-    if (pending.length) dispatched[tenant.id] = pending.length;
   }
   if (Object.keys(dispatched).length) deps.log.info("outbox: queued follow-ups of turns that had none", { dispatched });
   return dispatched;

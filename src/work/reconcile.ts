@@ -34,17 +34,22 @@ export async function reconcileRecall(
 ) {
   const requeued: Record<string, number> = {};
   for (const { id: tenantId } of await deps.tenants.active(payload.tenantId)) {
-    const { model } = await deps.embeddings.forTenant(tenantId);
-    const db = deps.tenants.scoped(tenantId);
-    const waiting = await snippetsToReindex(db, model, {
-      olderThan: new Date(Date.now() - (options.graceMs ?? GRACE_MS)),
-      limit: MAX_PER_TENANT,
-    });
-    const lost = await findLostVectors(deps, db, tenantId, model);
-    await removeOrphanVectors(deps, db, tenantId, model);
-    const ids = [...new Set([...waiting, ...lost])];
-    await queueIndexing(deps, tenantId, ids);
-    if (ids.length) requeued[tenantId] = ids.length;
+    try {
+      const { model } = await deps.embeddings.forTenant(tenantId);
+      const db = deps.tenants.scoped(tenantId);
+      const waiting = await snippetsToReindex(db, model, {
+        olderThan: new Date(Date.now() - (options.graceMs ?? GRACE_MS)),
+        limit: MAX_PER_TENANT,
+      });
+      const lost = await findLostVectors(deps, db, tenantId, model);
+      await removeOrphanVectors(deps, db, tenantId, model);
+      const ids = [...new Set([...waiting, ...lost])];
+      await queueIndexing(deps, tenantId, ids);
+      if (ids.length) requeued[tenantId] = ids.length;
+    } catch (error) {
+      // One tenant's failure (its embedding route refused, say) never stops the others' reconcile.
+      deps.log.error("recall reconcile of a tenant failed; the others go on", { tenantId, error });
+    }
   }
   if (Object.keys(requeued).length) deps.log.info("recall reconcile re-queued indexing", { requeued });
   return requeued;

@@ -155,6 +155,14 @@ describe("contextTimeline", () => {
     expect(await contextTimeline(db, conversationId)).toEqual(await timelineRecountingEveryWindow(conversationId));
   });
 
+  it("leaves out messages forgotten but kept as a record, as context does", async () => {
+    const { conversationId } = await seedConversation({ turns: 3, settings: { summaryOn: false, historySize: 10 } });
+    const before = await contextTimeline(db, conversationId);
+    await db.message.updateMany({ where: { conversationId, seq: 1 }, data: { forgottenAt: new Date() } });
+    const after = await contextTimeline(db, conversationId);
+    for (const [i, point] of after.entries()) expect(point.baselineTokens).toBeLessThan(before[i].baselineTokens);
+  });
+
   it("tokenizes each message it needs once, and no message before the oldest point unless kept", async () => {
     const { conversationId, mark, messages } = await seedConversation({ turns: 230, settings: {}, words: 200 });
     tokenized.length = 0;

@@ -79,7 +79,8 @@ export async function contextTimeline(db: TenantDb, conversationId: string): Pro
   // before them: the best MAX_KEPT scored 2 or more before a window are among the best
   // MAX_KEPT + reach up to the oldest point.
   const reach = settings.summaryOn ? Math.max(settings.historySize, settings.tailSize) : settings.historySize;
-  const shared = { conversationId, private: false };
+  // What context sends: shared messages, not forgotten (a tenant that keeps forgotten messages keeps them as a record).
+  const shared = { conversationId, private: false, forgottenAt: null };
   const [recent, later, keptCandidates, summaries] = await Promise.all([
     db.message.findMany({ where: { ...shared, seq: { lte: oldest.lastSeq } }, orderBy: { seq: "desc" }, take: reach }),
     db.message.findMany({ where: { ...shared, seq: { gt: oldest.lastSeq, lte: newest.lastSeq } }, orderBy: { seq: "asc" } }),

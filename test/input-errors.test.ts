@@ -68,6 +68,10 @@ describe("every bad input answers with a code and a message, and writes nothing"
     expect(within.errors).toBeUndefined();
     const introspection = await engram.gql(getIntrospectionQuery(), undefined, engram.tenant.reader);
     expect(introspection.errors).toBeUndefined();
+    // A cost kept for a document is never one a variable could change: an @include condition.
+    const included = `query($all: Boolean!) { conversations(first: 100) { edges { node { id messages(first: 500) @include(if: $all) { edges { node { content } } } } } } }`;
+    expect((await engram.gql(included, { all: false }, engram.tenant.reader)).errors).toBeUndefined();
+    await expectCode(included, { all: true }, "QUERY_TOO_COMPLEX", /cost limit/i);
   });
 
   it("variables are checked on WebSocket subscriptions too", async () => {

@@ -1,4 +1,4 @@
-import { getNamedType, GraphQLError, type ASTVisitor, type ExecutionResult, type ValidationContext } from "graphql";
+import { getNamedType, GraphQLError, Kind, type ASTVisitor, type DocumentNode, type GraphQLSchema, type TypeNode, type ExecutionResult, type ValidationContext } from "graphql";
 import type { Plugin } from "graphql-yoga";
 import { getComplexity, simpleEstimator, type ComplexityEstimator } from "graphql-query-complexity";
 
@@ -164,7 +164,15 @@ const rowsEstimator: ComplexityEstimator = ({ field, args, childComplexity }) =>
  * refused before any resolver runs.
  */
 export function useQueryCost(maxCost: number): Plugin {
-  const refusal = (args: { schema: Parameters<typeof getComplexity>[0]["schema"]; document: Parameters<typeof getComplexity>[0]["query"]; variableValues?: unknown; operationName?: string | null }) => {
+  const estimators = [rowsEstimator, simpleEstimator({ defaultComplexity: 1 })];
+  // A document that declares no Int or Boolean variable costs the same on every request (its page
+  // sizes and @include conditions are in the text or the schema's defaults): its cost is kept, keyed by the parsed document, which
+  // the parser's cache hands out again for the same text (recordTurn's, appendEvent's…).
+  const fixed = new WeakMap<DocumentNode, Map<string, number>>();
+  type Args = { schema: GraphQLSchema; document: DocumentNode; variableValues?: unknown; operationName?: string | null };
+  const costOf = (args: Args): number | null => {
+    const kept = fixed.get(args.document)?.get(args.operationName ?? "");
+    if (kept !== undefined) return kept;
     let cost: number;
     try {
       cost = getComplexity({
@@ -172,12 +180,20 @@ export function useQueryCost(maxCost: number): Plugin {
         query: args.document,
         variables: (args.variableValues ?? {}) as Record<string, unknown>,
         operationName: args.operationName ?? undefined,
-        estimators: [rowsEstimator, simpleEstimator({ defaultComplexity: 1 })],
+        estimators,
       });
     } catch {
       return null; // variables that do not coerce: execution answers with its own typed error
     }
-    if (cost <= maxCost) return null;
+    if (!declaresCostVariable(args.document)) {
+      const costs = fixed.get(args.document) ?? new Map<string, number>();
+      fixed.set(args.document, costs.set(args.operationName ?? "", cost));
+    }
+    return cost;
+  };
+  const refusal = (args: Args) => {
+    const cost = costOf(args);
+    if (cost === null || cost <= maxCost) return null;
     return { errors: [new GraphQLError(`Query Cost limit of ${maxCost} exceeded, found ${cost}.`, { extensions: { code: "QUERY_TOO_COMPLEX" } })] };
   };
   return {
@@ -190,6 +206,19 @@ export function useQueryCost(maxCost: number): Plugin {
       if (refused) setResultAndStopExecution(refused);
     },
   };
+}
+
+/** Whether a variable could change the cost: a page size (Int), or an @include/@skip condition (Boolean). */
+function declaresCostVariable(document: DocumentNode): boolean {
+  return document.definitions.some(
+    (definition) =>
+      definition.kind === Kind.OPERATION_DEFINITION &&
+      definition.variableDefinitions?.some((variable) => {
+        let type: TypeNode = variable.type;
+        while (type.kind !== Kind.NAMED_TYPE) type = type.type;
+        return type.name.value === "Int" || type.name.value === "Boolean";
+      }),
+  );
 }
 
 /** graphql-armor options: a limit is reported as a validation error (with a code), not thrown. */

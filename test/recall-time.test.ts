@@ -47,9 +47,39 @@ describe("time expressions in a recall message", () => {
     expect(resolveTimeHint("what did I order the first time?", asked)?.order).toBe("EARLIEST");
   });
 
-  it("finds no time where there is none (\"May I…\" is not a month)", () => {
+  it("finds no time where there is none (\"May I…\" is not a month, \"good morning\" names no day)", () => {
     expect(resolveTimeHint("May I have my usual coffee?", asked)).toBeNull();
     expect(resolveTimeHint("Which running shoes did I buy?", asked)).toBeNull();
+    expect(resolveTimeHint("Good morning! Can you book a table by 7pm?", asked)).toBeNull();
+    expect(resolveTimeHint("Good evening, same as last time please", asked)).toMatchObject({ order: "LATEST", from: null, to: null });
+  });
+
+  it("opens a year's span for since / before / after, takes the named day in for since and until, and reads a month without its year in the past", () => {
+    const since = resolveTimeHint("what changed since 2022?", asked);
+    expect(since?.to).toBeNull();
+    expect(within(since, "2022-02-01")).toBe(true);
+    expect(within(since, "2021-06-01")).toBe(false);
+    const before = resolveTimeHint("what did I buy before 2022?", asked);
+    expect(before?.from).toBeNull();
+    expect(within(before, "2021-06-01")).toBe(true);
+    expect(within(before, "2022-06-01")).toBe(false);
+    const after = resolveTimeHint("anything after 2021?", asked);
+    expect(within(after, "2022-03-01")).toBe(true);
+    expect(within(after, "2021-03-01")).toBe(false);
+
+    // "since 3 September": the 3rd itself and the days after it.
+    const sinceDay = resolveTimeHint("anything new since 3 September 2023?", asked);
+    expect(within(sinceDay, "2023-09-03")).toBe(true);
+    expect(within(sinceDay, "2023-09-04")).toBe(true);
+    // "before Friday" (the 20th, asked on Wednesday the 25th): the days just before it are in.
+    const beforeFriday = resolveTimeHint("what did I say before Friday?", asked);
+    expect(within(beforeFriday, "2023-10-19")).toBe(true);
+    expect(within(beforeFriday, "2023-10-25")).toBe(false);
+
+    // Asked in January, "in June" is last June, not the coming one.
+    const june = resolveTimeHint("what did I buy in June?", new Date("2024-01-20T15:00:00Z"));
+    expect(within(june, "2023-06-15")).toBe(true);
+    expect(within(june, "2024-06-15")).toBe(false);
   });
 });
 

@@ -65,7 +65,7 @@ function span(component: chrono.ParsedComponents, yearsBack = 0): { start: numbe
 function pastSpan(component: chrono.ParsedComponents, at: Date) {
   const found = span(component);
   if (!found || component.isCertain("year") || found.start <= at.getTime()) return found;
-  if (component.isOnlyWeekdayComponent()) {
+  if (component.isCertain("weekday") && !component.isCertain("day")) {
     const week = 7 * DAY;
     return { start: found.start - week, end: found.end - week, from: found.from - week, to: found.to - week };
   }

@@ -25,6 +25,7 @@ const ROUTES: Record<string, RouteConfig> = {
 const STATUS: Record<string, number> = {
   BAD_USER_INPUT: 400,
   GRAPHQL_VALIDATION_FAILED: 400,
+  QUERY_TOO_COMPLEX: 400,
   UNAUTHENTICATED: 401,
   FORBIDDEN: 403,
   NOT_FOUND: 404,
@@ -62,6 +63,12 @@ function normalised(request: Request): Request {
   return new Request(url, request);
 }
 
+// The contexts of operations SOFA generated for a REST path (not a caller's document).
+const restContexts = new WeakSet<object>();
+
+/** Whether an operation is one SOFA generated for a REST path: its selection is ours, fixed per path. */
+export const isRestOperation = (context: unknown) => typeof context === "object" && context !== null && restContexts.has(context);
+
 /** A yoga plugin serving the REST paths and their OpenAPI document at /memory/openapi.json. */
 export function restApi(schema: GraphQLSchema): Plugin {
   let getEnveloped: (context: unknown) => { contextFactory(context?: unknown): unknown; execute(args: unknown): unknown };
@@ -86,6 +93,7 @@ export function restApi(schema: GraphQLSchema): Plugin {
       const enveloped = getEnveloped(serverContext);
       const context = (await enveloped.contextFactory(serverContext)) as object;
       envelopedByContext.set(context, enveloped);
+      restContexts.add(context);
       return context as never;
     },
     execute: ((args: { contextValue: object }) => envelopedByContext.get(args.contextValue)!.execute(args)) as never,

@@ -163,13 +163,13 @@ const rowsEstimator: ComplexityEstimator = ({ field, args, childComplexity }) =>
  * counts `first: $n` as one row, so a page size in a variable escaped it): past `maxCost` it is
  * refused before any resolver runs.
  */
-export function useQueryCost(maxCost: number): Plugin {
+export function useQueryCost(maxCost: number, options: { exempt?: (context: unknown) => boolean } = {}): Plugin {
   const estimators = [rowsEstimator, simpleEstimator({ defaultComplexity: 1 })];
   // A document that declares no Int or Boolean variable costs the same on every request (its page
   // sizes and @include conditions are in the text or the schema's defaults): its cost is kept, keyed by the parsed document, which
   // the parser's cache hands out again for the same text (recordTurn's, appendEvent's…).
   const fixed = new WeakMap<DocumentNode, Map<string, number>>();
-  type Args = { schema: GraphQLSchema; document: DocumentNode; variableValues?: unknown; operationName?: string | null };
+  type Args = { schema: GraphQLSchema; document: DocumentNode; variableValues?: unknown; operationName?: string | null; contextValue?: unknown };
   const costOf = (args: Args): number | null => {
     const kept = fixed.get(args.document)?.get(args.operationName ?? "");
     if (kept !== undefined) return kept;
@@ -192,6 +192,7 @@ export function useQueryCost(maxCost: number): Plugin {
     return cost;
   };
   const refusal = (args: Args) => {
+    if (options.exempt?.(args.contextValue)) return null;
     const cost = costOf(args);
     if (cost === null || cost <= maxCost) return null;
     return { errors: [new GraphQLError(`Query Cost limit of ${maxCost} exceeded, found ${cost}.`, { extensions: { code: "QUERY_TOO_COMPLEX" } })] };

@@ -4,7 +4,7 @@ import { maxAliasesPlugin } from "@escape.tech/graphql-armor-max-aliases";
 import { maxDepthPlugin } from "@escape.tech/graphql-armor-max-depth";
 import { GraphQLError } from "graphql";
 import { useServer } from "graphql-ws/use/ws";
-import { createYoga, maskError as defaultMaskError, type YogaServerInstance } from "graphql-yoga";
+import { createYoga, maskError as defaultMaskError, type Plugin, type YogaServerInstance } from "graphql-yoga";
 import { WebSocketServer, type WebSocket } from "ws";
 import type { GraphQLContext } from "./builder.ts";
 import { forTenant } from "./db.ts";
@@ -13,10 +13,10 @@ import { checkHealth } from "./health.ts";
 import { isInputValidationError, reportLimitErrors, useQueryCost, useTypedRequestErrors } from "./graphql/edge.ts";
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
-import { liveKeyIds } from "./auth.ts";
+import { liveKeyIds, type Caller } from "./auth.ts";
 import { modelCallBudget, withModelCallBudget } from "./models/call-budget.ts";
 import { MCP_PATH, mcpHandler } from "./mcp/http.ts";
-import { restApi } from "./rest.ts";
+import { isRestOperation, restApi } from "./rest.ts";
 import { LIMITS } from "./limits.ts";
 import type { Services } from "./services.ts";
 import { createSocketRegistry, useStreamsOfLiveKeys } from "./sockets.ts";
@@ -34,6 +34,32 @@ function authorizationOf(initial: InitialContext): string | null {
   const fromParams = Object.entries(params).find(([key]) => key.toLowerCase() === "authorization")?.[1];
   if (typeof fromParams === "string") return fromParams;
   return initial.request?.headers.get("authorization") ?? null;
+}
+
+/**
+ * The key of a request to the GraphQL endpoint is checked before anything reads its body: yoga
+ * parses and validates a document (and keeps it in its cache) before the context is built, so
+ * without a key a megabyte of fields would still be parsed, cached and answered with the schema's
+ * field names. A browser's preflight (OPTIONS) needs none; GraphiQL's page is served before this.
+ */
+function useKeyFirst(endpoint: string, authenticate: Services["keys"]["authenticate"], checked: WeakMap<Request, Caller>): Plugin {
+  return {
+    async onRequest({ request, url, endResponse, fetchAPI }) {
+      if (url.pathname !== endpoint || request.method === "OPTIONS") return;
+      const caller = await authenticate(request.headers.get("authorization"));
+      if (caller) {
+        checked.set(request, caller);
+        return;
+      }
+      const error = unauthenticated();
+      endResponse(
+        new fetchAPI.Response(JSON.stringify({ errors: [{ message: error.message, extensions: { code: "UNAUTHENTICATED" } }] }), {
+          status: 401,
+          headers: { "content-type": "application/json; charset=utf-8" },
+        }),
+      );
+    },
+  };
 }
 
 const unauthenticated = () =>
@@ -110,6 +136,8 @@ export function buildApp(services: Services): App {
   };
   // Open connections of each key (WebSockets and subscriptions over HTTP), closed on revocation.
   const connectionLimits = { connectionsPerKey: services.env.ENGRAM_WS_MAX_CONNECTIONS_PER_KEY };
+  // The caller of each HTTP request, as useKeyFirst found it.
+  const keyChecked = new WeakMap<Request, Caller>();
   const sockets = createSocketRegistry(services.pubsub, connectionLimits, (ids) => liveKeyIds(services.db, ids), services.log);
   const yoga = createYoga<InitialContext, GraphQLContext>({
     schema,
@@ -122,7 +150,8 @@ export function buildApp(services: Services): App {
     // Same-origin only, unless the operator lists origins (ENGRAM_CORS_ORIGINS).
     cors: corsFor(parseOrigins(services.env.ENGRAM_CORS_ORIGINS)),
     context: async (initial) => {
-      const principal = await services.keys.authenticate(authorizationOf(initial));
+      // HTTP requests were checked before their document was read (useKeyFirst); WebSockets at connect.
+      const principal = (initial.request && keyChecked.get(initial.request)) || (await services.keys.authenticate(authorizationOf(initial)));
       if (!principal) throw unauthenticated();
       // One budget of model calls for the whole operation, whichever fields spend it.
       const limit = Math.min(principal.modelCallsPerRequest ?? Infinity, services.env.ENGRAM_MODEL_CALLS_PER_REQUEST);
@@ -131,11 +160,13 @@ export function buildApp(services: Services): App {
     },
     plugins: [
       maxDepthPlugin({ n: LIMITS.queryDepth, ...reportLimitErrors }),
-      useQueryCost(LIMITS.queryCost),
+      // The REST paths' operations are generated from the schema, one fixed selection per path, paged as any.
+      useQueryCost(LIMITS.queryCost, { exempt: isRestOperation }),
       maxAliasesPlugin({ n: LIMITS.aliases, ...reportLimitErrors }),
       useTypedRequestErrors(LIMITS),
       useStreamsOfLiveKeys(sockets, connectionLimits),
       useCachedGraphiQL(GRAPHQL_PATH, graphiql),
+      useKeyFirst(GRAPHQL_PATH, services.keys.authenticate, keyChecked),
       // Seed 000's REST paths (/memory…), generated from the schema, through this same pipeline.
       restApi(schema),
     ],

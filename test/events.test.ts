@@ -140,6 +140,14 @@ describe("access", () => {
     }
   });
 
+  it("checks the key before it reads the document: without one, a broken or unknown query says nothing of the schema", async () => {
+    for (const query of [`{ nope }`, `{ viewer { `, `{ ${"a ".repeat(50_000)}}`]) {
+      const result = await engram.gql(query, {}, null);
+      expect(result.errors?.map((e: { extensions?: { code?: string } }) => e.extensions?.code)).toEqual(["UNAUTHENTICATED"]);
+      expect(JSON.stringify(result.errors)).not.toMatch(/nope|Syntax|Query/);
+    }
+  });
+
   it("lets a reader read but not write, and only an admin make keys", async () => {
     const denied = await engram.gql(APPEND, { input: event() }, engram.tenant.reader);
     expect(denied.errors?.[0].extensions?.code).toBe("FORBIDDEN");

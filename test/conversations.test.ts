@@ -29,7 +29,10 @@ function turn(conversation: string, overrides: Record<string, unknown> = {}) {
 describe("agents and end users", () => {
   it("upserts agents by external id with default settings, merging changes", async () => {
     const UPSERT = `mutation($input: UpsertAgentInput!) { upsertAgent(input: $input) { id externalId name settings { summaryOn tailSize historySize summaryWordLimit recallOn extractionOn allowSensitiveFacts extractionBatchSize } } }`;
-    const first = await engram.gql(UPSERT, { input: { externalId: "planner", name: "Planner" } }, engram.tenant.writer);
+    // The tenant's policy: a writer (a skill's key) may not set an agent's memory settings.
+    const byWriter = await engram.gql(UPSERT, { input: { externalId: "planner", settings: { allowSensitiveFacts: true } } }, engram.tenant.writer);
+    expect(byWriter.errors?.[0].extensions?.code).toBe("FORBIDDEN");
+    const first = await engram.gql(UPSERT, { input: { externalId: "planner", name: "Planner" } });
     expect(first.data.upsertAgent.settings).toEqual({
       summaryOn: true, tailSize: 6, historySize: 20, summaryWordLimit: 150,
       recallOn: true, extractionOn: true, allowSensitiveFacts: false, extractionBatchSize: 8,
@@ -46,11 +49,14 @@ describe("agents and end users", () => {
   it("upserts one new agent from several callers at once: each answers, and no caller's settings are lost", async () => {
     const UPSERT = `mutation($input: UpsertAgentInput!) { upsertAgent(input: $input) { id settings { tailSize historySize summaryWordLimit extractionBatchSize recallOn } } }`;
     const patches = [{ tailSize: 3 }, { historySize: 12 }, { summaryWordLimit: 90 }, { extractionBatchSize: 5 }, { recallOn: false }];
-    const answers = await Promise.all(patches.map((settings) => engram.gql(UPSERT, { input: { externalId: "crowd", settings } }, engram.tenant.writer)));
+    const answers = await Promise.all(patches.map((settings) => engram.gql(UPSERT, { input: { externalId: "crowd", settings } })));
     expect(answers.map((a) => a.errors)).toEqual(patches.map(() => undefined));
     expect(new Set(answers.map((a) => a.data.upsertAgent.id)).size).toBe(1);
-    const last = await engram.gql(UPSERT, { input: { externalId: "crowd" } }, engram.tenant.writer);
+    const last = await engram.gql(UPSERT, { input: { externalId: "crowd" } });
     expect(last.data.upsertAgent.settings).toEqual({ tailSize: 3, historySize: 12, summaryWordLimit: 90, extractionBatchSize: 5, recallOn: false });
+    // Each change is audited: who asked, and what they asked for.
+    const audited = await engram.services.db.auditLog.findMany({ where: { tenantId: engram.tenant.tenantId, action: "agent.upsert", changes: { path: ["externalId"], equals: "crowd" } } });
+    expect(audited.map((a) => (a.changes as { settings: object }).settings)).toEqual(expect.arrayContaining([...patches, {}]));
   });
 
   it("upserts end users by external id", async () => {

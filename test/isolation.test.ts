@@ -364,7 +364,7 @@ describe("conversations across tenants", () => {
     expect(bTurn.conversation.id).not.toBe(aTurn.conversation.id);
     expect(bTurn.conversation.agent.id).not.toBe(aTurn.conversation.agent.id);
 
-    const agent = await engram.gql(`mutation { upsertAgent(input: { externalId: "support-bot", name: "B's bot" }) { id } }`, {}, B.writer);
+    const agent = await engram.gql(`mutation { upsertAgent(input: { externalId: "support-bot", name: "B's bot" }) { id } }`, {}, B.admin);
     expect(agent.data.upsertAgent.id).toBe(bTurn.conversation.agent.id);
     const user = await engram.gql(`mutation { upsertEndUser(input: { externalId: "user-1", displayName: "B's user" }) { id } }`, {}, B.writer);
     expect(user.data.upsertEndUser.id).toBe(bTurn.conversation.endUser.id);
@@ -384,7 +384,7 @@ describe("conversations across tenants", () => {
   });
 
   it("never delivers A's turns to B, even subscribed with A's agent id or conversation id", async () => {
-    const bAgent = await engram.gql(`mutation { upsertAgent(input: { externalId: "support-bot" }) { id } }`, {}, B.writer);
+    const bAgent = await engram.gql(`mutation { upsertAgent(input: { externalId: "support-bot" }) { id } }`, {}, B.admin);
     const client = wsClient(url, B.reader);
     const onAsAgent = collect(client, `subscription($id: ID!) { turnRecorded(agentId: $id) { id } }`, { id: aTurn.conversation.agent.id });
     const onAsSummary = collect(client, `subscription($id: ID!) { summaryChanged(conversationId: $id) { id } }`, { id: aTurn.conversation.id });

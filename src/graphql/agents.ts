@@ -129,12 +129,14 @@ builder.queryFields((t) => ({
 builder.mutationFields((t) => ({
   upsertAgent: t.prismaField({
     type: "Agent",
-    authScopes: { writer: true },
-    description: "Creates or updates an agent by your own id; settings given are merged over stored ones.",
+    // Agents and their memory settings (sensitive facts, extraction, recall) are the tenant's
+    // policy: admins only, audited. Writers' turns create an agent at its defaults on first use.
+    authScopes: { admin: true },
+    description: "Creates or updates an agent by your own id; settings given are merged over stored ones. Admins only; audited (agent.upsert).",
     args: { input: t.arg({ type: UpsertAgentInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
       const db = ctx.db;
-      const agent = await upsertAgent(db, input);
+      const agent = await upsertAgent(db, input, { apiKeyId: ctx.principal.apiKeyId });
       return db.agent.findUniqueOrThrow({ ...query, where: { id: agent.id } });
     },
   }),

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import type { TenantDb } from "../../db.ts";
+import { appNow, type TenantDb } from "../../db.ts";
 import { parseInput } from "../../errors.ts";
 import type { Agent } from "../../generated/prisma/client.ts";
 
@@ -61,17 +61,26 @@ export const upsertAgentInput = z.object({
  * One statement: callers at once for one agent (a first use among them) each merge into the row
  * as it stands, so no caller's settings are lost and none fails on the other's insert.
  */
-export async function upsertAgent(db: TenantDb, input: z.input<typeof upsertAgentInput>) {
+export async function upsertAgent(db: TenantDb, input: z.input<typeof upsertAgentInput>, actor: { apiKeyId?: string | null } = {}) {
   const parsed = parseInput(upsertAgentInput, input);
   const [{ id }] = await db.$queryRaw<{ id: string }[]>`
     INSERT INTO "Agent" ("id", "tenantId", "externalId", "name", "settings", "createdAt", "updatedAt")
     VALUES (gen_random_uuid()::text, ${db.$tenantId()}, ${parsed.externalId}, ${parsed.name ?? parsed.externalId},
-      ${JSON.stringify(parsed.settings ?? {})}::jsonb, now(), now())
+      ${JSON.stringify(parsed.settings ?? {})}::jsonb, ${appNow()}, ${appNow()})
     ON CONFLICT ("tenantId", "externalId") DO UPDATE SET
       "settings" = "Agent"."settings" || EXCLUDED."settings",
       "name" = COALESCE(${parsed.name ?? null}::text, "Agent"."name"),
-      "updatedAt" = now()
+      "updatedAt" = ${appNow()}
     RETURNING "id"`;
+  // What was asked, not the merged result: the settings given and the name (no conversation content).
+  await db.auditLog.create({
+    data: {
+      tenantId: db.$tenantId(),
+      apiKeyId: actor.apiKeyId ?? null,
+      action: "agent.upsert",
+      changes: { agentId: id, externalId: parsed.externalId, name: parsed.name ?? null, settings: parsed.settings ?? {} },
+    },
+  });
   return db.agent.findUniqueOrThrow({ where: { id } });
 }
 

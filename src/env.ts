@@ -43,8 +43,9 @@ const schema = z.object({
   /** How long a copy is trusted without hearing of a change from another instance, before it is loaded again. */
   ENGRAM_VECTOR_CACHE_TTL_MS: z.coerce.number().int().positive().default(30_000),
   /**
-   * How long a vector search waits for Chroma: past it, recall answers from keywords alone
-   * (`degraded` says why) and a VECTOR-mode recall fails, so a hung Chroma never holds a reply.
+   * How long a vector search waits for Chroma in all, opening the collection included: past it,
+   * recall answers from keywords alone (`degraded` says why) and a VECTOR-mode recall fails, so a
+   * hung Chroma never holds a reply.
    */
   ENGRAM_VECTOR_SEARCH_TIMEOUT_MS: z.coerce.number().int().positive().default(5_000),
   /** Model calls (chat + embeddings) one GraphQL operation or REST call may make, over all its fields. */

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { reconcileRecall } from "../src/work/reconcile.ts";
 import { startEmbeddedChroma, type ChromaServer } from "../src/embedded/chroma.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { startSecondInstance } from "./helpers/instances.ts";
 import { allIndexed, CONTEXT, RECALL, say } from "./helpers/recall.ts";
 import { until } from "./helpers/until.ts";
 
@@ -132,5 +133,42 @@ describe("with Chroma down", () => {
       return data?.recall;
     }, 30_000);
     expect(back.candidates[0]).toMatchObject({ conversationId: turn.conversationId, vectorRank: 1 });
+  });
+
+  it("answers an instance's first search from keywords within the search timeout when Chroma hangs before the collection is open", { timeout: 120_000 }, async () => {
+    const turn = await say(engram, { user: "kim", conversation: "k-1" }, "My spare house key is under the green flowerpot.", "Noted.");
+    await allIndexed(engram);
+    // A fresh instance: it has not opened the tenant's collection yet, and holds no copy of Kim's vectors.
+    const fresh = await startSecondInstance(engram, { CHROMA_URL: chroma.url, ENGRAM_VECTOR_SEARCH_TIMEOUT_MS: "3000" });
+    const gql = async (query: string, variables: Record<string, unknown>) => {
+      const response = await fresh.app.yoga.fetch("http://engram.test/graphql", {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${engram.tenant.admin}` },
+        body: JSON.stringify({ query, variables }),
+      });
+      return (await response.json()) as { data: any; errors?: unknown[] };
+    };
+    try {
+      process.kill(chroma.pid!, "SIGSTOP");
+      try {
+        // Opening the collection waits on the hung Chroma too: the search's timeout covers it.
+        const first = await gql(RECALL, { input: { endUserId: turn.endUserId, text: "where is the spare house key" } });
+        expect(first.errors).toBeUndefined();
+        expect(first.data.recall.degraded).toBe("vector search unavailable: Chroma gave no answer within 3000 ms");
+        expect(first.data.recall.candidates[0]).toMatchObject({ conversationId: turn.conversationId, vectorScore: null, keywordRank: 1 });
+        const context = await gql(CONTEXT, { input: { conversationId: turn.conversationId, message: "Where did I leave the spare key?" } });
+        expect(context.errors).toBeUndefined();
+      } finally {
+        process.kill(chroma.pid!, "SIGCONT");
+      }
+      // The open went on without the search; once Chroma answers it, searches find the vector.
+      const back = await until("a vector search Chroma answers on the fresh instance", async () => {
+        const { data } = await gql(RECALL, { input: { endUserId: turn.endUserId, text: "where is the spare house key", mode: "VECTOR" } });
+        return data?.recall;
+      }, 30_000);
+      expect(back.candidates[0]).toMatchObject({ conversationId: turn.conversationId, vectorRank: 1 });
+    } finally {
+      await fresh.stop();
+    }
   });
 });

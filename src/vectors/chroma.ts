@@ -38,8 +38,10 @@ export function vectorVersion(v: Pick<SnippetVector, "vector" | "endUserId" | "c
 type Metadata = { endUserId: string; conversationId: string; kind: SnippetVector["kind"]; occurredAt: number; v?: number };
 // Vectors per request when they are read by id (the vector cache's loads and catch-ups).
 const VECTOR_PAGE = 250;
-// How long a search waits to reach Chroma and open the collection, before its own timeout starts.
-const REACH_TIMEOUT_MS = 45_000;
+// How long the callers of a collection's open (writes, the vector cache's loads) wait for it,
+// after which the next caller starts another. A search waits only as long as its own timeout
+// allows; the open goes on without it, and keeps the handle for the searches after it.
+const OPEN_TIMEOUT_MS = 45_000;
 // After a search ran out of time, how many search timeouts pass before Chroma is searched again.
 const QUIET_TIMEOUTS = 3;
 
@@ -56,11 +58,13 @@ function whereOf(selector: Omit<VectorSelector, "ids">): Where | undefined {
 /**
  * Recall vectors in Chroma, with our own embeddings (`embeddingFunction: null`) and cosine
  * distance. `server()` resolves the Chroma to talk to; the embedded one is started on first use.
- * A search waits at most `searchTimeoutMs` (a Chroma that hangs instead of refusing would hold
- * every recall, and the reply of every agent waiting on `context`, for as long as it hangs). Once
- * one has run out, searches of that collection are refused at once for three timeouts, then one
- * search at a time tries again until one answers: recall answers from keywords without waiting
- * meanwhile, and searches do not pile up, unanswered, on a Chroma that hangs.
+ * A search waits at most `searchTimeoutMs` in all, reaching Chroma and opening the collection
+ * included (a Chroma that hangs instead of refusing would hold every recall, and the reply of
+ * every agent waiting on `context`, for as long as it hangs). Once one has run out, searches of
+ * that collection are refused at once for three timeouts (or until an open of it under way
+ * finishes), then one search at a time tries again until one answers: recall answers from
+ * keywords without waiting meanwhile, and searches do not pile up, unanswered, on a Chroma that
+ * hangs.
  */
 export function createChromaVectorStore(
   server: () => Promise<ChromaServer>,
@@ -72,6 +76,8 @@ export function createChromaVectorStore(
   const quiet = new Map<string, { until: number; trying: boolean }>();
   let client: { url: string; chroma: ChromaClient } | undefined;
   const collections = new Map<string, Collection>();
+  // Opens under way, by collection: the searches, loads and writes that need one share it.
+  const opening = new Map<string, Promise<Collection>>();
 
   async function chroma(): Promise<ChromaClient> {
     const { url } = await server();
@@ -86,6 +92,7 @@ export function createChromaVectorStore(
         }),
       };
       collections.clear();
+      opening.clear();
     }
     return client.chroma;
   }
@@ -93,17 +100,30 @@ export function createChromaVectorStore(
   async function collection(space: VectorSpace): Promise<Collection> {
     const name = collectionName(space);
     const c = await chroma();
-    let found = collections.get(name);
-    if (!found) {
-      found = await c.getOrCreateCollection({
+    const found = collections.get(name);
+    if (found) return found;
+    const pending = opening.get(name);
+    if (pending) return pending;
+    const opened = c
+      .getOrCreateCollection({
         name,
         embeddingFunction: null,
         configuration: { hnsw: { space: "cosine" } },
         metadata: { tenantId: space.tenantId, model: space.model },
+      })
+      .then((handle) => {
+        if (client?.chroma !== c) return handle;
+        collections.set(name, handle);
+        // Chroma answers again: a quiet period this open started ends, and the next search tries it.
+        const state = quiet.get(name);
+        if (state) state.until = Math.min(state.until, Date.now());
+        return handle;
       });
-      collections.set(name, found);
-    }
-    return found;
+    const open = withTimeout(opened, OPEN_TIMEOUT_MS, `Chroma did not open the collection within ${OPEN_TIMEOUT_MS / 1000} s`);
+    opening.set(name, open);
+    // Its callers hear how it ended; a search that stopped waiting does not.
+    void open.catch(() => undefined).finally(() => opening.get(name) === open && opening.delete(name));
+    return open;
   }
 
   /** Every collection of the tenant, whatever embedding model filled it. */
@@ -179,9 +199,8 @@ export function createChromaVectorStore(
         ? { $and: [{ endUserId: filter.endUserId }, { conversationId: { $ne: filter.excludeConversationId } }] }
         : { endUserId: filter.endUserId };
       // Distances only: the snippets are read back from the database anyway (about 2 ms less a query).
-      // The search itself is held to searchTimeoutMs; reaching Chroma (an embedded one starting,
-      // up to its 30 s deadline) and opening the collection get longer, but not forever.
-      const reachMs = Math.max(searchTimeoutMs, REACH_TIMEOUT_MS);
+      // One deadline for reaching Chroma, opening the collection and searching it: an embedded
+      // Chroma still starting, or an open still under way, goes on, and a later search uses it.
       const hung = `Chroma gave no answer within ${searchTimeoutMs} ms`;
       const name = collectionName(space);
       const state = quiet.get(name);
@@ -191,11 +210,9 @@ export function createChromaVectorStore(
       let result;
       try {
         result = await withTimeout(
-          withCollection(space, (c) =>
-            withTimeout(c.query({ queryEmbeddings: [vector], nResults: k, where, include: ["distances"] }), searchTimeoutMs, hung),
-          ),
-          reachMs,
-          `Chroma could not be reached within ${reachMs / 1000} s`,
+          withCollection(space, (c) => c.query({ queryEmbeddings: [vector], nResults: k, where, include: ["distances"] })),
+          searchTimeoutMs,
+          hung,
         );
         quiet.delete(name);
       } catch (error) {

@@ -196,6 +196,8 @@ describe("context", () => {
     expect(data.context.totalTokens).toBe(tail.tokens);
     expect(data.context.baselineTokens).toBe(tail.tokens);
     expect(data.context.savedTokens).toBe(0);
+    // Recall, the encoder and the vector store all answered.
+    expect(data.context.degraded).toEqual([]);
   });
 
   it("with the summary on but no summary yet, keeps every unsummarised message up to the history size", async () => {

@@ -1,7 +1,8 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { OfflineEmbeddings } from "../src/embeddings/offline.ts";
 import { reconcileRecall } from "../src/work/reconcile.ts";
 import { startEmbeddedChroma, type ChromaServer } from "../src/embedded/chroma.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
@@ -42,6 +43,9 @@ describe("with Chroma down", () => {
     });
     expect(errors).toBeUndefined();
     expect(data.context.blocks.map((b: any) => b.kind)).toContain("TAIL");
+    // Recall answers from keyword matches, and the context says what it did without.
+    expect(data.context.blocks.find((b: any) => b.kind === "RECALL")?.text).toMatch(/blue trail running shoes/);
+    expect(data.context.degraded).toEqual(["vector search unavailable: the vector store refused or failed the search"]);
     // Keyword matches still answer the debug query, which says what is missing.
     const degraded = await engram.gql(RECALL, { input: { endUserId: first.endUserId, text: "running shoes" } });
     expect(degraded.data.recall.degraded).toMatch(/vector search unavailable/);
@@ -124,6 +128,15 @@ describe("with Chroma down", () => {
       });
       const context = await engram.gql(CONTEXT, { input: { conversationId: turn.conversationId, message: "Where did I say my passport is?" } });
       expect(context.errors).toBeUndefined();
+      // Asked for a conversation with no turn yet, so the passport turn is recall's to find: by keywords.
+      const recalled = await engram.gql(CONTEXT, {
+        input: { agentExternalId: "shop", endUserExternalId: "jun", conversationExternalId: "j-2", message: "Remember where I told you I keep my passport?" },
+      });
+      expect(recalled.errors).toBeUndefined();
+      expect(recalled.data.context.blocks.find((b: any) => b.kind === "RECALL")?.text).toMatch(/passport in the blue drawer/);
+      expect(recalled.data.context.degraded).toEqual([
+        "vector search unavailable: Chroma gave no answer within 3000 ms to a recent search; not searched again yet",
+      ]);
     } finally {
       process.kill(chroma.pid!, "SIGCONT");
     }
@@ -169,6 +182,46 @@ describe("with Chroma down", () => {
       expect(back.candidates[0]).toMatchObject({ conversationId: turn.conversationId, vectorRank: 1 });
     } finally {
       await fresh.stop();
+    }
+  });
+});
+
+describe("with the embedder failing", () => {
+  it("decides recall by keywords, answers from keyword matches, and says so", async () => {
+    await say(engram, { user: "kim", conversation: "k-1" }, "I bought a green ceramic teapot for my aunt.", "Lovely gift.");
+    await allIndexed(engram);
+    const encoder = vi.spyOn(OfflineEmbeddings.prototype, "embedQuery").mockRejectedValue(new Error("the encoder's worker exited"));
+    try {
+      const asked = { agentExternalId: "shop", endUserExternalId: "kim", conversationExternalId: "k-2" };
+      const reason = "vector search unavailable: the message could not be embedded (the encoder's worker exited); recall was decided by keywords";
+      const { data, errors } = await engram.gql(CONTEXT, { input: { ...asked, message: "Which teapot did I buy last time?" } });
+      expect(errors).toBeUndefined();
+      expect(data.context.blocks.find((b: any) => b.kind === "RECALL")?.text).toMatch(/green ceramic teapot/);
+      expect(data.context.degraded).toEqual([reason]);
+      // The search did not embed the message again.
+      expect(encoder).toHaveBeenCalledTimes(1);
+      // No keyword asks for recall: none is made, and the caller still learns why it was decided so.
+      const plain = await engram.gql(CONTEXT, { input: { ...asked, message: "Which teapot is best for green tea?" } });
+      expect(plain.errors).toBeUndefined();
+      expect(plain.data.context.blocks.map((b: any) => b.kind)).not.toContain("RECALL");
+      expect(plain.data.context.degraded).toEqual([reason]);
+    } finally {
+      encoder.mockRestore();
+    }
+  });
+
+  it("says recall was left out when it failed outright", async () => {
+    const embedder = vi.spyOn(engram.services.embeddings, "forTenant").mockRejectedValue(new Error("no route for this tenant"));
+    try {
+      const { data, errors } = await engram.gql(CONTEXT, {
+        input: { agentExternalId: "shop", endUserExternalId: "kim", conversationExternalId: "k-3", message: "Which teapot did I buy last time?" },
+      });
+      expect(errors).toBeUndefined();
+      expect(data.context.blocks.map((b: any) => b.kind)).not.toContain("RECALL");
+      // The error's own words stay in the server's log.
+      expect(data.context.degraded).toEqual(["recall unavailable: the context was assembled without it"]);
+    } finally {
+      embedder.mockRestore();
     }
   });
 });

@@ -41,6 +41,11 @@ const ContextRef = builder.objectRef<AssembledContext>("Context").implement({
       description: "Tokens of sending the last history-size messages whole instead.",
     }),
     savedTokens: t.exposeInt("savedTokens", { description: "baselineTokens − totalTokens." }),
+    degraded: t.exposeStringList("degraded", {
+      description:
+        "Why recall gave less than it would have (keyword matches only, or no recall), in the words of recall's " +
+        "degraded; empty when nothing degraded.",
+    }),
   }),
 });
 

@@ -51,6 +51,11 @@ export type AssembledContext = {
   /** What sending the last history-size messages whole would cost. */
   baselineTokens: number;
   savedTokens: number;
+  /**
+   * Why recall gave less than it would have (keyword matches only, or no recall), in the words
+   * of `recall`'s own `degraded`; empty when nothing degraded.
+   */
+  degraded: string[];
 };
 
 // At most this many older messages come back verbatim on the judge's word, essential ones first.
@@ -116,14 +121,17 @@ function messageBlock(kind: BlockKind, title: string, messages: Message[]): Cont
   return block(kind, title, items, formatTranscript(messages));
 }
 
-/** Blocks contributed by other areas (facts, recall), computed for the same conversation. */
+/**
+ * Blocks contributed by other areas (facts, recall), computed for the same conversation, and
+ * why the producer gave less than it would have (`degraded`, passed on to the caller).
+ */
 export type ExtraBlocks = (input: {
   /** Null for a conversation that has no turn yet. */
   conversationId: string | null;
   endUserId: string;
   message: string;
   settings: AgentSettings;
-}) => Promise<ContextBlock[]>;
+}) => Promise<{ blocks: ContextBlock[]; degraded: string[] }>;
 
 type Target = {
   conversation: {
@@ -205,7 +213,7 @@ export async function assembleContext(
 ): Promise<AssembledContext> {
   const parsed = parseInput(contextInput, input);
   const target = await contextTarget(db, parsed);
-  if (!target) return { conversationId: null, blocks: [], totalTokens: 0, baselineTokens: 0, savedTokens: 0 };
+  if (!target) return { conversationId: null, blocks: [], totalTokens: 0, baselineTokens: 0, savedTokens: 0, degraded: [] };
   const { conversation, settings } = target;
 
   // The entry search and the producers (facts, recall: the message's embedding, the local recall
@@ -233,7 +241,7 @@ export async function assembleContext(
 
   const [entries, ...extra] = await related;
 
-  blocks.push(...extra.flat());
+  blocks.push(...extra.flatMap((produced) => produced.blocks));
   if (entries.length) {
     const items = entries.map((e) => {
       const text = `- ${e.title}: ${e.summary}`;
@@ -253,5 +261,12 @@ export async function assembleContext(
   blocks.sort((a, b) => order.indexOf(a.kind) - order.indexOf(b.kind));
   const totalTokens = blocks.reduce((sum, b) => sum + b.tokens, 0);
   const baselineTokens = countTokens(formatTranscript(history));
-  return { conversationId: conversation?.id ?? null, blocks, totalTokens, baselineTokens, savedTokens: baselineTokens - totalTokens };
+  return {
+    conversationId: conversation?.id ?? null,
+    blocks,
+    totalTokens,
+    baselineTokens,
+    savedTokens: baselineTokens - totalTokens,
+    degraded: extra.flatMap((produced) => produced.degraded),
+  };
 }

@@ -7,7 +7,7 @@ import { recordTurn } from "./turns.ts";
 import { until } from "./until.ts";
 
 export const IMPORT = `mutation($input: ImportConversationInput!) { importConversation(input: $input) { id lastSeq endUser { id } } }`;
-export const CONTEXT = `query($input: ContextInput!) { context(input: $input) { totalTokens blocks { kind title text tokens items { id text tokens score } } } }`;
+export const CONTEXT = `query($input: ContextInput!) { context(input: $input) { totalTokens degraded blocks { kind title text tokens items { id text tokens score } } } }`;
 export const RECALL = `query($input: RecallInput!) { recall(input: $input) { degraded candidates { snippetId kind text conversationId messageIds messageSeqs vectorScore vectorRank keywordScore keywordRank fusedScore } } }`;
 
 /** Records a turn and returns the ids a test needs. */

@@ -303,7 +303,7 @@ async function applyJudgedCandidate(db: TenantDb, deps: FactDeps, input: Candida
 export function factsBlocks(db: TenantDb): ExtraBlocks {
   return async ({ endUserId }) => {
     const facts = await listFacts(db, endUserId);
-    if (!facts.length) return [];
+    if (!facts.length) return { blocks: [], degraded: [] };
     const subjects = [...new Set(facts.map((f) => f.subject))].sort((a, b) => (a === null ? -1 : b === null ? 1 : a.localeCompare(b)));
     const items = subjects.flatMap((subject) =>
       facts
@@ -319,14 +319,17 @@ export function factsBlocks(db: TenantDb): ExtraBlocks {
         return subject === null ? lines : `About ${subject}:\n${lines}`;
       })
       .join("\n\n");
-    return [
-      {
-        kind: "FACTS",
-        title: "What the user has told us",
-        text,
-        tokens: countTokens(text),
-        items: items.map(({ subject: _, ...item }) => item),
-      },
-    ];
+    return {
+      blocks: [
+        {
+          kind: "FACTS",
+          title: "What the user has told us",
+          text,
+          tokens: countTokens(text),
+          items: items.map(({ subject: _, ...item }) => item),
+        },
+      ],
+      degraded: [],
+    };
   };
 }

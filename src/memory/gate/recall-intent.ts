@@ -1,6 +1,7 @@
 import type { Embeddings } from "@langchain/core/embeddings";
 import type { EmbeddingsProvider } from "../../embeddings/index.ts";
 import { OFFLINE_MODEL } from "../../embeddings/offline.ts";
+import { isModelCallLimit } from "../../models/call-budget.ts";
 import { needsRecallByKeywords } from "./keywords.ts";
 
 /**
@@ -111,6 +112,8 @@ export type LocalRecallDecision = {
   /** The message's embedding, when it was computed: the recall search reuses it. */
   vector: number[] | null;
   decidedBy: "KEYWORDS" | "EMBEDDING" | "NONE";
+  /** Why the message could not be embedded, when it could not: the keywords decided, and recall searches keyword matches only. */
+  degraded?: string;
 };
 
 /**
@@ -118,7 +121,8 @@ export type LocalRecallDecision = {
  * whether the message is nearer the recall prototypes than the no-recall ones, by the margin for
  * it (RECALL_INTENT_MARGIN: lower when a keyword pattern matches). It embeds the message at most
  * once; when recall is needed that vector is the one the search uses. With an embedder that has
- * no measured margins the keyword patterns decide alone, and nothing is embedded here.
+ * no measured margins the keyword patterns decide alone, and nothing is embedded here. When the
+ * encoder fails, the keyword patterns decide too, and `degraded` says why.
  */
 export async function decideRecallLocally(
   deps: { embeddings: EmbeddingsProvider },
@@ -131,8 +135,21 @@ export async function decideRecallLocally(
   // tenant's own route may give its model any name, and must not fill that cache for the others.
   const margins = offline ? RECALL_INTENT_MARGIN[model] : undefined;
   if (margins === undefined) return { needsRecall: byKeywords, vector: null, decidedBy: byKeywords ? "KEYWORDS" : "NONE" };
-  const vector = await embeddings.embedQuery(message);
-  const { recall, other } = await recallIntent(embeddings, model, vector);
+  let embedded: { vector: number[]; recall: number; other: number };
+  try {
+    const vector = await embeddings.embedQuery(message);
+    embedded = { vector, ...(await recallIntent(embeddings, model, vector)) };
+  } catch (error) {
+    if (isModelCallLimit(error)) throw error;
+    // The keyword gate still works, and keyword recall with it: a reply never waits on the encoder.
+    return {
+      needsRecall: byKeywords,
+      vector: null,
+      decidedBy: byKeywords ? "KEYWORDS" : "NONE",
+      degraded: `vector search unavailable: the message could not be embedded (${(error as Error).message}); recall was decided by keywords`,
+    };
+  }
+  const { vector, recall, other } = embedded;
   const needsRecall = recall - other >= (byKeywords ? margins.withKeywords : margins.margin);
   return { needsRecall, vector: needsRecall ? vector : null, decidedBy: !needsRecall ? "NONE" : byKeywords ? "KEYWORDS" : "EMBEDDING" };
 }

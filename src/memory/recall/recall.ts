@@ -327,6 +327,8 @@ export type RecallForTurnInput = {
   at?: Date;
   /** The message's embedding, when the gate computed it: the search reuses it. */
   vector?: number[] | null;
+  /** Why the message has no embedding (the local decision's encoder failed): the search is keyword-only and says so. */
+  unembedded?: string | null;
 };
 
 /**
@@ -349,6 +351,8 @@ export async function recallForTurn(db: TenantDb, deps: RecallDeps, input: Recal
     k: rerank ? RECALL.judgeCandidates : RECALL.candidates,
     at: input.at,
     vector: input.vector,
+    // Not embedded a second time: the encoder just failed on this very message.
+    mode: input.unembedded ? "KEYWORD" : "HYBRID",
   });
 
   let chosen: RecallCandidate[] = [];
@@ -391,7 +395,7 @@ export async function recallForTurn(db: TenantDb, deps: RecallDeps, input: Recal
     at: new Date(),
     candidates,
     chosenBy,
-    degraded,
+    degraded: input.unembedded ?? degraded,
   };
   deps.pubsub.publish("memoryRecall", tenantId, event);
   return event;
@@ -409,36 +413,48 @@ export function recallBlock(event: RecallEvent): ContextBlock | null {
   return { kind: "RECALL", title: "From earlier conversations with this user", text, tokens: countTokens(text), items };
 }
 
+/** `degraded` of a context whose recall failed outright (the error itself is logged, not shown). */
+const RECALL_FAILED = "recall unavailable: the context was assembled without it";
+
 /**
  * The producer `assembleContext` runs for recall. Any failure is logged and the context is
- * assembled without recall: a reply never waits on Chroma being up.
+ * assembled without recall: a reply never waits on Chroma being up. What recall had to do
+ * without (vector search, the local decision's embedding, recall itself) is passed on as
+ * `degraded`, in the words of the `recall` query's.
  */
 export function recallBlocks(
   db: TenantDb,
   deps: RecallDeps,
   options: {
-    /** Whether the message needs recall, and its embedding when that decision made one. */
-    decide?: (input: { message: string }) => Promise<{ needsRecall: boolean; vector?: number[] | null }>;
+    /**
+     * Whether the message needs recall, and its embedding when that decision made one; `degraded`
+     * when it could not embed the message (the search then skips the vector side).
+     */
+    decide?: (input: { message: string }) => Promise<{ needsRecall: boolean; vector?: number[] | null; degraded?: string | null }>;
   } = {},
 ): ExtraBlocks {
   return async ({ conversationId, endUserId, message, settings }) => {
     try {
-      if (!settings.recallOn) return [];
+      if (!settings.recallOn) return { blocks: [], degraded: [] };
       const decision = await options.decide?.({ message });
+      if (decision?.degraded) deps.log.warn("recall: the local decision fell back to keywords", { tenantId: db.$tenantId(), reason: decision.degraded });
       const event = await recallForTurn(db, deps, {
         endUserId,
         conversationId,
         message,
         needsRecall: decision?.needsRecall,
         vector: decision?.vector,
+        unembedded: decision?.degraded,
       });
       const block = event && recallBlock(event);
-      return block ? [block] : [];
+      // The event repeats the decision's reason when the search ran: said once.
+      const degraded = [...new Set([decision?.degraded, event?.degraded].filter((reason): reason is string => Boolean(reason)))];
+      return { blocks: block ? [block] : [], degraded };
     } catch (error) {
       // A spent request budget is the caller's to see; anything else is Chroma's or a model's problem.
       if (isModelCallLimit(error)) throw error;
       deps.log.warn("recall failed; the context is assembled without it", { tenantId: db.$tenantId(), conversationId, error });
-      return [];
+      return { blocks: [], degraded: [RECALL_FAILED] };
     }
   };
 }

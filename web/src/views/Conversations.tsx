@@ -199,6 +199,11 @@ function ContextBlocks({ conversationId, refresh }: { conversationId: string; re
             <strong>{c.totalTokens}</strong> tokens sent · baseline {c.baselineTokens} · saved{" "}
             <strong className={c.savedTokens >= 0 ? "good" : "bad"}>{c.savedTokens}</strong>
           </p>
+          {c.degraded.length > 0 && (
+            <p className="reason" data-testid="context-degraded">
+              Recall degraded: {c.degraded.join("; ")}
+            </p>
+          )}
           <ContextWindowBar blocks={c.blocks} total={c.totalTokens} baseline={c.baselineTokens} />
           {c.blocks.length === 0 && <Empty>The context is empty.</Empty>}
           {c.blocks.map((block) => (

@@ -272,6 +272,30 @@ describe("context", () => {
     expect(entries?.text).toContain("store credit");
   });
 
+  it("matches an entry's ref with its scope: an agent and an end user sharing an id each see their own", async () => {
+    const CREATE = `mutation($input: CreateEntryInput!) { createEntry(input: $input) { id } }`;
+    const entries = [
+      { scope: "ENTITY", scopeRef: "42", title: "Parking permit of person 42", summary: "Person 42 parks in bay 9." },
+      { scope: "ENTITY", scopeRef: "7", title: "Parking permit of person 7", summary: "Person 7 parks in bay 3." },
+      { scope: "TEAM", scopeRef: "42", title: "Parking rules of team 42", summary: "The team's visitors park outside." },
+      { scope: "PROJECT", scopeRef: "42", title: "Parking project 42", summary: "The garage opens in May." },
+    ];
+    for (const input of entries) expect((await engram.gql(CREATE, { input })).errors).toBeUndefined();
+    const titlesFor = async (agentExternalId: string, endUserExternalId: string) => {
+      const recorded = await engram.gql(RECORD, { input: turn(`c-collide-${agentExternalId}-${endUserExternalId}`, { agentExternalId, endUserExternalId }) });
+      const { data, errors } = await engram.gql(CONTEXT, {
+        input: { conversationId: recorded.data.recordTurn.conversation.id, message: "Where can I park, what are the parking rules?" },
+      });
+      expect(errors).toBeUndefined();
+      const block = data.context.blocks.find((b) => b.kind === "ENTRIES");
+      return (block?.items ?? []).map((i) => i.text.replace(/:.*/, "").replace(/^- /, "")).sort();
+    };
+    // Person 7 talking to agent 42: their own entity, the agent's team and project, not person 42's notes.
+    expect(await titlesFor("42", "7")).toEqual(["Parking permit of person 7", "Parking project 42", "Parking rules of team 42"]);
+    // Person 42 talking to another agent: their own entity; a team or project that shares their id is not theirs.
+    expect(await titlesFor("support-bot", "42")).toEqual(["Parking permit of person 42"]);
+  });
+
   it("is NOT_FOUND for an unknown conversation", async () => {
     const { errors } = await engram.gql(CONTEXT, { input: { conversationId: "nope", message: "hi" } });
     expect(errors?.[0].extensions?.code).toBe("NOT_FOUND");

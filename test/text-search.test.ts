@@ -66,7 +66,7 @@ describe("full-text queries from user text", () => {
     const texts = Array.from({ length: 300 }, () => fuzzText(next));
     texts.push(URL_TEXT, "", " ", "'", "\\", "&|!", "a:b c:d", "it's o'clock", "back\\slash 'quote'");
     for (const text of texts) {
-      await expect(relevantEntries(db, { text, scopeRefs: ["concierge"], limit: 3 }), JSON.stringify(text)).resolves.toBeDefined();
+      await expect(relevantEntries(db, { text, agentExternalId: "concierge", endUserExternalId: "guest", limit: 3 }), JSON.stringify(text)).resolves.toBeDefined();
       await expect(searchEntryIds(db, { search: text || "x" }, { limit: 3, offset: 0 }), JSON.stringify(text)).resolves.toBeDefined();
     }
     // Recall's keyword side, over a user with a snippet holding the URL: no text fails it, and the URL finds it.

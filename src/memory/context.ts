@@ -142,7 +142,8 @@ type Target = {
   } | null;
   endUserId: string;
   settings: AgentSettings;
-  scopeRefs: string[];
+  /** Whose entries the context includes (relevantEntries matches each with its own scopes). */
+  externalIds: { agent: string; endUser: string };
 };
 
 /**
@@ -177,7 +178,7 @@ async function contextTarget(db: TenantDb, input: z.output<typeof contextInput>)
       conversation: found.conversation,
       endUserId: found.conversation.endUserId,
       settings: found.settings,
-      scopeRefs: [found.agentExternalId, found.endUserExternalId],
+      externalIds: { agent: found.agentExternalId, endUser: found.endUserExternalId },
     };
   }
   const ids = { agent: input.agentExternalId!, endUser: input.endUserExternalId!, conversation: input.conversationExternalId! };
@@ -186,7 +187,7 @@ async function contextTarget(db: TenantDb, input: z.output<typeof contextInput>)
     throw new EngramError("CONFLICT", `Conversation ${ids.conversation} belongs to another agent or end user.`);
   }
   if (found) {
-    return { conversation: found.conversation, endUserId: found.conversation.endUserId, settings: found.settings, scopeRefs: [ids.agent, ids.endUser] };
+    return { conversation: found.conversation, endUserId: found.conversation.endUserId, settings: found.settings, externalIds: ids };
   }
   const [agent, endUser] = await Promise.all([
     db.agent.findFirst({ where: { externalId: ids.agent }, select: { settings: true } }),
@@ -197,7 +198,7 @@ async function contextTarget(db: TenantDb, input: z.output<typeof contextInput>)
     conversation: null,
     endUserId: endUser.id,
     settings: agent ? agentSettings(agent) : DEFAULT_AGENT_SETTINGS,
-    scopeRefs: [ids.agent, ids.endUser],
+    externalIds: ids,
   };
 }
 
@@ -220,7 +221,12 @@ export async function assembleContext(
   // decision and the search) need only the target, so they start now and overlap the reads of
   // the conversation's own messages below instead of waiting for them.
   const related = Promise.all([
-    relevantEntries(db, { text: parsed.message, scopeRefs: target.scopeRefs, limit: MAX_ENTRIES }),
+    relevantEntries(db, {
+      text: parsed.message,
+      agentExternalId: target.externalIds.agent,
+      endUserExternalId: target.externalIds.endUser,
+      limit: MAX_ENTRIES,
+    }),
     ...extraBlocks.map((produce) =>
       produce({ conversationId: conversation?.id ?? null, endUserId: target.endUserId, message: parsed.message, settings }),
     ),

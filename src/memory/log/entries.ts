@@ -124,11 +124,13 @@ export async function searchEntryIds(
 
 /**
  * The entries most relevant to a message, for context assembly: any of its words may match
- * (an OR of its lexemes), within the given scope refs and the institutional scope.
+ * (an OR of its lexemes), within the end user's own scope (ENTITY under their external id, as
+ * forgetUser and exportUser read it), the agent's (PROJECT or TEAM under its external id) and
+ * the institutional scope. A ref is matched with its scope: an agent and a user may share an id.
  */
 export async function relevantEntries(
   db: TenantDb,
-  input: { text: string; scopeRefs: string[]; limit: number },
+  input: { text: string; agentExternalId: string; endUserExternalId: string; limit: number },
 ): Promise<MemoryEntry[]> {
   // The rows themselves, in one statement: context waits on it (on the embedded store a second
   // statement to read them by id was about 3 ms of a context query's 19).
@@ -138,7 +140,9 @@ export async function relevantEntries(
            e."source"::text AS "source", e."createdAt", e."updatedAt"
     FROM "MemoryEntry" e, q
     WHERE e."tenantId" = ${db.$tenantId()}
-      AND (e."scope" = 'INSTITUTIONAL'::"Scope" OR e."scopeRef" = ANY(${input.scopeRefs}::text[]))
+      AND (e."scope" = 'INSTITUTIONAL'::"Scope"
+           OR (e."scope" = 'ENTITY'::"Scope" AND e."scopeRef" = ${input.endUserExternalId})
+           OR (e."scope" IN ('PROJECT'::"Scope", 'TEAM'::"Scope") AND e."scopeRef" = ${input.agentExternalId}))
       AND q.q IS NOT NULL AND e."search" @@ q.q
     ORDER BY ts_rank_cd(e."search", q.q) * (1 + e."importance" / 10.0) DESC, e."updatedAt" DESC
     LIMIT ${input.limit}`;

@@ -120,6 +120,19 @@ describe("MCP over streamable HTTP at /mcp", () => {
     await expect(overHttp("egm_not-a-key")).rejects.toThrow(/401|API key/);
   });
 
+  it("takes POST only, one message at a time: no stream to hold open, no batch of tool calls", async () => {
+    const headers = { authorization: `Bearer ${engram.tenant.reader}`, accept: "application/json, text/event-stream", "content-type": "application/json" };
+    const stream = await fetch(`${url}/mcp`, { method: "GET", headers });
+    expect(stream.status).toBe(405);
+    expect(stream.headers.get("allow")).toBe("POST");
+    const ping = (id: number) => ({ jsonrpc: "2.0", id, method: "ping" });
+    const batch = await fetch(`${url}/mcp`, { method: "POST", headers, body: JSON.stringify([ping(1), ping(2)]) });
+    expect(batch.status).toBe(400);
+    expect((await batch.json()).error.message).toMatch(/Batches are not accepted/);
+    const broken = await fetch(`${url}/mcp`, { method: "POST", headers, body: "{not json" });
+    expect((await broken.json()).error.code).toBe(-32700);
+  });
+
   it("gives bad arguments back as errors the agent can read", async () => {
     const client = await overHttp(engram.tenant.writer);
     expect((await call(client, "forget", { user: "ana" })).content[0].text).toMatch(/^BAD_USER_INPUT: /);

@@ -24,6 +24,24 @@ export function mcpHandler(
       res.end(JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32001, message: "A valid API key is required: send `Authorization: Bearer <key>`." } }));
       return;
     }
+    // Stateless: no stream for the server to push on (a GET would stay open, outside the per-key
+    // connection limit and revocation), nothing to delete. Only POST, one message each.
+    if (req.method !== "POST") {
+      refuse(res, 405, -32000, "Method not allowed: this MCP server is stateless and takes POST only.", { allow: "POST" });
+      return;
+    }
+    let body: unknown;
+    try {
+      body = JSON.parse(await readBody(req));
+    } catch {
+      refuse(res, 400, -32700, "Parse error: the body is not JSON.");
+      return;
+    }
+    // A batch would run up to 100 tool calls at once, each with its own per-request limits.
+    if (Array.isArray(body)) {
+      refuse(res, 400, -32600, "Batches are not accepted: send one JSON-RPC message per request.");
+      return;
+    }
     const client = new EngramClient({
       url: "http://engram.internal",
       apiKey: authorization!.trim().replace(/^Bearer\s+/i, ""),
@@ -38,11 +56,23 @@ export function mcpHandler(
     });
     try {
       await server.connect(transport);
-      await transport.handleRequest(req, res);
+      await transport.handleRequest(req, res, body);
     } catch (error) {
       deps.log.error("MCP request failed", { error });
       if (!res.headersSent) res.writeHead(500, { "content-type": "application/json" });
       res.end(JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32603, message: "Internal error." } }));
     }
   };
+}
+
+function refuse(res: ServerResponse, status: number, code: number, message: string, headers: Record<string, string> = {}) {
+  res.writeHead(status, { "content-type": "application/json", ...headers });
+  res.end(JSON.stringify({ jsonrpc: "2.0", id: null, error: { code, message } }));
+}
+
+/** The request's body as text (its size was checked before it was routed here: bodyRefusal, app.ts). */
+async function readBody(req: IncomingMessage): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of req) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString("utf8");
 }

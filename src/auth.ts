@@ -25,10 +25,13 @@ export async function bootstrapFirstTenant(db: Db) {
   return createTenant(db, { name: "default" });
 }
 
-/** The key of an `Authorization: Bearer <key>` header, or null when it cannot be one of ours. */
+// What createApiKey makes: the prefix and 32 random bytes in base64url.
+const KEY_SHAPE = new RegExp(`^${KEY_PREFIX}[A-Za-z0-9_-]{43}$`);
+
+/** The key of an `Authorization: Bearer <key>` header, or null when it cannot be one of ours (no lookup then). */
 function bearerKey(authorization: string | null | undefined): string | null {
   const match = /^Bearer\s+(\S+)$/i.exec(authorization?.trim() ?? "");
-  return match?.[1].startsWith(KEY_PREFIX) ? match[1] : null;
+  return match && KEY_SHAPE.test(match[1]) ? match[1] : null;
 }
 
 /** Who is calling, and the tenant's own limit of model calls per request (null: the server's). */
@@ -73,13 +76,16 @@ export type KeyCache = {
 };
 
 type Cached = { principal: Caller | null; until: number };
+type Lookup = { answer: Promise<Caller | null>; startedAt: number };
 
 /**
  * Key lookups without a database round trip on every request. An answer is kept at most `ttlMs`
  * (at most 1 s), so a revoked key fails within that on every instance even when the revocation
  * announcement is lost (Redis down); while the pubsub works, a revocation drops the key at once.
- * Unknown keys are remembered too (bounded), so a flood of made-up keys costs one statement each
- * per TTL. Concurrent lookups of one key share one statement.
+ * The TTL runs from when the lookup began, not from its answer, and a request joins a lookup
+ * under way only while that is younger than the TTL. Unknown keys are remembered too, apart and
+ * bounded, so a flood of made-up keys costs one statement each per TTL and never pushes a live
+ * key out of the cache. Concurrent lookups of one key share one statement.
  */
 export function createKeyCache(
   db: Db,
@@ -90,7 +96,8 @@ export function createKeyCache(
   const maxEntries = options.maxEntries ?? 10_000;
   const now = options.now ?? (() => performance.now());
   const byHash = new Map<string, Cached>();
-  const inFlight = new Map<string, Promise<Caller | null>>();
+  const unknown = new Map<string, Cached>();
+  const inFlight = new Map<string, Lookup>();
   // Bumped by every revocation: a lookup that was running when one arrived is not kept.
   let generation = 0;
 
@@ -104,25 +111,33 @@ export function createKeyCache(
     for await (const { apiKeyId } of revocations) revoked(apiKeyId);
   })().catch(() => undefined);
 
+  const remember = (hash: string, entry: Cached) => {
+    const cache = entry.principal ? byHash : unknown;
+    byHash.delete(hash);
+    unknown.delete(hash);
+    if (cache.size >= maxEntries) cache.delete(cache.keys().next().value!);
+    cache.set(hash, entry);
+  };
+
   const lookUp = (hash: string) => {
     const started = generation;
-    const lookup = lookUpKey(db, hash).then(
-      (principal) => {
-        if (inFlight.get(hash) === lookup) inFlight.delete(hash);
-        if (started === generation) {
-          byHash.delete(hash);
-          if (byHash.size >= maxEntries) byHash.delete(byHash.keys().next().value!);
-          byHash.set(hash, { principal, until: now() + ttlMs });
-        }
-        return principal;
-      },
-      (error: unknown) => {
-        if (inFlight.get(hash) === lookup) inFlight.delete(hash);
-        throw error;
-      },
-    );
+    const startedAt = now();
+    const lookup: Lookup = {
+      startedAt,
+      answer: lookUpKey(db, hash).then(
+        (principal) => {
+          if (inFlight.get(hash) === lookup) inFlight.delete(hash);
+          if (started === generation) remember(hash, { principal, until: startedAt + ttlMs });
+          return principal;
+        },
+        (error: unknown) => {
+          if (inFlight.get(hash) === lookup) inFlight.delete(hash);
+          throw error;
+        },
+      ),
+    };
     inFlight.set(hash, lookup);
-    return lookup;
+    return lookup.answer;
   };
 
   return {
@@ -132,10 +147,11 @@ export function createKeyCache(
       const hash = hashKey(key);
       // Off: every request asks the database (no sharing of concurrent lookups either).
       if (ttlMs === 0) return lookUpKey(db, hash);
-      const cached = byHash.get(hash);
-      if (cached && cached.until > now()) return cached.principal;
-      if (cached) byHash.delete(hash);
-      return inFlight.get(hash) ?? lookUp(hash);
+      const at = now();
+      const cached = byHash.get(hash) ?? unknown.get(hash);
+      if (cached && cached.until > at) return cached.principal;
+      const running = inFlight.get(hash);
+      return running && at - running.startedAt < ttlMs ? running.answer : lookUp(hash);
     },
     revoked,
     async close() {

@@ -67,13 +67,39 @@ describe("the API-key cache", () => {
       expect(await cache.authenticate(header)).toBeNull();
       // Unknown keys are remembered too, and malformed ones never reach the database.
       lookups.count = 0;
-      expect(await cache.authenticate("Bearer egm_made-up")).toBeNull();
-      expect(await cache.authenticate("Bearer egm_made-up")).toBeNull();
+      const madeUp = `Bearer egm_${"A".repeat(43)}`;
+      expect(await cache.authenticate(madeUp)).toBeNull();
+      expect(await cache.authenticate(madeUp)).toBeNull();
       expect(await cache.authenticate("Basic abc")).toBeNull();
+      expect(await cache.authenticate("Bearer egm_made-up")).toBeNull();
+      expect(await cache.authenticate(`Bearer egm_${"A".repeat(44)}`)).toBeNull();
       expect(lookups.count).toBe(1);
     } finally {
       await cache.close();
     }
+  });
+
+  it("counts the TTL from when the lookup began, and keeps a flood of unknown keys from pushing a live key out", async () => {
+    const { db, lookups } = countingLookups(engram);
+    let clock = 0;
+    const cache = createKeyCache(db, engram.services.pubsub, { ttlMs: 1_000, maxEntries: 3, now: () => clock });
+    const header = `Bearer ${engram.tenant.reader}`;
+    // The answer comes while the clock moves on: it is kept until 1 s after the lookup began.
+    const first = cache.authenticate(header);
+    clock = 600;
+    expect(await first).not.toBeNull();
+    clock = 999;
+    expect(await cache.authenticate(header)).not.toBeNull();
+    expect(lookups.count).toBe(1);
+    clock = 1_000;
+    expect(await cache.authenticate(header)).not.toBeNull();
+    expect(lookups.count).toBe(2);
+    // Ten made-up keys, more than the cache holds: the live key is still answered from memory.
+    for (let i = 0; i < 10; i++) expect(await cache.authenticate(`Bearer egm_${String(i).padStart(43, "x")}`)).toBeNull();
+    lookups.count = 0;
+    expect(await cache.authenticate(header)).not.toBeNull();
+    expect(lookups.count).toBe(0);
+    await cache.close();
   });
 
   it("with a TTL of 0 asks the database on every request", async () => {

@@ -212,11 +212,12 @@ describe("'forget my X' reaches every copy of what matches X", () => {
 });
 
 describe("exportUser: everything held about a person", () => {
-  it("answers facts with history, conversations with summaries, snippets and entries of their scope, for admins only", async () => {
+  it("answers facts with history, conversations with messages and summaries, snippets, and events and entries of their scope, for admins only", async () => {
     const user = "yara";
     const turn = await say(engram, { user, conversation: `${user}-1` }, "My favourite colour is teal.", "Noted.");
     await engram.gql(`mutation($input: AddFactInput!) { addFact(input: $input) { id } }`, { input: { endUserId: turn.endUserId, text: "The user's favourite colour is teal." } });
     await engram.gql(`mutation { createEntry(input: {scope: ENTITY, scopeRef: "${user}", title: "Prefers teal", summary: "Use teal in mockups."}) { id } }`);
+    await engram.gql(`mutation { appendEvent(input: {scope: ENTITY, scopeRef: "${user}", kind: "note", body: "Asked for teal again.", source: "crm", sourceRef: "yara-1"}) { id } }`);
     await allIndexed(engram, engram.tenant.tenantId, 60_000);
 
     const refused = await engram.gql(`query($id: ID!) { exportUser(endUserId: $id) }`, { id: turn.endUserId }, engram.tenant.reader);
@@ -225,7 +226,12 @@ describe("exportUser: everything held about a person", () => {
     const exported = data.exportUser;
     expect(exported.endUser).toMatchObject({ id: turn.endUserId, externalId: user });
     expect(exported.facts[0]).toMatchObject({ text: "The user's favourite colour is teal.", versions: [expect.objectContaining({ change: "ADDED" })] });
-    expect(exported.conversations[0]).toMatchObject({ externalId: `${user}-1`, agent: { externalId: "shop" } });
+    expect(exported.conversations[0]).toMatchObject({
+      externalId: `${user}-1`,
+      agent: { externalId: "shop" },
+      messages: [expect.objectContaining({ seq: 1, role: "USER", content: "My favourite colour is teal." }), expect.objectContaining({ seq: 2, content: "Noted." })],
+    });
+    expect(exported.events).toEqual([expect.objectContaining({ body: "Asked for teal again.", source: "crm" })]);
     expect(exported.snippets.map((s: any) => s.text).join("\n")).toContain("teal");
     expect(exported.entries).toEqual([expect.objectContaining({ title: "Prefers teal" })]);
     const other = await engram.gql(`query($id: ID!) { exportUser(endUserId: $id) }`, { id: turn.endUserId }, engram.other.admin);

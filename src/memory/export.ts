@@ -10,13 +10,14 @@ export const aboutThePerson = (externalId: string) => ({ scope: "ENTITY" as cons
 
 /**
  * Everything Engram holds about one person, as JSON: the right-of-access twin of forgetting.
- * Facts with their history, each conversation with its summary (and revisions), the recall
- * snippets' text, and the curated entries about them as an entity (aboutThePerson).
+ * Facts with their history, each conversation with its messages (those forgotten but kept as a
+ * record too, marked), its summary and revisions, the recall snippets' text, and the events and
+ * curated entries about them as an entity (aboutThePerson).
  */
 export async function exportUser(db: TenantDb, endUserId: string) {
   const user = await db.endUser.findUnique({ where: { id: endUserId } });
   if (!user) throw notFound("End user", endUserId);
-  const [facts, conversations, snippets, entries] = await Promise.all([
+  const [facts, conversations, snippets, entries, events] = await Promise.all([
     db.fact.findMany({
       where: { endUserId },
       orderBy: [{ core: "desc" }, { confirmedAt: "desc" }],
@@ -33,6 +34,7 @@ export async function exportUser(db: TenantDb, endUserId: string) {
         summary: true,
         agent: { select: { externalId: true, name: true } },
         revisions: { orderBy: { createdAt: "asc" }, select: { text: true, accepted: true, reason: true, createdAt: true } },
+        messages: { orderBy: { seq: "asc" }, select: { seq: true, role: true, content: true, private: true, occurredAt: true, forgottenAt: true } },
       },
     }),
     db.recallSnippet.findMany({
@@ -45,6 +47,11 @@ export async function exportUser(db: TenantDb, endUserId: string) {
       orderBy: { updatedAt: "desc" },
       select: { id: true, scope: true, scopeRef: true, title: true, summary: true, tags: true, importance: true, source: true, updatedAt: true },
     }),
+    db.memoryEvent.findMany({
+      where: aboutThePerson(user.externalId),
+      orderBy: { occurredAt: "asc" },
+      select: { id: true, scope: true, scopeRef: true, kind: true, body: true, source: true, sourceRef: true, occurredAt: true },
+    }),
   ]);
   return {
     exportedAt: new Date().toISOString(),
@@ -53,5 +60,6 @@ export async function exportUser(db: TenantDb, endUserId: string) {
     conversations,
     snippets,
     entries,
+    events,
   };
 }

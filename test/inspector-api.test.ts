@@ -70,9 +70,12 @@ describe("searchMemory", () => {
     expect(byUser.length).toBeGreaterThan(0);
     expect(byUser.every((h: { endUserId: string | null }) => h.endUserId === bea.endUserId)).toBe(true);
 
-    // Ada's own scopeRef brings her entry; the event of "acme" is nobody's.
+    // Ada's own scope brings her entry; the event of "acme" is nobody's, and a project that
+    // happens to share her id is not hers.
+    await engram.gql(`mutation { createEntry(input: { scope: PROJECT, scopeRef: "ada", title: "Harbour project", summary: "The harbour project's plan." }) { id } }`);
     const ada_ = (await search({ text: "harbour", user: ada.endUserId })).data.searchMemory;
     expect(ada_.map((h: { kind: string }) => h.kind).sort()).toEqual(["ENTRY", "FACT", "SNIPPET"]);
+    expect(ada_.find((h: { kind: string }) => h.kind === "ENTRY")).toMatchObject({ scope: "ENTITY", scopeRef: "ada" });
 
     const byAgent = (await search({ text: "harbour", agent: agents.broker })).data.searchMemory;
     expect(byAgent.length).toBeGreaterThan(0);

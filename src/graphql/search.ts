@@ -35,7 +35,7 @@ builder.queryFields((t) => ({
     authScopes: { reader: true },
     description:
       "Facts, entries, events and recall snippets matching a text, across every user of the tenant, best first. " +
-      "By user: their facts and snippets, and entries and events whose scopeRef is their own id. By agent: facts of " +
+      "By user: their facts and snippets, and entries and events about them as an entity (scope ENTITY under their own id). By agent: facts of " +
       "the users it talks with and snippets of its conversations (entries and events have no agent and are left out).",
     args: {
       text: t.arg.string({ required: true, description: "2–200 characters. Every English word must match (stemmed); a text with no words (stop words, punctuation) is matched as typed." }),

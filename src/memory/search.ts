@@ -129,7 +129,8 @@ export async function searchMemory(db: TenantDb, input: z.input<typeof searchMem
     const where = [
       Prisma.sql`e."tenantId" = ${tenantId}`,
       matches(Prisma.sql`e."search"`, Prisma.sql`e."title"`, Prisma.sql`e."summary"`),
-      ...(user ? [Prisma.sql`e."scopeRef" = ${user.externalId}`] : []),
+      // The person's own scope (aboutThePerson): a team or agent that shares the id is another.
+      ...(user ? [Prisma.sql`e."scope" = 'ENTITY' AND e."scopeRef" = ${user.externalId}`] : []),
       ...range(Prisma.sql`e."updatedAt"`),
     ];
     run("ENTRY", db.$queryRaw<Row[]>`
@@ -145,7 +146,7 @@ export async function searchMemory(db: TenantDb, input: z.input<typeof searchMem
     const where = [
       Prisma.sql`v."tenantId" = ${tenantId}`,
       matches(vector, Prisma.sql`v."body"`),
-      ...(user ? [Prisma.sql`v."scopeRef" = ${user.externalId}`] : []),
+      ...(user ? [Prisma.sql`v."scope" = 'ENTITY' AND v."scopeRef" = ${user.externalId}`] : []),
       ...range(Prisma.sql`v."occurredAt"`),
     ];
     run("EVENT", db.$queryRaw<Row[]>`

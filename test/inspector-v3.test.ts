@@ -235,7 +235,12 @@ describe("editing where people expect it", () => {
     await page.goto(`${url}/inspector/conversations/${ada.conversationId}`);
     await page.getByRole("heading", { name: "Memory settings of concierge" }).waitFor();
     expect(await page.getByRole("button", { name: "Save settings" }).count()).toBe(0);
+    // An agent's settings are the tenant's policy: a writer sees them read-only too.
     await signIn(page, url, engram.tenant.writer);
+    await page.goto(`${url}/inspector/conversations/${ada.conversationId}`);
+    await page.getByRole("heading", { name: "Memory settings of concierge" }).waitFor();
+    expect(await page.getByRole("button", { name: "Save settings" }).count()).toBe(0);
+    await signIn(page, url, engram.tenant.admin);
   });
 
   it("changes the agent's memory settings from the conversation view, sending only what changed", async () => {

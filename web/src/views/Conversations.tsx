@@ -377,19 +377,31 @@ function ConversationDetail({ id }: { id: string }) {
     );
   }
   // Keyed by id: nothing of one conversation's page (a "Saved." confirmation) carries to the next.
-  return <ConversationPage key={id} id={id} focus={Number(params.get("message")) || undefined} writable={canWrite(role)} onDeleted={setDeleted} />;
+  return (
+    <ConversationPage
+      key={id}
+      id={id}
+      focus={Number(params.get("message")) || undefined}
+      writable={canWrite(role)}
+      manages={role === "ADMIN"}
+      onDeleted={setDeleted}
+    />
+  );
 }
 
 function ConversationPage({
   id,
   focus,
   writable,
+  manages,
   onDeleted,
 }: {
   id: string;
   /** A message to show and mark (from a fact's or a search hit's provenance link). */
   focus?: number;
   writable: boolean;
+  /** An admin key: agents' memory settings are the tenant's policy (upsertAgent is admin-only). */
+  manages: boolean;
   onDeleted(what: { name: string; endUserId: string; messages: number; snippets: number }): void;
 }) {
   const [refresh, setRefresh] = useState(0);
@@ -455,7 +467,7 @@ function ConversationPage({
           <ContextBlocks conversationId={c.id} refresh={refresh} />
           <section aria-labelledby="settings-title">
             <h2 id="settings-title">Memory settings of {c.agent.name}</h2>
-            {writable ? (
+            {manages ? (
               <AgentSettingsForm
                 key={JSON.stringify(c.agent.settings)}
                 agent={c.agent}

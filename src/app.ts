@@ -16,7 +16,7 @@ import { serveInspector } from "./inspector.ts";
 import { liveKeyIds, type Caller } from "./auth.ts";
 import { modelCallBudget, withModelCallBudget } from "./models/call-budget.ts";
 import { MCP_PATH, mcpHandler } from "./mcp/http.ts";
-import { isRestOperation, restApi } from "./rest.ts";
+import { isRestOperation, REST_BASE, restApi } from "./rest.ts";
 import { LIMITS } from "./limits.ts";
 import type { Services } from "./services.ts";
 import { createSocketRegistry, useStreamsOfLiveKeys } from "./sockets.ts";
@@ -37,23 +37,25 @@ function authorizationOf(initial: InitialContext): string | null {
 }
 
 /**
- * The key of a request to the GraphQL endpoint is checked before anything reads its body: yoga
- * parses and validates a document (and keeps it in its cache) before the context is built, so
- * without a key a megabyte of fields would still be parsed, cached and answered with the schema's
- * field names. A browser's preflight (OPTIONS) needs none; GraphiQL's page is served before this.
+ * The key of a request is checked before anything reads its body: yoga parses and validates a
+ * document (and keeps it in its cache) before the context is built, so without a key a megabyte
+ * of fields would still be parsed, cached and answered with the schema's field names. Every path
+ * yoga serves is checked (it takes "/graphql/" and any URL ending in "/graphql" as its endpoint
+ * too), but a browser's preflight (OPTIONS) and the REST paths, whose generated operations are
+ * fixed and which answer 401 in their own format; GraphiQL's page is served before this.
  */
-function useKeyFirst(endpoint: string, authenticate: Services["keys"]["authenticate"], checked: WeakMap<Request, Caller>): Plugin {
+function useKeyFirst(restBase: string, authenticate: Services["keys"]["authenticate"], checked: WeakMap<Request, Caller>): Plugin {
   return {
     async onRequest({ request, url, endResponse, fetchAPI }) {
-      if (url.pathname !== endpoint || request.method === "OPTIONS") return;
+      if (request.method === "OPTIONS" || url.pathname === restBase || url.pathname.startsWith(`${restBase}/`)) return;
       const caller = await authenticate(request.headers.get("authorization"));
       if (caller) {
         checked.set(request, caller);
         return;
       }
-      const error = unauthenticated();
+      const { message, extensions } = unauthenticated();
       endResponse(
-        new fetchAPI.Response(JSON.stringify({ errors: [{ message: error.message, extensions: { code: "UNAUTHENTICATED" } }] }), {
+        new fetchAPI.Response(JSON.stringify({ errors: [{ message, extensions: { code: extensions.code } }] }), {
           status: 401,
           headers: { "content-type": "application/json; charset=utf-8" },
         }),
@@ -166,7 +168,7 @@ export function buildApp(services: Services): App {
       useTypedRequestErrors(LIMITS),
       useStreamsOfLiveKeys(sockets, connectionLimits),
       useCachedGraphiQL(GRAPHQL_PATH, graphiql),
-      useKeyFirst(GRAPHQL_PATH, services.keys.authenticate, keyChecked),
+      useKeyFirst(REST_BASE, services.keys.authenticate, keyChecked),
       // Seed 000's REST paths (/memory…), generated from the schema, through this same pipeline.
       restApi(schema),
     ],

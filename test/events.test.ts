@@ -131,6 +131,10 @@ describe("appendEvent", () => {
   });
 });
 
+// The server on a port, started once for the file (a second listen() throws).
+let listening: Promise<string> | undefined;
+const serverUrl = () => (listening ??= engram.listen());
+
 describe("access", () => {
   it("refuses requests without a valid key, GraphiQL queries included", async () => {
     for (const key of [null, "egm_not-a-real-key", "Basic abc"]) {
@@ -145,6 +149,13 @@ describe("access", () => {
       const result = await engram.gql(query, {}, null);
       expect(result.errors?.map((e: { extensions?: { code?: string } }) => e.extensions?.code)).toEqual(["UNAUTHENTICATED"]);
       expect(JSON.stringify(result.errors)).not.toMatch(/nope|Syntax|Query/);
+    }
+    // Nor on the other paths yoga takes as its endpoint.
+    const url = await serverUrl();
+    for (const path of ["/graphql/", "/x/graphql", "/?a=/graphql"]) {
+      const response = await fetch(`${url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ query: "{ nope }" }) });
+      expect(response.status, path).toBe(401);
+      expect(await response.text(), path).not.toMatch(/nope/);
     }
   });
 
@@ -178,8 +189,6 @@ describe("access", () => {
 });
 
 describe("subscriptions", () => {
-  let listening: Promise<string> | undefined;
-  const serverUrl = () => (listening ??= engram.listen());
 
   it("delivers an appended event to a graphql-ws subscriber, filtered by scope", async () => {
     const url = await serverUrl();

@@ -58,28 +58,32 @@ export const upsertAgentInput = z.object({
 
 /**
  * Creates or updates an agent by the caller's own id; settings given are merged over stored ones.
- * One statement: callers at once for one agent (a first use among them) each merge into the row
- * as it stands, so no caller's settings are lost and none fails on the other's insert.
+ * One upsert statement: callers at once for one agent (a first use among them) each merge into
+ * the row as it stands, so no caller's settings are lost and none fails on the other's insert.
  */
 export async function upsertAgent(db: TenantDb, input: z.input<typeof upsertAgentInput>, actor: { apiKeyId?: string | null } = {}) {
   const parsed = parseInput(upsertAgentInput, input);
-  const [{ id }] = await db.$queryRaw<{ id: string }[]>`
-    INSERT INTO "Agent" ("id", "tenantId", "externalId", "name", "settings", "createdAt", "updatedAt")
-    VALUES (gen_random_uuid()::text, ${db.$tenantId()}, ${parsed.externalId}, ${parsed.name ?? parsed.externalId},
-      ${JSON.stringify(parsed.settings ?? {})}::jsonb, ${appNow()}, ${appNow()})
-    ON CONFLICT ("tenantId", "externalId") DO UPDATE SET
-      "settings" = "Agent"."settings" || EXCLUDED."settings",
-      "name" = COALESCE(${parsed.name ?? null}::text, "Agent"."name"),
-      "updatedAt" = ${appNow()}
-    RETURNING "id"`;
-  // What was asked, not the merged result: the settings given and the name (no conversation content).
-  await db.auditLog.create({
-    data: {
-      tenantId: db.$tenantId(),
-      apiKeyId: actor.apiKeyId ?? null,
-      action: "agent.upsert",
-      changes: { agentId: id, externalId: parsed.externalId, name: parsed.name ?? null, settings: parsed.settings ?? {} },
-    },
+  // The change and its audit row commit together: no setting changes unrecorded.
+  const id = await db.$transaction(async (tx) => {
+    const [{ id }] = await tx.$queryRaw<{ id: string }[]>`
+      INSERT INTO "Agent" ("id", "tenantId", "externalId", "name", "settings", "createdAt", "updatedAt")
+      VALUES (gen_random_uuid()::text, ${db.$tenantId()}, ${parsed.externalId}, ${parsed.name ?? parsed.externalId},
+        ${JSON.stringify(parsed.settings ?? {})}::jsonb, ${appNow()}, ${appNow()})
+      ON CONFLICT ("tenantId", "externalId") DO UPDATE SET
+        "settings" = "Agent"."settings" || EXCLUDED."settings",
+        "name" = COALESCE(${parsed.name ?? null}::text, "Agent"."name"),
+        "updatedAt" = ${appNow()}
+      RETURNING "id"`;
+    // What was asked, not the merged result: the settings given and the name (no conversation content).
+    await tx.auditLog.create({
+      data: {
+        tenantId: db.$tenantId(),
+        apiKeyId: actor.apiKeyId ?? null,
+        action: "agent.upsert",
+        changes: { agentId: id, externalId: parsed.externalId, name: parsed.name ?? null, settings: parsed.settings ?? {} },
+      },
+    });
+    return id;
   });
   return db.agent.findUniqueOrThrow({ where: { id } });
 }

@@ -162,6 +162,16 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
       );
       return new Set(rows.map((r) => r.value));
     },
+    async hurry(job, key, values) {
+      if (values.length === 0) return new Set<string>();
+      const { rows } = await pool.query<{ value: string }>(
+        `UPDATE "agenda_jobs" SET "next_run_at" = LEAST("next_run_at", now())
+         WHERE "name" = $1 AND "data"->>$2 = ANY($3::text[]) AND "next_run_at" IS NOT NULL AND "locked_at" IS NULL
+         RETURNING "data"->>$2 AS "value"`,
+        [job.name, key, values],
+      );
+      return new Set(rows.map((r) => r.value));
+    },
     async ping() {
       await pool.query("SELECT 1");
     },

@@ -37,6 +37,8 @@ export type JobQueue = {
    * a retry, not running); `exceptJobId` leaves one job out (the asking job's own).
    */
   waiting(job: JobDefinition, key: string, values: string[], exceptJobId?: string): Promise<Set<string>>;
+  /** Of `values`, those with such a job waiting, which is made due now (a retry on its backoff, say). */
+  hurry(job: JobDefinition, key: string, values: string[]): Promise<Set<string>>;
   close(): Promise<void>;
 };
 

@@ -226,19 +226,21 @@ describe("follow-ups of turns whose agent calls a model", () => {
     expect(await runQuietExtraction(db(), engram.services.deps, payload)).toMatchObject({ again: false });
   }, 120_000);
 
-  it("queues no second gate job for a conversation while one waits to run (one retrying through an outage, say)", async () => {
+  it("queues no second gate job for a conversation while one waits to run (one retrying through an outage, say), but makes it due now", async () => {
     const turn = await say("talk-pile", 1, "I grow tomatoes.");
     await runTurnFollowUps(db(), engram.services.deps);
     const conversationId = turn.conversation.id;
     const rows = () =>
-      engram.services.db.$queryRaw<{ id: string }[]>`
-        SELECT "id"::text FROM "agenda_jobs" WHERE "name" = 'memory.conversation-turns' AND "data"->>'conversationId' = ${conversationId}`;
+      engram.services.db.$queryRaw<{ id: string; due: Date }[]>`
+        SELECT "id"::text, "next_run_at" AS "due" FROM "agenda_jobs" WHERE "name" = 'memory.conversation-turns' AND "data"->>'conversationId' = ${conversationId}`;
     const [queued] = await rows();
-    expect(queued).toBeDefined();
+    expect(queued.due.getTime()).toBeGreaterThan(Date.now());
     // Out of the outbox and unjudged for minutes: the dispatcher's case, but the round's job still waits.
     await db().turn.update({ where: { id: turn.id }, data: { followUpsQueuedAt: new Date(Date.now() - 120_000) } });
     await dispatchPendingTurns(engram.services.deps);
-    expect(await rows()).toHaveLength(1);
+    const after = await rows();
+    expect(after).toHaveLength(1);
+    expect(after[0].due.getTime()).toBeLessThanOrEqual(Date.now());
     // The waiting job itself, failing, would find no other to leave the turns to.
     const { queue } = engram.services.deps;
     expect(await queue.waiting(conversationTurnsJob, "conversationId", [conversationId], queued.id)).toEqual(new Set());

@@ -27,9 +27,10 @@ export async function dispatchPendingTurns(deps: Pick<Deps, "tenants" | "queue" 
         WHERE "tenantId" = ${tenant.id} AND "gatedAt" IS NULL AND "followUpsQueuedAt" < ${sqlTimestamp(judgedBy)} AND "clientTurnId" NOT LIKE 'import:%'
         LIMIT ${MAX_PER_TENANT}`;
       // A job of its own each (not coalesced: Agenda's debounce would reschedule every finished gate
-      // job row of the conversation); at most one a minute, and none while one waits to run (one
-      // retrying through a model outage, say).
-      const waiting = await deps.queue.waiting(conversationTurnsJob, "conversationId", unjudged.map((u) => u.conversationId));
+      // job row of the conversation); at most one a minute. One already waiting (retrying through
+      // a model outage, say, up to 5 minutes apart) is made due now instead: no second job, and
+      // the turns are judged within a minute of the model's return.
+      const waiting = await deps.queue.hurry(conversationTurnsJob, "conversationId", unjudged.map((u) => u.conversationId));
       const gateless = unjudged.filter((u) => !waiting.has(u.conversationId));
       for (const { conversationId } of gateless) await deps.queue.enqueue(conversationTurnsJob, { tenantId: tenant.id, conversationId });
       if (gateless.length) deps.log.info("gate: queued the gate job of conversations with turns still unjudged", { tenantId: tenant.id, conversations: gateless.length });

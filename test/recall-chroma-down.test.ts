@@ -193,7 +193,7 @@ describe("with the embedder failing", () => {
     const encoder = vi.spyOn(OfflineEmbeddings.prototype, "embedQuery").mockRejectedValue(new Error("the encoder's worker exited"));
     try {
       const asked = { agentExternalId: "shop", endUserExternalId: "kim", conversationExternalId: "k-2" };
-      const reason = "vector search unavailable: the message could not be embedded (the encoder's worker exited); recall was decided by keywords";
+      const reason = "vector search unavailable: the message could not be embedded; recall was decided by keywords";
       const { data, errors } = await engram.gql(CONTEXT, { input: { ...asked, message: "Which teapot did I buy last time?" } });
       expect(errors).toBeUndefined();
       expect(data.context.blocks.find((b: any) => b.kind === "RECALL")?.text).toMatch(/green ceramic teapot/);

@@ -114,6 +114,8 @@ export type LocalRecallDecision = {
   decidedBy: "KEYWORDS" | "EMBEDDING" | "NONE";
   /** Why the message could not be embedded, when it could not: the keywords decided, and recall searches keyword matches only. */
   degraded?: string;
+  /** The encoder's own error then, for the log (never the caller's answer). */
+  error?: string;
 };
 
 /**
@@ -146,7 +148,8 @@ export async function decideRecallLocally(
       needsRecall: byKeywords,
       vector: null,
       decidedBy: byKeywords ? "KEYWORDS" : "NONE",
-      degraded: `vector search unavailable: the message could not be embedded (${(error as Error).message}); recall was decided by keywords`,
+      degraded: "vector search unavailable: the message could not be embedded; recall was decided by keywords",
+      error: (error as Error).message,
     };
   }
   const { vector, recall, other } = embedded;

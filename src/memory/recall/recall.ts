@@ -10,6 +10,7 @@ import { isModelCallLimit } from "../../models/call-budget.ts";
 import { TimedOut } from "../../timeout.ts";
 import type { ModelProvider } from "../../models/provider.ts";
 import type { PubSub, RecallCandidate, RecallEvent } from "../../pubsub.ts";
+import type { Logger } from "../../log.ts";
 import type { ContextBlock, ExtraBlocks } from "../context.ts";
 import { needsRecallByKeywords } from "../gate/keywords.ts";
 import type { SnippetDeps } from "./snippets.ts";
@@ -416,6 +417,16 @@ export function recallBlock(event: RecallEvent): ContextBlock | null {
 /** `degraded` of a context whose recall failed outright (the error itself is logged, not shown). */
 const RECALL_FAILED = "recall unavailable: the context was assembled without it";
 
+// While the encoder is down every context call falls back: one warning a minute says so.
+const FELL_BACK_EVERY_MS = 60_000;
+let fellBackWarnedAt = -Infinity;
+function warnFellBack(log: Logger, fields: Record<string, unknown>) {
+  const now = Date.now();
+  if (now - fellBackWarnedAt < FELL_BACK_EVERY_MS) return;
+  fellBackWarnedAt = now;
+  log.warn("recall: the local decision fell back to keywords (said at most once a minute)", fields);
+}
+
 /**
  * The producer `assembleContext` runs for recall. Any failure is logged and the context is
  * assembled without recall: a reply never waits on Chroma being up. What recall had to do
@@ -430,14 +441,14 @@ export function recallBlocks(
      * Whether the message needs recall, and its embedding when that decision made one; `degraded`
      * when it could not embed the message (the search then skips the vector side).
      */
-    decide?: (input: { message: string }) => Promise<{ needsRecall: boolean; vector?: number[] | null; degraded?: string | null }>;
+    decide?: (input: { message: string }) => Promise<{ needsRecall: boolean; vector?: number[] | null; degraded?: string | null; error?: string }>;
   } = {},
 ): ExtraBlocks {
   return async ({ conversationId, endUserId, message, settings }) => {
     try {
       if (!settings.recallOn) return { blocks: [], degraded: [] };
       const decision = await options.decide?.({ message });
-      if (decision?.degraded) deps.log.warn("recall: the local decision fell back to keywords", { tenantId: db.$tenantId(), reason: decision.degraded });
+      if (decision?.degraded) warnFellBack(deps.log, { tenantId: db.$tenantId(), reason: decision.degraded, error: decision.error });
       const event = await recallForTurn(db, deps, {
         endUserId,
         conversationId,

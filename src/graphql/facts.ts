@@ -1,8 +1,8 @@
 import { filter, pipe } from "graphql-yoga";
 import { builder, type GraphQLContext } from "../builder.ts";
-import { notFound } from "../errors.ts";
+import { EngramError, notFound } from "../errors.ts";
 import { CONTRADICTION_CHOICES, resolveContradiction, type ContradictionResolution } from "../memory/facts/contradictions.ts";
-import { addFact, correctFact, listFacts } from "../memory/facts/facts.ts";
+import { addFact, correctFact, FACT_CAP, listFacts } from "../memory/facts/facts.ts";
 import { forgetFact, forgetRecords, forgetUser, type ForgetRecord } from "../memory/forget.ts";
 import type { FactChangeKind, FactChangePayload } from "../pubsub.ts";
 
@@ -206,7 +206,10 @@ builder.mutationFields((t) => ({
     resolve: async (query, _root, { input }, ctx) => {
       const db = ctx.db;
       const fact = await addFact(db, ctx.deps, { ...input, endUserId: String(input.endUserId) }, author(ctx));
-      return db.fact.findUniqueOrThrow({ ...query, where: { id: fact.id } });
+      const written = await db.fact.findUnique({ ...query, where: { id: fact.id } });
+      // Another fact of the user added at the same moment took the only place a non-core one had.
+      if (!written) throw new EngramError("CONFLICT", `The fact was written, then dropped at once to keep the user under the cap of ${FACT_CAP} facts (another was added at the same moment).`);
+      return written;
     },
   }),
   correctFact: t.prismaField({
@@ -215,7 +218,8 @@ builder.mutationFields((t) => ({
     args: { id: t.arg.id({ required: true }), input: t.arg({ type: CorrectFactInput, required: true }) },
     resolve: async (query, _root, { id, input }, ctx) => {
       const fact = await correctFact(ctx.db, ctx.deps, String(id), input, { apiKeyId: ctx.principal.apiKeyId });
-      return ctx.db.fact.findUniqueOrThrow({ ...query, where: { id: fact.id } });
+      // Deleted the moment after it was corrected (a forget, the cap): gone, as a read would say.
+      return (await ctx.db.fact.findUnique({ ...query, where: { id: fact.id } })) ?? Promise.reject(notFound("Fact", String(id)));
     },
   }),
   deleteFact: t.field({

@@ -106,21 +106,42 @@ export async function deleteFacts(
 ): Promise<{ facts: number; snippets: number }> {
   if (factIds.length === 0) return { facts: 0, snippets: 0 };
   const snippets = await forgetSnippetsWhere(db, deps, { factId: { in: factIds } });
-  // Every text the facts had, with their users: other facts' histories may quote them.
-  const doomed = await db.fact.findMany({
-    where: { ...where, id: { in: factIds } },
-    select: { text: true, endUserId: true, versions: { select: { text: true } } },
-  });
+  const doomed = await quotableTextsOf(db, { ...where, id: { in: factIds } });
   const facts = await db.fact.deleteMany({ where: { ...where, id: { in: factIds } } });
-  if (facts.count > 0) {
-    for (const endUserId of new Set(doomed.map((f) => f.endUserId))) {
-      const texts = [...new Set(doomed.filter((f) => f.endUserId === endUserId).flatMap((f) => [f.text, ...f.versions.map((v) => v.text)]))];
-      // The forms a reason quotes another fact in: "contradicts: …", "replaces: …", "… “…”".
-      await scrubQuotes(db, endUserId, Prisma.sql`EXISTS (SELECT 1 FROM unnest(${texts}::text[]) q(t)
-        WHERE v."reason" IN ('contradicts: ' || q.t, 'replaces: ' || q.t) OR strpos(v."reason", '“' || q.t || '”') > 0)`);
-    }
-  }
+  if (facts.count > 0) await scrubQuotesOf(db, doomed);
   return { facts: facts.count, snippets };
+}
+
+/** Every text the facts had, with their users: other facts' histories may quote them. */
+function quotableTextsOf(db: TenantDb, where: Prisma.FactWhereInput) {
+  return db.fact.findMany({ where, select: { text: true, endUserId: true, versions: { select: { text: true } } } });
+}
+
+async function scrubQuotesOf(db: TenantDb, doomed: Awaited<ReturnType<typeof quotableTextsOf>>) {
+  for (const endUserId of new Set(doomed.map((f) => f.endUserId))) {
+    const texts = [...new Set(doomed.filter((f) => f.endUserId === endUserId).flatMap((f) => [f.text, ...f.versions.map((v) => v.text)]))];
+    // The forms a reason quotes another fact in: "contradicts: …", "replaces: …", "… “…”".
+    await scrubQuotes(db, endUserId, Prisma.sql`EXISTS (SELECT 1 FROM unnest(${texts}::text[]) q(t)
+      WHERE v."reason" IN ('contradicts: ' || q.t, 'replaces: ' || q.t) OR strpos(v."reason", '“' || q.t || '”') > 0)`);
+  }
+}
+
+/**
+ * deleteFacts for a transaction that must take the facts' rows out itself (so that another
+ * transaction counting them after it commits no longer sees them): inside it, `deleteFactRows`
+ * reads what to clean and deletes the rows (their recall keys' rows cascade); once it has
+ * committed, the returned `afterCommit` takes the keys' vectors out and scrubs the quotes.
+ */
+export async function deleteFactRows(tx: TenantDb, factIds: string[]) {
+  const keyIds = factIds.length ? (await tx.recallSnippet.findMany({ where: { factId: { in: factIds } }, select: { id: true } })).map((k) => k.id) : [];
+  const doomed = factIds.length ? await quotableTextsOf(tx, { id: { in: factIds } }) : [];
+  if (factIds.length) await tx.fact.deleteMany({ where: { id: { in: factIds } } });
+  return {
+    afterCommit: async (db: TenantDb, deps: Pick<Deps, "vectors">) => {
+      if (keyIds.length) await deps.vectors.delete(db.$tenantId(), { ids: keyIds });
+      await scrubQuotesOf(db, doomed);
+    },
+  };
 }
 
 /** Adds what deleteFacts removed to a receipt. */

@@ -8,7 +8,7 @@ import { Prisma, type Fact } from "../../generated/prisma/client.ts";
 import type { FactChangeKind, FactChangePayload, PubSub } from "../../pubsub.ts";
 import type { ExtraBlocks } from "../context.ts";
 import { liveMessages } from "../conversations/live-messages.ts";
-import { deleteFacts } from "../forget.ts";
+import { deleteFactRows } from "../forget.ts";
 import { countTokens } from "../tokens.ts";
 
 /** At most this many facts per user; the least recently confirmed non-core ones go first, core ones never. */
@@ -81,10 +81,13 @@ async function roomForAnother(tx: TenantDb, endUserId: string): Promise<Fact[]> 
   return dropped;
 }
 
-/** Once the new fact is written, the facts roomForAnother picked go (their recall keys and vectors too). */
-async function dropForRoom(db: TenantDb, deps: FactDeps, endUserId: string, dropped: Fact[]) {
+/**
+ * The facts roomForAnother picked go in the same transaction as the new fact is written (so that
+ * a fact written right after counts without them); their keys' vectors and quotes after it.
+ */
+async function dropForRoom(db: TenantDb, deps: FactDeps, endUserId: string, dropped: Fact[], afterCommit: (db: TenantDb, deps: FactDeps) => Promise<void>) {
   if (dropped.length === 0) return;
-  await deleteFacts(db, deps, dropped.map((f) => f.id));
+  await afterCommit(db, deps);
   for (const fact of dropped) {
     announce(db, deps, "DELETED", { endUserId, factId: fact.id, text: fact.text, reason: `over the cap of ${FACT_CAP} facts` });
   }
@@ -126,7 +129,7 @@ async function createFact(
   reason: string,
   conversationId: string | null = null,
 ) {
-  const { fact, dropped } = await db.$transaction(async (tx) => {
+  const { fact, dropped, afterCommit } = await db.$transaction(async (tx) => {
     const dropped = await roomForAnother(tx as TenantDb, input.endUserId);
     await requireSourceStillSaid(tx as TenantDb, author.sourceMessageId, author.readMessageIds);
     const created = await tx.fact.create({
@@ -144,10 +147,11 @@ async function createFact(
       },
     });
     await writeVersion(tx as TenantDb, created, change, reason);
-    return { fact: created, dropped };
+    const { afterCommit } = await deleteFactRows(tx as TenantDb, dropped.map((f) => f.id));
+    return { fact: created, dropped, afterCommit };
   });
   announce(db, deps, change, { endUserId: input.endUserId, factId: fact.id, text: fact.text, reason, conversationId });
-  await dropForRoom(db, deps, input.endUserId, dropped);
+  await dropForRoom(db, deps, input.endUserId, dropped, afterCommit);
   return fact;
 }
 

@@ -233,7 +233,9 @@ describe("nightly retention", () => {
     const halfDayLater = await retentionSweep(engram.services.deps, { tenantId }, inDays(0.5));
     expect(halfDayLater[0].result).toMatchObject({ finishedJobsDeleted: 0 });
     const later = await retentionSweep(engram.services.deps, { tenantId }, inDays(2));
-    expect(later[0].result).toMatchObject({ retentionDays: 0, finishedJobsDeleted: finished.length - 2 });
+    // At least those (a job of the tenant still running meanwhile may finish, and be old enough, too).
+    expect(later[0].result).toMatchObject({ retentionDays: 0 });
+    expect((later[0].result as { finishedJobsDeleted: number }).finishedJobsDeleted).toBeGreaterThanOrEqual(finished.length - 2);
     const left = new Set((await records()).map((r) => r.id));
     expect(finished.filter((r) => left.has(r.id)).map((r) => r.id)).toEqual([retrying.id, running.id]);
     await db.$executeRaw`UPDATE "agenda_jobs" SET "locked_at" = NULL, "next_run_at" = NULL WHERE "id" IN (${retrying.id}::uuid, ${running.id}::uuid)`;

@@ -184,7 +184,7 @@ describe("follow-ups of turns whose agent calls a model", () => {
   }, 120_000);
 
   it("has the quiet-period job held back by an unjudged turn look again soon, and less often the longer that turn waits", async () => {
-    const turn = await say("talk-held", 1, "I brew my own beer.");
+    const turn = await say("talk-waiting", 1, "I brew my own beer.");
     const payload = { tenantId: tenantId(), conversationId: turn.conversation.id };
     const ageBy = (ms: number) => db().turn.update({ where: { id: turn.id }, data: { createdAt: new Date(Date.now() - ms) } });
     // The gate only behind: a moment later.

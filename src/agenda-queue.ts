@@ -65,6 +65,10 @@ function retryJobStateSaves(backend: PostgresBackend, options: { lockMs: number 
 /**
  * On PGlite, LISTEN/NOTIFY does not reach other connections, so jobs wait for the poll there.
  */
+// A job waiting to run ($1 its name, $2 the payload key, $3 the key's values): queued or due for a
+// retry (a next run), and not running (no lock). JobQueue.waiting reads them, JobQueue.hurry moves them.
+const WAITING_ROWS = `"name" = $1 AND "data"->>$2 = ANY($3::text[]) AND "next_run_at" IS NOT NULL AND "locked_at" IS NULL`;
+
 export function createAgendaQueue(store: Store, options: { pollMs: number; lockMs: number }, log: Logger): AgendaQueue {
   // On PostgreSQL the LISTEN connection holds one of these for good; producers (every recordTurn's
   // enqueue) and the worker's polls, locks and saves share the rest. With 3, a soak's recordTurn
@@ -155,9 +159,7 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
     async waiting(job, key, values, exceptJobId) {
       if (values.length === 0) return new Set<string>();
       const { rows } = await pool.query<{ value: string }>(
-        `SELECT DISTINCT "data"->>$2 AS "value" FROM "agenda_jobs"
-         WHERE "name" = $1 AND "data"->>$2 = ANY($3::text[]) AND "next_run_at" IS NOT NULL AND "locked_at" IS NULL
-           AND ($4::uuid IS NULL OR "id" <> $4::uuid)`,
+        `SELECT DISTINCT "data"->>$2 AS "value" FROM "agenda_jobs" WHERE ${WAITING_ROWS} AND ($4::uuid IS NULL OR "id" <> $4::uuid)`,
         [job.name, key, values, exceptJobId ?? null],
       );
       return new Set(rows.map((r) => r.value));
@@ -165,9 +167,7 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
     async hurry(job, key, values) {
       if (values.length === 0) return new Set<string>();
       const { rows } = await pool.query<{ value: string }>(
-        `UPDATE "agenda_jobs" SET "next_run_at" = LEAST("next_run_at", now())
-         WHERE "name" = $1 AND "data"->>$2 = ANY($3::text[]) AND "next_run_at" IS NOT NULL AND "locked_at" IS NULL
-         RETURNING "data"->>$2 AS "value"`,
+        `UPDATE "agenda_jobs" SET "next_run_at" = LEAST("next_run_at", now()) WHERE ${WAITING_ROWS} RETURNING "data"->>$2 AS "value"`,
         [job.name, key, values],
       );
       return new Set(rows.map((r) => r.value));

@@ -166,8 +166,8 @@ const rowsEstimator: ComplexityEstimator = ({ field, args, childComplexity }) =>
 export function useQueryCost(maxCost: number, options: { exempt?: (context: unknown) => boolean } = {}): Plugin {
   const estimators = [rowsEstimator, simpleEstimator({ defaultComplexity: 1 })];
   // A document that declares no Int or Boolean variable costs the same on every request (its page
-  // sizes and @include conditions are in the text or the schema's defaults): its cost is kept, keyed by the parsed document, which
-  // the parser's cache hands out again for the same text (recordTurn's, appendEvent's…).
+  // sizes and @include conditions are in the text or the schema's defaults): its cost is kept,
+  // keyed by the parsed document, which the parser's cache hands out again for the same text.
   const fixed = new WeakMap<DocumentNode, Map<string, number>>();
   type Args = { schema: GraphQLSchema; document: DocumentNode; variableValues?: unknown; operationName?: string | null; contextValue?: unknown };
   const costOf = (args: Args): number | null => {

@@ -96,9 +96,12 @@ export function implementTenantJob<S extends z.ZodType<{ tenantId: string }>>(
       try {
         return await run(db, deps, payload, control);
       } catch (error) {
-        // Unreadable answers are retried with the backoff, then dead-lettered rather than retried forever.
-        if (!(error instanceof UnreadableAnswer) || control.attempt < UNREADABLE_TRIES) throw error;
-        await deadLetter(db, deps, { name: definition.name, payload, tries: control.attempt }, error);
+        // Unreadable answers are retried with the backoff, then dead-lettered rather than retried
+        // forever. Only they count: runs that failed on an outage before them are no tries.
+        if (!(error instanceof UnreadableAnswer)) throw error;
+        const tries = await deps.queue.countUnreadable(control.jobId);
+        if (tries < UNREADABLE_TRIES) throw error;
+        await deadLetter(db, deps, { name: definition.name, payload, tries }, error);
       }
     },
     options,

@@ -39,6 +39,12 @@ export type JobQueue = {
   waiting(job: JobDefinition, key: string, values: string[], exceptJobId?: string): Promise<Set<string>>;
   /** Of `values`, those with such a job waiting, which is made due now (a retry on its backoff, say). */
   hurry(job: JobDefinition, key: string, values: string[]): Promise<Set<string>>;
+  /**
+   * Counts one more unreadable model answer for a job's row and returns how many it has had. The
+   * count stays with the row across retries and apart from its other failures (a model outage),
+   * which the queue's own fail count mixes in.
+   */
+  countUnreadable(jobId: string): Promise<number>;
   close(): Promise<void>;
 };
 

@@ -7,6 +7,8 @@ import { until } from "./helpers/until.ts";
 
 // A model that answers, but never anything readable: the summary job is retried with backoff
 // and then dead-lettered, where jobRuns (and the inspector) show it; it is never marked done.
+// Its first answers are an outage, which delays the work and counts no try.
+const OUTAGES = 2;
 let model: ModelServer;
 let engram: TestEngram;
 let summaryCalls = 0;
@@ -19,6 +21,7 @@ beforeAll(async () => {
     respond: (request) => {
       if (request.chain !== "summary") return memory(request);
       summaryCalls++;
+      if (summaryCalls <= OUTAGES) return { status: 503, message: "overloaded" };
       return "I would rather not summarise this.";
     },
   }));
@@ -29,7 +32,7 @@ afterAll(async () => {
 });
 
 describe("work whose model answers cannot be read", () => {
-  it(`is retried ${UNREADABLE_TRIES} times, then dead-lettered as a FAILED job run naming the conversation`, async () => {
+  it(`is retried ${UNREADABLE_TRIES} times, outages apart, then dead-lettered as a FAILED job run naming the conversation`, async () => {
     let conversationId = "";
     for (let n = 1; n <= 5; n++) {
       const turn = await engram.gql(
@@ -52,7 +55,7 @@ describe("work whose model answers cannot be read", () => {
       status: "FAILED",
       result: { deadLetter: true, tries: UNREADABLE_TRIES, conversationId, reason: expect.stringMatching(/could not be read/) },
     });
-    expect(summaryCalls).toBe(UNREADABLE_TRIES);
+    expect(summaryCalls).toBe(OUTAGES + UNREADABLE_TRIES);
     expect((await engram.services.db.conversation.findUniqueOrThrow({ where: { id: conversationId } })).summary).toBeNull();
   }, 240_000);
 });

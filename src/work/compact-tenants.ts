@@ -8,6 +8,7 @@ import { loadTenantSettings } from "../governance/settings.ts";
 import { compactTenant } from "../memory/log/compaction.ts";
 import { compactJob } from "../queue.ts";
 import { recordJobRun } from "./job-runs.ts";
+import { forEachTenant } from "./tenants.ts";
 
 /** Each tenant has its own schedule (default 06:17 UTC); a sweep every minute starts the runs that are due. */
 export const COMPACTION_SWEEP_CRON = "* * * * *";
@@ -21,17 +22,17 @@ async function compactionDue(db: TenantDb, schedule: string, since: Date, now: D
   return previous > (last && last.startedAt > since ? last.startedAt : since);
 }
 
-/** Daily compaction across tenants; each tenant's run is recorded and visible in jobRuns. */
-export async function compactTenants(deps: CompactDeps, payload: z.infer<typeof compactJob.schema>, now = new Date()) {
+/** Daily compaction across tenants; each tenant's run is recorded (a failure as its FAILED run) and visible in jobRuns. */
+export function compactTenants(deps: CompactDeps, payload: z.infer<typeof compactJob.schema>, now = new Date()) {
   const { log, pubsub, models } = deps;
-  const runs = [];
-  for (const tenant of await deps.tenants.active(payload.tenantId)) {
-    const tenantDb = deps.tenants.scoped(tenant.id);
-    // Read per run: a settings change applies from the next run without a restart.
-    const settings = await loadTenantSettings(tenantDb);
-    if (payload.due && !(await compactionDue(tenantDb, settings.compaction.schedule, tenant.createdAt, now))) continue;
-    // One tenant's failure (recorded as its FAILED run) never stops the others' compaction.
-    const run = await recordJobRun(tenantDb, pubsub, compactJob.name, async () => {
+  return forEachTenant(
+    deps,
+    "compaction",
+    async (tenant, tenantDb) => {
+      // Read per run: a settings change applies from the next run without a restart.
+      const settings = await loadTenantSettings(tenantDb);
+      if (payload.due && !(await compactionDue(tenantDb, settings.compaction.schedule, tenant.createdAt, now))) return undefined;
+      return recordJobRun(tenantDb, pubsub, compactJob.name, async () => {
         const compactor = await chainFor(models, tenant.id, "compactor");
         if (!compactor) {
           log.info("compaction is off: no model configured (set OPENAI_API_KEY or OPENAI_BASE_URL)", {
@@ -52,13 +53,10 @@ export async function compactTenants(deps: CompactDeps, payload: z.infer<typeof 
         // Buckets that failed because the budget ran out mid-run stay uncompressed for the retry.
         const paused = result.failed > 0 && (await models.budget(tenant.id)).paused;
         return { status: result.failed > 0 ? "FAILED" : "SUCCEEDED", result: paused ? { ...result, paused } : result };
-    }).catch((error) => {
-      log.error("compaction of a tenant failed; the others go on", { tenantId: tenant.id, error });
-      return null;
-    });
-    if (run) runs.push(run);
-  }
-  return runs;
+      });
+    },
+    payload.tenantId,
+  );
 }
 
 /**

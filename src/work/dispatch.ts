@@ -1,6 +1,7 @@
 import { sqlTimestamp } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { conversationTurnsJob, turnJob } from "../queue.ts";
+import { forEachTenant } from "./tenants.ts";
 
 // A turn younger than this most likely has its job queued and waiting.
 const GRACE_MS = 30_000;
@@ -19,36 +20,31 @@ export async function dispatchPendingTurns(deps: Pick<Deps, "tenants" | "queue" 
   const olderThan = new Date(Date.now() - (options.graceMs ?? GRACE_MS));
   const judgedBy = new Date(Date.now() - JUDGE_GRACE_MS);
   const dispatched: Record<string, number> = {};
-  for (const tenant of await deps.tenants.active()) {
-    try {
-      const db = deps.tenants.scoped(tenant.id);
-      const unjudged = await db.$queryRaw<{ conversationId: string }[]>`
-        SELECT DISTINCT "conversationId" FROM "Turn"
-        WHERE "tenantId" = ${tenant.id} AND "gatedAt" IS NULL AND "followUpsQueuedAt" < ${sqlTimestamp(judgedBy)} AND "clientTurnId" NOT LIKE 'import:%'
-        LIMIT ${MAX_PER_TENANT}`;
-      // A job of its own each (not coalesced: Agenda's debounce would reschedule every finished gate
-      // job row of the conversation); at most one a minute. One already waiting (retrying through
-      // a model outage, say, up to 5 minutes apart) is made due now instead: no second job, and
-      // the turns are judged within a minute of the model's return.
-      const waiting = await deps.queue.hurry(conversationTurnsJob, "conversationId", unjudged.map((u) => u.conversationId));
-      const gateless = unjudged.filter((u) => !waiting.has(u.conversationId));
-      for (const { conversationId } of gateless) await deps.queue.enqueue(conversationTurnsJob, { tenantId: tenant.id, conversationId });
-      if (gateless.length) deps.log.info("gate: queued the gate job of conversations with turns still unjudged", { tenantId: tenant.id, conversations: gateless.length });
-      const pending = await db.turn.findMany({
-        where: { followUpsQueuedAt: null, createdAt: { lt: olderThan } },
-        orderBy: { createdAt: "asc" },
-        select: { id: true },
-        take: MAX_PER_TENANT,
-      });
-      for (const turn of pending) {
-        await deps.queue.enqueueCoalesced(turnJob, { tenantId: tenant.id, turnId: turn.id }, "turnId", 1_000);
-      }
-      if (pending.length) dispatched[tenant.id] = pending.length;
-    } catch (error) {
-      // One tenant's failure never stops the others' catch-up.
-      deps.log.error("outbox: catching up a tenant's turns failed; the others go on", { tenantId: tenant.id, error });
+  // One tenant's failure never stops the others' catch-up.
+  await forEachTenant(deps, "outbox catch-up", async (tenant, db) => {
+    const unjudged = await db.$queryRaw<{ conversationId: string }[]>`
+      SELECT DISTINCT "conversationId" FROM "Turn"
+      WHERE "tenantId" = ${tenant.id} AND "gatedAt" IS NULL AND "followUpsQueuedAt" < ${sqlTimestamp(judgedBy)} AND "clientTurnId" NOT LIKE 'import:%'
+      LIMIT ${MAX_PER_TENANT}`;
+    // A job of its own each (not coalesced: Agenda's debounce would reschedule every finished gate
+    // job row of the conversation); at most one a minute. One already waiting (retrying through
+    // a model outage, say, up to 5 minutes apart) is made due now instead: no second job, and
+    // the turns are judged within a minute of the model's return.
+    const waiting = await deps.queue.hurry(conversationTurnsJob, "conversationId", unjudged.map((u) => u.conversationId));
+    const gateless = unjudged.filter((u) => !waiting.has(u.conversationId));
+    for (const { conversationId } of gateless) await deps.queue.enqueue(conversationTurnsJob, { tenantId: tenant.id, conversationId });
+    if (gateless.length) deps.log.info("gate: queued the gate job of conversations with turns still unjudged", { tenantId: tenant.id, conversations: gateless.length });
+    const pending = await db.turn.findMany({
+      where: { followUpsQueuedAt: null, createdAt: { lt: olderThan } },
+      orderBy: { createdAt: "asc" },
+      select: { id: true },
+      take: MAX_PER_TENANT,
+    });
+    for (const turn of pending) {
+      await deps.queue.enqueueCoalesced(turnJob, { tenantId: tenant.id, turnId: turn.id }, "turnId", 1_000);
     }
-  }
+    if (pending.length) dispatched[tenant.id] = pending.length;
+  });
   if (Object.keys(dispatched).length) deps.log.info("outbox: queued follow-ups of turns that had none", { dispatched });
   return dispatched;
 }

@@ -3,6 +3,7 @@ import type { Deps } from "../deps.ts";
 import { snippetsToReindex, unmarkLostVectors } from "../memory/recall/snippets.ts";
 import { withTimeout } from "../timeout.ts";
 import { queueIndexing } from "./index-snippets.ts";
+import { forEachTenant } from "./tenants.ts";
 
 // Younger snippets most likely still have their indexing job queued.
 const GRACE_MS = 60_000;
@@ -33,10 +34,12 @@ export async function reconcileRecall(
   options: { graceMs?: number } = {},
 ) {
   const requeued: Record<string, number> = {};
-  for (const { id: tenantId } of await deps.tenants.active(payload.tenantId)) {
-    try {
+  // One tenant's failure (its embedding route refused, say) never stops the others' reconcile.
+  await forEachTenant(
+    deps,
+    "recall reconcile",
+    async ({ id: tenantId }, db) => {
       const { model } = await deps.embeddings.forTenant(tenantId);
-      const db = deps.tenants.scoped(tenantId);
       const waiting = await snippetsToReindex(db, model, {
         olderThan: new Date(Date.now() - (options.graceMs ?? GRACE_MS)),
         limit: MAX_PER_TENANT,
@@ -46,11 +49,9 @@ export async function reconcileRecall(
       const ids = [...new Set([...waiting, ...lost])];
       await queueIndexing(deps, tenantId, ids);
       if (ids.length) requeued[tenantId] = ids.length;
-    } catch (error) {
-      // One tenant's failure (its embedding route refused, say) never stops the others' reconcile.
-      deps.log.error("recall reconcile of a tenant failed; the others go on", { tenantId, error });
-    }
-  }
+    },
+    payload.tenantId,
+  );
   if (Object.keys(requeued).length) deps.log.info("recall reconcile re-queued indexing", { requeued });
   return requeued;
 }

@@ -3,6 +3,7 @@ import { forgetExpired, pruneFinishedJobs } from "../memory/forget.ts";
 import type { retentionJob } from "../queue.ts";
 import type { z } from "zod";
 import { recordJobRun } from "./job-runs.ts";
+import { forEachTenant } from "./tenants.ts";
 
 export const DEFAULT_RETENTION_DAYS = 180;
 const DAY_MS = 86_400_000;
@@ -35,27 +36,23 @@ export async function applyRetention(
   return { retentionDays, cutoff: cutoff.toISOString(), snippetsDeleted: snippets, factsDeleted: facts };
 }
 
-/** Nightly retention across tenants, each tenant's run recorded and visible in jobRuns. */
-export async function retentionSweep(deps: RetentionDeps, payload: z.infer<typeof retentionJob.schema>, now = new Date()) {
-  const runs = [];
-  for (const tenant of await deps.tenants.active(payload.tenantId)) {
-    const db = deps.tenants.scoped(tenant.id);
-    // One tenant's failure (recorded as its FAILED run) never stops the others' retention.
-    const run = await recordJobRun(db, deps.pubsub, "memory.retention", async () => {
-      const settings = await db.tenantSettings.findUnique({ where: { tenantId: tenant.id } });
-      const result = await applyRetention(deps, tenant.id, {
-        retentionDays: settings?.retentionDays ?? DEFAULT_RETENTION_DAYS,
-        now,
-      });
-      // Whatever the window, 0 days included: these are the queue's records, not the tenant's memory.
-      const finishedJobsDeleted = await pruneFinishedJobs(db, new Date(now.getTime() - FINISHED_JOBS_KEPT_MS));
-      deps.log.info("retention finished", { tenantId: tenant.id, ...result, finishedJobsDeleted });
-      return { status: "SUCCEEDED" as const, result: { ...result, finishedJobsDeleted } };
-    }).catch((error) => {
-      deps.log.error("retention of a tenant failed; the others go on", { tenantId: tenant.id, error });
-      return null;
-    });
-    if (run) runs.push(run);
-  }
-  return runs;
+/** Nightly retention across tenants, each tenant's run recorded (a failure as its FAILED run) and visible in jobRuns. */
+export function retentionSweep(deps: RetentionDeps, payload: z.infer<typeof retentionJob.schema>, now = new Date()) {
+  return forEachTenant(
+    deps,
+    "retention",
+    (tenant, db) =>
+      recordJobRun(db, deps.pubsub, "memory.retention", async () => {
+        const settings = await db.tenantSettings.findUnique({ where: { tenantId: tenant.id } });
+        const result = await applyRetention(deps, tenant.id, {
+          retentionDays: settings?.retentionDays ?? DEFAULT_RETENTION_DAYS,
+          now,
+        });
+        // Whatever the window, 0 days included: these are the queue's records, not the tenant's memory.
+        const finishedJobsDeleted = await pruneFinishedJobs(db, new Date(now.getTime() - FINISHED_JOBS_KEPT_MS));
+        deps.log.info("retention finished", { tenantId: tenant.id, ...result, finishedJobsDeleted });
+        return { status: "SUCCEEDED" as const, result: { ...result, finishedJobsDeleted } };
+      }),
+    payload.tenantId,
+  );
 }

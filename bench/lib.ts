@@ -321,6 +321,9 @@ export function runBenchmark<R>(
     const section = report(results, skipped);
     writeReadmeSection(name, section);
     console.log(`\n${section}\n\nbench/README.md updated (${((performance.now() - started) / 1000).toFixed(1)} s).`);
+    // Agenda arms a lock check for each job it runs, half the lock's lifetime away (5 minutes), on a
+    // timer it never unrefs or clears: after a worker-on bench the process stayed that long.
+    process.exit(0);
   };
   main().catch((error) => {
     console.error(error);

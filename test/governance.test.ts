@@ -256,6 +256,26 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     await engram.gql(UPDATE, { input: { redaction: { custom: [] } } });
   });
 
+  it("redacts secrets that start a line of a quoted text, where the quoting puts a letter before them", async () => {
+    // Chains quote user text as JSON string literals, so a line break before a secret becomes "\n"
+    // and its "n" sits against the secret, where the rules look for a word boundary.
+    const lines = ["DE89 3704 0044 0532 0130 00", "AKIAIOSFODNN7EXAMPLE", "020 7946 0958", "<ORDER-99812>"];
+    await engram.gql(UPDATE, { input: { redaction: { custom: [{ name: "order", pattern: "\\bORDER-\\d{4,}", flags: "i" }] } } });
+    await appendOld(engram, engram.tenant.writer, "line-secrets", [
+      `My IBAN is\n${lines[0]}\nand the ops key:\n${lines[1]}`,
+      `call me on\n${lines[2]}\nabout\n${lines[3]}`,
+      "and the \"renewal\" of the plan.",
+    ]);
+    const from = serverA.requests.length;
+    const [run] = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
+    expect(run.status).toBe("SUCCEEDED");
+    const sent = JSON.stringify(serverA.requests.slice(from));
+    expect(sent).toContain("renewal");
+    for (const secret of ["DE89 3704", "AKIAIOSFODNN7EXAMPLE", "7946 0958", "ORDER-99812"]) expect(sent).not.toContain(secret);
+    for (const placeholder of ["[IBAN]", "[SECRET]", "[PHONE]", "[ORDER]"]) expect(sent).toContain(placeholder);
+    await engram.gql(UPDATE, { input: { redaction: { custom: [] } } });
+  });
+
   it("embeds on the tenant's embedding route, redacted and metered under chain embed", async () => {
     serverB.embed((input) => input.map(() => [0.1, 0.2, 0.3]));
     await engram.gql(UPDATE, { input: { modelRouting: { embedding: { baseUrl: serverB.url, model: "b-embed" } } } }, engram.other.admin);

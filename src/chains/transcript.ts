@@ -7,7 +7,12 @@ export type TranscriptMessage = { seq: number; role: string; content: string };
  * section such as </messages>.
  */
 export function quoteText(text: string): string {
-  return JSON.stringify(text.trim()).replace(/</g, "\\u003c").replace(/>/g, "\\u003e");
+  return quoteLiteral(text.trim());
+}
+
+/** The quoting of quoteText, the text kept as it is (redaction re-quotes what it changed with it). */
+export function quoteLiteral(text: string): string {
+  return JSON.stringify(text).replace(/</g, "\\u003c").replace(/>/g, "\\u003e");
 }
 
 /** Said in every prompt that holds a transcript, so the model reads the quoting right. */

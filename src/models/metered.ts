@@ -18,6 +18,7 @@ import { defaultModelName, type ModelRole } from "../governance/settings.ts";
 
 export { defaultModelName };
 import { countTokens } from "../memory/tokens.ts";
+import { quoteLiteral } from "../chains/transcript.ts";
 import { asModelCallError } from "./egress.ts";
 
 /** What a chain is given: a chat model, already budgeted, redacted and metered for its tenant. */
@@ -111,13 +112,53 @@ export async function redactPrompt(
 ): Promise<{ messages: BaseMessage[]; redactions: number }> {
   const messages = toMessages(input);
   const parts = messages.map((m) => textParts(m.content));
-  const { texts, redactions } = await redact(parts.flatMap((p) => p.texts));
+  const pieces = parts.map((p) => p.texts.map(quotedPieces));
+  const { texts, redactions } = await redact(pieces.flatMap((own) => own.flatMap((p) => p.texts)));
   let offset = 0;
   const redacted = messages.map((message, i) => {
-    const own = texts.slice(offset, (offset += parts[i].texts.length));
+    const own = pieces[i].map((p) => p.rebuild(texts.slice(offset, (offset += p.texts.length))));
     return withContent(message, parts[i].rebuild(own));
   });
   return { messages: redacted, redactions };
+}
+
+// A JSON string literal on one line, as the chains quote user text (chains/transcript.ts).
+const QUOTED = /"(?:[^"\\\n]|\\.)*"/g;
+
+/**
+ * A prompt's text cut into its plain stretches and its quoted literals, decoded: inside a literal a
+ * secret that starts a line follows "\n", whose letter defeats the rules' word boundaries. A
+ * literal the rules change is quoted again; one they leave is put back as it was.
+ */
+function quotedPieces(text: string): { texts: string[]; rebuild(texts: string[]): string } {
+  const texts: string[] = [];
+  const literals = new Map<number, string>();
+  let plainFrom = 0;
+  for (const match of text.matchAll(QUOTED)) {
+    let decoded: unknown;
+    try {
+      decoded = JSON.parse(match[0]);
+    } catch {
+      continue; // not a literal after all: it stays in the plain stretch
+    }
+    texts.push(text.slice(plainFrom, match.index));
+    literals.set(texts.length, match[0]);
+    texts.push(decoded as string);
+    plainFrom = match.index + match[0].length;
+  }
+  texts.push(text.slice(plainFrom));
+  const decodedTexts = [...texts];
+  return {
+    texts,
+    rebuild: (redacted) =>
+      redacted
+        .map((piece, i) => {
+          const literal = literals.get(i);
+          if (literal === undefined) return piece;
+          return piece === decodedTexts[i] ? literal : quoteLiteral(piece);
+        })
+        .join(""),
+  };
 }
 
 export type MeteringHooks = {

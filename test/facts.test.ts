@@ -123,6 +123,21 @@ describe("writing facts", () => {
     expect(both[0].contradicts.id).toBe(lyon.id);
   });
 
+  it("a repeat the judge names by its bracketed id refreshes that fact, and one under an id the user has no fact for is not stored twice", async () => {
+    const user = "hugo";
+    model.respond(factsScript({ ...sayFacts, judge: () => ({ relation: "none" }) }));
+    const first = await turn(user, "I drink green tea.");
+    const [tea] = await facts(first.endUserId);
+    // The prompt lists stored facts as "[id] text"; models answer the id as they saw it.
+    model.respond(factsScript({ ...sayFacts, judge: (_c, stored) => ({ relation: "same", relatedFactId: `[${stored[0].id}]` }) }));
+    await turn(user, "I have green tea every day.");
+    model.respond(factsScript({ ...sayFacts, judge: () => ({ relation: "same", relatedFactId: "f-unknown" }) }));
+    await turn(user, "Green tea, always.");
+    const after = await facts(first.endUserId);
+    expect(after.map((f) => f.id)).toEqual([tea.id]);
+    expect(new Date(after[0].confirmedAt).getTime()).toBeGreaterThan(new Date(tea.confirmedAt).getTime());
+  });
+
   it("drops sensitive facts unless the agent allows them", async () => {
     model.respond(factsScript({ ...sayFacts, judge: () => ({ sensitivity: "health" }) }));
     const strict = await turn("fay", "I have diabetes.");

@@ -18,7 +18,12 @@ export type FactJudgment = {
 const answer = z.object({
   durability: z.string().trim().toLowerCase().pipe(z.enum(["durable", "situational", "noise"])),
   relation: z.string().trim().toLowerCase().pipe(z.enum(["none", "same", "update", "contradiction"])),
-  relatedFactId: z.string().trim().nullish(),
+  // The prompt lists stored facts as "[id] text", so a model often answers the id in its brackets.
+  relatedFactId: z
+    .string()
+    .trim()
+    .nullish()
+    .transform((v) => v?.replace(/^\[\s*(.*?)\s*\]$/, "$1") || null),
   sensitivity: z
     .string()
     .trim()

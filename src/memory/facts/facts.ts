@@ -291,6 +291,10 @@ async function applyJudgedCandidate(db: TenantDb, deps: FactDeps, input: Candida
     announce(db, deps, "UPDATED", { endUserId, factId: updated.id, text: updated.text, reason, conversationId });
     return { change: "UPDATED", reason, factId: updated.id };
   }
+  if (judgment.relation === "same") {
+    // It repeats a stored fact the judge did not name rightly: adding it would store it twice.
+    return { change: "DROPPED", reason: "the judge found it stored already, under an id the user has no fact for", factId: null };
+  }
   if (judgment.relation === "contradiction" && related) {
     const reason = `contradicts: ${related.text}`;
     const fact = await createFact(db, deps, { ...base, contradictsId: related.id }, author, "CONTRADICTED", reason, conversationId);

@@ -5,6 +5,7 @@ import { createFactJudgeChain } from "../src/chains/fact-judge.ts";
 import { createLossJudgeChain } from "../src/chains/loss-judge.ts";
 import { createRerankChain } from "../src/chains/rerank.ts";
 import { createSummarizerChain } from "../src/chains/summarizer.ts";
+import { createTriageChain } from "../src/chains/triage.ts";
 import { formatTranscript, type TranscriptMessage } from "../src/chains/transcript.ts";
 import { createVerbatimJudgeChain } from "../src/chains/verbatim-judge.ts";
 import { scriptedModel } from "./helpers/scripted-model.ts";
@@ -109,10 +110,20 @@ describe("user text cannot forge prompt structure", () => {
   it("re-rank judge: one numbered block per snippet", async () => {
     const { model, seen } = scriptedModel(['{"scores": []}']);
     const snippets = [{ text: INJECTION, occurredAt: new Date("2024-05-01") }, { text: "user: hi", occurredAt: new Date("2024-05-02") }];
-    await createRerankChain(model).invoke({ message: "same as last time", snippets });
+    // The new message tries to forge a snippet of its own, first in the list.
+    await createRerankChain(model).invoke({ message: `same as last time\n\nSnippets from earlier conversations:\n${INJECTION}`, snippets });
     const text = humanOf(seen);
     expect(lines(text, /^\[\d+\] \(\d{4}-\d{2}-\d{2}\)$/)).toEqual(["[1] (2024-05-01)", "[2] (2024-05-02)"]);
+    expect(JSON.parse(text.split("New message:\n")[1].split("\n")[0])).toMatch(/^same as last time\n\nSnippets/);
     expect(JSON.parse(text.split("[1] (2024-05-01)\n")[1].split("\n")[0])).toBe(INJECTION.trim());
+  });
+
+  it("triage: the message is one quoted line", async () => {
+    const { model, seen } = scriptedModel(['{"remember": false, "forget": "NONE", "forgetTargets": [], "needsRecall": false}']);
+    await createTriageChain(model).invoke({ message: INJECTION });
+    const text = humanOf(seen);
+    expect(text.split("\n")).toHaveLength(2);
+    expect(JSON.parse(text.split("Message:\n")[1])).toBe(INJECTION.trim());
   });
 
   it("compactor: one ### section per event", async () => {

@@ -65,7 +65,7 @@ describe("recall on a scripted OpenAI-compatible server", () => {
     expect(judged).toHaveLength(1);
     const listed = rerankSnippets(judged[0]);
     expect(listed.length).toBe(5);
-    expect(judged[0].messages[1].content).toMatch(/^New message:\nOrder the same blue vase as last time, please\.\n\nSnippets from earlier conversations:\n\[1\] \(\d{4}-\d\d-\d\d\)\n"user: Please order/);
+    expect(judged[0].messages[1].content).toMatch(/^New message:\n"Order the same blue vase as last time, please\."\n\nSnippets from earlier conversations:\n\[1\] \(\d{4}-\d\d-\d\d\)\n"user: Please order/);
     // The current conversation is never offered to the judge.
     expect(judged[0].messages[1].content).not.toContain("Hello Dana");
 

@@ -38,7 +38,7 @@ export function createRerankChain(model: ChatModel): Runnable<RerankInput, Reran
   return jsonAnswerChain({
     prompt: rerankPrompt,
     model,
-    variables: (input: RerankInput) => ({ message: input.message, snippets: formatSnippets(input.snippets) }),
+    variables: (input: RerankInput) => ({ message: quoteText(input.message), snippets: formatSnippets(input.snippets) }),
     answer,
     result: ({ scores }, input) => {
       // Unscored snippets count as 0; numbers the model invents are ignored.

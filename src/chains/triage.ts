@@ -3,6 +3,7 @@ import { z } from "zod";
 import type { ChatModel } from "../models/metered.ts";
 import { jsonAnswerChain, modelBoolean as bool } from "./json.ts";
 import { GATE_QUESTIONS, triagePrompt } from "./triage.prompt.ts";
+import { quoteText } from "./transcript.ts";
 
 /**
  * The gate's verdict on one user message, strictly typed: what a caller hands to `context` and
@@ -61,7 +62,7 @@ export function createTriageChain(model: ChatModel): Runnable<TriageInput, Triag
   return jsonAnswerChain({
     prompt: triagePrompt,
     model,
-    variables: (input: TriageInput) => ({ message: input.message }),
+    variables: (input: TriageInput) => ({ message: quoteText(input.message) }),
     answer,
     result: normalizeVerdict,
   });

@@ -78,7 +78,7 @@ export function factsScript(script: FactsScript, fallback = memoryScript()) {
     const human = request.messages.find((m) => m.role === "user")?.content ?? "";
     switch (request.chain) {
       case "triage": {
-        const message = human.replace(/^Message:\n/, "");
+        const message = JSON.parse(human.replace(/^Message:\n/, "")) as string;
         return JSON.stringify({ remember: false, forget: "NONE", forgetTargets: [], needsRecall: false, ...script.triage?.(message) });
       }
       case "extract": {

@@ -1,4 +1,5 @@
-import type { TenantDb } from "../db.ts";
+import { randomUUID } from "node:crypto";
+import { appNow, sqlTimestamp, type TenantDb } from "../db.ts";
 import { EngramError } from "../errors.ts";
 import { loadTenantSettings, settingsChanged, type EffectiveSettings } from "./settings.ts";
 
@@ -52,18 +53,77 @@ export async function budgetStatus(db: TenantDb, now = new Date(), settings?: Ef
   return { spent, limit, periodStart: start, periodEnd: end, paused, pausedSince: paused ? pausedSince : null };
 }
 
-export const budgetExhausted = (status: BudgetStatus) =>
-  new EngramError(
+/** Refuses a call: the budget is spent, or what is left of it is held by calls in flight (`reserved`). */
+export function budgetExhausted(status: BudgetStatus, reserved = 0) {
+  const since = status.periodStart.toISOString().slice(0, 10);
+  const details = { spent: status.spent, limit: status.limit, periodStart: status.periodStart.toISOString() };
+  if (status.paused || reserved === 0) {
+    return new EngramError(
+      "BUDGET_EXHAUSTED",
+      `The monthly token budget is spent (${status.spent} of ${status.limit} tokens since ${since}); ` +
+        "background memory work is paused until the period rolls over or the budget is raised.",
+      details,
+    );
+  }
+  return new EngramError(
     "BUDGET_EXHAUSTED",
-    `The monthly token budget is spent (${status.spent} of ${status.limit} tokens since ${status.periodStart.toISOString().slice(0, 10)}); ` +
-      "background memory work is paused until the period rolls over or the budget is raised.",
-    { spent: status.spent, limit: status.limit, periodStart: status.periodStart.toISOString() },
+    `The monthly token budget has no room for another model call (${status.spent} of ${status.limit} tokens spent since ${since}, ` +
+      `${reserved} more held by model calls in flight); background memory work waits until they end, the period rolls over or the budget is raised.`,
+    { ...details, reserved },
   );
+}
 
-/** Throws BUDGET_EXHAUSTED when the tenant's budget for this period is spent. */
-export async function assertBudgetLeft(db: TenantDb, settings?: EffectiveSettings): Promise<void> {
-  settings ??= await loadTenantSettings(db);
-  if (settings.monthlyTokenBudget === null) return;
-  const status = await budgetStatus(db, new Date(), settings);
-  if (status.paused) throw budgetExhausted(status);
+// The first key of the per-tenant advisory lock around check-and-reserve (the second is the
+// tenant's hash); any constant works that no other two-key advisory lock uses.
+const BUDGET_LOCK = 727_361_002;
+
+/**
+ * Holds a model call's expected tokens against the tenant's budget before the call is made, or
+ * throws BUDGET_EXHAUSTED; null when the tenant has no limit (nothing is held, nothing counted).
+ * A call is let through while the budget is not spent and either no other call holds tokens (a
+ * lone call may overshoot, as one always could) or its tokens fit beside those spent and held.
+ *
+ * The check and the hold are one transaction under a per-tenant advisory lock, so concurrent
+ * calls of every process take turns; the lock is held for those two statements only, never
+ * during the model call. The hold is a row every process counts, until releaseBudget deletes it
+ * or, if its process died, it lapses after holdMs.
+ */
+export async function reserveBudget(db: TenantDb, expected: () => number, holdMs: number): Promise<string | null> {
+  const settings = await loadTenantSettings(db);
+  const limit = settings.monthlyTokenBudget;
+  if (limit === null) return null;
+  const tokens = expected();
+  const now = new Date();
+  const tenantId = db.$tenantId();
+  const id = randomUUID();
+  // Read committed: the second statement's snapshot is taken once the lock is held, so it sees
+  // every hold and usage row committed by the calls that held the lock before.
+  const [, [row]] = await db.$transaction([
+    db.$executeRaw`SELECT pg_advisory_xact_lock(${BUDGET_LOCK}::int, hashtext(${tenantId}))`,
+    db.$queryRaw<{ spent: number; reserved: number; made: number }[]>`
+      WITH lapsed AS (
+        DELETE FROM "BudgetReservation" WHERE "tenantId" = ${tenantId} AND "expiresAt" <= ${appNow()}
+      ), spent AS (
+        SELECT coalesce(sum("inputTokens"), 0)::float8 + coalesce(sum("outputTokens"), 0)::float8 AS tokens FROM "ModelUsage"
+         WHERE "tenantId" = ${tenantId} AND "createdAt" >= ${sqlTimestamp(budgetPeriod(now).start)}
+      ), held AS (
+        SELECT coalesce(sum("tokens"), 0)::float8 AS tokens, count(*) AS calls FROM "BudgetReservation"
+         WHERE "tenantId" = ${tenantId} AND "expiresAt" > ${appNow()}
+      ), made AS (
+        INSERT INTO "BudgetReservation" ("id", "tenantId", "tokens", "expiresAt", "createdAt")
+        SELECT ${id}, ${tenantId}, ${tokens}::int, ${sqlTimestamp(new Date(now.getTime() + holdMs))}, ${appNow()}
+          FROM spent, held
+         WHERE spent.tokens < ${limit}::float8
+           AND (held.calls = 0 OR spent.tokens + held.tokens + ${tokens}::float8 <= ${limit}::float8)
+        RETURNING 1
+      )
+      SELECT spent.tokens AS spent, held.tokens AS reserved, (SELECT count(*) FROM made)::int AS made FROM spent, held`,
+  ]);
+  if (row.made === 0) throw budgetExhausted(await budgetStatus(db, now, settings), row.reserved);
+  return id;
+}
+
+/** Gives back a call's hold, once its usage row is written (or it failed). */
+export async function releaseBudget(db: TenantDb, reservationId: string): Promise<void> {
+  await db.$executeRaw`DELETE FROM "BudgetReservation" WHERE "id" = ${reservationId} AND "tenantId" = ${db.$tenantId()}`;
 }

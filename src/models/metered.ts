@@ -162,12 +162,18 @@ function quotedPieces(text: string): { texts: string[]; rebuild(texts: string[])
 }
 
 export type MeteringHooks = {
-  /** Runs before anything is sent; throws to refuse the call (the budget check). */
-  beforeCall?: () => Promise<void>;
+  /**
+   * Runs before anything is sent, with a count of the prompt's tokens: throws to refuse the call
+   * (the budget), or returns what to run once the call has ended and its usage is recorded
+   * (giving back the tokens it held).
+   */
+  reserve?: (prompt: { inputTokens(): number }) => Promise<(() => Promise<void>) | undefined>;
   /** The tenant's redaction rules, applied to every text sent. */
   redact?: (texts: string[]) => Promise<RedactionResult>;
   record: (usage: ModelUsageRecord) => Promise<void>;
 };
+
+const promptTokens = (input: BaseLanguageModelInput) => countTokens(toMessages(input).map(messageText).join("\n"));
 
 /**
  * Wraps a chat model so every call is checked against the tenant's budget, redacted by its rules
@@ -180,26 +186,32 @@ export function meteredModel(
   meta: { chain: string; model: string },
   hooks: MeteringHooks | ((usage: ModelUsageRecord) => Promise<void>),
 ): ChatModel {
-  const { beforeCall, redact, record } = typeof hooks === "function" ? { record: hooks } as MeteringHooks : hooks;
+  const { reserve, redact, record } = typeof hooks === "function" ? { record: hooks } as MeteringHooks : hooks;
   return RunnableLambda.from(async (input: BaseLanguageModelInput, config) => {
-    await beforeCall?.();
-    let sent = input;
-    let redactions = 0;
-    if (redact) ({ messages: sent, redactions } = await redactPrompt(input, redact));
-    let output: AIMessage;
+    // Counted on the prompt before redaction, so a refused call costs no redaction run; the
+    // placeholders are about as long as what they replace.
+    const release = await reserve?.({ inputTokens: () => promptTokens(input) });
     try {
-      output = (await model.invoke(sent, config)) as AIMessage;
-    } catch (error) {
-      // Only a short reason goes on: a provider's error body can hold what it should not show.
-      throw asModelCallError(error);
+      let sent = input;
+      let redactions = 0;
+      if (redact) ({ messages: sent, redactions } = await redactPrompt(input, redact));
+      let output: AIMessage;
+      try {
+        output = (await model.invoke(sent, config)) as AIMessage;
+      } catch (error) {
+        // Only a short reason goes on: a provider's error body can hold what it should not show.
+        throw asModelCallError(error);
+      }
+      const usage = output.usage_metadata;
+      await record({
+        ...meta,
+        inputTokens: usage?.input_tokens ?? promptTokens(sent),
+        outputTokens: usage?.output_tokens ?? countTokens(messageText(output)),
+        redactions,
+      });
+      return output;
+    } finally {
+      await release?.();
     }
-    const usage = output.usage_metadata;
-    await record({
-      ...meta,
-      inputTokens: usage?.input_tokens ?? countTokens(toMessages(sent).map(messageText).join("\n")),
-      outputTokens: usage?.output_tokens ?? countTokens(messageText(output)),
-      redactions,
-    });
-    return output;
   }).withConfig({ runName: `memory:${meta.model}` });
 }

@@ -5,7 +5,7 @@ import { OpenAIEmbeddings } from "@langchain/openai";
 import type { TenantDirectory } from "../db.ts";
 import type { Env } from "../env.ts";
 import type { Logger } from "../log.ts";
-import { assertBudgetLeft, budgetStatus, type BudgetStatus } from "../governance/budget.ts";
+import { budgetStatus, releaseBudget, reserveBudget, type BudgetStatus } from "../governance/budget.ts";
 import { redactTexts, type RedactionResult } from "../governance/redaction.ts";
 import { loadTenantSettings, tenantApiKey, type EffectiveSettings } from "../governance/settings.ts";
 import { countTokens } from "../memory/tokens.ts";
@@ -141,6 +141,13 @@ export class TenantEmbeddings extends Embeddings {
   }
 }
 
+/**
+ * The output tokens a chat call holds against the budget besides its prompt: no chain sets a
+ * max_tokens (a cut answer is an unreadable one), and the longest answer one asks for is a summary
+ * of up to 1,000 words in its JSON, about 1,400 tokens.
+ */
+const OUTPUT_TOKENS_HELD = 2_000;
+
 /** How long a search's query-embedding usage row waits to be stored with the others of that moment. */
 const USAGE_AFTER_MS = 250;
 
@@ -212,6 +219,21 @@ export function createModelProvider(deps: {
     return embedder;
   };
 
+  // A hold outlives the longest a call can take: every try timing out, and LangChain's backoff
+  // between tries (at most 2 s, doubling each time). Only a call whose process died outlives its
+  // hold, so a crash never keeps a tenant's budget held for longer than this.
+  const retries = env.ENGRAM_MODEL_MAX_RETRIES;
+  const holdMs = env.ENGRAM_MODEL_TIMEOUT_MS * (retries + 1) + 2_000 * (2 ** retries - 1) + 60_000;
+  const reserveFor = (tenantId: string) => async (prompt: { inputTokens(): number }) => {
+    const tenantDb = tenants.scoped(tenantId);
+    const held = await reserveBudget(tenantDb, () => prompt.inputTokens() + OUTPUT_TOKENS_HELD, holdMs);
+    if (!held) return undefined;
+    return () =>
+      releaseBudget(tenantDb, held).catch((error) =>
+        deps.log.warn("could not release a model call's budget hold; it lapses by itself", { tenantId, error }),
+      );
+  };
+
   return {
     async chat(tenantId, role, chain) {
       const tenantDb = tenants.scoped(tenantId);
@@ -219,8 +241,8 @@ export function createModelProvider(deps: {
       const route = resolveRoute(env, settings, tenantId, role);
       if (!route) return null;
       return meteredModel(createModel(route, chain), { chain, model: route.model }, {
-        // Checked per call, not per job: a budget spent mid-job stops the rest of it.
-        beforeCall: () => assertBudgetLeft(tenantDb),
+        // Held per call, not per job: a budget spent mid-job stops the rest of it.
+        reserve: reserveFor(tenantId),
         // Likewise the redaction rules: a rule added mid-job applies to the job's next call.
         redact: async (texts) => redactWith(await loadTenantSettings(tenantDb), tenantId)(texts),
         record: recordFor(tenantId),

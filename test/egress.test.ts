@@ -103,7 +103,7 @@ describe("address ranges", () => {
     if (!resolved || !isPrivateAddress(resolved.address)) return; // this machine's name is public: nothing to prove
     const target = await startHttp((res) => res.end("{}"));
     try {
-      const error = await guardedFetch({ allowed: [] })(`http://${name}:${target.port}/v1/chat/completions`, { method: "POST", body: "{}" }).catch((e) => e);
+      const error = await guardedFetch({ allowed: [] }, { idleTimeoutMs: 5_000 })(`http://${name}:${target.port}/v1/chat/completions`, { method: "POST", body: "{}" }).catch((e) => e);
       expect(error).toBeInstanceOf(ModelCallError);
       expect(error.kind).toBe("refused");
       expect(target.hits()).toBe(0);
@@ -224,5 +224,31 @@ describe("allow-listed hosts: no redirects, no provider bodies", () => {
     expect(target.requests).toHaveLength(0);
     expect(run).toMatch(/answered 302 \(a redirect, which is not followed\)/);
     expect(run).not.toContain("hunter2");
+  });
+});
+
+describe("a provider that stalls in its body", () => {
+  it("has the exchange cut with a typed error once nothing arrives for the idle timeout", async () => {
+    const stalling = await startHttp((res) => res.writeHead(200, { "content-type": "application/json" }).write('{"choices":['));
+    const answering = await startHttp((res) => res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}'));
+    try {
+      const fetch = guardedFetch({ allowed: [`127.0.0.1:${stalling.port}`, `127.0.0.1:${answering.port}`] }, { idleTimeoutMs: 300 });
+      // The headers arrive, so the response resolves; its body never ends.
+      const response = await fetch(`${stalling.url}/chat/completions`, { method: "POST", body: "{}" });
+      expect(response.status).toBe(200);
+      const started = Date.now();
+      const error = await response.text().catch((e) => e);
+      expect(Date.now() - started).toBeLessThan(5_000);
+      expect(error).toBeInstanceOf(ModelCallError);
+      expect(error.message).toMatch(/stalled: nothing received for 300 ms/);
+      // A provider that answers is not affected, on a connection kept alive past the timeout too.
+      for (let i = 0; i < 2; i++) {
+        const ok = await fetch(`${answering.url}/chat/completions`, { method: "POST", body: "{}" });
+        expect(await ok.json()).toEqual({ ok: true });
+        await new Promise((resolve) => setTimeout(resolve, 500));
+      }
+    } finally {
+      await Promise.all([stalling.stop(), answering.stop()]);
+    }
   });
 });

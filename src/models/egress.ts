@@ -4,6 +4,7 @@ import https from "node:https";
 import { isIP, type LookupFunction } from "node:net";
 import { Readable } from "node:stream";
 import { EngramError } from "../errors.ts";
+import { TimedOut, withTimeout } from "../timeout.ts";
 
 /**
  * Where model calls may go. Tenant-set base URLs must not reach the operator's own network
@@ -228,9 +229,10 @@ export function asModelCallError(error: unknown): ModelCallError {
 
 /**
  * fetch for the OpenAI client: checks the host (and every address it resolves to) against the
- * policy, never follows a redirect, and replaces an error response's body with its status.
+ * policy, never follows a redirect, replaces an error response's body with its status, and ends
+ * an exchange that receives nothing for `idleTimeoutMs`, its body included.
  */
-export function guardedFetch(policy: EgressPolicy): typeof fetch {
+export function guardedFetch(policy: EgressPolicy, bounds: { idleTimeoutMs: number }): typeof fetch {
   return async (input, init) => {
     const request = new Request(input, init);
     const url = new URL(request.url);
@@ -246,15 +248,18 @@ export function guardedFetch(policy: EgressPolicy): typeof fetch {
     request.signal.throwIfAborted();
     return new Promise<Response>((resolve, reject) => {
       const client = url.protocol === "https:" ? https : http;
+      let received: http.IncomingMessage | undefined;
       const outgoing = client.request(
         url,
         {
           method: request.method,
           headers,
           signal: request.signal,
+          timeout: bounds.idleTimeoutMs,
           ...(allowed || isIP(host) ? {} : { lookup: guardedLookup(host) }),
         },
         (incoming) => {
+          received = incoming;
           const status = incoming.statusCode ?? 502;
           const responseHeaders = new Headers();
           for (const [name, value] of Object.entries(incoming.headers)) {
@@ -278,8 +283,51 @@ export function guardedFetch(policy: EgressPolicy): typeof fetch {
           resolve(new Response(stream, { status, headers: responseHeaders }));
         },
       );
+      // The client's own timeout stops once the headers are in: a provider that then stalls in
+      // its body would otherwise hold the call, and whatever its caller holds, for ever.
+      outgoing.on("timeout", () => {
+        const stalled = new ModelCallError(`model provider stalled: nothing received for ${bounds.idleTimeoutMs} ms`);
+        received?.destroy(stalled);
+        outgoing.destroy(stalled);
+      });
       outgoing.on("error", reject);
       outgoing.end(body);
     });
   };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deadlines
+
+/**
+ * How long one model call may take in all: every attempt its whole timeout, and LangChain's
+ * pauses between retries at their longest (1–2 s, doubling each time).
+ */
+export function modelCallDeadlineMs(env: { ENGRAM_MODEL_TIMEOUT_MS: number; ENGRAM_MODEL_MAX_RETRIES: number }): number {
+  const retries = env.ENGRAM_MODEL_MAX_RETRIES;
+  return (retries + 1) * env.ENGRAM_MODEL_TIMEOUT_MS + 2_000 * (2 ** retries - 1);
+}
+
+/**
+ * Runs a model call that must end within `deadlineMs`: past it the call fails with a
+ * ModelCallError (an outage to its callers) and its signal aborts, so the request it still has
+ * open is torn down. A call that ignores the signal no longer holds its caller either way.
+ */
+export async function withinDeadline<T>(
+  deadlineMs: number,
+  call: (signal: AbortSignal) => Promise<T>,
+  outer?: AbortSignal,
+): Promise<T> {
+  const controller = new AbortController();
+  const forward = () => controller.abort(outer?.reason);
+  outer?.addEventListener("abort", forward, { once: true });
+  try {
+    return await withTimeout(call(controller.signal), deadlineMs, `no answer within ${deadlineMs} ms`);
+  } catch (error) {
+    if (!(error instanceof TimedOut)) throw error;
+    controller.abort(error);
+    throw new ModelCallError(`model provider did not answer in time (${deadlineMs} ms for the call, retries included)`);
+  } finally {
+    outer?.removeEventListener("abort", forward);
+  }
 }

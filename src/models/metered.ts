@@ -19,7 +19,7 @@ import { defaultModelName, type ModelRole } from "../governance/settings.ts";
 export { defaultModelName };
 import { countTokens } from "../memory/tokens.ts";
 import { quoteLiteral } from "../chains/transcript.ts";
-import { asModelCallError } from "./egress.ts";
+import { asModelCallError, withinDeadline } from "./egress.ts";
 
 /** What a chain is given: a chat model, already budgeted, redacted and metered for its tenant. */
 export type ChatModel = Runnable<BaseLanguageModelInput, AIMessage>;
@@ -162,6 +162,8 @@ function quotedPieces(text: string): { texts: string[]; rebuild(texts: string[])
 }
 
 export type MeteringHooks = {
+  /** How long the model call may take in all, retries included (modelCallDeadlineMs). */
+  deadlineMs: number;
   /**
    * Runs before anything is sent, with a count of the prompt's tokens: throws to refuse the call
    * (the budget), or returns what to run once the call has ended and its usage is recorded
@@ -179,14 +181,13 @@ const promptTokens = (input: BaseLanguageModelInput) => countTokens(toMessages(i
  * Wraps a chat model so every call is checked against the tenant's budget, redacted by its rules
  * and accounted: provider-reported token usage when there is one, else the tokenizer's count of
  * what was sent and received. All of it happens at invoke time, so a model handed out before a
- * settings change still obeys the change.
+ * settings change still obeys the change. The call itself ends by its deadline, answered or not.
  */
 export function meteredModel(
   model: BaseChatModel,
   meta: { chain: string; model: string },
-  hooks: MeteringHooks | ((usage: ModelUsageRecord) => Promise<void>),
+  { deadlineMs, reserve, redact, record }: MeteringHooks,
 ): ChatModel {
-  const { reserve, redact, record } = typeof hooks === "function" ? { record: hooks } as MeteringHooks : hooks;
   return RunnableLambda.from(async (input: BaseLanguageModelInput, config) => {
     // Counted on the prompt before redaction, so a refused call costs no redaction run; the
     // placeholders are about as long as what they replace.
@@ -197,7 +198,7 @@ export function meteredModel(
       if (redact) ({ messages: sent, redactions } = await redactPrompt(input, redact));
       let output: AIMessage;
       try {
-        output = (await model.invoke(sent, config)) as AIMessage;
+        output = (await withinDeadline(deadlineMs, (signal) => model.invoke(sent, { ...config, signal }), config?.signal)) as AIMessage;
       } catch (error) {
         // Only a short reason goes on: a provider's error body can hold what it should not show.
         throw asModelCallError(error);

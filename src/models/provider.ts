@@ -1,7 +1,7 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { Embeddings } from "@langchain/core/embeddings";
 import type { BaseChatModel } from "@langchain/core/language_models/chat_models";
-import { OpenAIEmbeddings } from "@langchain/openai";
+import { OpenAIClient, OpenAIEmbeddings, getHeadersWithUserAgent, wrapOpenAIClientError } from "@langchain/openai";
 import type { TenantDirectory } from "../db.ts";
 import type { Env } from "../env.ts";
 import type { Logger } from "../log.ts";
@@ -9,7 +9,7 @@ import { budgetStatus, releaseBudget, reserveBudget, type BudgetStatus } from ".
 import { redactTexts, type RedactionResult } from "../governance/redaction.ts";
 import { loadTenantSettings, tenantApiKey, type EffectiveSettings } from "../governance/settings.ts";
 import { countTokens } from "../memory/tokens.ts";
-import { egressPolicy, guardedFetch, asModelCallError } from "./egress.ts";
+import { egressPolicy, guardedFetch, asModelCallError, modelCallDeadlineMs, withinDeadline } from "./egress.ts";
 import { recordModelUsage, recordModelUsages } from "../governance/usage.ts";
 import {
   defaultModelName,
@@ -71,27 +71,42 @@ export function resolveRoute(env: Env, settings: EffectiveSettings, tenantId: st
 
 /** What the embedding API said it read, for the one call that asked (one embedder serves concurrent calls). */
 type EmbedUsage = { responses: number; reported: number; promptTokens: number };
-const embedUsage = new AsyncLocalStorage<EmbedUsage>();
+/** One embedding call: the signal that tears its requests down at its deadline, and its usage. */
+const embedCall = new AsyncLocalStorage<{ signal: AbortSignal; usage: EmbedUsage }>();
 
 /**
- * OpenAI embeddings that hand each response's `usage.prompt_tokens` to the call that asked. The
- * meter takes the provider's count: it is the one the provider bills (embedding models tokenize
- * with their own encoding), and it spares every embedding call a tokenizer run, and the process
- * the ~65 MB the tokenizer takes once loaded.
+ * OpenAI embeddings whose requests carry their call's signal, and that hand each response's
+ * `usage.prompt_tokens` to the call that asked. The meter takes the provider's count: it is the
+ * one the provider bills (embedding models tokenize with their own encoding), and it spares every
+ * embedding call a tokenizer run, and the process the ~65 MB the tokenizer takes once loaded.
  */
 class ReportingOpenAIEmbeddings extends OpenAIEmbeddings {
   protected override async embeddingWithRetry(request: Parameters<OpenAIEmbeddings["embeddingWithRetry"]>[0]) {
-    const response = await super.embeddingWithRetry(request);
-    // Read after the await, in this call's own continuation: inside LangChain's AsyncCaller (a
+    // Read before any await, in the asking call's own context: inside LangChain's AsyncCaller (a
     // p-queue) the store can be another caller's.
-    const usage = embedUsage.getStore();
-    if (usage) {
-      usage.responses += 1;
+    const call = embedCall.getStore();
+    // The base class's client and retries, but it sends every request without a signal, so a
+    // stalled one would outlive its call's deadline and keep its place in the caller's queue.
+    this.client ??= new OpenAIClient({
+      ...this.clientConfig,
+      timeout: this.timeout,
+      maxRetries: 0,
+      defaultHeaders: getHeadersWithUserAgent(this.clientConfig.defaultHeaders),
+    });
+    const response = await this.caller.callWithOptions({ signal: call?.signal }, async () => {
+      try {
+        return await this.client.embeddings.create(request, { signal: call?.signal });
+      } catch (error) {
+        throw wrapOpenAIClientError(error);
+      }
+    });
+    if (call) {
+      call.usage.responses += 1;
       const tokens = response.usage?.prompt_tokens;
       // Some compatible servers answer 0 for "not counted": that would meter embeddings as free.
       if (typeof tokens === "number" && tokens > 0) {
-        usage.reported += 1;
-        usage.promptTokens += tokens;
+        call.usage.reported += 1;
+        call.usage.promptTokens += tokens;
       }
     }
     return response;
@@ -110,6 +125,8 @@ export class TenantEmbeddings extends Embeddings {
     private readonly redact: (texts: string[]) => Promise<RedactionResult>,
     private readonly record: (usage: ModelUsageRecord) => Promise<void>,
     private readonly recordAfter: (usage: ModelUsageRecord) => void,
+    /** How long one call may take in all, retries included (modelCallDeadlineMs). */
+    private readonly deadlineMs: number,
   ) {
     super({});
   }
@@ -118,7 +135,7 @@ export class TenantEmbeddings extends Embeddings {
     const { texts, redactions } = await this.redact(documents);
     try {
       const usage: EmbedUsage = { responses: 0, reported: 0, promptTokens: 0 };
-      const vectors = await embedUsage.run(usage, () => this.inner.embedDocuments(texts));
+      const vectors = await withinDeadline(this.deadlineMs, (signal) => embedCall.run({ signal, usage }, () => this.inner.embedDocuments(texts)));
       // A server that reports no usage (some OpenAI-compatible ones), or 0, is metered by our own count.
       const reported = usage.responses > 0 && usage.reported === usage.responses;
       const inputTokens = reported ? usage.promptTokens : texts.reduce((sum, text) => sum + countTokens(text), 0);
@@ -160,7 +177,8 @@ export function createModelProvider(deps: {
 }): ModelProvider {
   const { tenants, env } = deps;
   // Every OpenAI client, chat and embeddings, connects through this.
-  const fetch = guardedFetch(egressPolicy(env));
+  const fetch = guardedFetch(egressPolicy(env), { idleTimeoutMs: env.ENGRAM_MODEL_TIMEOUT_MS });
+  const deadlineMs = modelCallDeadlineMs(env);
   const createModel =
     deps.createModel ??
     ((route: ModelRoute, chain: string) =>
@@ -241,6 +259,7 @@ export function createModelProvider(deps: {
       const route = resolveRoute(env, settings, tenantId, role);
       if (!route) return null;
       return meteredModel(createModel(route, chain), { chain, model: route.model }, {
+        deadlineMs,
         // Held per call, not per job: a budget spent mid-job stops the rest of it.
         reserve: reserveFor(tenantId),
         // Likewise the redaction rules: a rule added mid-job applies to the job's next call.
@@ -258,7 +277,7 @@ export function createModelProvider(deps: {
       const settings = await loadTenantSettings(tenants.scoped(tenantId));
       const route = resolveRoute(env, settings, tenantId, "embedding");
       if (!route) return null;
-      return new TenantEmbeddings(embedderFor(route), route.model, redactWith(settings, tenantId), recordFor(tenantId), recordAfterFor(tenantId));
+      return new TenantEmbeddings(embedderFor(route), route.model, redactWith(settings, tenantId), recordFor(tenantId), recordAfterFor(tenantId), deadlineMs);
     },
     async redactForTenant(tenantId, texts) {
       return redactWith(await loadTenantSettings(tenants.scoped(tenantId)), tenantId)(texts);

@@ -1,0 +1,178 @@
+import { createServer, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { forTenant } from "../src/db.ts";
+import { ModelCallError } from "../src/models/egress.ts";
+import { runTurnFollowUps } from "../src/work/follow-ups.ts";
+import { runSummarize } from "../src/work/summarize.ts";
+import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
+import type { ModelServer } from "./helpers/model-server.ts";
+import { RECALL, say } from "./helpers/recall.ts";
+import { until } from "./helpers/until.ts";
+
+// A model provider that sends its headers and then stalls, or trickles its body a byte at a
+// time: the OpenAI client's timeout stops at the headers, so before the fix such a call held its
+// caller (a job and its conversation lease, the shared follow-ups job, a context request) for ever.
+
+const UPDATE = `mutation($input: UpdateTenantSettingsInput!) { updateTenantSettings(input: $input) { modelRouting { cheap { baseUrl } } } }`;
+// ENGRAM_MODEL_TIMEOUT_MS 500 and one retry: a call's deadline is 2 × 500 ms + 2 s of retry pause.
+const BOUND_MS = 10_000;
+
+/** A loopback "provider" that answers 200 and a start of JSON, then `then` (never the end). */
+async function startBrokenProvider(then: (res: ServerResponse) => void) {
+  let hits = 0;
+  let open = 0;
+  const server = createServer((req, res) => {
+    hits++;
+    open++;
+    res.on("close", () => open--);
+    req.resume();
+    res.writeHead(200, { "content-type": "application/json" });
+    res.write('{"id":"stalled","object":"chat.completion","data":[');
+    then(res);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    host: `127.0.0.1:${port}`,
+    url: `http://127.0.0.1:${port}/v1`,
+    hits: () => hits,
+    open: () => open,
+    stop: () => {
+      server.closeAllConnections();
+      return new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+/** Settles `work`, and how long it took. */
+async function timed<T>(work: Promise<T>): Promise<{ error: unknown; ms: number }> {
+  const started = Date.now();
+  const error = await work.then(() => null, (e: unknown) => e);
+  return { error, ms: Date.now() - started };
+}
+
+function expectOutage(error: unknown, reason: RegExp) {
+  expect(error).toBeInstanceOf(ModelCallError);
+  expect((error as ModelCallError).code).toBe("MODEL_UNAVAILABLE");
+  expect((error as ModelCallError).kind).toBe("failed");
+  expect((error as ModelCallError).message).toMatch(reason);
+}
+
+let model: ModelServer;
+let engram: TestEngram;
+let stalling: Awaited<ReturnType<typeof startBrokenProvider>>;
+let trickling: Awaited<ReturnType<typeof startBrokenProvider>>;
+
+beforeAll(async () => {
+  stalling = await startBrokenProvider(() => {});
+  trickling = await startBrokenProvider((res) => {
+    // Never idle for as long as the timeout: only the call's overall deadline can end it.
+    const drip = setInterval(() => res.write(" "), 100);
+    res.on("close", () => clearInterval(drip));
+  });
+  ({ model, engram } = await startEngramWithModel({
+    respond: () => "{}",
+    embed: (input) => input.map(() => [0.1, 0.2, 0.3]),
+    env: {
+      ENGRAM_EMBEDDINGS: "openai",
+      ENGRAM_MODEL_TIMEOUT_MS: "500",
+      ENGRAM_MODEL_MAX_RETRIES: "1",
+      ENGRAM_MODEL_HOST_ALLOWLIST: `${stalling.host},${trickling.host}`,
+    },
+  }));
+}, 120_000);
+afterAll(async () => {
+  await engram?.stop();
+  await model?.stop();
+  await stalling?.stop();
+  await trickling?.stop();
+});
+
+const tenantId = () => engram.tenant.tenantId;
+async function route(routing: Record<string, { baseUrl: string; model?: string } | null>) {
+  const { errors } = await engram.gql(UPDATE, { input: { modelRouting: routing } });
+  expect(errors).toBeUndefined();
+}
+
+describe("a provider that stalls after its headers", () => {
+  it("fails a chat call as an outage, after its retry, and frees the connection", async () => {
+    await route({ cheap: { baseUrl: stalling.url } });
+    const chat = await engram.services.models.chat(tenantId(), "cheap", "summary");
+    const before = stalling.hits();
+    const { error, ms } = await timed(chat!.invoke("hello"));
+    expectOutage(error, /stalled|did not answer in time/);
+    expect(ms).toBeLessThan(BOUND_MS);
+    expect(stalling.hits() - before).toBe(2); // the retry is kept
+    await until("the stalled connections to close", async () => stalling.open() === 0, 5_000);
+  });
+
+  it("fails an embedding call on the tenant's embedding route the same way", async () => {
+    await route({ embedding: { baseUrl: stalling.url, model: "stalled-embed" } });
+    const embeddings = await engram.services.models.embeddings(tenantId());
+    const { error, ms } = await timed(embeddings!.embedDocuments(["a text to embed"]));
+    expectOutage(error, /stalled|did not answer in time/);
+    expect(ms).toBeLessThan(BOUND_MS);
+    await until("the stalled connections to close", async () => stalling.open() === 0, 5_000);
+  });
+
+  it("lets a summary rewrite end and give its conversation's lease back", async () => {
+    await route({ cheap: { baseUrl: stalling.url }, embedding: null });
+    let turn!: Awaited<ReturnType<typeof say>>;
+    for (let n = 0; n < 4; n++) turn = await say(engram, { user: "sam", conversation: "stalled-summary" }, `Message ${n} about the garden.`, "Noted.");
+    const { error, ms } = await timed(runSummarize(forTenant(engram.services.db, tenantId()), engram.services.deps, { tenantId: tenantId(), conversationId: turn.conversationId }));
+    expectOutage(error, /stalled|did not answer in time/);
+    expect(ms).toBeLessThan(BOUND_MS);
+    const conversation = await engram.services.db.conversation.findUniqueOrThrow({ where: { id: turn.conversationId } });
+    expect(conversation.summaryLeaseUntil).toBeNull();
+  });
+
+  it("lets the follow-ups job end, its embeddings left to an index job", async () => {
+    await route({ cheap: null, embedding: { baseUrl: stalling.url, model: "stalled-embed" } });
+    await say(engram, { user: "sam", conversation: "stalled-follow-ups" }, "I planted tomatoes today.", "Nice.");
+    const db = forTenant(engram.services.db, tenantId());
+    const { error, ms } = await timed(runTurnFollowUps(db, engram.services.deps));
+    expect(error).toBeNull();
+    expect(ms).toBeLessThan(BOUND_MS);
+    const queued = await engram.services.db.$queryRaw<{ n: number }[]>`
+      SELECT count(*)::int AS "n" FROM "agenda_jobs" WHERE "name" = 'recall.index' AND "data"->>'tenantId' = ${tenantId()}`;
+    expect(queued[0].n).toBeGreaterThan(0);
+  });
+
+  it("answers recall from keywords, saying why vector search was skipped", async () => {
+    await route({ embedding: { baseUrl: stalling.url, model: "stalled-embed" } });
+    const { endUserId } = await say(engram, { user: "sam", conversation: "stalled-recall" }, "I keep bees on the roof.", "Lovely.");
+    const started = Date.now();
+    const { data, errors } = await engram.gql(RECALL, { input: { endUserId, text: "bees on the roof" } });
+    expect(Date.now() - started).toBeLessThan(BOUND_MS);
+    expect(errors).toBeUndefined();
+    expect(data.recall.degraded).toMatch(/vector search unavailable: model provider (stalled|did not answer in time)/);
+  });
+});
+
+describe("a provider that trickles its body, never idle for the timeout", () => {
+  it("fails chat and embedding calls by their deadline, and tears their requests down", async () => {
+    await route({ cheap: { baseUrl: trickling.url }, embedding: { baseUrl: trickling.url, model: "trickled-embed" } });
+    const chat = await engram.services.models.chat(tenantId(), "cheap", "summary");
+    const embeddings = await engram.services.models.embeddings(tenantId());
+    for (const call of [(): Promise<unknown> => chat!.invoke("hello"), () => embeddings!.embedDocuments(["a text to embed"])]) {
+      const { error, ms } = await timed(call());
+      expectOutage(error, /did not answer in time/);
+      expect(ms).toBeLessThan(BOUND_MS);
+      // Torn down, not left dripping: the connection closes, so it holds no socket or queue slot.
+      await until("the trickled connection to close", async () => trickling.open() === 0, 5_000);
+    }
+  });
+});
+
+describe("a provider that answers", () => {
+  it("still answers at once on the operator's route", async () => {
+    await route({ cheap: null, embedding: null });
+    const chat = await engram.services.models.chat(tenantId(), "cheap", "summary");
+    const { error, ms } = await timed(chat!.invoke("hello"));
+    expect(error).toBeNull();
+    expect(ms).toBeLessThan(BOUND_MS);
+    const embeddings = await engram.services.models.embeddings(tenantId());
+    expect(await embeddings!.embedDocuments(["a text to embed"])).toEqual([[0.1, 0.2, 0.3]]);
+  });
+});

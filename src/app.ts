@@ -1,4 +1,4 @@
-import { createServer, type IncomingMessage, type Server } from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { maxAliasesPlugin } from "@escape.tech/graphql-armor-max-aliases";
 import { maxDepthPlugin } from "@escape.tech/graphql-armor-max-depth";
@@ -23,6 +23,16 @@ import { createSocketRegistry, useStreamsOfLiveKeys } from "./sockets.ts";
 import { corsFor, HTTP_TIMEOUTS, parseOrigins, useCachedGraphiQL } from "./http-hardening.ts";
 
 const GRAPHQL_PATH = "/graphql";
+
+/**
+ * At shutdown, requests in flight get this long to finish before their connections are closed:
+ * long enough for a recall waiting on a model, short enough to leave the jobs and the store
+ * their share of the shutdown's 9 s (src/server.ts).
+ */
+export const HTTP_DRAIN_MS = 3_000;
+
+/** A subscription's event stream never ends by itself: at shutdown it is closed, not waited for. */
+const isEventStream = (res: ServerResponse) => res.headersSent && String(res.getHeader("content-type") ?? "").startsWith("text/event-stream");
 
 export type InitialContext = {
   request?: Request;
@@ -174,8 +184,11 @@ export function buildApp(services: Services): App {
     ],
   });
 
-  // Ready from listening until stop() begins: a load balancer stops sending before connections close.
+  // Ready from listening until stop() begins; from then on new requests are refused.
   let ready = false;
+  let stopping = false;
+  // Requests whose answer is not yet sent: stop() waits for them, up to HTTP_DRAIN_MS.
+  const inFlight = new Set<ServerResponse>();
   // MCP (streamable HTTP) on /mcp: its tools call this yoga in process, with the caller's key.
   const serveMcp = mcpHandler({ authenticate: services.keys.authenticate, log: services.log }, yoga);
 
@@ -192,6 +205,14 @@ export function buildApp(services: Services): App {
       });
       return;
     }
+    if (stopping) {
+      // A request on a connection kept alive from before: the next one goes to another instance.
+      res.writeHead(503, { "content-type": "application/json", connection: "close", "retry-after": "1" });
+      res.end(JSON.stringify({ errors: [{ message: "Engram is shutting down.", extensions: { code: "SHUTTING_DOWN" } }] }));
+      return;
+    }
+    inFlight.add(res);
+    res.once("close", () => inFlight.delete(res));
     if (serveInspector(req, res)) return;
     const refusal = bodyRefusal(req);
     if (refusal) {
@@ -271,12 +292,23 @@ export function buildApp(services: Services): App {
     },
     async stop() {
       ready = false;
+      stopping = true;
+      // No new connections from here; idle kept-alive ones close now.
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeIdleConnections();
+      // Requests in flight are answered (each on a connection that then closes), for up to HTTP_DRAIN_MS.
+      for (const res of inFlight) if (!res.headersSent) res.setHeader("connection", "close");
+      const drainEnds = Date.now() + HTTP_DRAIN_MS;
+      const running = () => [...inFlight].filter((res) => !isEventStream(res)).length;
+      while (running() && Date.now() < drainEnds) await new Promise((resolve) => setTimeout(resolve, 50));
+      const cut = running();
+      if (cut) services.log.warn(`${cut} request(s) still running after ${HTTP_DRAIN_MS / 1000} s are cut off`);
       await sockets.close();
       await wsDisposable.dispose();
       for (const client of wsServer.clients) client.terminate();
       await new Promise<void>((resolve) => wsServer.close(() => resolve()));
       server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await closed;
       await yoga.dispose();
     },
   };

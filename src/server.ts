@@ -12,8 +12,11 @@ export type StartWorker = (services: Services) => Promise<Worker>;
 
 /** Shutdown never takes longer than this: past it, the process exits and its children follow. */
 const SHUTDOWN_DEADLINE_MS = 9_000;
-/** Running jobs get this long to finish at shutdown (one still running is retried later); the store's close has the rest. */
-const WORKER_GRACE_MS = 4_000;
+/**
+ * Requests in flight (up to 3 s, HTTP_DRAIN_MS) and then running jobs share this much of the
+ * shutdown (a job still running is retried later, and gets at least 1 s); the store's close has the rest.
+ */
+const API_AND_WORKER_GRACE_MS = 4_000;
 
 /** A one-line reason for the failures a user can fix; anything else keeps its stack. */
 function startFailure(error: unknown, env?: { HOST: string; PORT: number }): string {
@@ -50,12 +53,14 @@ async function serve(startWorker: StartWorker) {
         process.exit(code || 1);
       }, SHUTDOWN_DEADLINE_MS).unref();
       try {
+        const apiStopping = Date.now();
         if (open.app) await open.app.stop().then(() => log.info("API stopped"));
+        const workerGraceMs = Math.max(API_AND_WORKER_GRACE_MS - (Date.now() - apiStopping), 1_000);
         await open.bootstrap?.catch(() => {});
         // A worker still starting waits for the queue's connection: a store that is not up stops it.
         open.services?.queue.stopConnecting();
         const worker = await open.worker?.catch(() => undefined);
-        if (worker) await worker.stop(WORKER_GRACE_MS).then(() => log.info("job worker stopped"));
+        if (worker) await worker.stop(workerGraceMs).then(() => log.info("job worker stopped"));
         if (open.services) await open.services.close().then(() => log.info("store closed; bye"));
       } catch (error) {
         log.error("error while shutting down", { error });

@@ -1,4 +1,5 @@
 import { existsSync, readFileSync } from "node:fs";
+import http from "node:http";
 import path from "node:path";
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import {
@@ -102,6 +103,51 @@ describe("stopping under a supervisor", () => {
     await server.drained();
     expect(server.output()).toMatch(/store closed; bye/);
     console.log(`SIGTERM to the group: every process gone in ${ms} ms`);
+  });
+
+  it("SIGTERM lets a request in flight finish, refuses new ones, and still stops within its budget", async () => {
+    const { server, pids } = await start("node");
+    const key = await adminKeyOf(server);
+    // A request whose body is still arriving when the signal comes (as one waiting on a model is).
+    const body = JSON.stringify({ query: "{ viewer { role } }" });
+    const { hostname, port } = new URL(server.url);
+    const request = http.request({
+      hostname,
+      port,
+      path: "/graphql",
+      method: "POST",
+      headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body), authorization: `Bearer ${key}` },
+    });
+    const answer = new Promise<{ status: number; text: string }>((resolve, reject) => {
+      request.once("error", reject);
+      request.once("response", (response) => {
+        let text = "";
+        response.on("data", (chunk) => (text += chunk));
+        response.once("end", () => resolve({ status: response.statusCode!, text }));
+      });
+    });
+    request.write(body.slice(0, 10));
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const signalled = Date.now();
+    process.kill(server.child.pid!, "SIGTERM");
+    await until("shutdown to begin", async () => /shutting down/.test(server.output()), 10_000);
+    const late = await fetch(`${server.url}/graphql`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+      body,
+    }).then((response) => response.status, (error: Error) => error.message);
+    expect([503, "fetch failed"]).toContain(late);
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    request.end(body.slice(10));
+    const { status, text } = await answer;
+    expect(status).toBe(200);
+    expect(JSON.parse(text).data.viewer.role).toBe("ADMIN");
+    await waitAllGone(pids, server.dataDir);
+    expect(await server.exited).toEqual({ code: 0, signal: null });
+    await server.drained();
+    expect(server.output()).toMatch(/API stopped[\s\S]*store closed; bye/);
+    expect(server.output()).not.toMatch(/shutdown took over|cut off/);
+    console.log(`SIGTERM with a request in flight: answered ${status}, every process gone ${Date.now() - signalled} ms after the signal`);
   });
   // SIGKILL to node under write load (children exit by themselves, the next start works): test/faults/server-kill.test.ts.
 });

@@ -6,9 +6,13 @@ import { TimedOut, withTimeout } from "./timeout.ts";
 export type ComponentHealth = { status: "ok" | "down"; detail?: string };
 
 export type Health = {
-  /** ok: everything answers; degraded: recall vectors are unavailable (context still answers); down: the store or the queue does not. */
+  /**
+   * ok: everything answers; degraded: recall vectors are unavailable (context still answers) or
+   * Redis is (subscriptions reach this instance's subscribers only); down: the store or the queue does not.
+   */
   status: "ok" | "degraded" | "down";
-  components: { store: ComponentHealth; queue: ComponentHealth; chroma: ComponentHealth };
+  /** redis only when REDIS_URL is set. */
+  components: { store: ComponentHealth; queue: ComponentHealth; chroma: ComponentHealth; redis?: ComponentHealth };
 };
 
 const CHECK_TIMEOUT_MS = 3_000;
@@ -35,10 +39,24 @@ export type HealthParts = {
   query(): Promise<unknown>;
   queue: { ping(): Promise<void> };
   chroma: { health(): Promise<ComponentHealth> };
+  /** The pubsub's connection to Redis ("local" without one); optional for callers that have none. */
+  pubsub?: { mode(): "local" | "redis" | "degraded" };
   log?: Pick<Logger, "warn">;
 };
 
-/** Asks each component, in parallel: the store with a query, the queue on its own pool, Chroma by heartbeat. */
+/** Redis as the pubsub's clients last saw it (they reconnect on their own); none without REDIS_URL. */
+function redisHealth(pubsub: HealthParts["pubsub"]): ComponentHealth | undefined {
+  switch (pubsub?.mode()) {
+    case "redis":
+      return { status: "ok" };
+    case "degraded":
+      return { status: "down", detail: "no connection to Redis; subscriptions reach this instance's subscribers only until it is back" };
+    default:
+      return undefined;
+  }
+}
+
+/** Asks each component, in parallel: the store with a query, the queue on its own pool, Chroma by heartbeat; Redis as the pubsub sees it. */
 export async function checkHealth(services: HealthParts): Promise<Health> {
   const [store, queue, chroma] = await Promise.all([
     timed("store", async () => {
@@ -53,6 +71,8 @@ export async function checkHealth(services: HealthParts): Promise<Health> {
     }, services.log),
     timed("Chroma", () => services.chroma.health(), services.log),
   ]);
-  const status = store.status === "down" || queue.status === "down" ? "down" : chroma.status === "down" ? "degraded" : "ok";
-  return { status, components: { store, queue, chroma } };
+  const redis = redisHealth(services.pubsub);
+  const status =
+    store.status === "down" || queue.status === "down" ? "down" : chroma.status === "down" || redis?.status === "down" ? "degraded" : "ok";
+  return { status, components: { store, queue, chroma, ...(redis && { redis }) } };
 }

@@ -87,6 +87,29 @@ describe("/healthz and /readyz", () => {
     expect(JSON.stringify(health)).not.toContain("10.0.4.7");
     expect(warnings).toEqual([new Error("connect ECONNREFUSED 10.0.4.7:5432")]);
   });
+
+  it("report Redis when REDIS_URL is set: down while the pubsub has no connection, which degrades", async () => {
+    const parts = {
+      store: { state: () => "up" as const, kind: "postgres" as const },
+      query: async () => 1,
+      queue: { ping: async () => {} },
+      chroma: { health: async () => ({ status: "ok" as const }) },
+    };
+    const local = await checkHealth({ ...parts, pubsub: { mode: () => "local" } });
+    expect(local).toEqual({ status: "ok", components: { store: expect.anything(), queue: { status: "ok" }, chroma: { status: "ok" } } });
+    expect((await checkHealth({ ...parts, pubsub: { mode: () => "redis" } })).components.redis).toEqual({ status: "ok" });
+    const down = await checkHealth({ ...parts, pubsub: { mode: () => "degraded" } });
+    expect(down).toMatchObject({ status: "degraded", components: { redis: { status: "down" } } });
+  });
+
+  it("say Redis is down and degraded when REDIS_URL names a Redis that does not answer", async () => {
+    const { url } = await start({ REDIS_URL: "redis://127.0.0.1:1" });
+    const health = await get(`${url}/healthz`);
+    expect(health.status).toBe(200);
+    expect(health.body.status).toBe("degraded");
+    expect(health.body.components.redis.status).toBe("down");
+    expect(JSON.stringify(health.body)).not.toContain("127.0.0.1");
+  });
 });
 
 describe("the embedded Chroma", () => {

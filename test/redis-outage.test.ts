@@ -57,6 +57,11 @@ describe("a Redis outage", () => {
     await settle(500);
     expect((await append("before")).errors).toBeUndefined();
     await feed.next(1);
+    const health = async () => {
+      const response = await fetch(`${url}/healthz`);
+      return { code: response.status, ...(await response.json()) };
+    };
+    expect((await health()).components.redis).toEqual({ status: "ok" });
 
     // Kill Redis in the middle of a burst of writes: every write is acknowledged.
     const burst: Promise<unknown>[] = [];
@@ -68,6 +73,10 @@ describe("a Redis outage", () => {
     expect(results.filter((r) => r.errors)).toEqual([]);
     for (let i = 0; i < 5; i++) expect((await append(`down ${i}`)).errors).toBeUndefined();
     expect(engram.services.pubsub.mode()).toBe("degraded");
+    // /healthz says so: still 200 (writes and this instance's subscribers work), but degraded.
+    const down = await health();
+    expect(down).toMatchObject({ code: 200, status: "degraded", components: { redis: { status: "down" } } });
+    expect(down.components.redis.detail).toMatch(/no connection to Redis/);
     // This instance's subscriber still hears this instance's writes.
     await until("the writes made while Redis was down", async () => feed.received.some((r) => r.data?.eventAppended.body === "down 4"));
     expect(await engram.services.db.memoryEvent.count({ where: { scopeRef: "outage" } })).toBe(26);
@@ -75,6 +84,7 @@ describe("a Redis outage", () => {
     // Redis comes back on the same port: the pubsub reconnects and publishes through it again.
     redis = await startRedis(port);
     await until("pubsub back on redis", async () => engram.services.pubsub.mode() === "redis");
+    expect((await health()).components.redis).toEqual({ status: "ok" });
     const watcher = new Redis(`redis://127.0.0.1:${port}`);
     const heard: string[] = [];
     watcher.on("pmessage", (_pattern, channel) => heard.push(channel));

@@ -106,6 +106,7 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     host: store.hostChroma,
     onStart: (url) => log.debug("embedded Chroma started", { url }),
     onHostGivenUp: (error) => log.warn("the embedded Chroma failed in the database's process; it runs in a process of its own from now on", { error }),
+    onStartFailed: (error) => log.error("the embedded Chroma failed to start; recall answers from keywords, and it is tried again on next use", { error }),
   });
   const chromaVectors = createChromaVectorStore(chroma.get, log, { searchTimeoutMs: env.ENGRAM_VECTOR_SEARCH_TIMEOUT_MS });
   const vectorCache =

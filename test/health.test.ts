@@ -1,7 +1,9 @@
-import { readFileSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import path from "node:path";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import { checkHealth } from "../src/health.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { RECALL, say } from "./helpers/recall.ts";
 import { processTree } from "./helpers/server-process.ts";
 import { until } from "./helpers/until.ts";
 
@@ -138,5 +140,25 @@ describe("the embedded Chroma", () => {
     if (hosted) expect(childrenNaming("chroma-child")).toEqual([]);
     await until("/healthz to be ok", async () => (await get(`${url}/healthz`)).status === 200, 60_000);
     expect((await get(`${url}/healthz`)).body.components.chroma.status).toBe("ok");
+  });
+
+  it("that cannot start is reported down until it does, not as starting on first use", async () => {
+    const { engram, url } = await start();
+    // Its folder is taken by a file: every start fails (EEXIST).
+    writeFileSync(path.join(engram.store.vars.ENGRAM_DATA_DIR, "chroma"), "not a folder");
+    expect((await get(`${url}/healthz`)).body.components.chroma).toEqual({ status: "ok", detail: "embedded; starts on first use" });
+    const { endUserId } = await say(engram, { user: "uma", conversation: "u-1" }, "I booked the quiet room.", "Booked.");
+    const recall = await engram.gql(RECALL, { input: { endUserId, text: "quiet room" } });
+    expect(recall.data.recall.degraded).toMatch(/vector search unavailable/);
+    const health = await get(`${url}/healthz`);
+    expect(health.status).toBe(200);
+    expect(health.body.status).toBe("degraded");
+    expect(health.body.components.chroma).toEqual({ status: "down", detail: "the embedded Chroma failed to start (EEXIST); it is tried again on next use" });
+    expect(JSON.stringify(health.body)).not.toContain(engram.store.vars.ENGRAM_DATA_DIR);
+
+    // Once the folder can be made, the next use starts it and /healthz is ok again.
+    rmSync(path.join(engram.store.vars.ENGRAM_DATA_DIR, "chroma"));
+    await engram.services.chroma.get();
+    expect((await get(`${url}/healthz`)).body).toMatchObject({ status: "ok", components: { chroma: { status: "ok" } } });
   });
 });

@@ -162,14 +162,23 @@ export function lazyChroma(options: {
   onStart?: (url: string) => void;
   /** A hosted Chroma failed to start: from now on it runs in a process of its own. */
   onHostGivenUp?: (error: Error) => void;
+  /** The embedded Chroma failed to start, the first time since it last ran. */
+  onStartFailed?: (error: Error) => void;
 }) {
   let host = options.host;
   let current: ChromaServer | undefined;
+  // Why the last start failed, until one succeeds: /healthz says down, not "starts on first use".
+  let failed: Error | undefined;
   let starting: Promise<ChromaServer> | undefined;
   let closed = false;
   return {
     /** For /healthz: the heartbeat of the Chroma in use; an embedded one not started yet is fine. */
     async health(): Promise<{ status: "ok" | "down"; detail?: string }> {
+      if (failed) {
+        // Its code (EEXIST, EACCES…) but not its message, which names paths: /healthz needs no key.
+        const code = (failed as NodeJS.ErrnoException).code;
+        return { status: "down", detail: `the embedded Chroma failed to start${code ? ` (${code})` : ""}; it is tried again on next use` };
+      }
       const url = options.url ?? current?.url;
       if (!url) return { status: "ok", detail: "embedded; starts on first use" };
       if (!options.url && !current?.alive()) return { status: "down", detail: "the embedded Chroma exited; it restarts on next use" };
@@ -192,8 +201,13 @@ export function lazyChroma(options: {
                 options.onHostGivenUp?.(error);
                 return attachOrStartEmbeddedChroma(options.dataDir);
               });
+          failed = undefined;
           if (!options.url) options.onStart?.(current.url);
           return current;
+        } catch (error) {
+          if (!failed) options.onStartFailed?.(error as Error);
+          failed = error as Error;
+          throw error;
         } finally {
           starting = undefined;
         }

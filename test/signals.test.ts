@@ -105,6 +105,17 @@ describe("stopping under a supervisor", () => {
     console.log(`SIGTERM to the group: every process gone in ${ms} ms`);
   });
 
+  it("SIGHUP to the whole process group stops everything in order, the store's child included", async () => {
+    const { server, pids } = await start("node");
+    process.kill(-server.pgid, "SIGHUP");
+    await waitAllGone(pids, server.dataDir);
+    expect(locks(server.dataDir)).toEqual([]);
+    await server.drained();
+    expect(server.output()).toMatch(/shutting down.*SIGHUP[\s\S]*store closed; bye/);
+    // The child waited for Engram's stop instead of dying of the signal (which read as a crash).
+    expect(server.output()).not.toMatch(/restarting/);
+  });
+
   it("SIGTERM lets a request in flight finish, refuses new ones, and still stops within its budget", async () => {
     const { server, pids } = await start("node");
     const key = await adminKeyOf(server);

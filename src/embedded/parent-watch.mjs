@@ -1,7 +1,7 @@
 // Ties a child store's life to the Engram process that started it. The child stops when:
 // its IPC channel closes (the parent exited, even by SIGKILL), its parent pid changes (it was
-// re-parented), or the parent asks. A SIGTERM/SIGINT sent to the whole process group gives the
-// parent a few seconds to stop it in order, then it stops by itself.
+// re-parented), or the parent asks. A SIGTERM/SIGINT/SIGHUP sent to the whole process group (the
+// signals Engram stops on) gives the parent a few seconds to stop it in order, then it stops by itself.
 export function watchParent(stop, { graceMs = 5_000 } = {}) {
   const parent = process.ppid;
   process.on("message", (message) => {
@@ -14,6 +14,5 @@ export function watchParent(stop, { graceMs = 5_000 } = {}) {
   const deferred = (signal) => () => {
     setTimeout(() => stop(signal), process.connected ? graceMs : 0).unref();
   };
-  process.on("SIGTERM", deferred("SIGTERM"));
-  process.on("SIGINT", deferred("SIGINT"));
+  for (const signal of ["SIGTERM", "SIGINT", "SIGHUP"]) process.on(signal, deferred(signal));
 }

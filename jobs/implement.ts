@@ -15,6 +15,8 @@ export type JobControl = {
   attempt: number;
   /** This job's row in the queue. */
   jobId: string;
+  /** Counts one more unreadable model answer; returns how many came in a row (outages apart). */
+  countUnreadable(): number;
 };
 
 export type JobOptions = Pick<AgendaJobOptions, "backoff" | "concurrency"> & {
@@ -29,6 +31,10 @@ export type ImplementedJob = {
   register(agenda: Agenda, deps: Deps): void;
 };
 
+// A job's unreadable model answers in a row are counted in its row's `progress` column: Agenda
+// saves it with every state write (a failed run's included, where it never saves the payload), a
+// coalesced request for the same work leaves it, and every touch here writes it back unchanged.
+// Its fail count would not do: it also counts the runs a model outage failed, and never resets.
 function implement<S extends z.ZodType>(
   definition: JobDefinition<S>,
   run: (deps: Deps, payload: z.infer<S>, control: JobControl) => Promise<unknown>,
@@ -43,26 +49,30 @@ function implement<S extends z.ZodType>(
         definition.name,
         async (job: Job) => {
           const control: JobControl = {
-            stillAlive: () => job.touch(),
+            stillAlive: () => job.touch(job.attrs.progress),
             runAgainIn: (ms) => {
               job.attrs.nextRunAt = new Date(Date.now() + ms);
             },
             attempt: (job.attrs.failCount ?? 0) + 1,
             jobId: String(job.attrs._id),
+            countUnreadable: () => (job.attrs.progress = (job.attrs.progress ?? 0) + 1),
           };
           // Signs of life while it runs: the lock of a job whose worker died lapses, this one's never
           // does. Each touch renews the lock in memory at once; the writes are not chained, so a slow
           // store cannot hold the next renewal back.
           const touches = new Set<Promise<unknown>>();
           const heartbeat = setInterval(() => {
-            const touch = job.touch().catch(() => {});
+            const touch = job.touch(job.attrs.progress).catch(() => {});
             touches.add(touch);
             void touch.finally(() => touches.delete(touch));
           }, deps.env.ENGRAM_JOB_LOCK_MS / 4);
           // A job still running when a shutdown's grace ends must not keep the process alive.
           heartbeat.unref();
+          const unreadableBefore = job.attrs.progress;
           try {
             await run(deps, definition.schema.parse(job.attrs.data ?? {}), control);
+            // A run that read its answers clears the count; one that dead-lettered (counted) keeps it.
+            if (job.attrs.progress === unreadableBefore) job.attrs.progress = undefined;
           } finally {
             clearInterval(heartbeat);
             await Promise.all(touches); // a touch still in flight must not land after the job is saved
@@ -99,7 +109,7 @@ export function implementTenantJob<S extends z.ZodType<{ tenantId: string }>>(
         // Unreadable answers are retried with the backoff, then dead-lettered rather than retried
         // forever. Only they count: runs that failed on an outage before them are no tries.
         if (!(error instanceof UnreadableAnswer)) throw error;
-        const tries = await deps.queue.countUnreadable(control.jobId);
+        const tries = control.countUnreadable();
         if (tries < UNREADABLE_TRIES) throw error;
         await deadLetter(db, deps, { name: definition.name, payload, tries }, error);
       }

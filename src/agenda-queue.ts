@@ -69,9 +69,6 @@ function retryJobStateSaves(backend: PostgresBackend, options: { lockMs: number 
 // retry (a next run), and not running (no lock). JobQueue.waiting reads them, JobQueue.hurry moves them.
 const WAITING_ROWS = `"name" = $1 AND "data"->>$2 = ANY($3::text[]) AND "next_run_at" IS NOT NULL AND "locked_at" IS NULL`;
 
-/** Where a job's row keeps its count of unreadable model answers (payload schemas drop unknown keys). */
-const UNREADABLE_KEY = "unreadableAnswers";
-
 export function createAgendaQueue(store: Store, options: { pollMs: number; lockMs: number }, log: Logger): AgendaQueue {
   // On PostgreSQL the LISTEN connection holds one of these for good; producers (every recordTurn's
   // enqueue) and the worker's polls, locks and saves share the rest. With 3, a soak's recordTurn
@@ -174,15 +171,6 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
         [job.name, key, values],
       );
       return new Set(rows.map((r) => r.value));
-    },
-    async countUnreadable(jobId) {
-      // Agenda saves a failed run's state, never its payload, so the count kept there survives.
-      const { rows } = await pool.query<{ tries: number }>(
-        `UPDATE "agenda_jobs" SET "data" = jsonb_set("data", '{${UNREADABLE_KEY}}', to_jsonb(COALESCE(("data"->>'${UNREADABLE_KEY}')::int, 0) + 1))
-         WHERE "id" = $1::uuid RETURNING ("data"->>'${UNREADABLE_KEY}')::int AS "tries"`,
-        [jobId],
-      );
-      return rows[0]?.tries ?? 1;
     },
     async ping() {
       await pool.query("SELECT 1");

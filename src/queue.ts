@@ -39,13 +39,6 @@ export type JobQueue = {
   waiting(job: JobDefinition, key: string, values: string[], exceptJobId?: string): Promise<Set<string>>;
   /** Of `values`, those with such a job waiting, which is made due now (a retry on its backoff, say). */
   hurry(job: JobDefinition, key: string, values: string[]): Promise<Set<string>>;
-  /**
-   * Counts one more unreadable model answer for a job's row and returns how many it has had since
-   * its work was last asked for (a coalesced request for the same work starts again from 0). The
-   * count stays with the row across retries and apart from its other failures (a model outage),
-   * which the queue's own fail count mixes in, and never resets.
-   */
-  countUnreadable(jobId: string): Promise<number>;
   close(): Promise<void>;
 };
 

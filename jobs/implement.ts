@@ -1,5 +1,6 @@
 import type { Agenda, Job, JobDefinition as AgendaJobOptions } from "agenda";
 import type { z } from "zod";
+import { JOB_CONCURRENCY } from "../src/agenda-queue.ts";
 import type { TenantDb } from "../src/db.ts";
 import type { Deps } from "../src/deps.ts";
 import type { JobDefinition } from "../src/queue.ts";
@@ -78,7 +79,8 @@ function implement<S extends z.ZodType>(
             await Promise.all(touches); // a touch still in flight must not land after the job is saved
           }
         },
-        agendaOptions,
+        // A worker locks no more rows than it may run at once, leaving the rest to other workers.
+        { ...agendaOptions, lockLimit: agendaOptions.concurrency ?? JOB_CONCURRENCY },
       );
     },
   };

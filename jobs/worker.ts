@@ -20,7 +20,7 @@ export async function startWorker({ queue, deps }: { queue: AgendaQueue; deps: D
   agenda.on("error", (error) => log.error("job queue error", { error }));
   agenda.on("fail", (error, job) => log.warn("job failed; it will be retried", { job: job.attrs.name, error }));
   for (const job of JOBS) job.register(agenda, deps);
-  await agenda.start();
+  await queue.startProcessing();
   for (const job of JOBS) {
     if (!job.every) continue;
     await agenda.every(job.every.interval, job.name, job.every.payload ?? {}, { timezone: "UTC", skipImmediate: true });
@@ -28,7 +28,8 @@ export async function startWorker({ queue, deps }: { queue: AgendaQueue; deps: D
   return {
     /** Takes no new jobs and lets running ones finish (a job still running after the grace period is retried later). */
     async stop(graceMs = 15_000) {
-      const { running, timedOut } = await agenda.drain({ timeout: graceMs, closeConnection: false });
+      const { running, timedOut, released } = await queue.stopProcessing(graceMs);
+      if (released) log.info("jobs locked but not started are free for other workers", { released });
       if (timedOut) log.warn("jobs still running at shutdown; they will be retried", { running });
     },
   };

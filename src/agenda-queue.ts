@@ -1,5 +1,5 @@
 import { PostgresBackend } from "@agendajs/postgres-backend";
-import { Agenda } from "agenda";
+import { Agenda, type Job } from "agenda";
 import type { z } from "zod";
 import { createPool } from "./db.ts";
 import type { Logger } from "./log.ts";
@@ -13,7 +13,54 @@ export type AgendaQueue = JobQueue & {
   ping(): Promise<void>;
   /** Gives up connecting, if it still is (shutdown, before it waits for a worker that is starting). */
   stopConnecting(): void;
+  /** Starts running the defined jobs in this process. */
+  startProcessing(): Promise<void>;
+  /**
+   * Starts no more jobs, unlocks at once the rows this process locked but had not started, and
+   * waits up to graceMs for the running ones (whose rows stay locked if they outlast it).
+   */
+  stopProcessing(graceMs: number): Promise<{ running: number; timedOut: boolean; released: number }>;
 };
+
+/** How many jobs of one name a worker runs at once unless its definition says (Agenda's default too). */
+export const JOB_CONCURRENCY = 5;
+
+/** The parts of Agenda's job processor (agenda 6.2, private) that a worker's lock bounds and shutdown use. */
+type JobProcessor = {
+  isRunning: boolean;
+  runningJobs: Job[];
+  jobQueue: { getQueue(): Job[] };
+  /** Stops polling and listening; returns the jobs locked here that have not started. */
+  stop(): Job[];
+  shouldLock(name: string): boolean;
+  updateStatus(name: string, key: "locked" | "running", change: number): void;
+  jobQueueFilling(name: string): Promise<void>;
+  jobProcessing(): Promise<void>;
+};
+
+const processorOf = (agenda: Agenda) => (agenda as unknown as { jobProcessor?: JobProcessor }).jobProcessor;
+
+/**
+ * A job's definition caps the rows a worker locks at its concurrency (jobs/implement.ts): Agenda's
+ * default is no cap, so one worker locked a whole backlog and other workers idled beside it.
+ * With the cap, Agenda would lock the next row only at its next poll; this locks it as soon as a
+ * job ends, so a backlog still runs back to back.
+ */
+function lockNextWhenOneEnds(processor: JobProcessor, log: Logger) {
+  const updateStatus = processor.updateStatus.bind(processor);
+  processor.updateStatus = (name, key, change) => {
+    updateStatus(name, key, change);
+    if (key !== "running" || change >= 0) return;
+    // Agenda releases the ended job's lock slot just after this, in the same tick.
+    setImmediate(() => {
+      if (!processor.isRunning) return;
+      processor
+        .jobQueueFilling(name)
+        .then(() => processor.jobProcessing())
+        .catch((error: unknown) => log.warn("job queue: could not take the next job", { job: name, error }));
+    });
+  };
+}
 
 const QUEUE_POOL_SIZE = 8; // on PostgreSQL
 
@@ -113,6 +160,8 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
     backend,
     processEvery: options.pollMs,
     defaultLockLifetime: options.lockMs,
+    defaultConcurrency: JOB_CONCURRENCY,
+    defaultLockLimit: JOB_CONCURRENCY,
   });
   // Agenda's debounce reads then writes; chaining one key's submissions in this process keeps
   // a burst from one API instance from racing itself into several jobs.
@@ -178,6 +227,30 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
     stopConnecting() {
       closed = true;
       wakeSleepers();
+    },
+    async startProcessing() {
+      await agenda.start();
+      const processor = processorOf(agenda);
+      if (processor) lockNextWhenOneEnds(processor, log);
+    },
+    async stopProcessing(graceMs) {
+      const processor = processorOf(agenda);
+      if (!processor) return { running: 0, timedOut: false, released: 0 };
+      // agenda.drain() alone kept starting the jobs it had locked during the grace, and left the
+      // rest locked for the lock lifetime: its processor was gone when agenda.stop() came to unlock them.
+      // A lock still on its way from the store is given back by Agenda when it may not keep it.
+      processor.shouldLock = () => false;
+      const unstarted = processor.stop();
+      processor.jobQueue.getQueue().splice(0);
+      if (unstarted.length) {
+        try {
+          await backend.repository.unlockJobs(unstarted.map((job) => job.attrs._id!));
+        } catch (error) {
+          log.warn("job queue: could not unlock the jobs this worker had not started; they run once their locks lapse", { jobs: unstarted.length, error });
+        }
+      }
+      const { running, timedOut } = await agenda.drain({ timeout: graceMs, closeConnection: false });
+      return { running, timedOut, released: unstarted.length };
     },
     async close() {
       closed = true;

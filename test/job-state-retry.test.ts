@@ -1,6 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { dispatchJob } from "../src/queue.ts";
-import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { startWorker } from "../jobs/worker.ts";
+import { conversationTurnsJob, dispatchJob, type Worker } from "../src/queue.ts";
+import { modelEnv, startEngramWithModel, startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { startSecondInstance, type TestInstance } from "./helpers/instances.ts";
+import type { ModelServer } from "./helpers/model-server.ts";
+import { recordTurn } from "./helpers/turns.ts";
 import { until } from "./helpers/until.ts";
 
 // Agenda ignores a failed write of a job's end, which left the job's row locked for the lock's
@@ -46,4 +50,59 @@ describe("a job whose end cannot be written at first", () => {
     await until("the job to be unlocked", async () => (await row())[0].lockedAt === null, 30_000);
     expect((await row())[0].lastFinishedAt).not.toBeNull();
   });
+});
+
+// A worker locks no more of a job's rows than it runs at once, and a graceful stop gives back at
+// once the rows it had locked but not started. Before, it locked a whole backlog, kept starting
+// it during the grace, and left the rest locked for the lock lifetime (10 minutes on PostgreSQL).
+describe("a worker stopped in front of a backlog", () => {
+  let engram: TestEngram;
+  let model: ModelServer;
+  let second: TestInstance | undefined;
+  const workers: Worker[] = [];
+  const env = { ENGRAM_MODEL_TIMEOUT_MS: "600000", ENGRAM_JOB_POLL_MS: "200" };
+  beforeAll(async () => {
+    // Every model call hangs: each job that starts stays running.
+    ({ model, engram } = await startEngramWithModel({ respond: () => new Promise<never>(() => {}), env }));
+  }, 120_000);
+  afterAll(async () => {
+    for (const worker of workers) await worker.stop(100).catch(() => {});
+    await second?.stop().catch(() => {});
+    await model?.stop();
+    await engram?.stop();
+  });
+
+  const rows = async () => {
+    const [row] = await engram.services.db.$queryRawUnsafe<{ locked: number; running: number }[]>(
+      `SELECT count(*) FILTER (WHERE "locked_at" IS NOT NULL)::int AS "locked",
+              count(*) FILTER (WHERE "locked_at" IS NOT NULL AND "last_run_at" IS NOT NULL
+                               AND ("last_finished_at" IS NULL OR "last_run_at" > "last_finished_at"))::int AS "running"
+       FROM "agenda_jobs" WHERE "name" = $1`,
+      conversationTurnsJob.name,
+    );
+    return row;
+  };
+
+  it("locks only what it runs, leaves the rest to another worker, and frees what it had not started", async () => {
+    const first = await startWorker(engram.services);
+    workers.push(first);
+    // Each turn's conversation gets a gate job, whose model call hangs.
+    for (let i = 0; i < 12; i++) await recordTurn(engram, { userMessage: "I moved to Lisbon last week.", conversationExternalId: `backlog-${i}` });
+    await until("4 gate jobs to hang (the job's concurrency)", async () => {
+      if ((await rows()).running !== 4) return false;
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      return (await rows()).running === 4;
+    }, 60_000);
+    // Polls later, the worker still holds only the rows it runs.
+    expect(await rows()).toEqual({ locked: 4, running: 4 });
+
+    await first.stop(300);
+    expect(await rows()).toEqual({ locked: 4, running: 4 });
+
+    second = await startSecondInstance(engram, { ...modelEnv(model), ...env });
+    const start = Date.now();
+    workers.push(await startWorker(second.services));
+    await until("another worker to take 4 more", async () => (await rows()).running === 8, 10_000);
+    expect(Date.now() - start).toBeLessThan(5_000);
+  }, 120_000);
 });

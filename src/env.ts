@@ -1,6 +1,13 @@
 import { z } from "zod";
 
 // The one reader of process.env. A wrong setting stops start-up with every problem listed.
+
+/** Node runs a timer set longer than this after 1 ms (TimeoutOverflowWarning). */
+const MAX_TIMER_MS = 2_147_483_647;
+
+/** A duration in ms that Node's timers can wait. */
+const ms = () => z.coerce.number().int().max(MAX_TIMER_MS, `must be at most ${MAX_TIMER_MS} (about 24.8 days): Node's timers wait no longer`);
+
 const schema = z.object({
   HOST: z.string().min(1).default("127.0.0.1"),
   PORT: z.coerce.number().int().min(0).max(65535).default(4000),
@@ -26,7 +33,7 @@ const schema = z.object({
   CHROMA_URL: z.string().url().optional(),
   /** Encrypts tenants' own model API keys at rest (AES-256-GCM); needed only when a tenant sets one. */
   ENGRAM_SECRET: z.string().min(16, "must be at least 16 characters").optional(),
-  ENGRAM_MODEL_TIMEOUT_MS: z.coerce.number().int().positive().default(60_000),
+  ENGRAM_MODEL_TIMEOUT_MS: ms().positive().default(60_000),
   ENGRAM_MODEL_MAX_RETRIES: z.coerce.number().int().min(0).max(10).default(2),
   /** WebSocket bounds: open connections per API key, and subscriptions per connection. */
   ENGRAM_WS_MAX_CONNECTIONS_PER_KEY: z.coerce.number().int().positive().default(50),
@@ -41,24 +48,24 @@ const schema = z.object({
    */
   ENGRAM_VECTOR_CACHE_MB: z.coerce.number().min(0).default(256),
   /** How long a copy is trusted without hearing of a change from another instance, before it is loaded again. */
-  ENGRAM_VECTOR_CACHE_TTL_MS: z.coerce.number().int().positive().default(30_000),
+  ENGRAM_VECTOR_CACHE_TTL_MS: ms().positive().default(30_000),
   /**
    * How long a vector search waits for Chroma in all, opening the collection included: past it,
    * recall answers from keywords alone (`degraded` says why) and a VECTOR-mode recall fails, so a
    * hung Chroma never holds a reply.
    */
-  ENGRAM_VECTOR_SEARCH_TIMEOUT_MS: z.coerce.number().int().positive().default(5_000),
+  ENGRAM_VECTOR_SEARCH_TIMEOUT_MS: ms().positive().default(5_000),
   /** Model calls (chat + embeddings) one GraphQL operation or REST call may make, over all its fields. */
   ENGRAM_MODEL_CALLS_PER_REQUEST: z.coerce.number().int().min(1).max(1_000).default(10),
   ENGRAM_JOBS: z.enum(["on", "off"]).default("on"),
-  ENGRAM_JOB_POLL_MS: z.coerce.number().int().positive().default(2_000),
+  ENGRAM_JOB_POLL_MS: ms().positive().default(2_000),
   /**
    * How long a job's lock holds without a sign of life (running jobs renew it every quarter of
    * this). On PostgreSQL, the jobs a crashed worker had locked wait this long; the embedded store
    * frees them at the next start. Agenda cancels a job whose lock lapsed, and under a saturated
    * store (bench/soak) a short one lapsed before the job could even start: keep it generous.
    */
-  ENGRAM_JOB_LOCK_MS: z.coerce.number().int().min(10_000).default(600_000),
+  ENGRAM_JOB_LOCK_MS: ms().min(10_000).default(600_000),
   ENGRAM_LOG_LEVEL: z.enum(["debug", "info", "warn", "error", "silent"]).default("info"),
   /** Set by npm for `npm start` / `npx engram start`: the server then exits when npm does. */
   npm_execpath: z.string().optional(),
@@ -68,6 +75,35 @@ const schema = z.object({
 });
 
 export type Env = z.infer<typeof schema>;
+
+const SETTINGS = Object.keys(schema.shape);
+
+/**
+ * ENGRAM_* names that are not settings yet may well be set: the tests' and CI's, and the keys the
+ * README has a shell hold (ENGRAM_KEY, and ENGRAM_ADMIN_KEY as the first start prints it).
+ */
+const NOT_SETTINGS = /^ENGRAM_(TEST_[A-Z0-9_]+|REQUIRE_BROWSER|KEY|ADMIN_KEY)$/;
+
+/** Edit distance: how many letters to add, drop or change to turn a into b. */
+function distance(a: string, b: string): number {
+  let row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const next = [i];
+    for (let j = 1; j <= b.length; j++) next[j] = Math.min(row[j] + 1, next[j - 1] + 1, row[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+    row = next;
+  }
+  return row[b.length];
+}
+
+/** A misspelt ENGRAM_* name would be ignored without a word: it is a problem, with the setting it is closest to. */
+function unknownSettings(names: string[]): string[] {
+  return names
+    .filter((name) => name.startsWith("ENGRAM_") && !SETTINGS.includes(name) && !NOT_SETTINGS.test(name))
+    .map((name) => {
+      const closest = SETTINGS.reduce((best, known) => (distance(name, known) < distance(name, best) ? known : best));
+      return `${name}: not a setting Engram knows (did you mean ${closest}?)`;
+    });
+}
 
 export class EnvError extends Error {
   constructor(readonly problems: string[]) {
@@ -82,9 +118,11 @@ export function readEnv(source: Record<string, string | undefined> = process.env
     Object.entries(source).filter(([, value]) => value !== undefined && value !== ""),
   );
   const parsed = schema.safeParse(cleaned);
-  if (!parsed.success) {
-    throw new EnvError(parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`));
-  }
+  const problems = [
+    ...(parsed.success ? [] : parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`)),
+    ...unknownSettings(Object.keys(cleaned)),
+  ];
+  if (problems.length || !parsed.success) throw new EnvError(problems);
   return parsed.data;
 }
 

@@ -228,6 +228,41 @@ describe("configuration", () => {
   });
 });
 
+describe("configuration bounds and names", () => {
+  it("refuses a duration Node's timers cannot wait, naming the variable", () => {
+    // Over 2^31-1 ms Node fires a timer after 1 ms: every model call timed out at once.
+    // ENGRAM_KEY_CACHE_TTL_MS has its own cap of 1 s.
+    for (const name of ["ENGRAM_MODEL_TIMEOUT_MS", "ENGRAM_KEY_CACHE_TTL_MS", "ENGRAM_VECTOR_CACHE_TTL_MS", "ENGRAM_VECTOR_SEARCH_TIMEOUT_MS", "ENGRAM_JOB_POLL_MS", "ENGRAM_JOB_LOCK_MS"]) {
+      let error: unknown;
+      try {
+        readEnv({ [name]: "3000000000" });
+      } catch (e) {
+        error = e;
+      }
+      expect(error, name).toBeInstanceOf(EnvError);
+      expect((error as EnvError).problems, name).toEqual([expect.stringMatching(new RegExp(`^${name}: .*(at most|<=)`))]);
+    }
+    expect(readEnv({ ENGRAM_MODEL_TIMEOUT_MS: "2147483647" }).ENGRAM_MODEL_TIMEOUT_MS).toBe(2_147_483_647);
+  });
+
+  it("stops on a misspelt ENGRAM_ name with the setting it is closest to, among the other problems", () => {
+    let error: unknown;
+    try {
+      readEnv({ ENGRAM_DATADIR: "/srv/engram", ENGRAM_JOB_POL_MS: "500", PORT: "99999" });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(EnvError);
+    expect((error as EnvError).problems).toEqual([
+      expect.stringMatching(/^PORT:/),
+      "ENGRAM_DATADIR: not a setting Engram knows (did you mean ENGRAM_DATA_DIR?)",
+      "ENGRAM_JOB_POL_MS: not a setting Engram knows (did you mean ENGRAM_JOB_POLL_MS?)",
+    ]);
+    // Names that are not settings but that tests, CI and a user's shell hold are left alone, as is anything not ENGRAM_*.
+    expect(() => readEnv({ ENGRAM_TEST_DATABASE_URL: "postgres://h/db", ENGRAM_REQUIRE_BROWSER: "1", ENGRAM_KEY: "egm_x", ENGRAM_ADMIN_KEY: "egm_y", HOME: "/root" })).not.toThrow();
+  });
+});
+
 describe("the embedded store", { timeout: 120_000 }, () => {
   it("has one owner: a second owner of the data folder is refused, while attaching works", async () => {
     const dir = tempDir();

@@ -128,16 +128,66 @@ async function importFile(services: Services, file: string, tenant?: string): Pr
   return failed;
 }
 
-async function main(argv: string[]) {
-  const [command, sub, ...rest] = argv;
-  // bin/engram.mjs runs the server's entry (dist/main.js) for `engram start`; this file only
-  // gets it when run some other way.
-  if (command === "start") {
-    process.stderr.write("`start` runs through bin/engram.mjs (`npx engram start`) or `npm start`, not this file.\n");
-    process.exitCode = 2;
-    return;
+/** A command line that does not fit its command's usage: one line, the usage, exit code 2. */
+class UsageError extends Error {
+  constructor(
+    readonly command: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "UsageError";
   }
-  if (command === "tenants" && sub === "list") {
+}
+
+/** The commands, as their words; each is matched before its arguments are read. */
+const COMMANDS = ["tenants list", "tenants create", "keys create", "compact", "retention", "export-user", "import", "mcp"] as const;
+type CommandName = (typeof COMMANDS)[number];
+
+/** A command's own lines of USAGE (its line and the lines indented under it). */
+function usageOf(command: string): string {
+  const lines = USAGE.split("\n");
+  const first = lines.findIndex((line) => line.startsWith(`  ${command} `) || line === `  ${command}`);
+  if (first < 0) return USAGE;
+  let last = first + 1;
+  while (last < lines.length && /^ {4,}/.test(lines[last])) last++;
+  return `Usage: engram ${lines.slice(first, last).join("\n").slice(2)}`;
+}
+
+type Options = Record<string, { type: "string" | "boolean" }>;
+type Values<O extends Options> = { [K in keyof O]?: O[K]["type"] extends "boolean" ? boolean : string };
+
+/**
+ * A command's arguments, strictly: an unknown option, a missing value or a wrong number of
+ * arguments is a UsageError, and so is an argument starting with "-" (a name or id never does:
+ * `tenants create --help` once made a tenant named "--help"). Null when --help was asked for:
+ * the command's usage is printed, and nothing is opened.
+ */
+function parseCommand<O extends Options>(command: CommandName, args: string[], options: O, positionals: { min: number; max: number }) {
+  let parsed;
+  try {
+    parsed = parseArgs({ args, options: { ...options, help: { type: "boolean", short: "h" } }, allowPositionals: true, strict: true });
+  } catch (error) {
+    const { code, message } = error as { code?: string; message: string };
+    if (code?.startsWith("ERR_PARSE_ARGS_")) throw new UsageError(command, message.split("\n")[0].split(". ")[0]);
+    throw error;
+  }
+  if ((parsed.values as { help?: boolean }).help) {
+    process.stderr.write(`${usageOf(command)}\n`);
+    return null;
+  }
+  const given = parsed.positionals;
+  const dashed = given.find((arg) => arg.startsWith("-"));
+  if (dashed !== undefined) throw new UsageError(command, `'${dashed}' is not an option of this command, nor a name or id (they never start with '-')`);
+  if (given.length < positionals.min) throw new UsageError(command, `${/<[^>]+>/.exec(usageOf(command))?.[0] ?? "an argument"} is missing`);
+  if (given.length > positionals.max) throw new UsageError(command, `unexpected argument '${given[positionals.max]}'`);
+  return { values: parsed.values as Values<O>, positionals: given };
+}
+
+async function run(command: CommandName, args: string[]) {
+  const none = { min: 0, max: 0 };
+  const one = { min: 1, max: 1 };
+  if (command === "tenants list") {
+    if (!parseCommand(command, args, {}, none)) return;
     const tenants = await withDb((db) =>
       db.tenant.findMany({
         orderBy: { createdAt: "asc" },
@@ -149,28 +199,29 @@ async function main(argv: string[]) {
     return;
   }
   if (command === "mcp") {
+    if (!parseCommand(command, args, {}, none)) return;
     const { serveMcpOverStdio } = await import("./mcp/stdio.ts");
     await serveMcpOverStdio(readEnv());
     return;
   }
-  if (command === "tenants" && sub === "create") {
-    const name = rest.join(" ").trim();
-    if (!name) throw new EngramError("BAD_USER_INPUT", "Give the tenant a name: engram tenants create <name>");
+  if (command === "tenants create") {
+    // The name's words may come unquoted: `engram tenants create Acme Corp`.
+    const parsed = parseCommand(command, args, {}, { min: 1, max: Infinity });
+    if (!parsed) return;
+    const name = parsed.positionals.join(" ").trim();
+    if (!name) throw new UsageError(command, "give the tenant a name");
     const { createTenant } = await import("./auth.ts");
     const { tenant, adminKey } = await withDb((db) => createTenant(db, { name }));
     process.stderr.write(`tenant ${tenant.id} (${tenant.name}); its admin key:\n`);
     process.stdout.write(`${adminKey}\n`);
     return;
   }
-  if (command === "keys" && sub === "create") {
-    const { values } = parseArgs({
-      args: rest,
-      options: { role: { type: "string" }, tenant: { type: "string" }, name: { type: "string" } },
-    });
+  if (command === "keys create") {
+    const parsed = parseCommand(command, args, { role: { type: "string" }, tenant: { type: "string" }, name: { type: "string" } }, none);
+    if (!parsed) return;
+    const { values } = parsed;
     const role = values.role?.toUpperCase();
-    if (role !== "ADMIN" && role !== "WRITER" && role !== "READER") {
-      throw new EngramError("BAD_USER_INPUT", "--role must be admin, writer or reader.");
-    }
+    if (role !== "ADMIN" && role !== "WRITER" && role !== "READER") throw new UsageError(command, "--role must be admin, writer or reader");
     const [{ createApiKey }, { forTenant }] = await Promise.all([import("./governance/keys.ts"), import("./db.ts")]);
     const { key } = await withDb(async (db) =>
       createApiKey(forTenant(db, await resolveTenantId(db, values.tenant)), { role, name: values.name ?? "" }),
@@ -178,7 +229,10 @@ async function main(argv: string[]) {
     process.stdout.write(`${key}\n`);
     return;
   }
-  if ((command === "compact" || command === "retention") && sub === "--now") {
+  if (command === "compact" || command === "retention") {
+    const parsed = parseCommand(command, args, { now: { type: "boolean" } }, none);
+    if (!parsed) return;
+    if (!parsed.values.now) throw new UsageError(command, "--now is needed (the scheduled run needs no command)");
     const runs = await withServices(async (services) => {
       if (command === "compact") return (await import("./work/compact-tenants.ts")).compactTenants(services.deps, {});
       return (await import("./work/retention.ts")).retentionSweep(services.deps, {});
@@ -188,30 +242,48 @@ async function main(argv: string[]) {
     }
     return;
   }
-  if (command === "export-user" && sub) {
-    const { values } = parseArgs({ args: rest, options: { tenant: { type: "string" } } });
+  if (command === "export-user") {
+    const parsed = parseCommand(command, args, { tenant: { type: "string" } }, one);
+    if (!parsed) return;
+    const [who] = parsed.positionals;
     const [{ forTenant }, { exportUser }] = await Promise.all([import("./db.ts"), import("./memory/export.ts")]);
     const exported = await withServices(async (services) => {
-      const db = forTenant(services.db, await resolveTenantId(services.db, values.tenant));
-      const user = await db.endUser.findFirst({ where: { OR: [{ externalId: sub }, { id: sub }] } });
-      if (!user) throw new EngramError("NOT_FOUND", `No end user ${sub} in this tenant.`);
+      const db = forTenant(services.db, await resolveTenantId(services.db, parsed.values.tenant));
+      const user = await db.endUser.findFirst({ where: { OR: [{ externalId: who }, { id: who }] } });
+      if (!user) throw new EngramError("NOT_FOUND", `No end user ${who} in this tenant.`);
       return exportUser(db, user.id);
     });
-    process.stdout.write(`${JSON.stringify(exported, null, 2)}
-`);
+    process.stdout.write(`${JSON.stringify(exported, null, 2)}\n`);
     return;
   }
-  if (command === "import" && sub) {
-    const { values } = parseArgs({ args: rest, options: { tenant: { type: "string" } } });
-    const failed = await withServices((services) => importFile(services, sub, values.tenant));
+  if (command === "import") {
+    const parsed = parseCommand(command, args, { tenant: { type: "string" } }, one);
+    if (!parsed) return;
+    const failed = await withServices((services) => importFile(services, parsed.positionals[0], parsed.values.tenant));
     if (failed) process.exitCode = 1;
+  }
+}
+
+async function main(argv: string[]) {
+  // bin/engram.mjs runs the server's entry (dist/main.js) for `engram start`; this file only
+  // gets it when run some other way.
+  if (argv[0] === "start") {
+    process.stderr.write("`start` runs through bin/engram.mjs (`npx engram start`) or `npm start`, not this file.\n");
+    process.exitCode = 2;
     return;
   }
+  const command = COMMANDS.find((name) => name.split(" ").every((word, i) => argv[i] === word));
+  if (command) return run(command, argv.slice(command.split(" ").length));
   process.stderr.write(`${USAGE}\n`);
-  process.exitCode = command && command !== "help" && command !== "--help" ? 2 : 0;
+  const askedForHelp = !argv.length || argv[0] === "help" || argv.includes("--help") || argv.includes("-h");
+  process.exitCode = askedForHelp ? 0 : 2;
 }
 
 main(process.argv.slice(2)).catch((error) => {
+  if (error instanceof UsageError) {
+    process.stderr.write(`engram ${error.command}: ${error.message}\n${usageOf(error.command)}\n`);
+    process.exit(2);
+  }
   if (error instanceof EnvError || error instanceof EngramError || error?.name === "StoreBusyError") {
     process.stderr.write(`${error.message}\n`);
   } else {

@@ -159,6 +159,48 @@ describe("the CLI", () => {
     expect(help.stderr).toMatch(/tenants list/);
     expect(help.stderr).toMatch(/keys create --role <admin\|writer\|reader>/);
   });
+
+  // `tenants create --help` made a tenant named "--help" and printed its admin key; an unknown
+  // option printed Node's ERR_PARSE_ARGS stack and exited 1; `export-user --help` opened the store.
+  it("answers --help per command without acting, and refuses bad arguments in one line with exit code 2", () => {
+    const dir = folder();
+    const tenantCount = () => runCli(["tenants", "list"], { ENGRAM_DATA_DIR: dir }).stdout.trim().split("\n").filter(Boolean).length;
+    expect(runCli(["tenants", "create", "Acme"], { ENGRAM_DATA_DIR: dir }).code).toBe(0);
+    expect(tenantCount()).toBe(1);
+
+    const help = runCli(["tenants", "create", "--help"], { ENGRAM_DATA_DIR: dir });
+    expect(help.code).toBe(0);
+    expect(help.stdout).toBe("");
+    expect(help.stderr).toMatch(/^Usage: engram tenants create <name>/);
+    for (const args of [["--", "--help"], ["-h"], ["Acme", "--bogus"]]) {
+      const refused = runCli(["tenants", "create", ...args], { ENGRAM_DATA_DIR: dir });
+      expect(refused.code, args.join(" ")).toBe(args[0] === "-h" ? 0 : 2);
+      expect(refused.stdout, args.join(" ")).toBe("");
+    }
+    expect(tenantCount()).toBe(1);
+
+    const unknown = runCli(["keys", "create", "--role", "admin", "--bogus"], { ENGRAM_DATA_DIR: dir });
+    expect(unknown.code).toBe(2);
+    expect(unknown.stdout).toBe("");
+    const [line, ...usage] = unknown.stderr.trim().split("\n");
+    expect(line).toBe("engram keys create: Unknown option '--bogus'");
+    expect(usage[0]).toMatch(/^Usage: engram keys create --role/);
+    expect(unknown.stderr).not.toMatch(/ERR_PARSE_ARGS|\n\s+at /);
+    for (const args of [["keys", "create", "--role"], ["keys", "create", "--role", "owner"], ["compact"], ["export-user"], ["import", "a.jsonl", "b.jsonl"]]) {
+      const refused = runCli(args, { ENGRAM_DATA_DIR: dir });
+      expect(refused.code, args.join(" ")).toBe(2);
+      expect(refused.stderr, args.join(" ")).toMatch(new RegExp(`^engram ${args[0]}.*\nUsage: engram ${args[0]}`));
+    }
+
+    // Help opens nothing: the data folder it would use is never made.
+    const untouched = path.join(dir, "never-opened");
+    for (const command of [["export-user", "--help"], ["import", "--help"], ["compact", "--help"], ["keys", "create", "--help"]]) {
+      const asked = runCli(command, { ENGRAM_DATA_DIR: untouched });
+      expect(asked.code, command.join(" ")).toBe(0);
+      expect(asked.stderr, command.join(" ")).toMatch(new RegExp(`^Usage: engram ${command.join(" ").replace(" --help", "")}`));
+    }
+    expect(existsSync(untouched)).toBe(false);
+  });
 });
 
 describe.skipIf(!serverUrl)("on PostgreSQL without CHROMA_URL", () => {

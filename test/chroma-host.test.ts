@@ -36,7 +36,7 @@ describe("the embedded Chroma's host", () => {
     expect(first.pid).not.toBe(process.pid);
     expect(readFileSync(`/proc/${first.pid}/cmdline`, "utf8")).toContain("chroma-child");
     const owner = JSON.parse(readFileSync(path.join(dataDir, "chroma.owner.json"), "utf8"));
-    expect(owner).toEqual({ pid: first.pid, port: Number(new URL(first.url).port) });
+    expect(owner).toEqual({ pid: first.pid, started: expect.any(Number), port: Number(new URL(first.url).port) });
     expect((await chroma.health()).status).toBe("ok");
 
     // Killed, it comes back in a process of its own again: the host is not asked.

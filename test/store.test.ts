@@ -18,6 +18,7 @@ import {
   type Store,
 } from "../src/embedded/embedded.ts";
 import { committedMigrations, migrate } from "../src/embedded/migrate.ts";
+import { processStarted } from "../src/embedded/owner.ts";
 import { ROOT } from "../src/paths.ts";
 import { createTestStore, type TestStore } from "./helpers/store.ts";
 
@@ -356,6 +357,60 @@ describe("the embedded store", { timeout: 120_000 }, () => {
     expect(readOwner(dir)?.pid).toBe(process.pid);
     await store.stop();
   });
+
+  it("takes over a folder whose owner file names this process, or a PID another process has now", async () => {
+    // A file naming this process, which never wrote it: an earlier process had its PID.
+    const self = tempDir();
+    writeFileSync(path.join(self, "engram.owner.json"), JSON.stringify({ pid: process.pid, port: 1 }));
+    expect(readOwner(self)).toBeNull();
+    const store = await startEmbeddedStore(self);
+    cleanups.push(() => store.stop());
+    expect(readOwner(self)).toMatchObject({ pid: process.pid, started: processStarted(process.pid) });
+    await store.stop();
+
+    // A live process that is not the one recorded: it started at another time.
+    const sleeper = spawn("sleep", ["120"], { stdio: "ignore" });
+    children.add(sleeper);
+    const started = processStarted(sleeper.pid!)!;
+    const reused = tempDir();
+    writeFileSync(path.join(reused, "engram.owner.json"), JSON.stringify({ pid: sleeper.pid, started: started - 1, port: 1 }));
+    const next = await startEmbeddedStore(reused);
+    cleanups.push(() => next.stop());
+    expect(readOwner(reused)?.pid).toBe(process.pid);
+    await next.stop();
+
+    // The process recorded, still running, still holds its folder.
+    const held = tempDir();
+    writeFileSync(path.join(held, "engram.owner.json"), JSON.stringify({ pid: sleeper.pid, started, port: 1 }));
+    await expect(startEmbeddedStore(held)).rejects.toThrow(new RegExp(`already opened by Engram \\(pid ${sleeper.pid}\\)`));
+    sleeper.kill("SIGKILL");
+  });
+
+  it.skipIf(process.platform !== "linux" || spawnSync("unshare", ["--pid", "--fork", "--mount-proc", "true"]).status !== 0)(
+    "starts as PID 1 of a container over the owner file a killed PID 1 left",
+    async () => {
+      const dir = tempDir();
+      writeFileSync(path.join(dir, "engram.owner.json"), JSON.stringify({ pid: 1, port: 1 }));
+      const script = path.join(dir, "start.mts");
+      writeFileSync(
+        script,
+        `import { readOwner, startEmbeddedStore } from ${JSON.stringify(path.join(ROOT, "src", "embedded", "embedded.ts"))};
+const store = await startEmbeddedStore(${JSON.stringify(dir)});
+console.log(JSON.stringify({ pid: process.pid, owner: readOwner(${JSON.stringify(dir)}) }));
+await store.stop();
+`,
+      );
+      const run = spawnSync("unshare", ["--pid", "--fork", "--mount-proc", process.execPath, "--import", "tsx", script], {
+        cwd: ROOT,
+        encoding: "utf8",
+        timeout: 90_000,
+      });
+      expect(run.status, run.stderr).toBe(0);
+      const { pid, owner } = JSON.parse(run.stdout.trim().split("\n").pop()!);
+      expect(pid).toBe(1);
+      expect(owner).toMatchObject({ pid: 1, started: expect.any(Number) });
+    },
+  );
 });
 
 describe("the CLI", () => {

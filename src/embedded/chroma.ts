@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, rmSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import { fromRoot, ROOT } from "../paths.ts";
-import { isAlive, liveOwner, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
+import { isRunning, liveOwner, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
 import { childEnv, recentOutput } from "./child-env.ts";
 import { HostedChromaFailed, type ChromaHost, type HostedChroma } from "./embedded.ts";
 
@@ -88,7 +88,7 @@ export async function startEmbeddedChroma(
   // Never a second server on the same folder: one that another Engram process owns is reused by
   // attachOrStartEmbeddedChroma, and one this process started must be gone before it starts again.
   const previous = readOwnerFile(ownerFile(dir));
-  if (previous && previous.pid !== process.pid && isAlive(previous.pid)) {
+  if (previous && previous.pid !== process.pid && isRunning(previous)) {
     throw new Error(`The embedded Chroma in ${dir} is owned by another process (pid ${previous.pid}).`);
   }
   const chromaDir = path.join(dir, "chroma");
@@ -139,7 +139,7 @@ export async function attachOrStartEmbeddedChroma(dataDir: string, host?: Chroma
   const owner = readOwner(path.resolve(dataDir));
   if (owner) {
     const url = `http://127.0.0.1:${owner.port}`;
-    if (await heartbeat(url)) return { url, alive: () => isAlive(owner.pid), stop: async () => {} };
+    if (await heartbeat(url)) return { url, alive: () => isRunning(owner), stop: async () => {} };
   }
   return startEmbeddedChroma(dataDir, { host });
 }

@@ -3,7 +3,7 @@ import { mkdirSync, rmSync } from "node:fs";
 import path from "node:path";
 import { fromRoot, ROOT } from "../paths.ts";
 import type { Logger } from "../log.ts";
-import { isAlive, liveOwner, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
+import { isRunning, liveOwner, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
 import { childEnv, recentOutput } from "./child-env.ts";
 
 const childScript = fromRoot("src", "embedded", "pglite-child.mjs");
@@ -149,7 +149,7 @@ export async function startEmbeddedStore(dataDir: string, options: EmbeddedStore
   claimOwnership(dir);
   // The folder's owner died (SIGKILL) with its embedded Chroma: that Chroma's record goes too.
   const chroma = readOwnerFile(path.join(dir, "chroma.owner.json"));
-  if (chroma && !isAlive(chroma.pid)) rmSync(path.join(dir, "chroma.owner.json"), { force: true });
+  if (chroma && !isRunning(chroma)) rmSync(path.join(dir, "chroma.owner.json"), { force: true });
 
   let { child, ready, output } = forkChild(pgDir, 0, options);
   let port: number;

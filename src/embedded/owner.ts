@@ -1,15 +1,45 @@
 import { readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+
+/**
+ * A process as an owner file names it: its PID and, where /proc tells it, when it started (clock
+ * ticks after boot), so that another process given the same PID later is not taken for it.
+ */
+export type OwnerProcess = { pid: number; started?: number };
 
 /** What an owner file (<dataDir>/<name>.owner.json) records: the owning process and its port. */
-export type Owner = { pid: number; port: number };
+export type Owner = OwnerProcess & { port: number };
 
-export function isAlive(pid: number): boolean {
+/** The owner files this process has named itself in: a file naming its PID that it never wrote is an earlier process's. */
+const ownFiles = new Set<string>();
+
+/** When process `pid` started, in clock ticks after boot (field 22 of /proc/<pid>/stat); undefined without /proc. */
+export function processStarted(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // Field 2, the command's name, is in parentheses and may hold spaces: count from after it.
+    const started = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]);
+    return Number.isFinite(started) ? started : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
   } catch (error) {
     return (error as NodeJS.ErrnoException).code === "EPERM";
   }
+}
+
+/** Whether the process recorded is still the one running under its PID (the PID alone where its start time is not known). */
+export function isRunning(recorded: OwnerProcess): boolean {
+  if (!isAlive(recorded.pid)) return false;
+  if (recorded.started === undefined) return true;
+  const started = processStarted(recorded.pid);
+  return started === undefined || started === recorded.started;
 }
 
 /** The owner file's record, alive or not; null when there is none or it cannot be read. */
@@ -21,13 +51,26 @@ export function readOwnerFile(file: string): Owner | null {
   }
 }
 
-/** The owner file's record when its process is still alive, else null. */
+/**
+ * Whether the owner `file` records is running. One naming this process counts only if this
+ * process wrote it: in a container Engram is PID 1 at every start, so the file a killed one
+ * left names the next one.
+ */
+export function ownerRunning(file: string, owner: OwnerProcess): boolean {
+  if (owner.pid === process.pid) return ownFiles.has(path.resolve(file));
+  return isRunning(owner);
+}
+
+/** The owner file's record when its process is still running, else null. */
 export function liveOwner(file: string): Owner | null {
   const owner = readOwnerFile(file);
-  return owner && isAlive(owner.pid) ? owner : null;
+  return owner && ownerRunning(file, owner) ? owner : null;
 }
 
 /** Records this process (or `pid`, a process serving for it), serving on port, as the owner. */
 export function writeOwnerFile(file: string, port: number, options: { exclusive?: boolean; pid?: number } = {}): void {
-  writeFileSync(file, JSON.stringify({ pid: options.pid ?? process.pid, port } satisfies Owner), options.exclusive ? { flag: "wx" } : undefined);
+  const pid = options.pid ?? process.pid;
+  const owner: Owner = { pid, started: processStarted(pid), port };
+  writeFileSync(file, JSON.stringify(owner), options.exclusive ? { flag: "wx" } : undefined);
+  if (pid === process.pid) ownFiles.add(path.resolve(file));
 }

@@ -1,5 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -18,7 +18,7 @@ import {
   type Store,
 } from "../src/embedded/embedded.ts";
 import { committedMigrations, migrate } from "../src/embedded/migrate.ts";
-import { processStarted } from "../src/embedded/owner.ts";
+import { processStarted, readOwnerFile } from "../src/embedded/owner.ts";
 import { ROOT } from "../src/paths.ts";
 import { createTestStore, type TestStore } from "./helpers/store.ts";
 
@@ -127,6 +127,7 @@ async function startServer(vars: Record<string, string>) {
   }
   return {
     url: `http://127.0.0.1:${port}`,
+    child,
     output,
     /** SIGTERM, as a supervisor would: resolves with the exit code once it is down. */
     stop: () =>
@@ -384,6 +385,54 @@ describe("the embedded store", { timeout: 120_000 }, () => {
     writeFileSync(path.join(held, "engram.owner.json"), JSON.stringify({ pid: sleeper.pid, started, port: 1 }));
     await expect(startEmbeddedStore(held)).rejects.toThrow(new RegExp(`already opened by Engram \\(pid ${sleeper.pid}\\)`));
     sleeper.kill("SIGKILL");
+  });
+
+  it("never opens a folder whose database process outlives its killed server: waits for it, or refuses", { timeout: 240_000 }, async () => {
+    const dir = tempDir();
+    const server = await startServer({ ENGRAM_DATA_DIR: dir });
+    const recorded = readOwnerFile(path.join(dir, "engram.owner.json"))!;
+    expect(recorded).toMatchObject({ pid: server.child.pid, child: { pid: expect.any(Number), started: expect.any(Number) } });
+    const orphan = recorded.child!.pid;
+    cleanups.push(() => {
+      try {
+        process.kill(orphan, "SIGKILL");
+      } catch {} // gone already
+    });
+    const pgliteChildren = () =>
+      readdirSync("/proc")
+        .filter((name) => /^\d+$/.test(name))
+        .filter((pid) => {
+          try {
+            const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+            return args.some((arg) => arg.endsWith("pglite-child.mjs")) && args.includes(path.join(dir, "pg"));
+          } catch {
+            return false;
+          }
+        })
+        .map(Number);
+    expect(pgliteChildren()).toEqual([orphan]);
+
+    // The database process is held while its server is killed: it cannot close the folder.
+    process.kill(orphan, "SIGSTOP");
+    const killed = new Promise((resolve) => server.child.once("exit", resolve));
+    server.child.kill("SIGKILL");
+    await killed;
+    const refused = await startEmbeddedStore(dir, { orphanWaitMs: 1_000 }).catch((error: Error) => error);
+    expect(refused).toBeInstanceOf(StoreBusyError);
+    expect((refused as Error).message).toMatch(new RegExp(`still open in the database process \\(pid ${orphan}\\) of an Engram that exited`));
+    expect(pgliteChildren()).toEqual([orphan]);
+
+    // Let go, it closes the folder and exits: a start meanwhile waits for it, then opens the folder.
+    const starting = startEmbeddedStore(dir);
+    setTimeout(() => process.kill(orphan, "SIGCONT"), 500);
+    const store = await starting;
+    cleanups.push(() => store.stop());
+    const [opened] = pgliteChildren();
+    expect(pgliteChildren()).toEqual([opened]);
+    expect(opened).not.toBe(orphan);
+    const [row] = await sql<{ one: number }>(store.url, "SELECT 1 AS one");
+    expect(row.one).toBe(1);
+    await store.stop();
   });
 
   it.skipIf(process.platform !== "linux" || spawnSync("unshare", ["--pid", "--fork", "--mount-proc", "true"]).status !== 0)(

@@ -3,7 +3,7 @@ import { mkdirSync, rmSync } from "node:fs";
 import path from "node:path";
 import { fromRoot, ROOT } from "../paths.ts";
 import type { Logger } from "../log.ts";
-import { isRunning, liveOwner, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
+import { isRunning, liveOwner, ownerRunning, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
 import { childEnv, recentOutput } from "./child-env.ts";
 
 const childScript = fromRoot("src", "embedded", "pglite-child.mjs");
@@ -37,10 +37,13 @@ export class HostedChromaFailed extends Error {}
 export type StoreState = "up" | "restarting" | "failed";
 
 export class StoreBusyError extends Error {
-  constructor(dataDir: string, pid: number) {
+  constructor(dataDir: string, pid: number, options: { orphanWaitMs?: number } = {}) {
     super(
-      `The data folder ${dataDir} is already opened by Engram (pid ${pid}). ` +
-        "Stop that process first, or run CLI commands while it is up so they go through its store.",
+      options.orphanWaitMs === undefined
+        ? `The data folder ${dataDir} is already opened by Engram (pid ${pid}). ` +
+            "Stop that process first, or run CLI commands while it is up so they go through its store."
+        : `The data folder ${dataDir} is still open in the database process (pid ${pid}) of an Engram that exited, ` +
+            `and it did not close it within ${Math.round(options.orphanWaitMs / 1000)} s. Stop that process first.`,
     );
     this.name = "StoreBusyError";
   }
@@ -55,17 +58,28 @@ export function readOwner(dataDir: string): Owner | null {
   return liveOwner(ownerFile(dataDir));
 }
 
-/** Takes the folder with an exclusive create, so two starting processes cannot both own it. */
-function claimOwnership(dir: string) {
-  for (let attempt = 0; attempt < 2; attempt++) {
+/**
+ * Takes the folder with an exclusive create, so two starting processes cannot both own it. The
+ * database process of an owner that died (SIGKILL) has the folder open for up to 5 s more, while it
+ * closes it: a start waits up to orphanWaitMs for it to end, so the folder is never opened twice.
+ */
+async function claimOwnership(dir: string, orphanWaitMs: number) {
+  const deadline = Date.now() + orphanWaitMs;
+  for (let attempt = 0; attempt < 2; ) {
     try {
       writeOwnerFile(ownerFile(dir), 0, { exclusive: true });
       return;
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
-      const owner = readOwner(dir);
-      if (owner) throw new StoreBusyError(dir, owner.pid);
+      const owner = readOwnerFile(ownerFile(dir));
+      if (owner && ownerRunning(ownerFile(dir), owner)) throw new StoreBusyError(dir, owner.pid);
+      if (owner?.child && isRunning(owner.child)) {
+        if (Date.now() > deadline) throw new StoreBusyError(dir, owner.child.pid, { orphanWaitMs });
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        continue;
+      }
       rmSync(ownerFile(dir), { force: true }); // left behind by a process that died
+      attempt++;
     }
   }
   throw new StoreBusyError(dir, -1);
@@ -81,6 +95,8 @@ export type EmbeddedStoreOptions = {
   idleTxMs?: number;
   /** A statement running this long means PGlite is stuck: the child restarts (default 120 s). */
   stuckMs?: number;
+  /** How long a start waits for the database process of an Engram that died to close the folder (default 10 s). */
+  orphanWaitMs?: number;
 };
 
 const MAX_CONNECTIONS = 32;
@@ -146,12 +162,14 @@ export async function startEmbeddedStore(dataDir: string, options: EmbeddedStore
   const dir = path.resolve(dataDir);
   const pgDir = path.join(dir, "pg");
   mkdirSync(dir, { recursive: true });
-  claimOwnership(dir);
+  await claimOwnership(dir, options.orphanWaitMs ?? 10_000);
   // The folder's owner died (SIGKILL) with its embedded Chroma: that Chroma's record goes too.
   const chroma = readOwnerFile(path.join(dir, "chroma.owner.json"));
   if (chroma && !isRunning(chroma)) rmSync(path.join(dir, "chroma.owner.json"), { force: true });
 
   let { child, ready, output } = forkChild(pgDir, 0, options);
+  // The child is named as soon as it exists: it opens the folder, and can outlive this process.
+  writeOwnerFile(ownerFile(dir), 0, { child: child.pid });
   let port: number;
   try {
     port = await ready;
@@ -160,7 +178,7 @@ export async function startEmbeddedStore(dataDir: string, options: EmbeddedStore
     rmSync(ownerFile(dir), { force: true });
     throw error;
   }
-  writeOwnerFile(ownerFile(dir), port);
+  writeOwnerFile(ownerFile(dir), port, { child: child.pid });
 
   let state: StoreState = "up";
   let stopping = false;
@@ -188,6 +206,7 @@ export async function startEmbeddedStore(dataDir: string, options: EmbeddedStore
     await new Promise((resolve) => setTimeout(resolve, delayMs));
     if (stopping) return;
     ({ child, ready, output } = forkChild(pgDir, port, options));
+    writeOwnerFile(ownerFile(dir), port, { child: child.pid });
     try {
       await ready;
     } catch (error) {

@@ -1,4 +1,4 @@
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, renameSync, writeFileSync } from "node:fs";
 import path from "node:path";
 
 /**
@@ -7,22 +7,30 @@ import path from "node:path";
  */
 export type OwnerProcess = { pid: number; started?: number };
 
-/** What an owner file (<dataDir>/<name>.owner.json) records: the owning process and its port. */
-export type Owner = OwnerProcess & { port: number };
+/**
+ * What an owner file (<dataDir>/<name>.owner.json) records: the owning process, its port, and
+ * the child process that has the folder open for it, which outlives it for a few seconds.
+ */
+export type Owner = OwnerProcess & { port: number; child?: OwnerProcess };
 
 /** The owner files this process has named itself in: a file naming its PID that it never wrote is an earlier process's. */
 const ownFiles = new Set<string>();
 
-/** When process `pid` started, in clock ticks after boot (field 22 of /proc/<pid>/stat); undefined without /proc. */
-export function processStarted(pid: number): number | undefined {
+/** Process `pid`'s state letter and start time from /proc/<pid>/stat (fields 3 and 22); null without /proc. */
+function procStat(pid: number): { state: string; started: number } | null {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     // Field 2, the command's name, is in parentheses and may hold spaces: count from after it.
-    const started = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]);
-    return Number.isFinite(started) ? started : undefined;
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return { state: fields[0], started: Number(fields[19]) };
   } catch {
-    return undefined;
+    return null;
   }
+}
+
+/** When process `pid` started, in clock ticks after boot; undefined without /proc. */
+export function processStarted(pid: number): number | undefined {
+  return procStat(pid)?.started;
 }
 
 function isAlive(pid: number): boolean {
@@ -37,9 +45,11 @@ function isAlive(pid: number): boolean {
 /** Whether the process recorded is still the one running under its PID (the PID alone where its start time is not known). */
 export function isRunning(recorded: OwnerProcess): boolean {
   if (!isAlive(recorded.pid)) return false;
-  if (recorded.started === undefined) return true;
-  const started = processStarted(recorded.pid);
-  return started === undefined || started === recorded.started;
+  const stat = procStat(recorded.pid);
+  if (!stat) return true;
+  // A zombie has closed its files: it only waits for a parent to reap it (an orphan's may never).
+  if (stat.state === "Z" || stat.state === "X") return false;
+  return recorded.started === undefined || stat.started === recorded.started;
 }
 
 /** The owner file's record, alive or not; null when there is none or it cannot be read. */
@@ -67,10 +77,21 @@ export function liveOwner(file: string): Owner | null {
   return owner && ownerRunning(file, owner) ? owner : null;
 }
 
-/** Records this process (or `pid`, a process serving for it), serving on port, as the owner. */
-export function writeOwnerFile(file: string, port: number, options: { exclusive?: boolean; pid?: number } = {}): void {
+/**
+ * Records this process (or `pid`, a process serving for it), serving on port, as the owner, with
+ * `child`, the process that has the folder open for it. A record replaced is replaced whole (written
+ * aside and renamed): a reader never sees it empty, and never takes the file for a broken one.
+ */
+export function writeOwnerFile(file: string, port: number, options: { exclusive?: boolean; pid?: number; child?: number } = {}): void {
   const pid = options.pid ?? process.pid;
   const owner: Owner = { pid, started: processStarted(pid), port };
-  writeFileSync(file, JSON.stringify(owner), options.exclusive ? { flag: "wx" } : undefined);
+  if (options.child !== undefined) owner.child = { pid: options.child, started: processStarted(options.child) };
+  if (options.exclusive) {
+    writeFileSync(file, JSON.stringify(owner), { flag: "wx" });
+  } else {
+    const aside = `${file}.${process.pid}.new`;
+    writeFileSync(aside, JSON.stringify(owner));
+    renameSync(aside, file);
+  }
   if (pid === process.pid) ownFiles.add(path.resolve(file));
 }

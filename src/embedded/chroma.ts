@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, rmSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import { fromRoot, ROOT } from "../paths.ts";
-import { isRunning, liveOwner, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
+import { claimOwnerFile, isRunning, liveOwner, ownerRunning, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
 import { childEnv, recentOutput } from "./child-env.ts";
 import { HostedChromaFailed, type ChromaHost, type HostedChroma } from "./embedded.ts";
 
@@ -21,6 +21,9 @@ export type ChromaServer = {
 };
 
 const ownerFile = (dataDir: string) => path.join(dataDir, "chroma.owner.json");
+
+/** Another process serves the embedded Chroma of this folder, or is starting it. */
+export class ChromaBusyError extends Error {}
 
 /** The live Chroma another process started for dataDir, if any. */
 function readOwner(dataDir: string): Owner | null {
@@ -85,38 +88,47 @@ export async function startEmbeddedChroma(
   const dir = path.resolve(dataDir);
   mkdirSync(path.join(dir, "chroma"), { recursive: true });
   if (!existsSync(chromaPackage)) throw new Error(`Chroma is not installed (${chromaPackage} is missing): run npm install.`);
-  // Never a second server on the same folder: one that another Engram process owns is reused by
-  // attachOrStartEmbeddedChroma, and one this process started must be gone before it starts again.
-  const previous = readOwnerFile(ownerFile(dir));
-  if (previous && previous.pid !== process.pid && isRunning(previous)) {
-    throw new Error(`The embedded Chroma in ${dir} is owned by another process (pid ${previous.pid}).`);
-  }
+  // Never a second server on the same folder: the folder is claimed before a server starts (one
+  // that another process owns, or is starting, is reused by attachOrStartEmbeddedChroma), and one
+  // this process started must be gone before it starts again.
+  const file = ownerFile(dir);
+  const holder = claimOwnerFile(file, (owner) => ownerRunning(file, owner));
+  if (holder) throw new ChromaBusyError(`The embedded Chroma in ${dir} is owned by another process (pid ${holder.pid}).`);
   const chromaDir = path.join(dir, "chroma");
-  const port = options.port ?? (await freePort());
-  const own = options.host ? null : forkChroma(chromaDir, port);
-  const server = own ?? (await options.host!(chromaDir, port));
-  const url = `http://127.0.0.1:${server.port}`;
+  let own: ReturnType<typeof forkChroma> | null = null;
+  let server: HostedChroma;
   let exited = false;
-  void server.gone.then(() => {
-    exited = true;
-    const owner = readOwnerFile(ownerFile(dir));
-    if (owner?.pid === server.pid && owner.port === server.port) rmSync(ownerFile(dir), { force: true });
-  });
-
-  const deadline = Date.now() + timeoutMs;
-  while (!(await heartbeat(url, 500))) {
-    if (exited || Date.now() > deadline) {
-      own?.kill();
-      const detail = server.output().trim().split("\n").slice(-3).join(" ");
-      const message = `The embedded Chroma did not start on ${url}${detail ? `: ${detail}` : ""}`;
-      // A hosted one still starting is left to start: the next request is told its port.
-      throw exited && !own ? new HostedChromaFailed(message) : new Error(message);
+  try {
+    const port = options.port ?? (await freePort());
+    own = options.host ? null : forkChroma(chromaDir, port);
+    server = own ?? (await options.host!(chromaDir, port));
+    const started = server;
+    void started.gone.then(() => {
+      exited = true;
+      const owner = readOwnerFile(file);
+      if (owner?.pid === started.pid && owner.port === started.port) rmSync(file, { force: true });
+    });
+    const url = `http://127.0.0.1:${server.port}`;
+    const deadline = Date.now() + timeoutMs;
+    while (!(await heartbeat(url, 500))) {
+      if (exited || Date.now() > deadline) {
+        own?.kill();
+        const detail = server.output().trim().split("\n").slice(-3).join(" ");
+        const message = `The embedded Chroma did not start on ${url}${detail ? `: ${detail}` : ""}`;
+        // A hosted one still starting is left to start: the next request is told its port.
+        throw exited && !own ? new HostedChromaFailed(message) : new Error(message);
+      }
+      await new Promise((resolve) => setTimeout(resolve, 50));
     }
-    await new Promise((resolve) => setTimeout(resolve, 50));
+  } catch (error) {
+    const owner = readOwnerFile(file);
+    if (owner?.pid === process.pid && owner.port === 0) rmSync(file, { force: true }); // this process's claim
+    throw error;
   }
   // The process that serves it: one that outlives this one (the database's, for up to its 5 s
   // stop) keeps the folder from a second Chroma until it is gone.
-  writeOwnerFile(ownerFile(dir), server.port, { pid: server.pid });
+  writeOwnerFile(file, server.port, { pid: server.pid });
+  const url = `http://127.0.0.1:${server.port}`;
 
   return {
     url,
@@ -135,13 +147,22 @@ export async function startEmbeddedChroma(
  * The embedded Chroma for this data folder: the one a running Engram already serves (so a CLI
  * command never opens the folder twice), or a new one this process owns.
  */
-export async function attachOrStartEmbeddedChroma(dataDir: string, host?: ChromaHost): Promise<ChromaServer> {
-  const owner = readOwner(path.resolve(dataDir));
-  if (owner) {
-    const url = `http://127.0.0.1:${owner.port}`;
-    if (await heartbeat(url)) return { url, alive: () => isRunning(owner), stop: async () => {} };
+export async function attachOrStartEmbeddedChroma(dataDir: string, host?: ChromaHost, timeoutMs = 30_000): Promise<ChromaServer> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const owner = readOwner(path.resolve(dataDir));
+    if (owner) {
+      const url = `http://127.0.0.1:${owner.port}`;
+      if (await heartbeat(url)) return { url, alive: () => isRunning(owner), stop: async () => {} };
+    }
+    try {
+      return await startEmbeddedChroma(dataDir, { host });
+    } catch (error) {
+      // Another process is starting it: it is reused once it answers.
+      if (!(error instanceof ChromaBusyError) || Date.now() > deadline) throw error;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 250));
   }
-  return startEmbeddedChroma(dataDir, { host });
 }
 
 export function externalChroma(url: string): ChromaServer {

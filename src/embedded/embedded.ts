@@ -3,7 +3,7 @@ import { mkdirSync, rmSync } from "node:fs";
 import path from "node:path";
 import { fromRoot, ROOT } from "../paths.ts";
 import type { Logger } from "../log.ts";
-import { isRunning, liveOwner, ownerRunning, readOwnerFile, writeOwnerFile, type Owner } from "./owner.ts";
+import { claimOwnerFile, clearStaleOwnerFile, isRunning, liveOwner, ownerRunning, writeOwnerFile, type Owner } from "./owner.ts";
 import { childEnv, recentOutput } from "./child-env.ts";
 
 const childScript = fromRoot("src", "embedded", "pglite-child.mjs");
@@ -64,25 +64,15 @@ export function readOwner(dataDir: string): Owner | null {
  * closes it: a start waits up to orphanWaitMs for it to end, so the folder is never opened twice.
  */
 async function claimOwnership(dir: string, orphanWaitMs: number) {
+  const file = ownerFile(dir);
   const deadline = Date.now() + orphanWaitMs;
-  for (let attempt = 0; attempt < 2; ) {
-    try {
-      writeOwnerFile(ownerFile(dir), 0, { exclusive: true });
-      return;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
-      const owner = readOwnerFile(ownerFile(dir));
-      if (owner && ownerRunning(ownerFile(dir), owner)) throw new StoreBusyError(dir, owner.pid);
-      if (owner?.child && isRunning(owner.child)) {
-        if (Date.now() > deadline) throw new StoreBusyError(dir, owner.child.pid, { orphanWaitMs });
-        await new Promise((resolve) => setTimeout(resolve, 100));
-        continue;
-      }
-      rmSync(ownerFile(dir), { force: true }); // left behind by a process that died
-      attempt++;
-    }
+  for (;;) {
+    const holder = claimOwnerFile(file, (owner) => ownerRunning(file, owner) || (owner.child !== undefined && isRunning(owner.child)));
+    if (!holder) return;
+    if (ownerRunning(file, holder)) throw new StoreBusyError(dir, holder.pid);
+    if (Date.now() > deadline) throw new StoreBusyError(dir, holder.child!.pid, { orphanWaitMs });
+    await new Promise((resolve) => setTimeout(resolve, 100));
   }
-  throw new StoreBusyError(dir, -1);
 }
 
 function urlFor(port: number) {
@@ -164,8 +154,7 @@ export async function startEmbeddedStore(dataDir: string, options: EmbeddedStore
   mkdirSync(dir, { recursive: true });
   await claimOwnership(dir, options.orphanWaitMs ?? 10_000);
   // The folder's owner died (SIGKILL) with its embedded Chroma: that Chroma's record goes too.
-  const chroma = readOwnerFile(path.join(dir, "chroma.owner.json"));
-  if (chroma && !isRunning(chroma)) rmSync(path.join(dir, "chroma.owner.json"), { force: true });
+  clearStaleOwnerFile(path.join(dir, "chroma.owner.json"));
 
   let { child, ready, output } = forkChild(pgDir, 0, options);
   // The child is named as soon as it exists: it opens the folder, and can outlive this process.

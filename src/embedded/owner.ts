@@ -1,4 +1,4 @@
-import { readFileSync, renameSync, writeFileSync } from "node:fs";
+import { linkSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 
 /**
@@ -52,13 +52,25 @@ export function isRunning(recorded: OwnerProcess): boolean {
   return recorded.started === undefined || stat.started === recorded.started;
 }
 
-/** The owner file's record, alive or not; null when there is none or it cannot be read. */
-export function readOwnerFile(file: string): Owner | null {
+function readText(file: string): string | null {
   try {
-    return JSON.parse(readFileSync(file, "utf8")) as Owner;
+    return readFileSync(file, "utf8");
   } catch {
     return null;
   }
+}
+
+function parseOwner(text: string | null): Owner | null {
+  try {
+    return text === null ? null : (JSON.parse(text) as Owner);
+  } catch {
+    return null;
+  }
+}
+
+/** The owner file's record, alive or not; null when there is none or it cannot be read. */
+export function readOwnerFile(file: string): Owner | null {
+  return parseOwner(readText(file));
 }
 
 /**
@@ -77,21 +89,89 @@ export function liveOwner(file: string): Owner | null {
   return owner && ownerRunning(file, owner) ? owner : null;
 }
 
+function record(pid: number, port: number, child?: number): string {
+  const owner: Owner = { pid, started: processStarted(pid), port };
+  if (child !== undefined) owner.child = { pid: child, started: processStarted(child) };
+  return JSON.stringify(owner);
+}
+
+/** Creates `file` holding `text` unless it exists; written aside and linked in, so it never exists half-written. */
+function createWhole(file: string, text: string): boolean {
+  const aside = `${file}.${process.pid}.new`;
+  writeFileSync(aside, text);
+  try {
+    linkSync(aside, file);
+    return true;
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "EEXIST") return false;
+    if (code !== "EPERM" && code !== "ENOTSUP" && code !== "ENOSYS") throw error;
+    // A file system without hard links: an exclusive create, which a reader may see empty for an instant.
+    try {
+      writeFileSync(file, text, { flag: "wx" });
+      return true;
+    } catch (fallback) {
+      if ((fallback as NodeJS.ErrnoException).code === "EEXIST") return false;
+      throw fallback;
+    }
+  } finally {
+    rmSync(aside, { force: true });
+  }
+}
+
+/**
+ * Removes the record `seen` from `file`: it is moved aside first, and put back if it is not `seen`
+ * any more (a process took the file over since), so a claim made meanwhile is never removed.
+ */
+function removeRecord(file: string, seen: string): void {
+  const aside = `${file}.${process.pid}.stale`;
+  try {
+    renameSync(file, aside);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw error;
+  }
+  try {
+    if (readText(aside) !== seen) linkSync(aside, file);
+  } catch {} // claimed again meanwhile: that claim stands
+  rmSync(aside, { force: true });
+}
+
+/**
+ * Makes this process the owner in `file`, on port 0 until it serves: returns null once it is,
+ * or the record that `holds` says keeps the file (any other is removed as stale). One process
+ * alone wins, however many claim at once.
+ */
+export function claimOwnerFile(file: string, holds: (owner: Owner) => boolean): Owner | null {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    if (createWhole(file, record(process.pid, 0))) {
+      ownFiles.add(path.resolve(file));
+      return null;
+    }
+    const text = readText(file);
+    const owner = parseOwner(text);
+    if (owner && holds(owner)) return owner;
+    if (text !== null) removeRecord(file, text);
+  }
+  throw new Error(`${file} was claimed and released by others too often to be claimed; try again.`);
+}
+
+/** Removes `file` when the owner it records is not running any more. */
+export function clearStaleOwnerFile(file: string): void {
+  const text = readText(file);
+  const owner = parseOwner(text);
+  if (text !== null && !(owner && ownerRunning(file, owner))) removeRecord(file, text);
+}
+
 /**
  * Records this process (or `pid`, a process serving for it), serving on port, as the owner, with
- * `child`, the process that has the folder open for it. A record replaced is replaced whole (written
- * aside and renamed): a reader never sees it empty, and never takes the file for a broken one.
+ * `child`, the process that has the folder open for it. A record is replaced whole (written aside
+ * and renamed): a reader never sees it empty, and never takes the file for a broken one.
  */
-export function writeOwnerFile(file: string, port: number, options: { exclusive?: boolean; pid?: number; child?: number } = {}): void {
+export function writeOwnerFile(file: string, port: number, options: { pid?: number; child?: number } = {}): void {
   const pid = options.pid ?? process.pid;
-  const owner: Owner = { pid, started: processStarted(pid), port };
-  if (options.child !== undefined) owner.child = { pid: options.child, started: processStarted(options.child) };
-  if (options.exclusive) {
-    writeFileSync(file, JSON.stringify(owner), { flag: "wx" });
-  } else {
-    const aside = `${file}.${process.pid}.new`;
-    writeFileSync(aside, JSON.stringify(owner));
-    renameSync(aside, file);
-  }
+  const aside = `${file}.${process.pid}.new`;
+  writeFileSync(aside, record(pid, port, options.child));
+  renameSync(aside, file);
   if (pid === process.pid) ownFiles.add(path.resolve(file));
 }

@@ -16,7 +16,7 @@ import { serveInspector } from "./inspector.ts";
 import { liveKeyIds, type Caller } from "./auth.ts";
 import { modelCallBudget, withModelCallBudget } from "./models/call-budget.ts";
 import { MCP_PATH, mcpHandler } from "./mcp/http.ts";
-import { isRestOperation, REST_BASE, restApi } from "./rest.ts";
+import { REST_BASE, restApi } from "./rest.ts";
 import { LIMITS } from "./limits.ts";
 import type { Services } from "./services.ts";
 import { createSocketRegistry, useStreamsOfLiveKeys } from "./sockets.ts";
@@ -172,8 +172,7 @@ export function buildApp(services: Services): App {
     },
     plugins: [
       maxDepthPlugin({ n: LIMITS.queryDepth, ...reportLimitErrors }),
-      // The REST paths' operations are generated from the schema, one fixed selection per path, paged as any.
-      useQueryCost(LIMITS.queryCost, { exempt: isRestOperation }),
+      useQueryCost(LIMITS.queryCost),
       maxAliasesPlugin({ n: LIMITS.aliases, ...reportLimitErrors }),
       useTypedRequestErrors(LIMITS),
       useStreamsOfLiveKeys(sockets, connectionLimits),

@@ -158,30 +158,37 @@ const rowsEstimator: ComplexityEstimator = ({ field, args, childComplexity }) =>
   if (getNamedType(field.type).name.endsWith("Connection")) return 1 + childComplexity * DEFAULT_PAGE;
 };
 
+const COST_ESTIMATORS = [rowsEstimator, simpleEstimator({ defaultComplexity: 1 })];
+
+/** What an operation costs with these variables (rows it may return, nested pages multiplied); throws when they do not coerce. */
+export function queryCost(args: { schema: GraphQLSchema; document: DocumentNode; variableValues?: unknown; operationName?: string | null }): number {
+  return getComplexity({
+    schema: args.schema,
+    query: args.document,
+    variables: (args.variableValues ?? {}) as Record<string, unknown>,
+    operationName: args.operationName ?? undefined,
+    estimators: COST_ESTIMATORS,
+  });
+}
+
 /**
  * The request's cost, worked out once its variables are known (a limit checked at validation
  * counts `first: $n` as one row, so a page size in a variable escaped it): past `maxCost` it is
- * refused before any resolver runs.
+ * refused before any resolver runs. REST calls are counted too: their generated selections hold
+ * no nested page (rest.ts), so they fit at any page size.
  */
-export function useQueryCost(maxCost: number, options: { exempt?: (context: unknown) => boolean } = {}): Plugin {
-  const estimators = [rowsEstimator, simpleEstimator({ defaultComplexity: 1 })];
+export function useQueryCost(maxCost: number): Plugin {
   // A document that declares no Int or Boolean variable costs the same on every request (its page
   // sizes and @include conditions are in the text or the schema's defaults): its cost is kept,
   // keyed by the parsed document, which the parser's cache hands out again for the same text.
   const fixed = new WeakMap<DocumentNode, Map<string, number>>();
-  type Args = { schema: GraphQLSchema; document: DocumentNode; variableValues?: unknown; operationName?: string | null; contextValue?: unknown };
+  type Args = Parameters<typeof queryCost>[0];
   const costOf = (args: Args): number | null => {
     const kept = fixed.get(args.document)?.get(args.operationName ?? "");
     if (kept !== undefined) return kept;
     let cost: number;
     try {
-      cost = getComplexity({
-        schema: args.schema,
-        query: args.document,
-        variables: (args.variableValues ?? {}) as Record<string, unknown>,
-        operationName: args.operationName ?? undefined,
-        estimators,
-      });
+      cost = queryCost(args);
     } catch {
       return null; // variables that do not coerce: execution answers with its own typed error
     }
@@ -192,7 +199,6 @@ export function useQueryCost(maxCost: number, options: { exempt?: (context: unkn
     return cost;
   };
   const refusal = (args: Args) => {
-    if (options.exempt?.(args.contextValue)) return null;
     const cost = costOf(args);
     if (cost === null || cost <= maxCost) return null;
     return { errors: [new GraphQLError(`Query Cost limit of ${maxCost} exceeded, found ${cost}.`, { extensions: { code: "QUERY_TOO_COMPLEX" } })] };

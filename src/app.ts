@@ -54,22 +54,31 @@ function authorizationOf(initial: InitialContext): string | null {
  * too), but a browser's preflight (OPTIONS) and the REST paths, whose generated operations are
  * fixed and which answer 401 in their own format; GraphiQL's page is served before this.
  */
-function useKeyFirst(restBase: string, authenticate: Services["keys"]["authenticate"], checked: WeakMap<Request, Caller>): Plugin {
+function useKeyFirst(restBase: string, authenticate: Services["keys"]["authenticate"], checked: WeakMap<Request, Caller>, log: Services["log"]): Plugin {
   return {
     async onRequest({ request, url, endResponse, fetchAPI }) {
       if (request.method === "OPTIONS" || url.pathname === restBase || url.pathname.startsWith(`${restBase}/`)) return;
-      const caller = await authenticate(request.headers.get("authorization"));
+      const answer = (status: number, message: string, code: string) =>
+        endResponse(
+          new fetchAPI.Response(JSON.stringify({ errors: [{ message, extensions: { code } }] }), {
+            status,
+            headers: { "content-type": "application/json; charset=utf-8" },
+          }),
+        );
+      let caller: Caller | null;
+      try {
+        caller = await authenticate(request.headers.get("authorization"));
+      } catch (error) {
+        // Thrown from onRequest, it would reach the server adapter, which answers with its stack.
+        log.error("key lookup failed", { error });
+        return answer(500, "Unexpected error.", "INTERNAL_SERVER_ERROR");
+      }
       if (caller) {
         checked.set(request, caller);
         return;
       }
       const { message, extensions } = unauthenticated();
-      endResponse(
-        new fetchAPI.Response(JSON.stringify({ errors: [{ message, extensions: { code: extensions.code } }] }), {
-          status: 401,
-          headers: { "content-type": "application/json; charset=utf-8" },
-        }),
-      );
+      answer(401, message, extensions.code as string);
     },
   };
 }
@@ -177,7 +186,7 @@ export function buildApp(services: Services): App {
       useTypedRequestErrors(LIMITS),
       useStreamsOfLiveKeys(sockets, connectionLimits),
       useCachedGraphiQL(GRAPHQL_PATH, graphiql),
-      useKeyFirst(REST_BASE, services.keys.authenticate, keyChecked),
+      useKeyFirst(REST_BASE, services.keys.authenticate, keyChecked, services.log),
       // Seed 000's REST paths (/memory…), generated from the schema, through this same pipeline.
       restApi(schema),
     ],
@@ -220,7 +229,7 @@ export function buildApp(services: Services): App {
       return;
     }
     if (req.url?.split("?")[0] === MCP_PATH) {
-      void serveMcp(req, res);
+      serveMcp(req, res).catch((error) => services.log.error("MCP request failed", { error }));
       return;
     }
     void yoga(req, res);

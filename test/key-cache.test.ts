@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import net, { type AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createKeyCache } from "../src/auth.ts";
@@ -131,6 +132,70 @@ describe("the API-key cache", () => {
     expect((await engram.gql(REVOKE, { id: data.createApiKey.id })).errors).toBeUndefined();
     const after = await engram.gql(VIEWER, {}, data.createApiKey.key);
     expect(after.errors?.[0].extensions?.code).toBe("UNAUTHENTICATED");
+  });
+});
+
+describe("when the key lookup fails (the store is down)", () => {
+  let engram: TestEngram;
+  let url: string;
+  beforeAll(async () => {
+    engram = await startTestEngram({ env: { ENGRAM_EMBEDDINGS: "offline" } });
+    url = await engram.listen();
+  });
+  afterAll(() => engram?.stop());
+
+  // A key of the right shape that no cache holds, so each request asks the store.
+  const madeUpKey = () => `egm_${randomBytes(32).toString("base64url")}`;
+
+  /** Runs `work` while every key lookup fails, and returns the rejections nothing handled meanwhile. */
+  async function withLookupsFailing(work: () => Promise<void>): Promise<unknown[]> {
+    const db = engram.services.db as unknown as { $queryRaw: unknown };
+    const original = db.$queryRaw;
+    const unhandled: unknown[] = [];
+    const onRejection = (reason: unknown) => unhandled.push(reason);
+    process.on("unhandledRejection", onRejection);
+    db.$queryRaw = () => Promise.reject(new Error("connect ECONNREFUSED 10.9.8.7:5432 (db-secret-host)"));
+    try {
+      await work();
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    } finally {
+      db.$queryRaw = original;
+      process.off("unhandledRejection", onRejection);
+    }
+    return unhandled;
+  }
+
+  it("/graphql answers a JSON INTERNAL_SERVER_ERROR, with no stack and no driver message", async () => {
+    const unhandled = await withLookupsFailing(async () => {
+      const response = await fetch(`${url}/graphql`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${madeUpKey()}` },
+        body: JSON.stringify({ query: VIEWER }),
+      });
+      expect(response.status).toBe(500);
+      expect(response.headers.get("content-type")).toMatch(/application\/json/);
+      const text = await response.text();
+      expect(JSON.parse(text).errors[0].extensions.code).toBe("INTERNAL_SERVER_ERROR");
+      expect(text).not.toMatch(/ {4}at |ECONNREFUSED|db-secret-host/);
+    });
+    expect(unhandled).toEqual([]);
+  });
+
+  it("/mcp answers a JSON-RPC error with HTTP 500 at once, and the server lives on", async () => {
+    const unhandled = await withLookupsFailing(async () => {
+      const response = await fetch(`${url}/mcp`, {
+        method: "POST",
+        headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${madeUpKey()}` },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }),
+        signal: AbortSignal.timeout(3_000),
+      });
+      expect(response.status).toBe(500);
+      const text = await response.text();
+      expect(JSON.parse(text)).toMatchObject({ jsonrpc: "2.0", error: { code: -32603, message: expect.stringMatching(/^INTERNAL_SERVER_ERROR: /) } });
+      expect(text).not.toMatch(/ECONNREFUSED|db-secret-host/);
+    });
+    expect(unhandled).toEqual([]);
+    expect(await viewerCode(url, engram.tenant.reader)).toBe("READER");
   });
 });
 

@@ -19,7 +19,15 @@ export function mcpHandler(
 ) {
   return async (req: IncomingMessage, res: ServerResponse) => {
     const authorization = req.headers.authorization ?? null;
-    if (!(await deps.authenticate(authorization))) {
+    let caller: Principal | null;
+    try {
+      caller = await deps.authenticate(authorization);
+    } catch (error) {
+      deps.log.error("MCP key lookup failed", { error });
+      internalError(res);
+      return;
+    }
+    if (!caller) {
       res.writeHead(401, { "content-type": "application/json", "www-authenticate": 'Bearer realm="engram"' });
       res.end(JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32001, message: "A valid API key is required: send `Authorization: Bearer <key>`." } }));
       return;
@@ -59,10 +67,16 @@ export function mcpHandler(
       await transport.handleRequest(req, res, body);
     } catch (error) {
       deps.log.error("MCP request failed", { error });
-      if (!res.headersSent) res.writeHead(500, { "content-type": "application/json" });
-      res.end(JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32603, message: "Internal error." } }));
+      internalError(res);
     }
   };
+}
+
+/** An unexpected failure (the store down…): typed as the API's, its cause only in the log. */
+function internalError(res: ServerResponse) {
+  const message = "INTERNAL_SERVER_ERROR: Unexpected error; the server's log has it.";
+  if (res.headersSent) return void res.end();
+  refuse(res, 500, -32603, message);
 }
 
 function refuse(res: ServerResponse, status: number, code: number, message: string, headers: Record<string, string> = {}) {

@@ -16,7 +16,7 @@ import { serveInspector } from "./inspector.ts";
 import { liveKeyIds, type Caller } from "./auth.ts";
 import { modelCallBudget, withModelCallBudget } from "./models/call-budget.ts";
 import { MCP_PATH, mcpHandler } from "./mcp/http.ts";
-import { REST_BASE, restApi } from "./rest.ts";
+import { restApi } from "./rest.ts";
 import { LIMITS } from "./limits.ts";
 import type { Services } from "./services.ts";
 import { createSocketRegistry, useStreamsOfLiveKeys } from "./sockets.ts";
@@ -51,13 +51,13 @@ function authorizationOf(initial: InitialContext): string | null {
  * document (and keeps it in its cache) before the context is built, so without a key a megabyte
  * of fields would still be parsed, cached and answered with the schema's field names. Every path
  * yoga serves is checked (it takes "/graphql/" and any URL ending in "/graphql" as its endpoint
- * too), but a browser's preflight (OPTIONS) and the REST paths, whose generated operations are
- * fixed and which answer 401 in their own format; GraphiQL's page is served before this.
+ * too, /memory/graphql included), the REST paths and their OpenAPI document too, but a browser's
+ * preflight (OPTIONS); GraphiQL's page is served before this.
  */
-function useKeyFirst(restBase: string, authenticate: Services["keys"]["authenticate"], checked: WeakMap<Request, Caller>, log: Services["log"]): Plugin {
+function useKeyFirst(authenticate: Services["keys"]["authenticate"], checked: WeakMap<Request, Caller>, log: Services["log"]): Plugin {
   return {
-    async onRequest({ request, url, endResponse, fetchAPI }) {
-      if (request.method === "OPTIONS" || url.pathname === restBase || url.pathname.startsWith(`${restBase}/`)) return;
+    async onRequest({ request, endResponse, fetchAPI }) {
+      if (request.method === "OPTIONS") return;
       const answer = (status: number, message: string, code: string) =>
         endResponse(
           new fetchAPI.Response(JSON.stringify({ errors: [{ message, extensions: { code } }] }), {
@@ -186,7 +186,7 @@ export function buildApp(services: Services): App {
       useTypedRequestErrors(LIMITS),
       useStreamsOfLiveKeys(sockets, connectionLimits),
       useCachedGraphiQL(GRAPHQL_PATH, graphiql),
-      useKeyFirst(REST_BASE, services.keys.authenticate, keyChecked, services.log),
+      useKeyFirst(services.keys.authenticate, keyChecked, services.log),
       // Seed 000's REST paths (/memory…), generated from the schema, through this same pipeline.
       restApi(schema),
     ],

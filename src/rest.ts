@@ -48,6 +48,12 @@ function errorResponse(errors: readonly unknown[]): Response {
   return Response.json({ errors: shaped.map(({ status: _, ...error }) => error) }, { status });
 }
 
+/** A path or method under REST_BASE that no route takes, as a typed error. */
+function notFound(request: Request, url: URL): Response {
+  const message = `No REST path ${request.method} ${url.pathname}: see ${REST_BASE}/openapi.json.`;
+  return Response.json({ errors: [{ message, extensions: { code: "NOT_FOUND" } }] }, { status: 404 });
+}
+
 /**
  * The schema cut down to the routed fields, so SOFA makes no other routes and the OpenAPI
  * document shows only these. Below the root, fields that take arguments are left out: SOFA
@@ -81,7 +87,7 @@ function normalised(request: Request): Request {
   return new Request(url, request);
 }
 
-/** A yoga plugin serving the REST paths and their OpenAPI document at /memory/openapi.json. */
+/** A yoga plugin serving the REST paths and their OpenAPI document at /memory/openapi.json (both behind the key check, useKeyFirst). */
 export function restApi(schema: GraphQLSchema): Plugin {
   let getEnveloped: (context: unknown) => { contextFactory(context?: unknown): unknown; execute(args: unknown): unknown };
   const envelopedByContext = new WeakMap<object, ReturnType<typeof getEnveloped>>();
@@ -112,8 +118,9 @@ export function restApi(schema: GraphQLSchema): Plugin {
     },
     onRequest({ request, url, endResponse, serverContext }) {
       if (url.pathname !== REST_BASE && !url.pathname.startsWith(`${REST_BASE}/`)) return;
+      // Nothing under REST_BASE falls through: yoga would take /memory/…/graphql as its endpoint.
       return Promise.resolve(sofa.handleRequest(normalised(request), serverContext as never)).then((response) => {
-        if (response) endResponse(response);
+        endResponse(response ?? notFound(request, url));
       });
     },
   };

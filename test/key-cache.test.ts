@@ -165,18 +165,20 @@ describe("when the key lookup fails (the store is down)", () => {
     return unhandled;
   }
 
-  it("/graphql answers a JSON INTERNAL_SERVER_ERROR, with no stack and no driver message", async () => {
+  it("/graphql and the REST paths answer a JSON INTERNAL_SERVER_ERROR, with no stack and no driver message", async () => {
     const unhandled = await withLookupsFailing(async () => {
-      const response = await fetch(`${url}/graphql`, {
-        method: "POST",
-        headers: { "content-type": "application/json", authorization: `Bearer ${madeUpKey()}` },
-        body: JSON.stringify({ query: VIEWER }),
-      });
-      expect(response.status).toBe(500);
-      expect(response.headers.get("content-type")).toMatch(/application\/json/);
-      const text = await response.text();
-      expect(JSON.parse(text).errors[0].extensions.code).toBe("INTERNAL_SERVER_ERROR");
-      expect(text).not.toMatch(/ {4}at |ECONNREFUSED|db-secret-host/);
+      for (const [method, path] of [["POST", "/graphql"], ["GET", "/memory"], ["GET", "/memory/openapi.json"]]) {
+        const response = await fetch(`${url}${path}`, {
+          method,
+          headers: { "content-type": "application/json", authorization: `Bearer ${madeUpKey()}` },
+          body: method === "POST" ? JSON.stringify({ query: VIEWER }) : undefined,
+        });
+        expect(response.status, path).toBe(500);
+        expect(response.headers.get("content-type")).toMatch(/application\/json/);
+        const text = await response.text();
+        expect(JSON.parse(text).errors[0].extensions.code).toBe("INTERNAL_SERVER_ERROR");
+        expect(text).not.toMatch(/ {4}at |ECONNREFUSED|db-secret-host/);
+      }
     });
     expect(unhandled).toEqual([]);
   });

@@ -110,7 +110,30 @@ describe("raw events: /memory/events", () => {
   });
 });
 
+describe("paths under /memory that no route takes", () => {
+  it("answer 401 without a key and a JSON 404 with one; none reaches the GraphQL endpoint", async () => {
+    const typo = JSON.stringify({ query: "{ entrie { id } }" });
+    for (const [method, path] of [["POST", "/memory/graphql"], ["POST", "/memory/x/graphql"], ["PUT", "/memory?x=/graphql"], ["GET", "/memory/a/b"]]) {
+      const anonymous = await rest(method, path, { key: null, raw: method === "GET" ? undefined : typo });
+      expect(anonymous.status, `${method} ${path}`).toBe(401);
+      expect(anonymous.body.errors[0].extensions.code).toBe("UNAUTHENTICATED");
+      const keyed = await rest(method, path, { key: engram.tenant.reader, raw: method === "GET" ? undefined : typo });
+      expect(keyed.status, `${method} ${path}`).toBe(404);
+      expect(keyed.body.errors[0].extensions.code).toBe("NOT_FOUND");
+      expect(JSON.stringify([anonymous.body, keyed.body])).not.toMatch(/Did you mean|entries/);
+    }
+  });
+});
+
 describe("the OpenAPI document", () => {
+  it("needs a key, as everything does", async () => {
+    const anonymous = await rest("GET", "/memory/openapi.json", { key: null });
+    expect(anonymous.status).toBe(401);
+    expect(anonymous.body.errors[0].extensions.code).toBe("UNAUTHENTICATED");
+    expect((await rest("GET", "/memory/openapi.json", { key: engram.tenant.reader })).status).toBe(200);
+  });
+
+
   it("describes exactly seed 000's paths, generated from the schema", async () => {
     const { status, body } = await rest("GET", "/memory/openapi.json");
     expect(status).toBe(200);

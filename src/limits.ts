@@ -30,6 +30,16 @@ export const tagsSchema = z
   .transform((tags) => [...new Set(tags)]);
 export const pageSizeSchema = z.number().int().min(1).max(LIMITS.pageMax);
 
+/** Why a text cannot be stored (PostgreSQL refuses NUL; lone surrogates are not Unicode), or null. */
+export function textProblem(value: string): string | null {
+  if (value.includes("\u0000")) return "holds a NUL character (\\u0000)";
+  if (!(value as unknown as { isWellFormed(): boolean }).isWellFormed()) return "holds a lone UTF-16 surrogate";
+  return null;
+}
+
+/** A fact's text, as the API takes it (addFact, correctFact) and MCP's remember checks it before writing anything. */
+export const factTextSchema = z.string().trim().min(3).max(500);
+
 export const MESSAGE_LIMITS = {
   messageMaxChars: 32_000,
   privateStepsMax: 50,

@@ -139,6 +139,15 @@ describe("MCP over streamable HTTP at /mcp", () => {
     const tooShort = await call(client, "remember", { user: "ana", fact: "x" });
     expect(tooShort.isError).toBe(true);
   });
+
+  it("refuses a fact the API would refuse before creating its end user", async () => {
+    const client = await overHttp(engram.tenant.writer);
+    // Two characters once trimmed (as the API trims), a NUL, a lone surrogate.
+    for (const fact of ["   ab   ", "Ghost likes\u0000 tea.", "Ghost likes \ud800 tea."]) {
+      expect((await call(client, "remember", { user: "ghost-1", fact })).isError, JSON.stringify(fact)).toBe(true);
+    }
+    expect(await engramClient.endUser("ghost-1")).toBeNull();
+  });
 });
 
 describe("MCP over stdio (engram mcp)", () => {

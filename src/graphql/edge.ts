@@ -1,19 +1,13 @@
 import { getNamedType, GraphQLError, Kind, type ASTVisitor, type DocumentNode, type GraphQLSchema, type TypeNode, type ExecutionResult, type ValidationContext } from "graphql";
 import type { Plugin } from "graphql-yoga";
 import { getComplexity, simpleEstimator, type ComplexityEstimator } from "graphql-query-complexity";
+import { textProblem } from "../limits.ts";
 
 /**
  * Typed errors for what a request gets wrong before any resolver runs, and text checks at the
  * edge: every such failure answers with an `extensions.code` and its message, and nothing is
  * half-written because nothing runs.
  */
-
-/** Why a text cannot be stored (PostgreSQL refuses NUL; lone surrogates are not Unicode), or null. */
-export function textProblem(value: string): string | null {
-  if (value.includes("\u0000")) return "holds a NUL character (\\u0000)";
-  if (!(value as unknown as { isWellFormed(): boolean }).isWellFormed()) return "holds a lone UTF-16 surrogate";
-  return null;
-}
 
 function findTextProblem(value: unknown, path: string, depth = 0): string | null {
   if (typeof value === "string") {

@@ -2,6 +2,7 @@ import { McpServer, ResourceTemplate } from "@modelcontextprotocol/sdk/server/mc
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 import { EngramError, memoryText, type EngramClient } from "../client/index.ts";
+import { factTextSchema, textProblem } from "../limits.ts";
 
 // Every tool is a call on Engram's GraphQL API through the typed client, with the caller's key:
 // roles, limits, validation and errors are the API's own, and no resolver logic lives here.
@@ -41,7 +42,13 @@ export function createMcpServer(client: EngramClient, version = "0.1.0"): McpSer
       description: "Store one durable fact the user explicitly stated about themselves (one self-contained sentence).",
       inputSchema: {
         user,
-        fact: z.string().min(3).max(500).describe('e.g. "Ana is vegetarian."'),
+        // Checked as the API checks it, before remember creates the end user: a refusal writes nothing.
+        fact: factTextSchema
+          .superRefine((value, ctx) => {
+            const problem = textProblem(value);
+            if (problem) ctx.addIssue({ code: "custom", message: `The fact ${problem}.` });
+          })
+          .describe('e.g. "Ana is vegetarian."'),
         core: z.boolean().optional().describe("True for who they are or a lasting preference."),
       },
     },

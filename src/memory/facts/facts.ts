@@ -5,6 +5,7 @@ import type { TenantDb } from "../../db.ts";
 import type { Deps } from "../../deps.ts";
 import { EngramError, notFound, parseInput } from "../../errors.ts";
 import { Prisma, type Fact } from "../../generated/prisma/client.ts";
+import { factTextSchema } from "../../limits.ts";
 import type { FactChangeKind, FactChangePayload, PubSub } from "../../pubsub.ts";
 import type { ExtraBlocks } from "../context.ts";
 import { liveMessages } from "../conversations/live-messages.ts";
@@ -26,7 +27,6 @@ export class FactCapReached extends EngramError {
   }
 }
 
-const factText = z.string().trim().min(3).max(500);
 
 export type FactAuthor =
   | { origin: "PERSON" | "API"; apiKeyId: string; sourceMessageId?: null; readMessageIds?: undefined }
@@ -159,7 +159,7 @@ const factSubject = z.string().trim().max(120).nullish().transform((v) => v || n
 
 export const addFactInput = z.object({
   endUserId: z.string().min(1),
-  text: factText,
+  text: factTextSchema,
   core: z.boolean().nullish().transform((v) => v ?? false),
   subject: factSubject,
 });
@@ -172,7 +172,7 @@ export async function addFact(db: TenantDb, deps: FactDeps, input: z.input<typeo
 }
 
 export const correctFactInput = z.object({
-  text: factText.nullish(),
+  text: factTextSchema.nullish(),
   core: z.boolean().nullish(),
   /** Absent: unchanged; null or empty: the end user; else the person it is about. */
   subject: z.string().trim().max(120).nullish(),

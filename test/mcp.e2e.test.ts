@@ -148,6 +148,20 @@ describe("MCP over streamable HTTP at /mcp", () => {
     }
     expect(await engramClient.endUser("ghost-1")).toBeNull();
   });
+
+  it("answers resource reads with typed errors: an unknown user is -32002 NOT_FOUND, a malformed URI InvalidParams", async () => {
+    const read = async (uri: string) => {
+      const response = await fetch(`${url}/mcp`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${engram.tenant.reader}`, accept: "application/json, text/event-stream", "content-type": "application/json" },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "resources/read", params: { uri } }),
+      });
+      return ((await response.json()) as { error: { code: number; message: string; data?: unknown } }).error;
+    };
+    expect(await read("engram://users/nobody/facts")).toMatchObject({ code: -32002, message: expect.stringMatching(/^NOT_FOUND: /), data: { code: "NOT_FOUND" } });
+    expect(await read("engram://conversations/nowhere/summary")).toMatchObject({ code: -32002, message: expect.stringMatching(/^NOT_FOUND: /) });
+    expect(await read("engram://users/%E0%A4%A/facts")).toMatchObject({ code: -32602, message: expect.stringMatching(/^BAD_USER_INPUT: /) });
+  });
 });
 
 describe("MCP over stdio (engram mcp)", () => {

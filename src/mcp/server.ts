@@ -1,5 +1,5 @@
 import { McpServer, ResourceTemplate } from "@modelcontextprotocol/sdk/server/mcp.js";
-import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { ErrorCode, McpError, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 import { EngramError, memoryText, type EngramClient } from "../client/index.ts";
 import { factTextSchema, textProblem } from "../limits.ts";
@@ -23,6 +23,41 @@ async function tool(work: () => Promise<CallToolResult>): Promise<CallToolResult
   } catch (error) {
     if (error instanceof EngramError) return { isError: true, content: [{ type: "text", text: `${error.code}: ${error.message}` }] };
     throw error;
+  }
+}
+
+// MCP's code for a resource that does not exist (the SDK's ErrorCode has no name for it).
+const RESOURCE_NOT_FOUND = -32002;
+
+/**
+ * A resource read's expected failure as a JSON-RPC error: NOT_FOUND is MCP's "resource not
+ * found" (-32002), bad input is InvalidParams, and the message starts with Engram's code as a
+ * tool error's does. McpError would prefix its message with "MCP error <code>:"; this one does not.
+ */
+class ResourceError extends McpError {
+  constructor(error: EngramError) {
+    const code = error.code === "NOT_FOUND" ? RESOURCE_NOT_FOUND : error.code === "BAD_USER_INPUT" ? ErrorCode.InvalidParams : ErrorCode.InternalError;
+    super(code, "", { code: error.code });
+    this.message = `${error.code}: ${error.message}`;
+  }
+}
+
+/** Expected failures of a resource read become typed JSON-RPC errors; others propagate (masked as internal errors). */
+async function resource<T>(work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (error) {
+    if (error instanceof EngramError) throw new ResourceError(error);
+    throw error;
+  }
+}
+
+/** A URI template variable, percent-decoded; malformed encoding is the caller's mistake. */
+function decoded(value: string | string[], what: string): string {
+  try {
+    return decodeURIComponent(String(value));
+  } catch {
+    throw new EngramError("BAD_USER_INPUT", `The ${what} in the URI is not valid percent-encoding.`);
   }
 }
 
@@ -163,22 +198,25 @@ export function createMcpServer(client: EngramClient, version = "0.1.0"): McpSer
     "user-facts",
     new ResourceTemplate("engram://users/{user}/facts", { list: undefined }),
     { description: "What Engram knows about an end user (your id): their facts, core first.", mimeType: "application/json" },
-    async (uri, { user }) => {
-      const facts = await client.facts(await endUserId(client, decodeURIComponent(String(user))));
-      const body = facts.map((f) => ({ id: f.id, text: f.text, core: f.core, confirmedAt: f.confirmedAt }));
-      return { contents: [{ uri: uri.href, mimeType: "application/json", text: JSON.stringify(body, null, 2) }] };
-    },
+    (uri, { user }) =>
+      resource(async () => {
+        const facts = await client.facts(await endUserId(client, decoded(user, "user")));
+        const body = facts.map((f) => ({ id: f.id, text: f.text, core: f.core, confirmedAt: f.confirmedAt }));
+        return { contents: [{ uri: uri.href, mimeType: "application/json", text: JSON.stringify(body, null, 2) }] };
+      }),
   );
 
   server.registerResource(
     "conversation-summary",
     new ResourceTemplate("engram://conversations/{conversation}/summary", { list: undefined }),
     { description: "The rolling summary of a conversation (your id).", mimeType: "text/plain" },
-    async (uri, { conversation }) => {
-      const found = await client.conversation(decodeURIComponent(String(conversation)), { lastMessages: 1 });
-      if (!found) throw new EngramError("NOT_FOUND", `Engram knows no conversation "${conversation}".`);
-      return { contents: [{ uri: uri.href, mimeType: "text/plain", text: found.summary ?? "" }] };
-    },
+    (uri, { conversation }) =>
+      resource(async () => {
+        const id = decoded(conversation, "conversation");
+        const found = await client.conversation(id, { lastMessages: 1 });
+        if (!found) throw new EngramError("NOT_FOUND", `Engram knows no conversation "${id}".`);
+        return { contents: [{ uri: uri.href, mimeType: "text/plain", text: found.summary ?? "" }] };
+      }),
   );
 
   return server;

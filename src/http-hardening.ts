@@ -24,7 +24,8 @@ export function corsFor(origins: string[]) {
     return {
       origin: [origin],
       credentials: true,
-      methods: ["GET", "POST", "OPTIONS"],
+      // PUT and DELETE for the REST paths (/memory/:id).
+      methods: ["GET", "POST", "PUT", "DELETE", "OPTIONS"],
       allowedHeaders: ["authorization", "content-type", "accept"],
     };
   };

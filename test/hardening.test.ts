@@ -36,6 +36,18 @@ describe("HTTP hardening", () => {
     expect(preflight.headers.get("access-control-allow-origin")).toBeNull();
   });
 
+  it("lets a listed origin's preflight through for every method the REST paths use", async () => {
+    for (const method of ["GET", "POST", "PUT", "DELETE"]) {
+      const preflight = await engram.app.yoga.fetch("http://engram.test/memory/some-entry", {
+        method: "OPTIONS",
+        headers: { origin: "https://app.example", "access-control-request-method": method, "access-control-request-headers": "authorization,content-type" },
+      });
+      expect(preflight.status, method).toBeLessThan(300);
+      expect(preflight.headers.get("access-control-allow-origin")).toBe("https://app.example");
+      expect(preflight.headers.get("access-control-allow-methods")?.split(/,\s*/)).toContain(method);
+    }
+  });
+
   it("keeps a hostile Host header out of the inspector's CSP", async () => {
     const csp = await new Promise<string>((resolve, reject) => {
       const req = request(`${url}/inspector/`, { headers: { host: "evil.example; script-src * 'unsafe-inline'" } }, (res) => {

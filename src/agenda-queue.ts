@@ -156,6 +156,17 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
     }
   };
   retryJobStateSaves(backend, options, log, pause);
+  // Agenda gives back a lock it may not keep without awaiting it; one that arrives as the queue
+  // shuts down met an ended pool, and its rejection, unheard, ended the process (readme test on
+  // PostgreSQL). A lock not given back only lapses, so a failure here is logged, never thrown.
+  const unlockJob = backend.repository.unlockJob.bind(backend.repository);
+  backend.repository.unlockJob = async (job) => {
+    try {
+      await unlockJob(job);
+    } catch (error) {
+      if (!closed) log.warn("job queue: could not give back a job's lock; it lapses instead", { job: job.name, error });
+    }
+  };
   const agenda = new Agenda({
     backend,
     processEvery: options.pollMs,

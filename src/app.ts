@@ -14,7 +14,7 @@ import { isInputValidationError, reportLimitErrors, useQueryCost, useTypedReques
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
 import { liveKeyIds, type Caller } from "./auth.ts";
-import { modelCallBudget, withModelCallBudget } from "./models/call-budget.ts";
+import { modelCallBudget, modelsForRequest } from "./models/call-budget.ts";
 import { MCP_PATH, mcpHandler } from "./mcp/http.ts";
 import { restApi } from "./rest.ts";
 import { LIMITS } from "./limits.ts";
@@ -174,9 +174,9 @@ export function buildApp(services: Services): App {
       // HTTP requests were checked before their document was read (useKeyFirst); WebSockets at connect.
       const principal = (initial.request && keyChecked.get(initial.request)) || (await services.keys.authenticate(authorizationOf(initial)));
       if (!principal) throw unauthenticated();
-      // One budget of model calls for the whole operation, whichever fields spend it.
+      // One budget of model calls for the whole operation, whichever fields spend it, and the reply's deadline on each.
       const limit = Math.min(principal.modelCallsPerRequest ?? Infinity, services.env.ENGRAM_MODEL_CALLS_PER_REQUEST);
-      const deps = withModelCallBudget(services.deps, modelCallBudget(limit));
+      const deps = modelsForRequest(services.deps, { budget: modelCallBudget(limit), deadlineMs: services.env.ENGRAM_REPLY_MODEL_TIMEOUT_MS });
       return { principal, db: forTenant(services.db, principal.tenantId), deps };
     },
     plugins: [

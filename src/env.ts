@@ -35,6 +35,11 @@ const schema = z.object({
   ENGRAM_SECRET: z.string().min(16, "must be at least 16 characters").optional(),
   ENGRAM_MODEL_TIMEOUT_MS: ms().positive().default(60_000),
   ENGRAM_MODEL_MAX_RETRIES: z.coerce.number().int().min(0).max(10).default(2),
+  /**
+   * How long a request (context, recall, any GraphQL, REST or MCP call) waits on one model call in
+   * all, retries included, before it answers without it: jobs keep the longer deadline above.
+   */
+  ENGRAM_REPLY_MODEL_TIMEOUT_MS: ms().positive().default(10_000),
   /** WebSocket bounds: open connections per API key, and subscriptions per connection. */
   ENGRAM_WS_MAX_CONNECTIONS_PER_KEY: z.coerce.number().int().positive().default(50),
   ENGRAM_WS_MAX_SUBSCRIPTIONS: z.coerce.number().int().positive().default(100),

@@ -2,6 +2,7 @@ import { Embeddings } from "@langchain/core/embeddings";
 import { RunnableLambda } from "@langchain/core/runnables";
 import type { EmbeddingsProvider } from "../embeddings/index.ts";
 import { EngramError } from "../errors.ts";
+import { replySignal, withinDeadline } from "./egress.ts";
 import type { ChatModel } from "./metered.ts";
 import type { ModelProvider } from "./provider.ts";
 
@@ -41,32 +42,47 @@ class BudgetedEmbeddings extends Embeddings {
   constructor(
     private readonly inner: Embeddings,
     private readonly budget: ModelCallBudget,
+    private readonly deadlineMs: number,
   ) {
     super({});
   }
 
   async embedDocuments(documents: string[]): Promise<number[][]> {
     this.budget.spend("embedding");
-    return this.inner.embedDocuments(documents);
+    return withinReply(this.deadlineMs, () => this.inner.embedDocuments(documents));
   }
 
   async embedQuery(document: string): Promise<number[]> {
     this.budget.spend("embedding");
-    return this.inner.embedQuery(document);
+    return withinReply(this.deadlineMs, () => this.inner.embedQuery(document));
   }
 }
 
-const budgetedChat = (model: ChatModel, budget: ModelCallBudget): ChatModel =>
+/**
+ * A model call a request waits on, ended at the reply's deadline: it then fails as an outage
+ * (`context` and `recall` go on without it), and its provider request is torn down. An embedding
+ * hears the abort through `replySignal` (LangChain's Embeddings take no per-call options).
+ */
+function withinReply<T>(deadlineMs: number, call: (signal: AbortSignal) => Promise<T>, outer?: AbortSignal): Promise<T> {
+  return withinDeadline(deadlineMs, (signal) => replySignal.run(signal, () => call(signal)), outer, "for the reply, ENGRAM_REPLY_MODEL_TIMEOUT_MS");
+}
+
+const chatForRequest = (model: ChatModel, budget: ModelCallBudget, deadlineMs: number): ChatModel =>
   RunnableLambda.from(async (input: Parameters<ChatModel["invoke"]>[0], config) => {
     budget.spend("chat");
-    return model.invoke(input, config);
+    return withinReply(deadlineMs, (signal) => model.invoke(input, { ...config, signal }), config?.signal);
   });
 
 /**
  * The request's view of the models: every chat call and every embedding call (a batch is one
- * call) spends from its budget, whichever field makes it. Jobs use the unbudgeted providers.
+ * call) spends from its budget, whichever field makes it, and ends within `deadlineMs`
+ * (ENGRAM_REPLY_MODEL_TIMEOUT_MS), so a stalled provider never holds a reply for a job's whole
+ * deadline. Jobs use the providers as they are.
  */
-export function withModelCallBudget<D extends { models: ModelProvider; embeddings: EmbeddingsProvider }>(deps: D, budget: ModelCallBudget): D {
+export function modelsForRequest<D extends { models: ModelProvider; embeddings: EmbeddingsProvider }>(
+  deps: D,
+  { budget, deadlineMs }: { budget: ModelCallBudget; deadlineMs: number },
+): D {
   const { models, embeddings } = deps;
   return {
     ...deps,
@@ -74,14 +90,14 @@ export function withModelCallBudget<D extends { models: ModelProvider; embedding
       ...models,
       chat: async (tenantId, role, chain) => {
         const model = await models.chat(tenantId, role, chain);
-        return model && budgetedChat(model, budget);
+        return model && chatForRequest(model, budget, deadlineMs);
       },
     },
     embeddings: {
       ...embeddings,
       forTenant: async (tenantId) => {
         const own = await embeddings.forTenant(tenantId);
-        return { ...own, embeddings: new BudgetedEmbeddings(own.embeddings, budget) };
+        return { ...own, embeddings: new BudgetedEmbeddings(own.embeddings, budget, deadlineMs) };
       },
     },
   };

@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from "node:async_hooks";
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
 import http from "node:http";
 import https from "node:https";
@@ -300,6 +301,12 @@ export function guardedFetch(policy: EgressPolicy, bounds: { idleTimeoutMs: numb
 // Deadlines
 
 /**
+ * The abort signal of the reply an embedding call is made for (call-budget.ts): LangChain's
+ * Embeddings take no per-call options, so the metered embedder hears its caller's abort here.
+ */
+export const replySignal = new AsyncLocalStorage<AbortSignal>();
+
+/**
  * How long one model call may take in all: every attempt its whole timeout, and LangChain's
  * pauses between retries at their longest (1–2 s, doubling each time).
  */
@@ -317,6 +324,8 @@ export async function withinDeadline<T>(
   deadlineMs: number,
   call: (signal: AbortSignal) => Promise<T>,
   outer?: AbortSignal,
+  /** Whose deadline it is, for the error: the call's own, or the reply's a request waits on. */
+  whose = "for the call, retries included",
 ): Promise<T> {
   const controller = new AbortController();
   const forward = () => controller.abort(outer?.reason);
@@ -326,7 +335,7 @@ export async function withinDeadline<T>(
   } catch (error) {
     if (!(error instanceof TimedOut)) throw error;
     controller.abort(error);
-    throw new ModelCallError(`model provider did not answer in time (${deadlineMs} ms for the call, retries included)`);
+    throw new ModelCallError(`model provider did not answer in time (${deadlineMs} ms ${whose})`);
   } finally {
     outer?.removeEventListener("abort", forward);
   }

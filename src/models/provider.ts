@@ -9,7 +9,7 @@ import { budgetStatus, releaseBudget, reserveBudget, type BudgetStatus } from ".
 import { redactTexts, type RedactionResult } from "../governance/redaction.ts";
 import { loadTenantSettings, tenantApiKey, type EffectiveSettings } from "../governance/settings.ts";
 import { countTokens } from "../memory/tokens.ts";
-import { egressPolicy, guardedFetch, asModelCallError, modelCallDeadlineMs, withinDeadline } from "./egress.ts";
+import { egressPolicy, guardedFetch, asModelCallError, modelCallDeadlineMs, replySignal, withinDeadline } from "./egress.ts";
 import { recordModelUsage, recordModelUsages } from "../governance/usage.ts";
 import {
   defaultModelName,
@@ -135,7 +135,11 @@ export class TenantEmbeddings extends Embeddings {
     const { texts, redactions } = await this.redact(documents);
     try {
       const usage: EmbedUsage = { responses: 0, reported: 0, promptTokens: 0 };
-      const vectors = await withinDeadline(this.deadlineMs, (signal) => embedCall.run({ signal, usage }, () => this.inner.embedDocuments(texts)));
+      const vectors = await withinDeadline(
+        this.deadlineMs,
+        (signal) => embedCall.run({ signal, usage }, () => this.inner.embedDocuments(texts)),
+        replySignal.getStore(),
+      );
       // A server that reports no usage (some OpenAI-compatible ones), or 0, is metered by our own count.
       const reported = usage.responses > 0 && usage.reported === usage.responses;
       const inputTokens = reported ? usage.promptTokens : texts.reduce((sum, text) => sum + countTokens(text), 0);

@@ -48,8 +48,24 @@ function errorResponse(errors: readonly unknown[]): Response {
   return Response.json({ errors: shaped.map(({ status: _, ...error }) => error) }, { status });
 }
 
-/** A path or method under REST_BASE that no route takes, as a typed error. */
-function notFound(request: Request, url: URL): Response {
+/** Whether a route's path ("/memory/:id": `:id` is any one segment) takes `pathname`. */
+function pathMatches(route: string, pathname: string): boolean {
+  const want = route.split("/");
+  const got = pathname.split("/");
+  return want.length === got.length && want.every((part, i) => (part.startsWith(":") ? got[i] !== "" : part === got[i]));
+}
+
+/**
+ * A request under REST_BASE that no route took, as a typed error: 405 with `Allow` when a route
+ * takes its path with another method, else 404.
+ */
+function unrouted(request: Request, url: URL): Response {
+  const paths = [...Object.values(ROUTES), { method: "GET", path: `${REST_BASE}/openapi.json` }];
+  const allowed = [...new Set(paths.filter((route) => pathMatches(route.path, url.pathname)).map((route) => route.method))];
+  if (allowed.length > 0) {
+    const message = `${request.method} is not allowed on ${url.pathname}; it takes ${allowed.join(", ")}: see ${REST_BASE}/openapi.json.`;
+    return Response.json({ errors: [{ message, extensions: { code: "METHOD_NOT_ALLOWED", allowed } }] }, { status: 405, headers: { allow: allowed.join(", ") } });
+  }
   const message = `No REST path ${request.method} ${url.pathname}: see ${REST_BASE}/openapi.json.`;
   return Response.json({ errors: [{ message, extensions: { code: "NOT_FOUND" } }] }, { status: 404 });
 }
@@ -120,7 +136,7 @@ export function restApi(schema: GraphQLSchema): Plugin {
       if (url.pathname !== REST_BASE && !url.pathname.startsWith(`${REST_BASE}/`)) return;
       // Nothing under REST_BASE falls through: yoga would take /memory/…/graphql as its endpoint.
       return Promise.resolve(sofa.handleRequest(normalised(request), serverContext as never)).then((response) => {
-        endResponse(response ?? notFound(request, url));
+        endResponse(response ?? unrouted(request, url));
       });
     },
   };

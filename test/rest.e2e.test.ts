@@ -28,7 +28,7 @@ async function rest(method: string, path: string, options: { key?: string | null
     body: options.raw ?? (options.body === undefined ? undefined : JSON.stringify(options.body)),
   });
   const text = await response.text();
-  return { status: response.status, body: text ? JSON.parse(text) : null };
+  return { status: response.status, body: text ? JSON.parse(text) : null, allow: response.headers.get("allow") };
 }
 
 const entry = (overrides: Record<string, unknown> = {}) => ({
@@ -111,17 +111,40 @@ describe("raw events: /memory/events", () => {
 });
 
 describe("paths under /memory that no route takes", () => {
-  it("answer 401 without a key and a JSON 404 with one; none reaches the GraphQL endpoint", async () => {
+  it("answer 401 without a key and a JSON 404 or 405 with one; none reaches the GraphQL endpoint", async () => {
     const typo = JSON.stringify({ query: "{ entrie { id } }" });
-    for (const [method, path] of [["POST", "/memory/graphql"], ["POST", "/memory/x/graphql"], ["PUT", "/memory?x=/graphql"], ["GET", "/memory/a/b"]]) {
+    const cases = [
+      ["POST", "/memory/graphql", 405, "GET, PUT, DELETE"],
+      ["POST", "/memory/x/graphql", 404, null],
+      ["PUT", "/memory?x=/graphql", 405, "GET, POST"],
+      ["GET", "/memory/a/b", 404, null],
+    ] as const;
+    for (const [method, path, status, allow] of cases) {
       const anonymous = await rest(method, path, { key: null, raw: method === "GET" ? undefined : typo });
       expect(anonymous.status, `${method} ${path}`).toBe(401);
       expect(anonymous.body.errors[0].extensions.code).toBe("UNAUTHENTICATED");
       const keyed = await rest(method, path, { key: engram.tenant.reader, raw: method === "GET" ? undefined : typo });
-      expect(keyed.status, `${method} ${path}`).toBe(404);
-      expect(keyed.body.errors[0].extensions.code).toBe("NOT_FOUND");
+      expect(keyed.status, `${method} ${path}`).toBe(status);
+      expect(keyed.body.errors[0].extensions.code).toBe(status === 404 ? "NOT_FOUND" : "METHOD_NOT_ALLOWED");
+      expect(keyed.allow).toBe(allow);
       expect(JSON.stringify([anonymous.body, keyed.body])).not.toMatch(/Did you mean|entries/);
     }
+  });
+
+  it("answer 405 with Allow for a method a routed path does not take, and write nothing", async () => {
+    const before = await engram.services.db.memoryEntry.count();
+    for (const [method, path, allow] of [
+      ["PATCH", "/memory/some-entry", "GET, PUT, DELETE"],
+      ["DELETE", "/memory", "GET, POST"],
+      ["POST", "/memory/openapi.json", "GET, PUT, DELETE"],
+    ]) {
+      const answer = await rest(method, path, { body: entry() });
+      expect(answer.status, `${method} ${path}`).toBe(405);
+      expect(answer.allow, `${method} ${path}`).toBe(allow);
+      expect(answer.body.errors[0]).toMatchObject({ extensions: { code: "METHOD_NOT_ALLOWED", allowed: allow.split(", ") } });
+      expect(answer.body.errors[0].message).toContain(`${method} is not allowed on ${path}`);
+    }
+    expect(await engram.services.db.memoryEntry.count()).toBe(before);
   });
 });
 

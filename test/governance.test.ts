@@ -491,6 +491,23 @@ describe("settings on a server without ENGRAM_SECRET", () => {
   });
   afterAll(() => engram?.stop());
 
+  it("names no model for a role whose calls are off, and the offline encoder for recall embeddings", async () => {
+    const EFFECTIVE = `{ tenantSettings { modelRouting { cheap { effectiveModel } compaction { effectiveModel } embedding { effectiveModel } } } }`;
+    // No OPENAI_API_KEY or OPENAI_BASE_URL on this server and no tenant route: nothing is called.
+    const { data, errors } = await engram.gql(EFFECTIVE);
+    expect(errors).toBeUndefined();
+    expect(data.tenantSettings.modelRouting).toEqual({
+      cheap: { effectiveModel: null },
+      compaction: { effectiveModel: null },
+      embedding: { effectiveModel: "use-lite-512" },
+    });
+    expect(await engram.services.models.chat(engram.tenant.tenantId, "cheap", "summary")).toBeNull();
+    // A route of the tenant's own turns the role on, with the server's default model name.
+    const routed = await engram.gql(UPDATE, { input: { modelRouting: { compaction: { baseUrl: "http://127.0.0.1:9/v1" } } } }, engram.other.admin);
+    expect(routed.errors).toBeUndefined();
+    expect((await engram.gql(EFFECTIVE, {}, engram.other.admin)).data.tenantSettings.modelRouting.compaction).toEqual({ effectiveModel: "gpt-4o" });
+  });
+
   it("refuses a tenant API key with a clear BAD_USER_INPUT and writes nothing", async () => {
     const { errors } = await engram.gql(UPDATE, {
       input: { retentionDays: 7, modelRouting: { cheap: { baseUrl: "http://127.0.0.1:9/v1", apiKey: "sk-should-not-be-stored-000000" } } },
@@ -500,7 +517,7 @@ describe("settings on a server without ENGRAM_SECRET", () => {
     const { data } = await engram.gql(SETTINGS);
     expect(data.tenantSettings.retentionDays).toBe(180);
     expect(data.tenantSettings.modelRouting.cheap.hasApiKey).toBe(false);
-    expect(await engram.services.db.auditLog.count()).toBe(0);
+    expect(await engram.services.db.auditLog.count({ where: { tenantId: engram.tenant.tenantId } })).toBe(0);
     // Without a key, a route is fine, and the server's own key is not sent to it.
     const routed = await engram.gql(UPDATE, { input: { modelRouting: { cheap: { baseUrl: "http://127.0.0.1:9/v1" } } } });
     expect(routed.errors).toBeUndefined();

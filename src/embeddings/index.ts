@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { Embeddings } from "@langchain/core/embeddings";
 import type { Env } from "../env.ts";
+import { usesOpenAIEmbeddings } from "../governance/settings.ts";
 import type { ModelProvider } from "../models/provider.ts";
 import { OFFLINE_MODEL, OfflineEmbeddings } from "./offline.ts";
 
@@ -21,13 +22,6 @@ export type EmbeddingsProvider = {
   forgetQueries(tenantId: string): void;
   close(): Promise<void>;
 };
-
-/** Whether recall embeds through OpenAI (or a compatible base URL) rather than the offline encoder. */
-export function usesOpenAIEmbeddings(env: Env): boolean {
-  if (env.ENGRAM_EMBEDDINGS === "offline") return false;
-  if (env.ENGRAM_EMBEDDINGS === "openai") return true;
-  return Boolean(env.OPENAI_API_KEY || env.OPENAI_BASE_URL);
-}
 
 // Query vectors kept per process (a message is often embedded again: context then recall, a retry,
 // an eval replaying its questions); about 2 KB each at 512 dimensions.

@@ -3,6 +3,7 @@ import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from "node:cr
 import { CronExpressionParser } from "cron-parser";
 import { z } from "zod";
 import type { TenantDb } from "../db.ts";
+import { OFFLINE_MODEL } from "../embeddings/offline.ts";
 import { badInput, EngramError, parseInput } from "../errors.ts";
 import type { Prisma, TenantSettings as SettingsRow } from "../generated/prisma/client.ts";
 import { baseUrlProblem, egressPolicy, withoutCredentials } from "../models/egress.ts";
@@ -42,6 +43,30 @@ export type EffectiveSettings = {
 export function defaultModelName(env: Env, role: ModelRole): string {
   if (role === "embedding") return env.ENGRAM_EMBEDDING_MODEL;
   return role === "compaction" ? env.ENGRAM_COMPACTION_MODEL : env.ENGRAM_CHEAP_MODEL;
+}
+
+/** Whether recall embeds through OpenAI (or a compatible base URL) rather than the offline encoder. */
+export function usesOpenAIEmbeddings(env: Env): boolean {
+  if (env.ENGRAM_EMBEDDINGS === "offline") return false;
+  if (env.ENGRAM_EMBEDDINGS === "openai") return true;
+  return Boolean(env.OPENAI_API_KEY || env.OPENAI_BASE_URL);
+}
+
+/** Whether the server routes a role's calls by itself: it has a key or base URL (and, for embeddings, is not forced offline). */
+export function serverRoutes(env: Env, role: ModelRole): boolean {
+  if (!env.OPENAI_API_KEY && !env.OPENAI_BASE_URL) return false;
+  return !(role === "embedding" && env.ENGRAM_EMBEDDINGS === "offline");
+}
+
+/**
+ * The model a role's calls go to, as the model and embeddings providers choose it: null when
+ * there is no route (the tenant set neither a base URL nor a key, and the server routes none);
+ * the offline encoder's for recall embeddings it makes.
+ */
+export function effectiveModelName(env: Env, role: ModelRole, route: StoredRoute | undefined): string | null {
+  if (role === "embedding" && !usesOpenAIEmbeddings(env)) return OFFLINE_MODEL;
+  if (!route?.baseUrl && !route?.apiKeyEncrypted && !serverRoutes(env, role)) return null;
+  return route?.model ?? defaultModelName(env, role);
 }
 
 export const DEFAULT_COMPACTION_SCHEDULE = "17 6 * * *";

@@ -3,7 +3,7 @@ import { LIMITS } from "../limits.ts";
 import type { CustomPattern } from "../governance/redaction.ts";
 import {
   auditChangesShown,
-  defaultModelName,
+  effectiveModelName,
   loadTenantSettings,
   updateTenantSettings,
   type EffectiveSettings,
@@ -36,7 +36,12 @@ const ModelRouteSettings = builder.objectRef<RouteView>("ModelRouteSettings").im
       resolve: (v, _args, ctx) => v.route?.baseUrl ?? serverOrigin(ctx.deps.env.OPENAI_BASE_URL),
     }),
     effectiveModel: t.string({
-      resolve: (v, _args, ctx) => v.route?.model ?? defaultModelName(ctx.deps.env, v.role),
+      nullable: true,
+      description:
+        "The model this role's calls use; null when they are off (the tenant set neither a base URL nor a key " +
+        "for it, and the server has neither OPENAI_API_KEY nor OPENAI_BASE_URL). Recall embeddings made by the " +
+        "offline encoder name it.",
+      resolve: (v, _args, ctx) => effectiveModelName(ctx.deps.env, v.role, v.route),
     }),
   }),
 });

@@ -14,7 +14,7 @@ import { RunnableLambda, type Runnable } from "@langchain/core/runnables";
 import { ChatOpenAI } from "@langchain/openai";
 import type { Env } from "../env.ts";
 import type { RedactionResult } from "../governance/redaction.ts";
-import { defaultModelName, type ModelRole } from "../governance/settings.ts";
+import { defaultModelName, serverRoutes, type ModelRole } from "../governance/settings.ts";
 
 export { defaultModelName };
 import { countTokens } from "../memory/tokens.ts";
@@ -40,8 +40,7 @@ export type ModelUsageRecord = {
 
 /** The server-wide defaults from the environment; per-tenant routing may override them. */
 export function defaultRoute(env: Env, role: ModelRole): ModelRoute | null {
-  if (!env.OPENAI_API_KEY && !env.OPENAI_BASE_URL) return null;
-  if (role === "embedding" && env.ENGRAM_EMBEDDINGS === "offline") return null;
+  if (!serverRoutes(env, role)) return null;
   return { baseUrl: env.OPENAI_BASE_URL, apiKey: env.OPENAI_API_KEY, model: defaultModelName(env, role) };
 }
 

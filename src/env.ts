@@ -100,14 +100,31 @@ function distance(a: string, b: string): number {
   return row[b.length];
 }
 
-/** A misspelt ENGRAM_* name would be ignored without a word: it is a problem, with the setting it is closest to. */
-function unknownSettings(names: string[]): string[] {
+// A name this close to a setting (letters added, dropped or changed), or a setting's name with a
+// part left off or added (ENGRAM_MODEL_TIMEOUT for ENGRAM_MODEL_TIMEOUT_MS), is taken for a misspelling of it.
+const MISSPELT_WITHIN = 2;
+const partOf = (a: string, b: string) => a.startsWith(`${b}_`) || b.startsWith(`${a}_`);
+
+/**
+ * The ENGRAM_* names that are not settings, each with the setting it is closest to. A misspelt
+ * one would be ignored without a word, so it stops start-up; one far from every setting is
+ * likely another program's (a harness's ENGRAM_DIR) and is only warned about.
+ */
+function unknownNames(names: string[]): { name: string; closest: string; misspelt: boolean }[] {
   return names
     .filter((name) => name.startsWith("ENGRAM_") && !SETTINGS.includes(name) && !NOT_SETTINGS.test(name))
     .map((name) => {
-      const closest = SETTINGS.reduce((best, known) => (distance(name, known) < distance(name, best) ? known : best));
-      return `${name}: not a setting Engram knows (did you mean ${closest}?)`;
+      const part = SETTINGS.find((known) => partOf(name, known));
+      const closest = part ?? SETTINGS.reduce((best, known) => (distance(name, known) < distance(name, best) ? known : best));
+      return { name, closest, misspelt: Boolean(part) || distance(name, closest) <= MISSPELT_WITHIN };
     });
+}
+
+/** What start-up logs about ENGRAM_* names that are neither settings nor misspellings of one: they are ignored. */
+export function ignoredNames(source: Record<string, string | undefined> = process.env): string[] {
+  return unknownNames(Object.keys(source))
+    .filter((unknown) => !unknown.misspelt)
+    .map(({ name, closest }) => `${name} is not a setting Engram knows, and is ignored (the closest is ${closest})`);
 }
 
 export class EnvError extends Error {
@@ -125,7 +142,9 @@ export function readEnv(source: Record<string, string | undefined> = process.env
   const parsed = schema.safeParse(cleaned);
   const problems = [
     ...(parsed.success ? [] : parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`)),
-    ...unknownSettings(Object.keys(cleaned)),
+    ...unknownNames(Object.keys(cleaned))
+      .filter((unknown) => unknown.misspelt)
+      .map(({ name, closest }) => `${name}: not a setting Engram knows (did you mean ${closest}?)`),
   ];
   if (problems.length || !parsed.success) throw new EnvError(problems);
   return parsed.data;

@@ -1,6 +1,6 @@
 import { buildApp, type App } from "./app.ts";
 import { StoreBusyError } from "./embedded/embedded.ts";
-import { EnvError, modelsConfigured, readEnv } from "./env.ts";
+import { EnvError, ignoredNames, modelsConfigured, readEnv } from "./env.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { bootstrapFirstTenant } from "./auth.ts";
 import { staleBuild } from "./paths.ts";
@@ -39,6 +39,7 @@ async function serve(startWorker: StartWorker) {
     process.exit(1);
   }
   const log = createLogger(env.ENGRAM_LOG_LEVEL);
+  for (const warning of ignoredNames()) log.warn(warning);
   if (staleBuild()) log.warn("dist/ is older than the sources: run `npm run build` to run your changes");
 
   // What start-up has opened so far; the worker is its promise, so a signal while it starts waits for it.

@@ -6,7 +6,7 @@ import path from "node:path";
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
 import { buildApp } from "../src/app.ts";
-import { EnvError, readEnv } from "../src/env.ts";
+import { EnvError, ignoredNames, readEnv } from "../src/env.ts";
 import { createLogger } from "../src/log.ts";
 import { openServices } from "../src/services.ts";
 import {
@@ -261,7 +261,20 @@ describe("configuration bounds and names", () => {
       "ENGRAM_JOB_POL_MS: not a setting Engram knows (did you mean ENGRAM_JOB_POLL_MS?)",
     ]);
     // Names that are not settings but that tests, CI and a user's shell hold are left alone, as is anything not ENGRAM_*.
-    expect(() => readEnv({ ENGRAM_TEST_DATABASE_URL: "postgres://h/db", ENGRAM_REQUIRE_BROWSER: "1", ENGRAM_KEY: "egm_x", ENGRAM_ADMIN_KEY: "egm_y", HOME: "/root" })).not.toThrow();
+    const theirs = { ENGRAM_TEST_DATABASE_URL: "postgres://h/db", ENGRAM_REQUIRE_BROWSER: "1", ENGRAM_KEY: "egm_x", ENGRAM_ADMIN_KEY: "egm_y", HOME: "/root" };
+    expect(() => readEnv(theirs)).not.toThrow();
+    expect(ignoredNames(theirs)).toEqual([]);
+  });
+
+  it("stops on a setting's name with a part left off, and only warns about a name far from every setting", () => {
+    expect(() => readEnv({ ENGRAM_MODEL_TIMEOUT: "5000" })).toThrow(/ENGRAM_MODEL_TIMEOUT: not a setting Engram knows \(did you mean ENGRAM_MODEL_TIMEOUT_MS\?\)/);
+    // Another program's variable in the same environment (the peers harness passes ENGRAM_DIR to the server it starts).
+    const env = { ENGRAM_DIR: "/tmp/engram-checkout", ENGRAM_CONFIG: "x" };
+    expect(() => readEnv(env)).not.toThrow();
+    expect(ignoredNames(env)).toEqual([
+      "ENGRAM_DIR is not a setting Engram knows, and is ignored (the closest is ENGRAM_URL)",
+      "ENGRAM_CONFIG is not a setting Engram knows, and is ignored (the closest is ENGRAM_JOBS)",
+    ]);
   });
 });
 

@@ -9,6 +9,7 @@ import { WebSocketServer, type WebSocket } from "ws";
 import type { GraphQLContext } from "./builder.ts";
 import { forTenant } from "./db.ts";
 import { EngramError } from "./errors.ts";
+import { exportHandler, isExportPath } from "./export-http.ts";
 import { checkHealth } from "./health.ts";
 import { isInputValidationError, reportLimitErrors, useQueryCost, useTypedRequestErrors } from "./graphql/edge.ts";
 import { schema } from "./graphql/index.ts";
@@ -199,6 +200,8 @@ export function buildApp(services: Services): App {
   const inFlight = new Set<ServerResponse>();
   // MCP (streamable HTTP) on /mcp: its tools call this yoga in process, with the caller's key.
   const serveMcp = mcpHandler({ authenticate: services.keys.authenticate, log: services.log }, yoga);
+  // A person's export of any size, streamed (exportUser answers only small ones).
+  const serveExport = exportHandler({ authenticate: services.keys.authenticate, tenantDb: (id) => forTenant(services.db, id), log: services.log });
 
   // Stalled requests are found within a second of their deadline (Node checks every 30 s by default).
   const server: Server = createServer({ connectionsCheckingInterval: 1_000 }, (req: IncomingMessage, res) => {
@@ -226,6 +229,10 @@ export function buildApp(services: Services): App {
     if (refusal) {
       res.writeHead(refusal.status, { "content-type": "application/json" });
       res.end(JSON.stringify({ errors: [{ message: refusal.message, extensions: { code: "BAD_USER_INPUT" } }] }));
+      return;
+    }
+    if (isExportPath(pathname)) {
+      serveExport(req, res).catch((error) => services.log.error("export request failed", { error }));
       return;
     }
     if (req.url?.split("?")[0] === MCP_PATH) {

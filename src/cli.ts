@@ -246,14 +246,15 @@ async function run(command: CommandName, args: string[]) {
     const parsed = parseCommand(command, args, { tenant: { type: "string" } }, one);
     if (!parsed) return;
     const [who] = parsed.positionals;
-    const [{ forTenant }, { exportUser }] = await Promise.all([import("./db.ts"), import("./memory/export.ts")]);
-    const exported = await withServices(async (services) => {
+    const [{ forTenant }, { userExport, writeExport }] = await Promise.all([import("./db.ts"), import("./memory/export.ts")]);
+    await withServices(async (services) => {
       const db = forTenant(services.db, await resolveTenantId(services.db, parsed.values.tenant));
       const user = await db.endUser.findFirst({ where: { OR: [{ externalId: who }, { id: who }] } });
       if (!user) throw new EngramError("NOT_FOUND", `No end user ${who} in this tenant.`);
-      return exportUser(db, user.id);
+      // Streamed, a page at a time, as the HTTP export is: a long history never sits in memory.
+      await writeExport(userExport(db, user), process.stdout);
     });
-    process.stdout.write(`${JSON.stringify(exported, null, 2)}\n`);
+    process.stdout.write("\n");
     return;
   }
   if (command === "import") {

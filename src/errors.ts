@@ -11,7 +11,8 @@ export type ErrorCode =
   | "VECTOR_STORE_UNAVAILABLE"
   | "BUDGET_EXHAUSTED"
   | "MODEL_CALL_LIMIT"
-  | "REDACTION_FAILED";
+  | "REDACTION_FAILED"
+  | "EXPORT_TOO_LARGE";
 
 /** An expected failure: reaches the caller with its code; anything else stays masked. */
 export class EngramError extends Error {

@@ -2,7 +2,7 @@ import { builder } from "../builder.ts";
 import { notFound } from "../errors.ts";
 import { agentSettings, upsertAgent, upsertEndUser } from "../memory/conversations/agents.ts";
 import { LIMITS } from "../limits.ts";
-import { exportUser } from "../memory/export.ts";
+import { EXPORT_PATH, exportUser } from "../memory/export.ts";
 
 const AgentSettings = builder.objectRef<ReturnType<typeof agentSettings>>("AgentSettings").implement({
   description: "An agent's memory settings, defaults filled in.",
@@ -112,7 +112,9 @@ builder.queryFields((t) => ({
     authScopes: { admin: true },
     description:
       "Everything Engram holds about one person (facts with history, conversations with summaries and revisions, " +
-      "recall snippets' text, entries of their scope) as JSON: the right-of-access twin of forgetUser.",
+      "recall snippets' text, entries of their scope) as JSON: the right-of-access twin of forgetUser. Up to " +
+      `${LIMITS.exportRowsMax} rows of history (messages, summary revisions, snippets, events); above that EXPORT_TOO_LARGE, and ` +
+      `GET ${EXPORT_PATH}/<endUserId> (admin key) streams the same document at any size.`,
     args: { endUserId: t.arg.id({ required: true }) },
     resolve: (_root, { endUserId }, ctx) => exportUser(ctx.db, String(endUserId)),
   }),

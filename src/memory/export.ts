@@ -1,5 +1,7 @@
+import type { Writable } from "node:stream";
 import type { TenantDb } from "../db.ts";
-import { notFound } from "../errors.ts";
+import { EngramError, notFound } from "../errors.ts";
+import { LIMITS } from "../limits.ts";
 
 /**
  * What the log holds about a person as an entity: scope ENTITY under their own external id (a
@@ -8,58 +10,320 @@ import { notFound } from "../errors.ts";
  */
 export const aboutThePerson = (externalId: string) => ({ scope: "ENTITY" as const, scopeRef: externalId });
 
+/** Where an export of any size is streamed from (src/export-http.ts serves it): GET, admin keys. */
+export const EXPORT_PATH = "/export/users";
+const exportPathOf = (endUserId: string) => `${EXPORT_PATH}/${encodeURIComponent(endUserId)}`;
+
 /**
- * Everything Engram holds about one person, as JSON: the right-of-access twin of forgetting.
- * Facts with their history, each conversation with its messages (those forgotten but kept as a
- * record too, marked), its summary and revisions, the recall snippets' text, and the events and
- * curated entries about them as an entity (aboutThePerson).
+ * Rows of a list read per page. A message may hold 32,000 characters: 500 of them are at most
+ * about 32 MB in memory at once, however long the history.
  */
-export async function exportUser(db: TenantDb, endUserId: string) {
-  const user = await db.endUser.findUnique({ where: { id: endUserId } });
+const EXPORT_PAGE = 500;
+
+/** A list of the export read as it is written, a page at a time; an array in the document. */
+type Rows = AsyncIterable<unknown>;
+
+const isRows = (value: unknown): value is Rows => value != null && typeof value === "object" && Symbol.asyncIterator in value;
+
+/** A plain object with a list of rows among its own values: written key by key, the rows as they come. */
+const holdsRows = (value: unknown): value is Record<string, unknown> =>
+  value != null && Object.getPrototypeOf(value) === Object.prototype && Object.values(value).some(isRows);
+
+type EndUser = { id: string; externalId: string; displayName: string | null; createdAt: Date };
+
+/** Each page starts after the last row of the one before (keyset), so a page costs the same at any depth. */
+async function* pagesOf<T>(readPage: (after: T | undefined) => Promise<T[]>): AsyncGenerator<T[]> {
+  let after: T | undefined;
+  for (;;) {
+    const page = await readPage(after);
+    if (page.length) yield page;
+    if (page.length < EXPORT_PAGE) return;
+    after = page[page.length - 1];
+  }
+}
+
+async function* inPages<T>(readPage: (after: T | undefined) => Promise<T[]>): AsyncGenerator<T> {
+  for await (const page of pagesOf(readPage)) yield* page;
+}
+
+/** The rows after `row` in the order (field, id), ascending ("gt") or descending ("lt"). */
+function beyond<F extends string>(field: F, row: ({ id: string } & Record<F, Date>) | undefined, direction: "gt" | "lt" = "gt"): { OR?: never[] } {
+  if (!row) return {};
+  // Prisma cannot type a where on a field chosen by name; test/export-stream pins the order across page boundaries.
+  return { OR: [{ [field]: { [direction]: row[field] } }, { [field]: row[field], id: { [direction]: row.id } }] as never[] };
+}
+
+export async function findEndUser(db: TenantDb, endUserId: string): Promise<EndUser> {
+  const user = await db.endUser.findUnique({ where: { id: endUserId }, select: { id: true, externalId: true, displayName: true, createdAt: true } });
   if (!user) throw notFound("End user", endUserId);
-  const [facts, conversations, snippets, entries, events] = await Promise.all([
-    db.fact.findMany({
-      where: { endUserId },
-      orderBy: [{ core: "desc" }, { confirmedAt: "desc" }],
-      include: { versions: { orderBy: { createdAt: "asc" }, select: { text: true, core: true, change: true, reason: true, createdAt: true } } },
+  return user;
+}
+
+const REVISION_FIELDS = { text: true, accepted: true, reason: true, createdAt: true } as const;
+const MESSAGE_FIELDS = { seq: true, role: true, content: true, private: true, occurredAt: true, forgottenAt: true } as const;
+
+function pagedRevisions(db: TenantDb, conversationId: string) {
+  return withoutIds(
+    inPages((after?: { id: string; createdAt: Date }) =>
+      db.summaryRevision.findMany({
+        where: { conversationId, ...beyond("createdAt", after) },
+        orderBy: [{ createdAt: "asc" }, { id: "asc" }],
+        take: EXPORT_PAGE,
+        select: { id: true, ...REVISION_FIELDS },
+      }),
+    ),
+  );
+}
+
+/** A long conversation's revisions and messages, each read a page at a time. */
+function pagedHistory(db: TenantDb, conversationId: string) {
+  const messages = inPages((after?: { seq: number }) =>
+    db.message.findMany({
+      where: { conversationId, ...(after && { seq: { gt: after.seq } }) },
+      orderBy: { seq: "asc" },
+      take: EXPORT_PAGE,
+      select: MESSAGE_FIELDS,
     }),
-    db.conversation.findMany({
-      where: { endUserId },
-      orderBy: { createdAt: "asc" },
-      select: {
-        id: true,
-        externalId: true,
-        createdAt: true,
-        lastSeq: true,
-        summary: true,
-        agent: { select: { externalId: true, name: true } },
-        revisions: { orderBy: { createdAt: "asc" }, select: { text: true, accepted: true, reason: true, createdAt: true } },
-        messages: { orderBy: { seq: "asc" }, select: { seq: true, role: true, content: true, private: true, occurredAt: true, forgottenAt: true } },
-      },
+  );
+  return { revisions: pagedRevisions(db, conversationId), messages };
+}
+
+/** Rows by their conversation, in their order, without the conversation's id. */
+function byConversation<T extends { conversationId: string }>(rows: T[]): Map<string, Omit<T, "conversationId">[]> {
+  const grouped = new Map<string, Omit<T, "conversationId">[]>();
+  for (const { conversationId, ...row } of rows) {
+    let list = grouped.get(conversationId);
+    if (!list) grouped.set(conversationId, (list = []));
+    list.push(row);
+  }
+  return grouped;
+}
+
+/**
+ * The revisions and messages of short conversations, read together: a query each, not two a
+ * conversation (a support bot's user may have thousands of short ones). Their messages fit a
+ * page (the caller sums their lastSeq); when their revisions do not, each conversation's are paged.
+ */
+async function historiesTogether(db: TenantDb, ids: string[]) {
+  const [messages, revisions] = await Promise.all([
+    db.message.findMany({
+      where: { conversationId: { in: ids } },
+      orderBy: [{ conversationId: "asc" }, { seq: "asc" }],
+      select: { conversationId: true, ...MESSAGE_FIELDS },
     }),
-    db.recallSnippet.findMany({
-      where: { endUserId },
-      orderBy: { occurredAt: "asc" },
-      select: { id: true, kind: true, text: true, conversationId: true, occurredAt: true },
-    }),
-    db.memoryEntry.findMany({
-      where: aboutThePerson(user.externalId),
-      orderBy: { updatedAt: "desc" },
-      select: { id: true, scope: true, scopeRef: true, title: true, summary: true, tags: true, importance: true, source: true, updatedAt: true },
-    }),
-    db.memoryEvent.findMany({
-      where: aboutThePerson(user.externalId),
-      orderBy: { occurredAt: "asc" },
-      select: { id: true, scope: true, scopeRef: true, kind: true, body: true, source: true, sourceRef: true, occurredAt: true },
+    db.summaryRevision.findMany({
+      where: { conversationId: { in: ids } },
+      orderBy: [{ conversationId: "asc" }, { createdAt: "asc" }, { id: "asc" }],
+      take: EXPORT_PAGE + 1,
+      select: { conversationId: true, ...REVISION_FIELDS },
     }),
   ]);
+  const messagesOf = byConversation(messages);
+  const revisionsOf = revisions.length > EXPORT_PAGE ? null : byConversation(revisions);
+  return (id: string) => ({ revisions: revisionsOf ? (revisionsOf.get(id) ?? []) : pagedRevisions(db, id), messages: messagesOf.get(id) ?? [] });
+}
+
+/** A page of conversations in runs whose messages (lastSeq at most each) fit one page together; a longer one is a run alone. */
+function runsOfAPage<T extends { lastSeq: number }>(conversations: T[]): { run: T[]; fits: boolean }[] {
+  const runs: { run: T[]; fits: boolean }[] = [];
+  let run: T[] = [];
+  let size = 0;
+  for (const conversation of conversations) {
+    if (run.length && size + conversation.lastSeq > EXPORT_PAGE) {
+      runs.push({ run, fits: size <= EXPORT_PAGE });
+      run = [];
+      size = 0;
+    }
+    run.push(conversation);
+    size += conversation.lastSeq;
+  }
+  if (run.length) runs.push({ run, fits: size <= EXPORT_PAGE });
+  return runs;
+}
+
+async function* conversationsOf(db: TenantDb, endUserId: string) {
+  const pages = pagesOf((after?: { id: string; createdAt: Date }) =>
+    db.conversation.findMany({
+      where: { endUserId, ...beyond("createdAt", after) },
+      orderBy: [{ createdAt: "asc" }, { id: "asc" }],
+      take: EXPORT_PAGE,
+      select: { id: true, externalId: true, createdAt: true, lastSeq: true, summary: true, agent: { select: { externalId: true, name: true } } },
+    }),
+  );
+  for await (const page of pages) {
+    for (const { run, fits } of runsOfAPage(page)) {
+      const historyOf = fits ? await historiesTogether(db, run.map((conversation) => conversation.id)) : (id: string) => pagedHistory(db, id);
+      for (const conversation of run) yield { ...conversation, ...historyOf(conversation.id) };
+    }
+  }
+}
+
+/** Rows whose id served only as the key of their pages. */
+async function* withoutIds(rows: AsyncIterable<{ id: string }>) {
+  for await (const { id: _, ...row } of rows) yield row;
+}
+
+/**
+ * Everything Engram holds about one person: the right-of-access twin of forgetting. Facts with
+ * their history, each conversation with its messages (those forgotten but kept as a record too,
+ * marked), its summary and revisions, the recall snippets' text, and the events and curated
+ * entries about them as an entity (aboutThePerson). Nothing is read yet: each list is read a
+ * page at a time as it is written (writeExport) or gathered (exportUser). Not a snapshot: a turn
+ * recorded meanwhile may or may not be in it, but no row is read twice or skipped.
+ */
+export function userExport(db: TenantDb, user: EndUser) {
+  const endUserId = user.id;
   return {
     exportedAt: new Date().toISOString(),
     endUser: { id: user.id, externalId: user.externalId, displayName: user.displayName, createdAt: user.createdAt },
-    facts: facts.map(({ tenantId: _t, ...fact }) => fact),
-    conversations,
-    snippets,
-    entries,
-    events,
+    // At most 50 live facts a user (SPEC §5): read at once, with their history.
+    facts: (async function* () {
+      const facts = await db.fact.findMany({
+        where: { endUserId },
+        orderBy: [{ core: "desc" }, { confirmedAt: "desc" }, { id: "asc" }],
+        include: { versions: { orderBy: [{ createdAt: "asc" }, { id: "asc" }], select: { text: true, core: true, change: true, reason: true, createdAt: true } } },
+      });
+      for (const { tenantId: _t, ...fact } of facts) yield fact;
+    })(),
+    conversations: conversationsOf(db, endUserId),
+    snippets: inPages((after?: { id: string; occurredAt: Date }) =>
+      db.recallSnippet.findMany({
+        where: { endUserId, ...beyond("occurredAt", after) },
+        orderBy: [{ occurredAt: "asc" }, { id: "asc" }],
+        take: EXPORT_PAGE,
+        select: { id: true, kind: true, text: true, conversationId: true, occurredAt: true },
+      }),
+    ),
+    entries: inPages((after?: { id: string; updatedAt: Date }) =>
+      db.memoryEntry.findMany({
+        where: { ...aboutThePerson(user.externalId), ...beyond("updatedAt", after, "lt") },
+        orderBy: [{ updatedAt: "desc" }, { id: "desc" }],
+        take: EXPORT_PAGE,
+        select: { id: true, scope: true, scopeRef: true, title: true, summary: true, tags: true, importance: true, source: true, updatedAt: true },
+      }),
+    ),
+    events: inPages((after?: { id: string; occurredAt: Date }) =>
+      db.memoryEvent.findMany({
+        where: { ...aboutThePerson(user.externalId), ...beyond("occurredAt", after) },
+        orderBy: [{ occurredAt: "asc" }, { id: "asc" }],
+        take: EXPORT_PAGE,
+        select: { id: true, scope: true, scopeRef: true, kind: true, body: true, source: true, sourceRef: true, occurredAt: true },
+      }),
+    ),
   };
+}
+
+/** The rows of history an export holds beside facts and entries: messages, summary revisions, snippets, events. */
+export async function historyRows(db: TenantDb, user: EndUser): Promise<number> {
+  const counts = await Promise.all([
+    db.message.count({ where: { conversation: { endUserId: user.id } } }),
+    db.summaryRevision.count({ where: { conversation: { endUserId: user.id } } }),
+    db.recallSnippet.count({ where: { endUserId: user.id } }),
+    db.memoryEvent.count({ where: aboutThePerson(user.externalId) }),
+  ]);
+  return counts.reduce((sum, count) => sum + count, 0);
+}
+
+/** Every list read into an array. */
+async function gathered(value: unknown): Promise<unknown> {
+  if (isRows(value)) {
+    const items: unknown[] = [];
+    for await (const item of value) items.push(await gathered(item));
+    return items;
+  }
+  if (!holdsRows(value)) return value;
+  const entries: [string, unknown][] = [];
+  for (const [key, field] of Object.entries(value)) entries.push([key, await gathered(field)]);
+  return Object.fromEntries(entries);
+}
+
+/**
+ * The export as one JSON value, for a person whose history fits one answer: above
+ * LIMITS.exportRowsMax rows (counted first, nothing else read) it is EXPORT_TOO_LARGE, naming
+ * the streaming path that takes any size.
+ */
+export async function exportUser(db: TenantDb, endUserId: string) {
+  const user = await findEndUser(db, endUserId);
+  const rows = await historyRows(db, user);
+  if (rows > LIMITS.exportRowsMax) {
+    const path = exportPathOf(user.id);
+    throw new EngramError(
+      "EXPORT_TOO_LARGE",
+      `End user ${user.id} has ${rows} messages, summary revisions, snippets and events, over the ${LIMITS.exportRowsMax} one answer holds: stream the export with GET ${path} (an admin key).`,
+      { rows, limit: LIMITS.exportRowsMax, path },
+    );
+  }
+  return gathered(userExport(db, user)) as Promise<Record<string, unknown>>;
+}
+
+/** Text handed to the stream at once: few writes, and a small buffer. */
+const CHUNK_CHARS = 64 * 1024;
+
+/** The stream an export was written to closed before the end (the client went away). */
+export class ExportAborted extends Error {
+  constructor() {
+    super("the export's reader went away before its end");
+    this.name = "ExportAborted";
+  }
+}
+
+/** Resolves once `out` takes writes again; rejects if it closes first (a 'drain' would never come). */
+function drained(out: Writable): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (out.destroyed) return reject(new ExportAborted());
+    const settle = (closed: boolean) => () => {
+      out.off("drain", onDrain);
+      out.off("close", onClose);
+      if (closed) reject(new ExportAborted());
+      else resolve();
+    };
+    const onDrain = settle(false);
+    const onClose = settle(true);
+    out.on("drain", onDrain);
+    out.on("close", onClose);
+  });
+}
+
+/**
+ * Writes an export (userExport) to `out` as the JSON exportUser answers, reading each list a
+ * page at a time: the next page is read only once `out` has taken what came before
+ * (backpressure), so memory holds a page and a chunk, never the history. Leaves `out` open.
+ * Throws ExportAborted when `out` closes first.
+ */
+export async function writeExport(document: unknown, out: Writable): Promise<void> {
+  let chunk = "";
+  const flush = async () => {
+    if (out.destroyed || out.writableEnded) throw new ExportAborted();
+    const text = chunk;
+    chunk = "";
+    if (!out.write(text)) await drained(out);
+  };
+  const write = async (text: string) => {
+    chunk += text;
+    if (chunk.length >= CHUNK_CHARS) await flush();
+  };
+  const writeValue = async (value: unknown): Promise<void> => {
+    if (isRows(value)) {
+      let first = true;
+      await write("[");
+      for await (const item of value) {
+        if (!first) await write(",");
+        first = false;
+        await writeValue(item);
+      }
+      return write("]");
+    }
+    if (!holdsRows(value)) return write(JSON.stringify(value));
+    let first = true;
+    await write("{");
+    for (const [key, field] of Object.entries(value)) {
+      if (field === undefined) continue;
+      await write(`${first ? "" : ","}${JSON.stringify(key)}:`);
+      first = false;
+      await writeValue(field);
+    }
+    return write("}");
+  };
+  await writeValue(document);
+  await flush();
 }

@@ -246,11 +246,12 @@ async function run(command: CommandName, args: string[]) {
     const parsed = parseCommand(command, args, { tenant: { type: "string" } }, one);
     if (!parsed) return;
     const [who] = parsed.positionals;
-    const [{ forTenant }, { userExport, writeExport }] = await Promise.all([import("./db.ts"), import("./memory/export.ts")]);
+    const [{ forTenant }, { auditExport, userExport, writeExport }] = await Promise.all([import("./db.ts"), import("./memory/export.ts")]);
     await withServices(async (services) => {
       const db = forTenant(services.db, await resolveTenantId(services.db, parsed.values.tenant));
       const user = await db.endUser.findFirst({ where: { OR: [{ externalId: who }, { id: who }] } });
       if (!user) throw new EngramError("NOT_FOUND", `No end user ${who} in this tenant.`);
+      await auditExport(db, user, { apiKeyId: null, via: "cli" });
       // Streamed, a page at a time, as the HTTP export is: a long history never sits in memory.
       await writeExport(userExport(db, user), process.stdout);
     });

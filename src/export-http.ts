@@ -3,7 +3,7 @@ import type { TenantDb } from "./db.ts";
 import { EngramError } from "./errors.ts";
 import type { Principal } from "./governance/keys.ts";
 import type { Logger } from "./log.ts";
-import { ExportAborted, EXPORT_PATH, findEndUser, userExport, writeExport } from "./memory/export.ts";
+import { auditExport, ExportAborted, EXPORT_PATH, findEndUser, userExport, writeExport } from "./memory/export.ts";
 
 export const isExportPath = (pathname: string) => pathname === EXPORT_PATH || pathname.startsWith(`${EXPORT_PATH}/`);
 
@@ -52,6 +52,7 @@ export function exportHandler(deps: {
     let user: Awaited<ReturnType<typeof findEndUser>>;
     try {
       user = await findEndUser(db, endUserId);
+      await auditExport(db, user, { apiKeyId: caller.apiKeyId, via: "stream" });
     } catch (error) {
       if (error instanceof EngramError) return answer(404, error.message, error.code);
       return unexpected(error);

@@ -154,6 +154,19 @@ describe("GET /export/users/:endUserId", () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+
+    // Each export is audited before its first row: who took whose data, and how.
+    const audited = await engram.services.db.auditLog.findMany({
+      where: { tenantId: engram.tenant.tenantId, action: "memory.export", changes: { path: ["target", "endUserId"], equals: endUserId } },
+      orderBy: { createdAt: "asc" },
+    });
+    const adminKey = await engram.services.db.apiKey.findFirstOrThrow({ where: { tenantId: engram.tenant.tenantId, role: "ADMIN" } });
+    expect(audited.map((row) => [row.apiKeyId, (row.changes as { via: string }).via])).toEqual([
+      [adminKey.id, "stream"],
+      [adminKey.id, "graphql"],
+      [adminKey.id, "stream"],
+    ]);
+    expect(audited[0].changes).toMatchObject({ target: { endUserId, externalId: user } });
   }, 60_000);
 
   it("answers typed errors: 401 without a valid key, 403 for reader and writer keys, 404 for another tenant's user or none", async () => {
@@ -170,6 +183,8 @@ describe("GET /export/users/:endUserId", () => {
     await expectError(await streamed(randomUUID()), 404, "NOT_FOUND");
     await expectError(await streamed(endUserId, engram.tenant.admin, { method: "POST" }), 405, "METHOD_NOT_ALLOWED");
     await expectError(await fetch(`${base}/export/users/${endUserId}/more`, { headers: { authorization: `Bearer ${engram.tenant.admin}` } }), 404, "NOT_FOUND");
+    // A refused export took nothing, and is not recorded as one.
+    expect(await engram.services.db.auditLog.count({ where: { action: "memory.export", changes: { path: ["target", "endUserId"], equals: endUserId } } })).toBe(0);
   });
 });
 

@@ -116,7 +116,7 @@ builder.queryFields((t) => ({
       `${LIMITS.exportRowsMax} rows of history (messages, summary revisions, snippets, events); above that EXPORT_TOO_LARGE, and ` +
       `GET ${EXPORT_PATH}/<endUserId> (admin key) streams the same document at any size.`,
     args: { endUserId: t.arg.id({ required: true }) },
-    resolve: (_root, { endUserId }, ctx) => exportUser(ctx.db, String(endUserId)),
+    resolve: (_root, { endUserId }, ctx) => exportUser(ctx.db, String(endUserId), { apiKeyId: ctx.principal.apiKeyId, via: "graphql" }),
   }),
   endUsers: t.prismaConnection({
     type: "EndUser",

@@ -242,7 +242,25 @@ async function gathered(value: unknown): Promise<unknown> {
  * LIMITS.exportRowsMax rows (counted first, nothing else read) it is EXPORT_TOO_LARGE, naming
  * the streaming path that takes any size.
  */
-export async function exportUser(db: TenantDb, endUserId: string) {
+/** How an export was asked for, for its audit row: the key (none from the CLI) and the way. */
+export type ExportWho = { apiKeyId: string | null; via: "graphql" | "stream" | "cli" };
+
+/**
+ * Records who exported whose data (action `memory.export`) before the first row is read: a right
+ * of access is also a way out for a person's data, and an operator must be able to tell who took it.
+ */
+export async function auditExport(db: TenantDb, user: EndUser, who: ExportWho) {
+  await db.auditLog.create({
+    data: {
+      tenantId: db.$tenantId(),
+      apiKeyId: who.apiKeyId,
+      action: "memory.export",
+      changes: { target: { endUserId: user.id, externalId: user.externalId }, via: who.via },
+    },
+  });
+}
+
+export async function exportUser(db: TenantDb, endUserId: string, who: ExportWho) {
   const user = await findEndUser(db, endUserId);
   const rows = await historyRows(db, user);
   if (rows > LIMITS.exportRowsMax) {
@@ -253,6 +271,7 @@ export async function exportUser(db: TenantDb, endUserId: string) {
       { rows, limit: LIMITS.exportRowsMax, path },
     );
   }
+  await auditExport(db, user, who);
   return gathered(userExport(db, user)) as Promise<Record<string, unknown>>;
 }
 

@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ContextDocument, RecordTurnDocument } from "../src/gql/graphql.ts";
+import { forTenant } from "../src/db.ts";
+import { forgetPhrases } from "../src/memory/forget.ts";
 import { countTokens } from "../src/memory/tokens.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 
@@ -299,5 +301,46 @@ describe("context", () => {
   it("is NOT_FOUND for an unknown conversation", async () => {
     const { errors } = await engram.gql(CONTEXT, { input: { conversationId: "nope", message: "hi" } });
     expect(errors?.[0].extensions?.code).toBe("NOT_FOUND");
+  });
+});
+
+describe("messages forgotten but kept as a record (forgetDeletesMessages off)", () => {
+  it("are not read back through a conversation's or a turn's messages; exportUser still lists them", async () => {
+    const { tenantId, admin, writer, reader } = engram.other;
+    const off = await engram.gql(`mutation { updateTenantSettings(input: { forgetDeletesMessages: false }) { forgetDeletesMessages } }`, {}, admin);
+    expect(off.data.updateTenantSettings.forgetDeletesMessages).toBe(false);
+    const record = async (userMessage: string) => {
+      const { data, errors } = await engram.gql(RECORD, { input: turn("kept-record", { endUserExternalId: "olga", userMessage, assistantMessage: "Noted." }) }, writer);
+      expect(errors).toBeUndefined();
+      return data.recordTurn;
+    };
+    const first = await record("My locker code is 4471.");
+    await record("I also like green tea.");
+    const endUserId = first.conversation.endUser.id;
+    await forgetPhrases(forTenant(engram.services.db, tenantId), engram.services.deps, endUserId, ["locker code"], { reason: "test" });
+    // Kept as a record, marked.
+    expect(await engram.services.db.message.count({ where: { conversationId: first.conversation.id, content: { contains: "4471" }, forgottenAt: { not: null } } })).toBe(1);
+
+    // The agent's own read of its conversation (the client's conversation()), as context reads it.
+    const read = await engram.gql(
+      `query { conversationByExternalId(externalId: "kept-record") { messages(last: 20) { edges { node { seq content } } } } }`,
+      {},
+      reader,
+    );
+    const contents = read.data.conversationByExternalId.messages.edges.map((e: any) => e.node.content);
+    expect(contents).toContain("I also like green tea.");
+    expect(contents.join("\n")).not.toContain("4471");
+    // The feed's history re-reads each turn's messages.
+    const feed = await engram.gql(
+      `query { memoryFeed(kinds: [TURN], first: 50) { items { ... on TurnFeedItem { turn { messages { content } } } } } }`,
+      {},
+      reader,
+    );
+    const turns = feed.data.memoryFeed.items.map((item: any) => item.turn.messages.map((m: any) => m.content).join("\n"));
+    expect(turns.join("\n")).toContain("green tea");
+    expect(turns.join("\n")).not.toContain("4471");
+    // The record itself is the admins' export.
+    const exported = await engram.gql(`query($id: ID!) { exportUser(endUserId: $id) }`, { id: endUserId }, admin);
+    expect(JSON.stringify(exported.data.exportUser.conversations)).toContain("4471");
   });
 });

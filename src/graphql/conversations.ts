@@ -11,6 +11,10 @@ const MessageRoleEnum = builder.enumType("MessageRole", {
   values: ["USER", "ASSISTANT", "SYSTEM", "TOOL"] as const,
 });
 
+// A tenant that keeps forgotten messages (forgetDeletesMessages off) keeps them as a record for
+// exportUser, not as memory: an agent reading its conversation back must not get them.
+const FORGOTTEN_LEFT_OUT = "Messages forgotten but kept as a record (forgetDeletesMessages off) are left out; exportUser lists them.";
+
 builder.prismaObject("Message", {
   fields: (t) => ({
     id: t.exposeID("id"),
@@ -55,9 +59,10 @@ builder.prismaObject("Conversation", {
     messages: t.relatedConnection("messages", {
       cursor: "id",
       maxSize: 500,
+      description: FORGOTTEN_LEFT_OUT,
       args: { includePrivate: t.arg.boolean({ defaultValue: false }) },
       query: (args) => ({
-        where: args.includePrivate ? {} : { private: false },
+        where: { forgottenAt: null, ...(args.includePrivate ? {} : { private: false }) },
         orderBy: { seq: "asc" },
       }),
     }),
@@ -77,6 +82,7 @@ builder.prismaObject("Turn", {
     conversation: t.relation("conversation"),
     messages: t.prismaField({
       type: ["Message"],
+      description: FORGOTTEN_LEFT_OUT,
       args: { includePrivate: t.arg.boolean({ defaultValue: false }) },
       select: { conversationId: true, firstSeq: true, lastSeq: true },
       resolve: (query, turn, args, ctx) =>
@@ -85,6 +91,7 @@ builder.prismaObject("Turn", {
           where: {
             conversationId: turn.conversationId,
             seq: { gte: turn.firstSeq, lte: turn.lastSeq },
+            forgottenAt: null,
             ...(args.includePrivate ? {} : { private: false }),
           },
           orderBy: { seq: "asc" },

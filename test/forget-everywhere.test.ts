@@ -195,6 +195,21 @@ describe("'forget my X' reaches every copy of what matches X", () => {
     60_000);
     await until("a fact holding the canary", async () => (await db.fact.count({ where: { tenantId, text: { contains: CANARY.phrase } } })) > 0, 60_000);
     await allIndexed(engram, tenantId, 60_000);
+    // A skill's notes on the person, under their own id: one saying it, one folded (by
+    // compaction) into an entry that does not repeat the words, and others that stay.
+    const notes = await engram.gql(
+      `mutation($body: String!) {
+        saying: appendEvent(input: { scope: ENTITY, scopeRef: "${user}", kind: "note", body: $body, source: "crm", sourceRef: "xena-1" }) { id }
+        folded: appendEvent(input: { scope: ENTITY, scopeRef: "${user}", kind: "note", body: "Asked twice about her locker code.", source: "crm", sourceRef: "xena-2" }) { id }
+        digest: createEntry(input: { scope: ENTITY, scopeRef: "${user}", title: "Xena, facilities", summary: "Visits the gym on Mondays." }) { id }
+        entry: createEntry(input: { scope: ENTITY, scopeRef: "${user}", title: "Locker", summary: $body }) { id }
+        tea: appendEvent(input: { scope: ENTITY, scopeRef: "${user}", kind: "note", body: "Drinks green tea.", source: "crm", sourceRef: "xena-3" }) { id }
+        other: appendEvent(input: { scope: ENTITY, scopeRef: "yusuf", kind: "note", body: "Yusuf's locker code is 1234.", source: "crm", sourceRef: "yusuf-1" }) { id }
+      }`,
+      { body: `Xena's locker code is ${CANARY.phrase}.` },
+    );
+    expect(notes.errors).toBeUndefined();
+    await db.memoryEvent.update({ where: { id: notes.data.folded.id }, data: { entryId: notes.data.digest.id, compressedAt: new Date() } });
 
     await say(engram, { user, conversation: `${user}-2` }, "Please forget my locker code.", "Done.");
     let left: Hit[] = [];
@@ -206,8 +221,12 @@ describe("'forget my X' reaches every copy of what matches X", () => {
     expect(await vectorsHolding(engram, tenantId, [CANARY.phrase])).toEqual([]);
     // What did not match stays.
     expect(await db.message.count({ where: { conversationId: first.conversationId, content: { contains: "green tea" } } })).toBe(1);
+    const { saying, folded, digest, entry, tea, other } = notes.data;
+    expect(await db.memoryEvent.count({ where: { id: { in: [saying.id, folded.id] } } })).toBe(0);
+    expect(await db.memoryEntry.count({ where: { id: { in: [digest.id, entry.id] } } })).toBe(0);
+    expect(await db.memoryEvent.count({ where: { id: { in: [tea.id, other.id] } } })).toBe(2);
     const audit = await db.auditLog.findFirstOrThrow({ where: { tenantId, action: "memory.forget" }, orderBy: { createdAt: "desc" } });
-    expect(audit.changes).toMatchObject({ target: { kind: "PHRASES", phrases: 1 } });
+    expect(audit.changes).toMatchObject({ target: { kind: "PHRASES", phrases: 1 }, receipt: { events: 2, entries: 2 } });
   }, 300_000);
 });
 

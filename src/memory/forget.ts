@@ -454,9 +454,32 @@ export async function forgetPhrases(
   }
 
   await scrubQuotes(db, endUserId, matches(Prisma.sql`v."reason"`));
+  Object.assign(receipt, await forgetNotesSaying(db, endUserId, wanted));
   await audit(db, who, { kind: "PHRASES", endUserId, phrases: wanted.length }, receipt);
   await announceForgotten(db, deps, endUserId, who);
   return receipt;
+}
+
+/**
+ * The events and entries about the person as an entity (their own scope, as forgetUser deletes
+ * and exportUser lists them) that match any of the phrases, and the entries a matching event was
+ * folded into by compaction (an entry need not repeat the words to carry what they said). The
+ * events' delete names those entries itself: a compaction folding one meanwhile either commits
+ * first, and its entry is named, or finds the event gone and rolls back (compaction.ts).
+ */
+async function forgetNotesSaying(db: TenantDb, endUserId: string, phrases: string[]) {
+  const { externalId } = await db.endUser.findUniqueOrThrow({ where: { id: endUserId }, select: { externalId: true } });
+  const tenantId = db.$tenantId();
+  const events = await db.$queryRaw<{ entryId: string | null }[]>`
+    DELETE FROM "MemoryEvent" v
+    WHERE v."tenantId" = ${tenantId} AND v."scope" = 'ENTITY' AND v."scopeRef" = ${externalId} AND ${matchesAnyPhrase(Prisma.sql`v."search"`, phrases)}
+    RETURNING v."entryId"`;
+  const foldedInto = [...new Set(events.flatMap((v) => (v.entryId ? [v.entryId] : [])))];
+  const entries = await db.$executeRaw`
+    DELETE FROM "MemoryEntry" e
+    WHERE e."tenantId" = ${tenantId} AND e."scope" = 'ENTITY' AND e."scopeRef" = ${externalId}
+      AND (${matchesAnyPhrase(Prisma.sql`e."search"`, phrases)} OR e."id" = ANY(${foldedInto}::text[]))`;
+  return { events: events.length, entries };
 }
 
 /** The message hashes of the user messages the conversation that asked holds after the turn that asked. */

@@ -108,6 +108,9 @@ describe("forgetting a user reaches every copy", () => {
   it("with forgetDeletesMessages on (the default): no trace of the canary anywhere, and a receipt of counts", async () => {
     const tenantId = engram.tenant.tenantId;
     const planted = await plant(engram.tenant.writer, tenantId, "vera", CANARY.deleting);
+    // The name the integrator gave the person.
+    const named = await engram.gql(`mutation($name: String!) { upsertEndUser(input: { externalId: "vera", displayName: $name }) { displayName } }`, { name: `Vera ${CANARY.deleting}` }, engram.tenant.writer);
+    expect(named.data.upsertEndUser.displayName).toBe(`Vera ${CANARY.deleting}`);
     // A skill's notes on the person, under their own id, and a note on someone else.
     const notes = await engram.gql(
       `mutation($body: String!) {
@@ -143,6 +146,8 @@ describe("forgetting a user reaches every copy", () => {
     await new Promise((resolve) => setTimeout(resolve, 2_000));
     expect(await rowsHolding(engram, CANARY.deleting)).toEqual([]);
     expect(await vectorsHolding(engram, tenantId, [CANARY.deleting, planted.endUserId])).toEqual([]);
+    // The person stays known by the caller's own id only (the receipts name it).
+    expect(await engram.services.db.endUser.findUniqueOrThrow({ where: { id: planted.endUserId } })).toMatchObject({ externalId: "vera", displayName: null });
 
     const context = await engram.gql(
       `query($input: ContextInput!) { context(input: $input) { blocks { kind text } } }`,

@@ -349,6 +349,8 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   receipt.events = (await db.memoryEvent.deleteMany({ where: aboutThePerson(externalId) })).count;
   receipt.entries = (await db.memoryEntry.deleteMany({ where: aboutThePerson(externalId) })).count;
   receipt.activity = await forgetActivity(db, endUserId, conversationIds, externalId);
+  // The person's name goes too; the row stays, under the caller's own id, for the audited receipts.
+  await db.endUser.updateMany({ where: { id: endUserId }, data: { displayName: null } });
 
   await audit(db, who, { kind: "USER", endUserId }, receipt);
   await announceForgotten(db, deps, endUserId, who);

@@ -177,6 +177,14 @@ describe("nightly retention", () => {
           confirmedAt: new Date(now.getTime() - confirmedDaysAgo * DAY),
         },
       });
+    // The gate's verdicts: one stored before the window, one within it, and one of the other tenant's (0 days).
+    const verdict = (tenant: string, conversationId: string, hash: string, daysAgo: number) =>
+      engram.services.db.gateVerdict.create({
+        data: { tenantId: tenant, conversationId, messageHash: hash, remember: false, forget: "SOME", forgetTargets: ["my locker code"], needsRecall: false, decidedBy: "MODEL", createdAt: new Date(now.getTime() - daysAgo * DAY) },
+      });
+    await verdict(tenantId, old.id, "old-verdict", 31);
+    const keptVerdict = await verdict(tenantId, recent.id, "recent-verdict", 29);
+    const otherVerdict = await verdict(engram.other.tenantId, otherTenant.id, "other-verdict", 400);
     const stale = await fact("Hana lives in Porto.", 31, 31);
     const fresh = await fact("Hana is vegetarian.", 29, 29);
     const restated = await fact("Hana has a cat.", 300, 1);
@@ -190,7 +198,9 @@ describe("nightly retention", () => {
     const runs = await retentionSweep(engram.services.deps, {}, now);
     const mine = runs.find((r) => r.tenantId === tenantId)!;
     expect(mine.status).toBe("SUCCEEDED");
-    expect(mine.result).toMatchObject({ retentionDays: 30, snippetsDeleted: 1, factsDeleted: 1 });
+    expect(mine.result).toMatchObject({ retentionDays: 30, snippetsDeleted: 1, factsDeleted: 1, verdictsDeleted: 1 });
+    const verdictsLeft = await engram.services.db.gateVerdict.findMany({ where: { messageHash: { in: ["old-verdict", "recent-verdict", "other-verdict"] } } });
+    expect(verdictsLeft.map((v) => v.id).sort()).toEqual([keptVerdict.id, otherVerdict.id].sort());
 
     expect(await snippetIds({ conversationId: old.id })).toEqual([]);
     expect(await vectorsOf(tenantId, { conversationId: old.id })).toEqual([]);

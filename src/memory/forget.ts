@@ -615,7 +615,10 @@ export async function forgetExpired(db: TenantDb, deps: ForgetDeps, cutoff: Date
   }
   // Vectors whose rows went without them (a crash mid-forget) go by their own timestamp.
   await deps.vectors.delete(db.$tenantId(), { occurredBefore: cutoff });
-  return { facts, snippets };
+  // The gate's stored verdicts (a message's hash, the phrases it asked to forget) serve its turn's
+  // work and that work's retries, days at most: none is kept past the window.
+  const { count: verdicts } = await db.gateVerdict.deleteMany({ where: { createdAt: { lt: cutoff } } });
+  return { facts, snippets, verdicts };
 }
 
 export type ForgetRecord = { id: string; at: Date; apiKeyId: string | null; kind: string; receipt: ForgetReceipt };

@@ -10,14 +10,14 @@ const DAY_MS = 86_400_000;
 /** How long the queue keeps a finished job's record (for an operator looking at the queue's table). */
 export const FINISHED_JOBS_KEPT_MS = DAY_MS;
 
-export type RetentionResult = { retentionDays: number; cutoff: string | null; snippetsDeleted: number; factsDeleted: number };
+export type RetentionResult = { retentionDays: number; cutoff: string | null; snippetsDeleted: number; factsDeleted: number; verdictsDeleted: number };
 
 type RetentionDeps = Pick<Deps, "tenants" | "pubsub" | "vectors" | "embeddings" | "log">;
 
 /**
  * One tenant's retention window, through the forgetting path: recall snippets (rows and
- * vectors) of moments older than the window, and facts not confirmed within it. 0 days keeps
- * everything until forgotten.
+ * vectors) of moments older than the window, facts not confirmed within it, and the gate's
+ * verdicts stored before it. 0 days keeps everything until forgotten.
  */
 export async function applyRetention(
   deps: RetentionDeps,
@@ -25,15 +25,15 @@ export async function applyRetention(
   options: { retentionDays: number; now?: Date },
 ): Promise<RetentionResult> {
   const { retentionDays } = options;
-  if (retentionDays <= 0) return { retentionDays, cutoff: null, snippetsDeleted: 0, factsDeleted: 0 };
+  if (retentionDays <= 0) return { retentionDays, cutoff: null, snippetsDeleted: 0, factsDeleted: 0, verdictsDeleted: 0 };
   const cutoff = new Date((options.now ?? new Date()).getTime() - retentionDays * DAY_MS);
-  const { facts, snippets } = await forgetExpired(
+  const { facts, snippets, verdicts } = await forgetExpired(
     deps.tenants.scoped(tenantId),
     deps,
     cutoff,
     `not confirmed within the retention window of ${retentionDays} days`,
   );
-  return { retentionDays, cutoff: cutoff.toISOString(), snippetsDeleted: snippets, factsDeleted: facts };
+  return { retentionDays, cutoff: cutoff.toISOString(), snippetsDeleted: snippets, factsDeleted: facts, verdictsDeleted: verdicts };
 }
 
 /** Nightly retention across tenants, each tenant's run recorded (a failure as its FAILED run) and visible in jobRuns. */

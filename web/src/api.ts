@@ -139,6 +139,30 @@ export class Engram {
     return body.data;
   }
 
+  /**
+   * A file the server streams (a person's export, GET /export/users/<id>), as a Blob, with the
+   * same failures as a query: the server answers typed errors in GraphQL's shape there too.
+   */
+  async download(path: string): Promise<Blob> {
+    let response: Response;
+    try {
+      response = await fetch(`${this.origin}${path}`, { headers: { authorization: `Bearer ${this.key}` } });
+    } catch {
+      throw new ApiError("unreachable", `Engram is not reachable at ${this.origin}.`);
+    }
+    if (response.ok) return response.blob();
+    let errors: { message: string; extensions?: { code?: string } }[] | undefined;
+    try {
+      errors = (await response.json()).errors;
+    } catch {
+      // Not JSON: said by its status below.
+    }
+    if (!errors?.length) throw new ApiError(response.status >= 500 ? "unreachable" : "error", `Engram answered ${response.status}.`);
+    const failure = failureOf(errors);
+    if (failure.kind === "unauthenticated") this.onRefused();
+    throw failure;
+  }
+
   subscribe<T, V>(
     document: TypedDocumentNode<T, V>,
     variables: V,

@@ -3,7 +3,6 @@ import {
   InspectorCorrectFactDocument,
   InspectorDeleteFactDocument,
   InspectorDirectoryDocument,
-  InspectorExportUserDocument,
   InspectorFactHistoryDocument,
   InspectorForgetRecordsDocument,
   InspectorForgetUserDocument,
@@ -347,7 +346,11 @@ function ForgetUser({ endUserId, name, onForgotten }: { endUserId: string; name:
   );
 }
 
-/** Everything held about the user as a JSON file (the exportUser query; an admin key's right). */
+/**
+ * Everything held about the user as a JSON file, an admin key's right: streamed by the server
+ * (GET /export/users/<id>), so a user of any size can be exported, where the exportUser query
+ * stops at 5,000 rows of history.
+ */
 function ExportUser({ endUserId, name }: { endUserId: string; name: string }) {
   const { engram } = useSession();
   const [error, setError] = useState<ApiError>();
@@ -355,8 +358,8 @@ function ExportUser({ endUserId, name }: { endUserId: string; name: string }) {
   const download = async () => {
     setBusy(true);
     try {
-      const { exportUser } = await engram.request(InspectorExportUserDocument, { endUserId });
-      const url = URL.createObjectURL(new Blob([JSON.stringify(exportUser, null, 2)], { type: "application/json" }));
+      const file = await engram.download(`/export/users/${encodeURIComponent(endUserId)}`);
+      const url = URL.createObjectURL(new Blob([file], { type: "application/json" }));
       const link = document.createElement("a");
       link.href = url;
       link.download = `engram-export-${name.replace(/[^\w.-]+/g, "_")}.json`;

@@ -1,11 +1,10 @@
-import { createServer, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant } from "../src/db.ts";
 import { ModelCallError } from "../src/models/egress.ts";
 import { runTurnFollowUps } from "../src/work/follow-ups.ts";
 import { runSummarize } from "../src/work/summarize.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
+import { stallAfterHeaders, startLoopbackProvider, timed, type LoopbackProvider } from "./helpers/loopback-provider.ts";
 import type { ModelServer } from "./helpers/model-server.ts";
 import { RECALL, say } from "./helpers/recall.ts";
 import { until } from "./helpers/until.ts";
@@ -18,40 +17,6 @@ const UPDATE = `mutation($input: UpdateTenantSettingsInput!) { updateTenantSetti
 // ENGRAM_MODEL_TIMEOUT_MS 500 and one retry: a call's deadline is 2 × 500 ms + 2 s of retry pause.
 const BOUND_MS = 10_000;
 
-/** A loopback "provider" that answers 200 and a start of JSON, then `then` (never the end). */
-async function startBrokenProvider(then: (res: ServerResponse) => void) {
-  let hits = 0;
-  let open = 0;
-  const server = createServer((req, res) => {
-    hits++;
-    open++;
-    res.on("close", () => open--);
-    req.resume();
-    res.writeHead(200, { "content-type": "application/json" });
-    res.write('{"id":"stalled","object":"chat.completion","data":[');
-    then(res);
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const port = (server.address() as AddressInfo).port;
-  return {
-    host: `127.0.0.1:${port}`,
-    url: `http://127.0.0.1:${port}/v1`,
-    hits: () => hits,
-    open: () => open,
-    stop: () => {
-      server.closeAllConnections();
-      return new Promise((resolve) => server.close(resolve));
-    },
-  };
-}
-
-/** Settles `work`, and how long it took. */
-async function timed<T>(work: Promise<T>): Promise<{ error: unknown; ms: number }> {
-  const started = Date.now();
-  const error = await work.then(() => null, (e: unknown) => e);
-  return { error, ms: Date.now() - started };
-}
-
 function expectOutage(error: unknown, reason: RegExp) {
   expect(error).toBeInstanceOf(ModelCallError);
   expect((error as ModelCallError).code).toBe("MODEL_UNAVAILABLE");
@@ -61,12 +26,13 @@ function expectOutage(error: unknown, reason: RegExp) {
 
 let model: ModelServer;
 let engram: TestEngram;
-let stalling: Awaited<ReturnType<typeof startBrokenProvider>>;
-let trickling: Awaited<ReturnType<typeof startBrokenProvider>>;
+let stalling: LoopbackProvider;
+let trickling: LoopbackProvider;
 
 beforeAll(async () => {
-  stalling = await startBrokenProvider(() => {});
-  trickling = await startBrokenProvider((res) => {
+  stalling = await startLoopbackProvider(stallAfterHeaders);
+  trickling = await startLoopbackProvider((res) => {
+    stallAfterHeaders(res);
     // Never idle for as long as the timeout: only the call's overall deadline can end it.
     const drip = setInterval(() => res.write(" "), 100);
     res.on("close", () => clearInterval(drip));

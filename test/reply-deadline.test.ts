@@ -1,9 +1,9 @@
-import { createServer, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { ServerResponse } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant } from "../src/db.ts";
 import { runTurnFollowUps } from "../src/work/follow-ups.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
+import { stallAfterHeaders, startLoopbackProvider, timed, type LoopbackProvider } from "./helpers/loopback-provider.ts";
 import type { ModelServer } from "./helpers/model-server.ts";
 import { CONTEXT, RECALL, say } from "./helpers/recall.ts";
 import { until } from "./helpers/until.ts";
@@ -16,40 +16,6 @@ const UPDATE = `mutation($input: UpdateTenantSettingsInput!) { updateTenantSetti
 const REPLY_MS = 1_000;
 // Far under the job deadline (62 s): a request that waited for it would fail this.
 const BOUND_MS = 20_000;
-
-/** A loopback "provider" that answers `answer` after `delayMs`, or sends its headers and stalls (`answer` null). */
-async function startProvider(answer: ((res: ServerResponse, body: string) => void) | null, delayMs = 0) {
-  let hits = 0;
-  let open = 0;
-  const server = createServer((req, res) => {
-    hits++;
-    open++;
-    res.on("close", () => open--);
-    let body = "";
-    req.on("data", (chunk) => (body += chunk));
-    req.on("end", () => {
-      if (!answer) {
-        res.writeHead(200, { "content-type": "application/json" });
-        res.write('{"id":"stalled","object":"chat.completion","data":[');
-        return;
-      }
-      const timer = setTimeout(() => answer(res, body), delayMs);
-      res.on("close", () => clearTimeout(timer));
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const port = (server.address() as AddressInfo).port;
-  return {
-    host: `127.0.0.1:${port}`,
-    url: `http://127.0.0.1:${port}/v1`,
-    hits: () => hits,
-    open: () => open,
-    stop: () => {
-      server.closeAllConnections();
-      return new Promise((resolve) => server.close(resolve));
-    },
-  };
-}
 
 /** An OpenAI chat completion whose content is `content`. */
 function chatCompletion(res: ServerResponse, content: string) {
@@ -68,13 +34,16 @@ function chatCompletion(res: ServerResponse, content: string) {
 
 let model: ModelServer;
 let engram: TestEngram;
-let stalling: Awaited<ReturnType<typeof startProvider>>;
-let slow: Awaited<ReturnType<typeof startProvider>>;
+let stalling: LoopbackProvider;
+let slow: LoopbackProvider;
 
 beforeAll(async () => {
-  stalling = await startProvider(null);
+  stalling = await startLoopbackProvider(stallAfterHeaders);
   // Answers every chat call, after twice the reply's deadline and well within a job's.
-  slow = await startProvider((res) => chatCompletion(res, '{"scores":[]}'), 2 * REPLY_MS);
+  slow = await startLoopbackProvider((res) => {
+    const late = setTimeout(() => chatCompletion(res, '{"scores":[]}'), 2 * REPLY_MS);
+    res.on("close", () => clearTimeout(late));
+  });
   ({ model, engram } = await startEngramWithModel({
     env: {
       ENGRAM_EMBEDDINGS: "openai",
@@ -96,16 +65,6 @@ const tenantId = () => engram.tenant.tenantId;
 async function route(routing: Record<string, { baseUrl: string; model?: string } | null>) {
   const { errors } = await engram.gql(UPDATE, { input: { modelRouting: routing } });
   expect(errors).toBeUndefined();
-}
-
-/** Settles `work`, and how long it took. */
-async function timed<T>(work: Promise<T>): Promise<{ value: T | null; error: unknown; ms: number }> {
-  const started = Date.now();
-  const [value, error] = await work.then(
-    (v) => [v, null] as const,
-    (e: unknown) => [null, e] as const,
-  );
-  return { value, error, ms: Date.now() - started };
 }
 
 /** A turn in one conversation, its snippet written and embedded now (this test runs no worker). */

@@ -100,10 +100,22 @@ function distance(a: string, b: string): number {
   return row[b.length];
 }
 
-// A name this close to a setting (letters added, dropped or changed), or a setting's name with a
-// part left off or added (ENGRAM_MODEL_TIMEOUT for ENGRAM_MODEL_TIMEOUT_MS), is taken for a misspelling of it.
+// A name this close to a setting (letters added, dropped or changed) is taken for a misspelling of it.
 const MISSPELT_WITHIN = 2;
-const partOf = (a: string, b: string) => a.startsWith(`${b}_`) || b.startsWith(`${a}_`);
+
+/**
+ * Whether two names differ by one `_`-separated part, added or dropped anywhere, each keeping a
+ * part beside ENGRAM (ENGRAM_MODEL_TIMEOUT or ENGRAM_REPLY_TIMEOUT_MS for a setting with one part
+ * more; a harness's ENGRAM_DIR is not ENGRAM_DATA_DIR's).
+ */
+function onePartApart(a: string, b: string): boolean {
+  const [short, long] = [a.split("_"), b.split("_")].sort((x, y) => x.length - y.length);
+  if (long.length !== short.length + 1 || short.length < 3) return false;
+  return long.some((_, i) => long.filter((_, j) => j !== i).join("_") === short.join("_"));
+}
+
+/** The setting an ENGRAM_ name means when it is that setting's own name with ENGRAM_ before it (ENGRAM_PORT for PORT). */
+const prefixed = (name: string) => SETTINGS.find((known) => !known.startsWith("ENGRAM_") && name === `ENGRAM_${known}`);
 
 /**
  * The ENGRAM_* names that are not settings, each with the setting it is closest to. A misspelt
@@ -114,9 +126,9 @@ function unknownNames(names: string[]): { name: string; closest: string; misspel
   return names
     .filter((name) => name.startsWith("ENGRAM_") && !SETTINGS.includes(name) && !NOT_SETTINGS.test(name))
     .map((name) => {
-      const part = SETTINGS.find((known) => partOf(name, known));
-      const closest = part ?? SETTINGS.reduce((best, known) => (distance(name, known) < distance(name, best) ? known : best));
-      return { name, closest, misspelt: Boolean(part) || distance(name, closest) <= MISSPELT_WITHIN };
+      const meant = prefixed(name) ?? SETTINGS.find((known) => onePartApart(name, known));
+      const closest = meant ?? SETTINGS.reduce((best, known) => (distance(name, known) < distance(name, best) ? known : best));
+      return { name, closest, misspelt: Boolean(meant) || distance(name, closest) <= MISSPELT_WITHIN };
     });
 }
 

@@ -266,8 +266,15 @@ describe("configuration bounds and names", () => {
     expect(ignoredNames(theirs)).toEqual([]);
   });
 
-  it("stops on a setting's name with a part left off, and only warns about a name far from every setting", () => {
-    expect(() => readEnv({ ENGRAM_MODEL_TIMEOUT: "5000" })).toThrow(/ENGRAM_MODEL_TIMEOUT: not a setting Engram knows \(did you mean ENGRAM_MODEL_TIMEOUT_MS\?\)/);
+  it("stops on a setting's name with a part left off or ENGRAM_ put before it, and only warns about a name far from every setting", () => {
+    for (const [name, meant] of [
+      ["ENGRAM_MODEL_TIMEOUT", "ENGRAM_MODEL_TIMEOUT_MS"],
+      ["ENGRAM_REPLY_TIMEOUT_MS", "ENGRAM_REPLY_MODEL_TIMEOUT_MS"],
+      ["ENGRAM_PORT", "PORT"],
+      ["ENGRAM_DATABASE_URL", "DATABASE_URL"],
+    ]) {
+      expect(() => readEnv({ [name]: "5000" }), name).toThrow(`${name}: not a setting Engram knows (did you mean ${meant}?)`);
+    }
     // Another program's variable in the same environment (the peers harness passes ENGRAM_DIR to the server it starts).
     const env = { ENGRAM_DIR: "/tmp/engram-checkout", ENGRAM_CONFIG: "x" };
     expect(() => readEnv(env)).not.toThrow();

@@ -20,6 +20,8 @@ export const LIMITS = {
   modelFieldsPerRequest: 3,
   /** contextTimeline fields per request: each tokenizes up to 200 turns of a conversation. */
   timelinesPerRequest: 1,
+  /** exportUser fields per request: each may gather up to exportRowsMax rows into the reply. */
+  exportsPerRequest: 1,
   /** exportUser's rows of history (messages, summary revisions, snippets, events); any size streams from GET /export/users/:id. */
   exportRowsMax: 5_000,
 } as const;

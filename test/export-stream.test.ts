@@ -183,6 +183,10 @@ describe("GET /export/users/:endUserId", () => {
     await expectError(await streamed(randomUUID()), 404, "NOT_FOUND");
     await expectError(await streamed(endUserId, engram.tenant.admin, { method: "POST" }), 405, "METHOD_NOT_ALLOWED");
     await expectError(await fetch(`${base}/export/users/${endUserId}/more`, { headers: { authorization: `Bearer ${engram.tenant.admin}` } }), 404, "NOT_FOUND");
+    // One exportUser a request: aliases cannot gather several users' 5,000 rows into one reply.
+    const twice = await engram.gql(`query($id: ID!) { a: exportUser(endUserId: $id) b: exportUser(endUserId: $id) }`, { id: endUserId });
+    expect(twice.errors?.[0]).toMatchObject({ extensions: { code: "QUERY_TOO_COMPLEX" } });
+    expect(twice.errors?.[0].message).toMatch(/at most 1 exportUser per request/);
     // A refused export took nothing, and is not recorded as one.
     expect(await engram.services.db.auditLog.count({ where: { action: "memory.export", changes: { path: ["target", "endUserId"], equals: endUserId } } })).toBe(0);
   });

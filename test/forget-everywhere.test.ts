@@ -214,7 +214,7 @@ describe("'forget my X' reaches every copy of what matches X", () => {
       { body: `Xena's locker code is ${CANARY.phrase}.` },
     );
     expect(notes.errors).toBeUndefined();
-    await db.memoryEvent.update({ where: { id: notes.data.folded.id }, data: { entryId: notes.data.digest.id, compressedAt: new Date() } });
+    await db.memoryEvent.updateMany({ where: { id: { in: [notes.data.folded.id, notes.data.tea.id] } }, data: { entryId: notes.data.digest.id, compressedAt: new Date() } });
 
     await say(engram, { user, conversation: `${user}-2` }, "Please forget my locker code.", "Done.");
     let left: Hit[] = [];
@@ -230,6 +230,8 @@ describe("'forget my X' reaches every copy of what matches X", () => {
     expect(await db.memoryEvent.count({ where: { id: { in: [saying.id, folded.id] } } })).toBe(0);
     expect(await db.memoryEntry.count({ where: { id: { in: [digest.id, entry.id] } } })).toBe(0);
     expect(await db.memoryEvent.count({ where: { id: { in: [tea.id, other.id] } } })).toBe(2);
+    // The tea note was folded into the deleted digest too: it waits for compaction again, in no entry.
+    expect(await db.memoryEvent.findUniqueOrThrow({ where: { id: tea.id } })).toMatchObject({ entryId: null, compressedAt: null });
     const audit = await db.auditLog.findFirstOrThrow({ where: { tenantId, action: "memory.forget" }, orderBy: { createdAt: "desc" } });
     expect(audit.changes).toMatchObject({ target: { kind: "PHRASES", phrases: 1 }, receipt: { events: 2, entries: 2 } });
   }, 300_000);

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { settingsChanged } from "../src/governance/settings.ts";
+import { effectiveModelName, settingsChanged } from "../src/governance/settings.ts";
+import { readEnv } from "../src/env.ts";
 import { compactTenants, compactTenantsUntilDone } from "../src/work/compact-tenants.ts";
 import { forTenant } from "../src/db.ts";
 import { budgetStatus } from "../src/governance/budget.ts";
@@ -506,6 +507,9 @@ describe("settings on a server without ENGRAM_SECRET", () => {
     const routed = await engram.gql(UPDATE, { input: { modelRouting: { compaction: { baseUrl: "http://127.0.0.1:9/v1" } } } }, engram.other.admin);
     expect(routed.errors).toBeUndefined();
     expect((await engram.gql(EFFECTIVE, {}, engram.other.admin)).data.tenantSettings.modelRouting.compaction).toEqual({ effectiveModel: "gpt-4o" });
+    // Recall always embeds: OpenAI embeddings forced with no route to call fall back to the offline encoder, and say so.
+    expect(effectiveModelName(readEnv({ ENGRAM_EMBEDDINGS: "openai" }), "embedding", undefined)).toBe("use-lite-512");
+    expect(effectiveModelName(readEnv({ ENGRAM_EMBEDDINGS: "openai", OPENAI_API_KEY: "sk-x" }), "embedding", undefined)).toBe("text-embedding-3-small");
   });
 
   it("refuses a tenant API key with a clear BAD_USER_INPUT and writes nothing", async () => {

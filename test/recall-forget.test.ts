@@ -182,8 +182,13 @@ describe("nightly retention", () => {
       engram.services.db.gateVerdict.create({
         data: { tenantId: tenant, conversationId, messageHash: hash, remember: false, forget: "SOME", forgetTargets: ["my locker code"], needsRecall: false, decidedBy: "MODEL", createdAt: new Date(now.getTime() - daysAgo * DAY) },
       });
+    // The old conversation's turns are judged; the recent one has a turn still to judge, whose
+    // conversation keeps even a verdict from before the window.
+    await engram.services.db.turn.updateMany({ where: { conversationId: old.id }, data: { gatedAt: now } });
+    await engram.services.db.turn.updateMany({ where: { conversationId: recent.id }, data: { gatedAt: null } });
     await verdict(tenantId, old.id, "old-verdict", 31);
     const keptVerdict = await verdict(tenantId, recent.id, "recent-verdict", 29);
+    const pendingVerdict = await verdict(tenantId, recent.id, "pending-verdict", 31);
     const otherVerdict = await verdict(engram.other.tenantId, otherTenant.id, "other-verdict", 400);
     const stale = await fact("Hana lives in Porto.", 31, 31);
     const fresh = await fact("Hana is vegetarian.", 29, 29);
@@ -199,8 +204,8 @@ describe("nightly retention", () => {
     const mine = runs.find((r) => r.tenantId === tenantId)!;
     expect(mine.status).toBe("SUCCEEDED");
     expect(mine.result).toMatchObject({ retentionDays: 30, snippetsDeleted: 1, factsDeleted: 1, verdictsDeleted: 1 });
-    const verdictsLeft = await engram.services.db.gateVerdict.findMany({ where: { messageHash: { in: ["old-verdict", "recent-verdict", "other-verdict"] } } });
-    expect(verdictsLeft.map((v) => v.id).sort()).toEqual([keptVerdict.id, otherVerdict.id].sort());
+    const verdictsLeft = await engram.services.db.gateVerdict.findMany({ where: { messageHash: { in: ["old-verdict", "recent-verdict", "pending-verdict", "other-verdict"] } } });
+    expect(verdictsLeft.map((v) => v.id).sort()).toEqual([keptVerdict.id, pendingVerdict.id, otherVerdict.id].sort());
 
     expect(await snippetIds({ conversationId: old.id })).toEqual([]);
     expect(await vectorsOf(tenantId, { conversationId: old.id })).toEqual([]);

@@ -61,11 +61,13 @@ export function serverRoutes(env: Env, role: ModelRole): boolean {
 /**
  * The model a role's calls go to, as the model and embeddings providers choose it: null when
  * there is no route (the tenant set neither a base URL nor a key, and the server routes none);
- * the offline encoder's for recall embeddings it makes.
+ * the offline encoder's for recall embeddings it makes (with no route, it makes them all).
  */
 export function effectiveModelName(env: Env, role: ModelRole, route: StoredRoute | undefined): string | null {
-  if (role === "embedding" && !usesOpenAIEmbeddings(env)) return OFFLINE_MODEL;
-  if (!route?.baseUrl && !route?.apiKeyEncrypted && !serverRoutes(env, role)) return null;
+  const routed = Boolean(route?.baseUrl || route?.apiKeyEncrypted || serverRoutes(env, role));
+  // Recall always embeds: with no route to call, the offline encoder does it.
+  if (role === "embedding" && (!usesOpenAIEmbeddings(env) || !routed)) return OFFLINE_MODEL;
+  if (!routed) return null;
   return route?.model ?? defaultModelName(env, role);
 }
 

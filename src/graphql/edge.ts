@@ -40,6 +40,8 @@ function safeTextRule(context: ValidationContext): ASTVisitor {
 const MODEL_FIELDS = new Set(["context", "recall"]);
 /** Root fields that tokenize a conversation's recent history each time they run. */
 const TIMELINE_FIELDS = new Set(["contextTimeline"]);
+// Each gathers up to LIMITS.exportRowsMax rows into the reply.
+const EXPORT_FIELDS = new Set(["exportUser"]);
 
 /**
  * A budget per request for root fields that cost much each time they run: aliases could
@@ -92,8 +94,8 @@ function variablesRefusal(variables: unknown): ExecutionResult | null {
  * One plugin for HTTP and WebSocket (both run yoga's envelop pipeline): text checks on literals
  * and variables, and a code on every validation and variable-coercion error.
  */
-export function useTypedRequestErrors(limits: { modelFieldsPerRequest: number; timelinesPerRequest: number }): Plugin {
-  const { modelFieldsPerRequest: models, timelinesPerRequest: timelines } = limits;
+export function useTypedRequestErrors(limits: { modelFieldsPerRequest: number; timelinesPerRequest: number; exportsPerRequest: number }): Plugin {
+  const { modelFieldsPerRequest: models, timelinesPerRequest: timelines, exportsPerRequest: exports } = limits;
   return {
     onParse() {
       // A syntax error, or an escape that is not Unicode (a lone surrogate such as "\ud800").
@@ -112,6 +114,9 @@ export function useTypedRequestErrors(limits: { modelFieldsPerRequest: number; t
       );
       addValidationRule(
         rootFieldsRule(TIMELINE_FIELDS, timelines, `Timeline limit of ${timelines} exceeded: at most ${timelines} contextTimeline per request.`),
+      );
+      addValidationRule(
+        rootFieldsRule(EXPORT_FIELDS, exports, `Export limit of ${exports} exceeded: at most ${exports} exportUser per request (GET /export/users/<endUserId> streams one person at a time).`),
       );
       return ({ valid, result, setResult }) => {
         if (!valid) setResult(result.map((error) => withCode(error as GraphQLError)));

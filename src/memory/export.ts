@@ -194,12 +194,13 @@ export function userExport(db: TenantDb, user: EndUser) {
         select: { id: true, kind: true, text: true, conversationId: true, occurredAt: true },
       }),
     ),
-    entries: inPages((after?: { id: string; updatedAt: Date }) =>
+    // Newest first by creation, which no correction moves (updatedAt does: a page could skip an entry corrected meanwhile).
+    entries: inPages((after?: { id: string; createdAt: Date }) =>
       db.memoryEntry.findMany({
-        where: { ...aboutThePerson(user.externalId), ...beyond("updatedAt", after, "lt") },
-        orderBy: [{ updatedAt: "desc" }, { id: "desc" }],
+        where: { ...aboutThePerson(user.externalId), ...beyond("createdAt", after, "lt") },
+        orderBy: [{ createdAt: "desc" }, { id: "desc" }],
         take: EXPORT_PAGE,
-        select: { id: true, scope: true, scopeRef: true, title: true, summary: true, tags: true, importance: true, source: true, updatedAt: true },
+        select: { id: true, scope: true, scopeRef: true, title: true, summary: true, tags: true, importance: true, source: true, createdAt: true, updatedAt: true },
       }),
     ),
     events: inPages((after?: { id: string; occurredAt: Date }) =>

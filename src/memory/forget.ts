@@ -477,10 +477,19 @@ async function forgetNotesSaying(db: TenantDb, endUserId: string, phrases: strin
     WHERE v."tenantId" = ${tenantId} AND v."scope" = 'ENTITY' AND v."scopeRef" = ${externalId} AND ${matchesAnyPhrase(Prisma.sql`v."search"`, phrases)}
     RETURNING v."entryId"`;
   const foldedInto = [...new Set(events.flatMap((v) => (v.entryId ? [v.entryId] : [])))];
-  const entries = await db.$executeRaw`
-    DELETE FROM "MemoryEntry" e
-    WHERE e."tenantId" = ${tenantId} AND e."scope" = 'ENTITY' AND e."scopeRef" = ${externalId}
-      AND (${matchesAnyPhrase(Prisma.sql`e."search"`, phrases)} OR e."id" = ANY(${foldedInto}::text[]))`;
+  // The other notes folded into a deleted entry are in no entry now: they wait for compaction again.
+  const [{ entries }] = await db.$queryRaw<{ entries: number }[]>`
+    WITH gone AS (
+      DELETE FROM "MemoryEntry" e
+      WHERE e."tenantId" = ${tenantId} AND e."scope" = 'ENTITY' AND e."scopeRef" = ${externalId}
+        AND (${matchesAnyPhrase(Prisma.sql`e."search"`, phrases)} OR e."id" = ANY(${foldedInto}::text[]))
+      RETURNING e."id"
+    ), unfolded AS (
+      UPDATE "MemoryEvent" v SET "compressedAt" = NULL
+      WHERE v."tenantId" = ${tenantId} AND v."entryId" IN (SELECT "id" FROM gone)
+      RETURNING v."id"
+    )
+    SELECT count(*)::int AS "entries" FROM gone`;
   return { events: events.length, entries };
 }
 
@@ -616,8 +625,12 @@ export async function forgetExpired(db: TenantDb, deps: ForgetDeps, cutoff: Date
   // Vectors whose rows went without them (a crash mid-forget) go by their own timestamp.
   await deps.vectors.delete(db.$tenantId(), { occurredBefore: cutoff });
   // The gate's stored verdicts (a message's hash, the phrases it asked to forget) serve its turn's
-  // work and that work's retries, days at most: none is kept past the window.
-  const { count: verdicts } = await db.gateVerdict.deleteMany({ where: { createdAt: { lt: cutoff } } });
+  // work and that work's retries, days at most: none is kept past the window, but a conversation
+  // with a turn still to judge keeps its own (a worker down for days must not lose a caller's).
+  const verdicts = await db.$executeRaw`
+    DELETE FROM "GateVerdict" v
+    WHERE v."tenantId" = ${db.$tenantId()} AND v."createdAt" < ${cutoff}
+      AND NOT EXISTS (SELECT 1 FROM "Turn" t WHERE t."conversationId" = v."conversationId" AND t."gatedAt" IS NULL)`;
   return { facts, snippets, verdicts };
 }
 

@@ -42,18 +42,21 @@ class BudgetedEmbeddings extends Embeddings {
   constructor(
     private readonly inner: Embeddings,
     private readonly budget: ModelCallBudget,
-    private readonly deadlineMs: number,
+    /** The reply's deadline on a provider's calls; null for the offline encoder, which no network can stall and no signal can stop. */
+    private readonly deadlineMs: number | null,
   ) {
     super({});
   }
 
   async embedDocuments(documents: string[]): Promise<number[][]> {
     this.budget.spend("embedding");
+    if (this.deadlineMs === null) return this.inner.embedDocuments(documents);
     return withinReply(this.deadlineMs, () => this.inner.embedDocuments(documents));
   }
 
   async embedQuery(document: string): Promise<number[]> {
     this.budget.spend("embedding");
+    if (this.deadlineMs === null) return this.inner.embedQuery(document);
     return withinReply(this.deadlineMs, () => this.inner.embedQuery(document));
   }
 }
@@ -75,9 +78,10 @@ const chatForRequest = (model: ChatModel, budget: ModelCallBudget, deadlineMs: n
 
 /**
  * The request's view of the models: every chat call and every embedding call (a batch is one
- * call) spends from its budget, whichever field makes it, and ends within `deadlineMs`
- * (ENGRAM_REPLY_MODEL_TIMEOUT_MS), so a stalled provider never holds a reply for a job's whole
- * deadline. Jobs use the providers as they are.
+ * call) spends from its budget, whichever field makes it, and a provider's call ends within
+ * `deadlineMs` (ENGRAM_REPLY_MODEL_TIMEOUT_MS), so a stalled provider never holds a reply for a
+ * job's whole deadline (the offline encoder runs in process: no deadline). Jobs use the providers
+ * as they are.
  */
 export function modelsForRequest<D extends { models: ModelProvider; embeddings: EmbeddingsProvider }>(
   deps: D,
@@ -97,7 +101,7 @@ export function modelsForRequest<D extends { models: ModelProvider; embeddings: 
       ...embeddings,
       forTenant: async (tenantId) => {
         const own = await embeddings.forTenant(tenantId);
-        return { ...own, embeddings: new BudgetedEmbeddings(own.embeddings, budget, deadlineMs) };
+        return { ...own, embeddings: new BudgetedEmbeddings(own.embeddings, budget, own.offline ? null : deadlineMs) };
       },
     },
   };

@@ -150,7 +150,14 @@ export class Engram {
     } catch {
       throw new ApiError("unreachable", `Engram is not reachable at ${this.origin}.`);
     }
-    if (response.ok) return response.blob();
+    if (response.ok) {
+      try {
+        return await response.blob();
+      } catch {
+        // The server cuts a failed export short rather than end it as if whole.
+        throw new ApiError("unreachable", "The export was cut short before its end; try again.");
+      }
+    }
     let errors: { message: string; extensions?: { code?: string } }[] | undefined;
     try {
       errors = (await response.json()).errors;

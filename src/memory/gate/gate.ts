@@ -63,7 +63,8 @@ export async function storeCallerVerdict(
   await db.gateVerdict.upsert({
     where: { conversationId_messageHash: { conversationId: input.conversationId, messageHash } },
     create: { tenantId: db.$tenantId(), conversationId: input.conversationId, messageHash, ...fields },
-    update: fields,
+    // Dated afresh: retention keeps a verdict the window's length from when it was last given.
+    update: { ...fields, createdAt: new Date() },
   });
 }
 

@@ -4,10 +4,11 @@
 // type check). Bundling the dependencies too makes a start load ~45 files instead of ~2,700
 // modules (measured: 2.7 s of main-thread CPU to listening instead of 8.5 s on a loaded machine);
 // code splitting keeps `engram --help` from loading the server's dependencies.
-import { mkdirSync, renameSync, rmSync, statSync } from "node:fs";
+import { mkdirSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
+import { asciiOnly } from "./ascii-only.mjs";
 
 const EXTERNAL = [
   "@prisma/*",
@@ -64,9 +65,16 @@ try {
     // Bundled CommonJS packages call require(); an ESM bundle gets one from its own URL.
     banner: { js: "import { createRequire as __engramCreateRequire } from 'node:module'; const require = __engramCreateRequire(import.meta.url);" },
     sourcemap: true,
+    // Non-ASCII characters escaped where esbuild can (strings, identifiers); the rest in scripts/ascii-only.mjs.
+    charset: "ascii",
     chunkNames: "chunks/[name]-[hash]",
     logLevel: "warning",
   });
+  for (const file of readdirSync(staging, { recursive: true })) {
+    if (!file.endsWith(".js")) continue;
+    const kept = asciiOnly(path.join(staging, file));
+    if (kept) process.stderr.write(`build: ${file}:${kept.line} keeps a non-ASCII character (in a template literal?), so Node holds this file's source at two bytes a character\n`);
+  }
   // Swap the folder whole, so nothing ever runs a half-written build.
   const old = `${dist}.old-${process.pid}`;
   try {

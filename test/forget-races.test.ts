@@ -366,9 +366,9 @@ describe("another fact's history", () => {
     const data = { tenantId: engram.tenant.tenantId, endUserId: turn.endUserId, origin: "API" };
     const quoted = await engram.services.db.fact.create({ data: { ...data, text: "The user's locker code is 5521." } });
     const quoting = await engram.services.db.fact.create({ data: { ...data, text: "The user has no locker any more." } });
-    await engram.services.db.factVersion.create({
-      data: { tenantId: data.tenantId, factId: quoting.id, text: quoting.text, core: false, change: "CONTRADICTED", reason: `contradicts: ${quoted.text}` },
-    });
+    const version = { tenantId: data.tenantId, factId: quoting.id, text: quoting.text, core: false, change: "CONTRADICTED" } as const;
+    await engram.services.db.factVersion.create({ data: { ...version, reason: `contradicts: ${quoted.text}` } });
+    await engram.services.db.factVersion.create({ data: { ...version, reason: `contradiction resolved: both kept, with “${quoted.text}”` } });
     const reasons = async () => (await db.factVersion.findMany({ where: { factId: quoting.id } })).map((v) => v.reason);
     return { turn, quoted, quoting, reasons };
   }
@@ -378,13 +378,13 @@ describe("another fact's history", () => {
     await forgetPhrases(db, engram.services.deps, pair.turn.endUserId, ["locker code"], reason);
     expect(await db.fact.findUnique({ where: { id: pair.quoted.id } })).toBeNull();
     expect(await db.fact.findUnique({ where: { id: pair.quoting.id } })).not.toBeNull();
-    expect(await pair.reasons()).toEqual(["(quoted a fact since forgotten)"]);
+    expect(await pair.reasons()).toEqual(["(quoted a fact since forgotten)", "(quoted a fact since forgotten)"]);
   });
 
   it("loses its quote of a fact deleteFact deletes", async () => {
     const pair = await quotingPair("zara");
     await forgetFact(db, engram.services.deps, pair.quoted.id, reason);
-    expect(await pair.reasons()).toEqual(["(quoted a fact since forgotten)"]);
+    expect(await pair.reasons()).toEqual(["(quoted a fact since forgotten)", "(quoted a fact since forgotten)"]);
   });
 });
 

@@ -120,9 +120,10 @@ function quotableTextsOf(db: TenantDb, where: Prisma.FactWhereInput) {
 async function scrubQuotesOf(db: TenantDb, doomed: Awaited<ReturnType<typeof quotableTextsOf>>) {
   for (const endUserId of new Set(doomed.map((f) => f.endUserId))) {
     const texts = [...new Set(doomed.filter((f) => f.endUserId === endUserId).flatMap((f) => [f.text, ...f.versions.map((v) => v.text)]))];
-    // The forms a reason quotes another fact in: "contradicts: …", "replaces: …", "… “…”".
+    // The forms a reason quotes another fact in: "contradicts: …", "replaces: …", "… “…”" (chr 8220
+    // and 8221 are those quotes, as `quote` in contradictions.ts writes them).
     await scrubQuotes(db, endUserId, Prisma.sql`EXISTS (SELECT 1 FROM unnest(${texts}::text[]) q(t)
-      WHERE v."reason" IN ('contradicts: ' || q.t, 'replaces: ' || q.t) OR strpos(v."reason", '“' || q.t || '”') > 0)`);
+      WHERE v."reason" IN ('contradicts: ' || q.t, 'replaces: ' || q.t) OR strpos(v."reason", chr(8220) || q.t || chr(8221)) > 0)`);
   }
 }
 

@@ -1,0 +1,42 @@
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { describe, expect, it } from "vitest";
+import { asciiOnly } from "../scripts/ascii-only.mjs";
+import { ensureCompiled, ROOT } from "./helpers/server-process.ts";
+
+const NON_ASCII = /[^\x00-\x7f]/;
+
+describe("the compiled server", () => {
+  it("is ASCII only, so Node keeps each module's source at one byte a character", () => {
+    ensureCompiled();
+    const dist = path.join(ROOT, "dist");
+    const files = readdirSync(dist, { recursive: true }).map(String).filter((file) => file.endsWith(".js"));
+    expect(files.length).toBeGreaterThan(2);
+    expect(files.filter((file) => NON_ASCII.test(readFileSync(path.join(dist, file), "utf8")))).toEqual([]);
+  });
+
+  it("loses nothing a program can see in making a file ASCII", async () => {
+    const file = path.join(mkdtempSync(path.join(tmpdir(), "engram-ascii-")), "m.mjs");
+    writeFileSync(
+      file,
+      [
+        "// a dash – and a wave 👋",
+        "/* “quoted” */ export const dashes = /[^\\s:–—-]+/g;",
+        "export const wave = /👋+/u;",
+        "export const plain = /(to|–|until)/i;",
+        "export const text = `a “template” stays`;",
+      ].join("\n"),
+    );
+    const kept = asciiOnly(file);
+    const out = readFileSync(file, "utf8");
+    expect(kept).toEqual({ line: 5 });
+    expect(NON_ASCII.test(out.split("\n").slice(0, 4).join("\n"))).toBe(false);
+    const mod = await import(file);
+    expect("a–b—c".match(mod.dashes)).toEqual(["a", "b", "c"]);
+    expect(mod.wave.test("👋👋")).toBe(true);
+    expect(mod.wave.exec("x👋👋")![0]).toBe("👋👋");
+    expect(mod.plain.test("–")).toBe(true);
+    expect(mod.text).toBe("a “template” stays");
+  });
+});

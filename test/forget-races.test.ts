@@ -17,10 +17,11 @@ import {
   syncSummaryKeys,
 } from "../src/memory/recall/snippets.ts";
 import { gateByKeywords, gateMessage, messageHashOf } from "../src/memory/gate/gate.ts";
+import { runIndexSnippets } from "../src/work/index-snippets.ts";
 import { takeFromOutbox } from "../src/work/outbox.ts";
 import { reconcileRecall } from "../src/work/reconcile.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
-import { chromaOf, say, vectorIds } from "./helpers/recall.ts";
+import { chromaOf, RECALL, say, vectorIds } from "./helpers/recall.ts";
 
 // Forgetting while other work runs: a snippet, a key or a fact planned from what is being
 // forgotten and written after the forget's first sweep must not survive it. The interleavings
@@ -522,8 +523,8 @@ describe("a vector whose snippet is gone", () => {
   });
 
   it("is taken out by reconcile's sweep, and a vector with its snippet stays", async () => {
-    const turn = await orphan("rhea", "My bank PIN is 9090.");
-    const kept = await say(engram, { user: "rhea", conversation: "rhea-2" }, "I like long walks.", "Nice.");
+    const turn = await orphan("rhys", "My bank PIN is 9090.");
+    const kept = await say(engram, { user: "rhys", conversation: "rhys-2" }, "I like long walks.", "Nice.");
     const [keptId] = await createTurnSnippets(db, kept.conversationId, { firstSeq: 1, lastSeq: 2 });
     await indexSnippets(db, engram.services.deps, [keptId]);
     await reconcileRecall(engram.services.deps, { tenantId: engram.tenant.tenantId }, { graceMs: 0 });
@@ -561,6 +562,89 @@ describe("a fact deleted while an extraction that read its message runs", () => 
       await Promise.all(round % 2 ? [write(), remove()] : [remove(), write()]);
       expect(await db.fact.count({ where: { sourceMessageId: t.sourceId } })).toBe(0);
       expect(await candidate(t, "Tove lives in Oslo.")).toMatchObject({ change: "DROPPED" });
+    }
+  });
+});
+
+describe("a fact deleted while its turn's indexing is queued or running", () => {
+  /** A turn not indexed yet (its job still queued), and a fact extraction drew from its user message. */
+  async function factOfUnindexedTurn(user: string, message: string, fact: string) {
+    const turn = await say(engram, { user, conversation: `${user}-1` }, message, "Noted.");
+    const source = await db.message.findFirstOrThrow({ where: { conversationId: turn.conversationId, seq: 1 } });
+    const made = await db.fact.create({ data: { tenantId: engram.tenant.tenantId, endUserId: turn.endUserId, text: fact, origin: "EXTRACTOR", sourceMessageId: source.id } });
+    return { ...turn, factId: made.id, sourceId: source.id };
+  }
+  const recalled = async (endUserId: string, text: string) =>
+    (await engram.gql(RECALL, { input: { endUserId, text } })).data.recall.candidates.map((c: { text: string }) => c.text);
+  /** `db` with `fact.findMany` running `meanwhile` after its read: a job that read the facts, then the delete, then the job's write. */
+  const afterFactsRead = (meanwhile: () => Promise<unknown>): TenantDb =>
+    new Proxy(db, {
+      get(target, prop) {
+        if (prop === "fact") {
+          const findMany = async (args: object) => {
+            const facts = await target.fact.findMany(args as never);
+            await meanwhile();
+            return facts;
+          };
+          return { ...target.fact, findMany };
+        }
+        const value = Reflect.get(target, prop, target);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+
+  it("is not brought back by the job run after the delete: no snippet of its turn, no key, nothing recalled", async () => {
+    const t = await factOfUnindexedTurn("vera", "My passport number is QX81234.", "Vera's passport number is QX81234.");
+    await forgetFact(db, engram.services.deps, t.factId, reason);
+    await runIndexSnippets(db, engram.services.deps, { tenantId: engram.tenant.tenantId, conversationId: t.conversationId, firstSeq: 1, lastSeq: 2 });
+    expect(await snippetsOf(t.endUserId)).toEqual([]);
+    expect(await vectorsOf(t.endUserId)).toEqual([]);
+    expect(await recalled(t.endUserId, "what is my passport number?")).toEqual([]);
+    // The message itself stays (deleteFact deletes what was drawn from it, not what was said).
+    expect(await db.message.count({ where: { id: t.sourceId } })).toBe(1);
+  });
+
+  it("is not written by a snippet insert planned before the delete", async () => {
+    const t = await factOfUnindexedTurn("wren", "My blood type is AB negative.", "Wren's blood type is AB negative.");
+    const plan = await planSnippetsOfTurns(db, [{ conversationId: t.conversationId, endUserId: t.endUserId, firstSeq: 1, lastSeq: 2 }]);
+    expect(plan.rows).toHaveLength(1);
+    await forgetFact(db, engram.services.deps, t.factId, reason);
+    const inserted = await db.$queryRaw<{ id: string }[]>`
+      WITH ${insertTurnSnippets(engram.tenant.tenantId, plan.rows.map(({ turn: _, ...row }) => row))} SELECT "id" FROM "inserted"`;
+    expect(inserted).toEqual([]);
+    expect(await snippetsOf(t.endUserId)).toEqual([]);
+  });
+
+  for (const via of ["deleteFact", "retention"] as const) {
+    it(`has no key written by a key sync that read it before the delete (${via}), and recall does not find it`, async () => {
+      const old = new Date(Date.now() - 40 * 86_400_000);
+      const t = await factOfUnindexedTurn(`xan-${via}`, "I sleep with a night light on.", "Xan sleeps with a night light on.");
+      if (via === "retention") await db.fact.update({ where: { id: t.factId }, data: { confirmedAt: old } });
+      const [turnSnippet] = await createTurnSnippets(db, t.conversationId, { firstSeq: 1, lastSeq: 2 });
+      await indexSnippets(db, engram.services.deps, [turnSnippet]);
+      const remove = () =>
+        via === "deleteFact"
+          ? forgetFact(db, engram.services.deps, t.factId, reason)
+          : forgetExpired(db, engram.services.deps, new Date(Date.now() - 30 * 86_400_000), "retention");
+      const keys = await syncFactKeys(afterFactsRead(remove), engram.services.deps, t.endUserId);
+      expect(keys).toEqual([]);
+      await indexSnippets(db, engram.services.deps, keys);
+      expect(await snippetsOf(t.endUserId, "FACT")).toEqual([]);
+      expect(await vectorsOf(t.endUserId)).toEqual(via === "deleteFact" ? [] : [turnSnippet]);
+      expect((await recalled(t.endUserId, "night light")).filter((text: string) => text === "Xan sleeps with a night light on.")).toEqual([]);
+    });
+  }
+
+  it("leaves neither a key nor its vector when the key's sync and indexing run at once with the delete (8 times, in either order)", async () => {
+    for (let round = 0; round < 8; round++) {
+      const t = await factOfUnindexedTurn(`yara-${round}`, "I keep bees on my roof.", "Yara keeps bees on her roof.");
+      const [turnSnippet] = await createTurnSnippets(db, t.conversationId, { firstSeq: 1, lastSeq: 2 });
+      await indexSnippets(db, engram.services.deps, [turnSnippet]);
+      const index = async () => indexSnippets(db, engram.services.deps, await syncFactKeys(db, engram.services.deps, t.endUserId));
+      const remove = () => forgetFact(db, engram.services.deps, t.factId, reason);
+      await Promise.all(round % 2 ? [index(), remove()] : [remove(), index()]);
+      expect(await snippetsOf(t.endUserId)).toEqual([]);
+      expect(await vectorsOf(t.endUserId)).toEqual([]);
     }
   });
 });

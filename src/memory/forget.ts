@@ -95,8 +95,9 @@ async function forgetSnippetsWhere(db: TenantDb, deps: Pick<Deps, "vectors">, wh
  * Deletes facts with their recall keys (FACT snippets): the keys' rows would cascade with the
  * facts, their vectors would not, and a vector left behind keeps the forgotten sentence's
  * embedding searchable and takes a place among the hits. Quotes of them in the user's other
- * facts' histories go too. `where` may narrow the delete (a fact refreshed meanwhile stays; its
- * key is made again by the next syncFactKeys). Returns how many facts and keys went.
+ * facts' histories go too. `where` may narrow the delete (a fact refreshed meanwhile stays, and
+ * so does its key). One transaction (deleteFactRows), then the keys' vectors. Returns how many
+ * facts and keys went.
  */
 export async function deleteFacts(
   db: TenantDb,
@@ -105,16 +106,14 @@ export async function deleteFacts(
   where: Prisma.FactWhereInput = {},
 ): Promise<{ facts: number; snippets: number }> {
   if (factIds.length === 0) return { facts: 0, snippets: 0 };
-  const snippets = await forgetSnippetsWhere(db, deps, { factId: { in: factIds } });
-  const doomed = await quotableTextsOf(db, { ...where, id: { in: factIds } });
-  const facts = await db.fact.deleteMany({ where: { ...where, id: { in: factIds } } });
-  if (facts.count > 0) await scrubQuotesOf(db, doomed);
-  return { facts: facts.count, snippets };
+  const { deleted, afterCommit } = await db.$transaction((tx) => deleteFactRows(tx as TenantDb, factIds, where));
+  await afterCommit(db, deps);
+  return deleted;
 }
 
 /** Every text the facts had, with their users: other facts' histories may quote them. */
 function quotableTextsOf(db: TenantDb, where: Prisma.FactWhereInput) {
-  return db.fact.findMany({ where, select: { text: true, endUserId: true, versions: { select: { text: true } } } });
+  return db.fact.findMany({ where, select: { id: true, text: true, endUserId: true, versions: { select: { text: true } } } });
 }
 
 async function scrubQuotesOf(db: TenantDb, doomed: Awaited<ReturnType<typeof quotableTextsOf>>) {
@@ -128,16 +127,24 @@ async function scrubQuotesOf(db: TenantDb, doomed: Awaited<ReturnType<typeof quo
 }
 
 /**
- * deleteFacts for a transaction that must take the facts' rows out itself (so that another
- * transaction counting them after it commits no longer sees them): inside it, `deleteFactRows`
- * reads what to clean and deletes the rows (their recall keys' rows cascade); once it has
- * committed, the returned `afterCommit` takes the keys' vectors out and scrubs the quotes.
+ * Inside a transaction: locks the facts, reads their recall keys and deletes the facts (the keys'
+ * rows cascade); once it has committed, the returned `afterCommit` takes the keys' vectors out and
+ * scrubs the quotes. The lock comes first: a key syncFactKeys writes for one of them meanwhile
+ * either committed before, and is read here, or waits for the lock (its statement locks the fact)
+ * and then finds the fact gone and writes nothing. Read before the lock, a key written in between
+ * would go with its fact's row and leave its vector behind.
  */
-export async function deleteFactRows(tx: TenantDb, factIds: string[]) {
-  const keyIds = factIds.length ? (await tx.recallSnippet.findMany({ where: { factId: { in: factIds } }, select: { id: true } })).map((k) => k.id) : [];
-  const doomed = factIds.length ? await quotableTextsOf(tx, { id: { in: factIds } }) : [];
-  if (factIds.length) await tx.fact.deleteMany({ where: { id: { in: factIds } } });
+export async function deleteFactRows(tx: TenantDb, factIds: string[], where: Prisma.FactWhereInput = {}) {
+  const none = { deleted: { facts: 0, snippets: 0 }, afterCommit: async (_db: TenantDb, _deps: Pick<Deps, "vectors">) => {} };
+  if (factIds.length === 0) return none;
+  await tx.$queryRaw`SELECT "id" FROM "Fact" WHERE "tenantId" = ${tx.$tenantId()} AND "id" = ANY(${factIds}::text[]) ORDER BY "id" FOR UPDATE`;
+  const doomed = await quotableTextsOf(tx, { ...where, id: { in: factIds } });
+  if (doomed.length === 0) return none;
+  const ids = doomed.map((f) => f.id);
+  const keyIds = (await tx.recallSnippet.findMany({ where: { factId: { in: ids } }, select: { id: true } })).map((k) => k.id);
+  const { count } = await tx.fact.deleteMany({ where: { id: { in: ids } } });
   return {
+    deleted: { facts: count, snippets: keyIds.length },
     afterCommit: async (db: TenantDb, deps: Pick<Deps, "vectors">) => {
       if (keyIds.length) await deps.vectors.delete(db.$tenantId(), { ids: keyIds });
       await scrubQuotesOf(db, doomed);
@@ -319,8 +326,9 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   // Vectors whose rows went earlier without them (a crash mid-forget) go by their metadata.
   await deps.vectors.delete(db.$tenantId(), { endUserId });
 
-  receipt.factVersions = await db.factVersion.count({ where: { fact: { endUserId } } });
-  receipt.facts = (await db.fact.deleteMany({ where: { endUserId } })).count;
+  const factIds = (await db.fact.findMany({ where: { endUserId }, select: { id: true } })).map((f) => f.id);
+  receipt.factVersions = await db.factVersion.count({ where: { factId: { in: factIds } } });
+  countDeleted(receipt, await deleteFacts(db, deps, factIds));
   receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: inTheirs })).count;
   receipt.summaryRevisions = (await db.summaryRevision.deleteMany({ where: inTheirs })).count;
   const messages = await forgetMessages(db, Prisma.sql`m."conversationId" = ANY(${conversationIds}::text[])`, settings.forgetDeletesMessages);

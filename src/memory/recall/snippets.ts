@@ -53,8 +53,9 @@ export type SnippetRow = Omit<Awaited<ReturnType<typeof planSnippetsOfTurns>>["r
  * The insert of planned TURN snippets, as the common table expressions `live` and `inserted`
  * (the new rows' ids) of one statement, which a caller may extend (`and` narrows the rows, by
  * `r."turnId"` say; `live` also holds those of `alsoLocked` still there, for the caller's own
- * writes from messages). A row goes in only while all of its messages are still there and not
- * forgotten, and the statement locks those messages (FOR SHARE, in id order, as the forgets lock
+ * writes from messages). A row goes in only while all of its messages are still there, not
+ * forgotten and without a deleted fact (deleteFact deletes the snippets of the message its fact
+ * came from), and the statement locks those messages (FOR SHARE, in id order, as the forgets lock
  * them) until its transaction ends: a forget that marks or deletes them after the plan read them
  * either commits first, and the row is left out, or waits for the insert, and then finds the
  * snippet when it looks again (src/memory/forget.ts). Without that, a turn's snippet planned
@@ -74,7 +75,7 @@ export function insertTurnSnippets(
       SELECT gen_random_uuid()::text, ${tenantId}, r."endUserId", r."conversationId", r."kind"::"SnippetKind", r."text", r."messageIds", r."messageSeqs", r."occurredAt", ${appNow()}
       FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb)
         AS r("turnId" text, "endUserId" text, "conversationId" text, "kind" text, "text" text, "messageIds" text[], "messageSeqs" int[], "occurredAt" timestamp(3))
-      WHERE r."messageIds" <@ (SELECT coalesce(array_agg("id"), '{}') FROM "live") ${and}
+      WHERE r."messageIds" <@ (SELECT coalesce(array_agg("id"), '{}') FROM "live" WHERE NOT "factsForgotten") ${and}
       RETURNING "id"
     )`;
 }
@@ -115,8 +116,9 @@ export async function planSnippetsOfTurns(db: TenantDb, turns: TurnRange[]) {
     const ofTurn = messages.filter(
       (m) => m.conversationId === turn.conversationId && m.seq >= turn.firstSeq && m.seq <= turn.lastSeq && !indexed.has(m.id),
     );
-    // A reply recorded on its own continues the turn its user message began.
-    return groupTurns(ofTurn).map((group) => ({
+    // A reply recorded on its own continues the turn its user message began. A turn holding a
+    // message a fact was deleted from gets no snippet: deleteFact deleted it (forget.ts).
+    return groupTurns(ofTurn).filter((group) => group.every((m) => m.factsForgottenAt === null)).map((group) => ({
       turn: index,
       endUserId: turn.endUserId,
       conversationId: turn.conversationId,
@@ -230,7 +232,6 @@ export function closestTurn<T extends { text: string }>(sentence: string, turns:
  * whose fact or turn is gone; returns the ids to index.
  */
 export async function syncFactKeys(db: TenantDb, deps: Pick<Deps, "vectors">, endUserId: string): Promise<string[]> {
-  const tenantId = db.$tenantId();
   const [facts, keys] = await Promise.all([
     db.fact.findMany({ where: { endUserId, sourceMessageId: { not: null } }, select: { id: true, text: true, sourceMessageId: true } }),
     db.recallSnippet.findMany({ where: { endUserId, kind: "FACT" }, select: { id: true, factId: true, keyOfId: true, text: true } }),
@@ -245,35 +246,82 @@ export async function syncFactKeys(db: TenantDb, deps: Pick<Deps, "vectors">, en
   const turnOf = new Map(turns.flatMap((t) => t.messageIds.map((m) => [m, t] as const)));
   const keyOf = new Map(keys.map((k) => [k.factId, k]));
   const wanted = new Set<string>();
-  const toIndex: string[] = [];
-  // The facts given a key by this run.
-  const created: string[] = [];
+  const toMake: KeyWrite[] = [];
+  const toChange: KeyWrite[] = [];
   for (const fact of facts) {
     const turn = turnOf.get(fact.sourceMessageId!);
     if (!turn) continue;
     const key = keyOf.get(fact.id);
-    const data = { text: fact.text, keyOfId: turn.id, conversationId: turn.conversationId, occurredAt: turn.occurredAt };
-    if (!key) {
-      const made = await db.recallSnippet.create({
-        data: { ...data, tenantId, endUserId, kind: "FACT", factId: fact.id, messageIds: [] },
-        select: { id: true },
-      });
-      toIndex.push(made.id);
-      created.push(fact.id);
-    } else {
+    const write = { keyId: key?.id ?? null, factId: fact.id, keyOfId: turn.id, sourceMessageId: fact.sourceMessageId! };
+    if (!key) toMake.push(write);
+    else {
       wanted.add(key.id);
-      if (key.text !== fact.text || key.keyOfId !== turn.id) {
-        await db.recallSnippet.update({ where: { id: key.id }, data: { ...data, indexedAt: null } });
-        toIndex.push(key.id);
-      }
+      if (key.text !== fact.text || key.keyOfId !== turn.id) toChange.push(write);
     }
   }
+  const made = await makeFactKeys(db, endUserId, toMake);
+  const toIndex = [...made.map((k) => k.id), ...(await rewriteFactKeys(db, toChange))];
+  // The facts given a key by this run.
+  const created = made.map((k) => k.factId);
   await forgetSnippets(db, deps, keys.filter((k) => !wanted.has(k.id)).map((k) => k.id));
   // Two runs at once (extraction's and the turn's indexing) may each have made a key for the
   // same fact: both keep the oldest and drop the others, so one key is left either way.
   const doubled = created.length ? await doubledKeys(db, created) : [];
   if (doubled.length) await forgetSnippets(db, deps, doubled);
   return toIndex.filter((id) => !doubled.includes(id));
+}
+
+type KeyWrite = { keyId: string | null; factId: string; keyOfId: string; sourceMessageId: string };
+
+/**
+ * What FACT keys are written from, as syncFactKeys planned them: the common table expressions of
+ * the statement that writes them, ending in `w` (each planned key with its fact's text as it is
+ * now and its turn's conversation and time). A key is written only while its fact is still there,
+ * its message is still there, neither forgotten nor with a fact deleted from it, and its turn's
+ * snippet is still there; the statement locks them until it ends (the fact FOR KEY SHARE, which
+ * deleteFactRows's FOR UPDATE waits for and which waits for it). A delete that came between the
+ * plan's read and the write leaves the key out, and one under way waits for the write and then
+ * finds the key (forget.ts): a late sync cannot bring a deleted fact back as a key.
+ */
+function keySources(tenantId: string, writes: KeyWrite[]): Prisma.Sql {
+  return Prisma.sql`${liveMessages("live", tenantId, writes.map((w) => w.sourceMessageId))},
+    "fact" AS (
+      SELECT f."id", f."text" FROM "Fact" f JOIN "live" m ON m."id" = f."sourceMessageId" AND NOT m."factsForgotten"
+      WHERE f."tenantId" = ${tenantId} AND f."id" = ANY(${writes.map((w) => w.factId)}::text[])
+      ORDER BY f."id" FOR KEY SHARE OF f
+    ), "turn" AS (
+      SELECT s."id", s."conversationId", s."occurredAt" FROM "RecallSnippet" s
+      WHERE s."tenantId" = ${tenantId} AND s."id" = ANY(${writes.map((w) => w.keyOfId)}::text[]) AND s."kind" = 'TURN'
+      ORDER BY s."id" FOR KEY SHARE
+    ), "w" AS (
+      SELECT r."keyId", r."factId", r."keyOfId", f."text", t."conversationId", t."occurredAt"
+      FROM jsonb_to_recordset(${JSON.stringify(writes)}::jsonb) AS r("keyId" text, "factId" text, "keyOfId" text)
+      JOIN "fact" f ON f."id" = r."factId" JOIN "turn" t ON t."id" = r."keyOfId"
+    )`;
+}
+
+/** New FACT keys (keySources); returns those written, with their facts. */
+async function makeFactKeys(db: TenantDb, endUserId: string, writes: KeyWrite[]) {
+  if (writes.length === 0) return [];
+  const tenantId = db.$tenantId();
+  return db.$queryRaw<{ id: string; factId: string }[]>`
+    WITH ${keySources(tenantId, writes)}
+    INSERT INTO "RecallSnippet" ("id", "tenantId", "endUserId", "conversationId", "kind", "text", "messageIds", "occurredAt", "createdAt", "factId", "keyOfId")
+    SELECT gen_random_uuid()::text, ${tenantId}, ${endUserId}, w."conversationId", 'FACT', w."text", '{}', w."occurredAt", ${appNow()}, w."factId", w."keyOfId"
+    FROM "w"
+    RETURNING "id", "factId"`;
+}
+
+/** FACT keys re-pointed and rewritten (keySources), to be embedded again; returns the ids of those written. */
+async function rewriteFactKeys(db: TenantDb, writes: KeyWrite[]) {
+  if (writes.length === 0) return [];
+  const tenantId = db.$tenantId();
+  const rows = await db.$queryRaw<{ id: string }[]>`
+    WITH ${keySources(tenantId, writes)}
+    UPDATE "RecallSnippet" k SET "text" = w."text", "keyOfId" = w."keyOfId", "conversationId" = w."conversationId", "occurredAt" = w."occurredAt", "indexedAt" = NULL
+    FROM "w" WHERE k."tenantId" = ${tenantId} AND k."id" = w."keyId"
+    RETURNING k."id"`;
+  return rows.map((r) => r.id);
 }
 
 /** Of the keys of these facts, all but the oldest of each fact. */

@@ -330,6 +330,21 @@ describe("people's side", () => {
     expect(reader.errors?.[0].extensions?.code).toBe("FORBIDDEN");
     expect(await engram.services.db.fact.count({ where: { endUserId: t.endUserId } })).toBe(0);
   });
+
+  it("takes the end user by your own id, creating them with the fact and not at all when it is refused", async () => {
+    const ADD = `mutation($input: AddFactInput!) { addFact(input: $input) { id } }`;
+    const users = () => engram.services.db.endUser.count({ where: { tenantId: engram.tenant.tenantId, externalId: "lena" } });
+    for (const input of [{ endUserExternalId: "lena", text: "x" }, { text: "Lena likes tea." }, { endUserExternalId: "lena", endUserId: "any", text: "Lena likes tea." }]) {
+      expect((await engram.gql(ADD, { input })).errors?.[0].extensions?.code, JSON.stringify(input)).toBe("BAD_USER_INPUT");
+    }
+    expect(await users()).toBe(0);
+    const added = await engram.gql(ADD, { input: { endUserExternalId: " lena ", text: "Lena likes tea." } });
+    expect(added.errors).toBeUndefined();
+    const fact = await engram.services.db.fact.findUniqueOrThrow({ where: { id: added.data.addFact.id }, include: { endUser: true } });
+    expect(fact.endUser.externalId).toBe("lena");
+    await engram.gql(ADD, { input: { endUserExternalId: "lena", text: "Lena swims." } });
+    expect(await users()).toBe(1);
+  });
 });
 
 describe("forgetting", () => {

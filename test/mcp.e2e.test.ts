@@ -149,6 +149,29 @@ describe("MCP over streamable HTTP at /mcp", () => {
     expect(await engramClient.endUser("ghost-1")).toBeNull();
   });
 
+  it("leaves no end user behind when the fact's write fails after the checks", async () => {
+    const client = await overHttp(engram.tenant.writer);
+    const db = engram.services.db;
+    // The store refuses the fact's insert (as a full disk or a lost connection would): the tool's
+    // schema and the API's validation have both passed by then.
+    await db.$executeRawUnsafe(`
+      CREATE FUNCTION "test_refuse_fact"() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN RAISE EXCEPTION 'test trigger refuses the fact'; END $$`);
+    await db.$executeRawUnsafe(`CREATE TRIGGER "test_refuse_fact" BEFORE INSERT ON "Fact" FOR EACH ROW EXECUTE FUNCTION "test_refuse_fact"()`);
+    try {
+      const refused = await call(client, "remember", { user: "ghost-2", fact: "Ghost-2 collects old maps." });
+      expect(refused.isError).toBe(true);
+    } finally {
+      await db.$executeRawUnsafe(`DROP TRIGGER IF EXISTS "test_refuse_fact" ON "Fact"`);
+      await db.$executeRawUnsafe(`DROP FUNCTION IF EXISTS "test_refuse_fact"()`);
+    }
+    expect(await engramClient.endUser("ghost-2")).toBeNull();
+    // Once the store takes it, the same call creates the user with the fact.
+    const remembered = await call(client, "remember", { user: "ghost-2", fact: "Ghost-2 collects old maps." });
+    expect(remembered.isError).toBeFalsy();
+    expect(await engramClient.facts((await engramClient.endUser("ghost-2"))!.id)).toEqual([expect.objectContaining({ text: "Ghost-2 collects old maps." })]);
+  });
+
   it("answers resource reads with typed errors: an unknown user is -32002 NOT_FOUND, a malformed URI InvalidParams", async () => {
     const read = async (uri: string) => {
       const response = await fetch(`${url}/mcp`, {

@@ -4,9 +4,11 @@ type Exact<T extends { [key: string]: unknown }> = { [K in keyof T]: T[K] };
 /** Internal type. DO NOT USE DIRECTLY. */
 export type Incremental<T> = T | { [P in keyof T]?: P extends ' $fragmentName' | '__typename' ? T[P] : never };
 import type { TypedDocumentNode as DocumentNode } from '@graphql-typed-document-node/core';
+/** The end user by endUserId, or by your own id (endUserExternalId, as recordTurn takes it): exactly one of the two. By your id, a user Engram does not know yet is created with the fact, and not at all when the fact is refused. */
 export type AddFactInput = {
   core?: boolean | null | undefined;
-  endUserId: string | number;
+  endUserExternalId?: string | null | undefined;
+  endUserId?: string | number | null | undefined;
   /** Who it is about, when not the end user: a person they named ("Ana (daughter)"). */
   subject?: string | null | undefined;
   /** One self-contained sentence, 3–500 characters. */

@@ -125,8 +125,12 @@ const ForgetRecordRef = builder.objectRef<ForgetRecord>("ForgetRecord").implemen
 });
 
 const AddFactInput = builder.inputType("AddFactInput", {
+  description:
+    "The end user by endUserId, or by your own id (endUserExternalId, as recordTurn takes it): exactly one of the two. " +
+    "By your id, a user Engram does not know yet is created with the fact, and not at all when the fact is refused.",
   fields: (t) => ({
-    endUserId: t.id({ required: true }),
+    endUserId: t.id(),
+    endUserExternalId: t.string(),
     text: t.string({ required: true, description: "One self-contained sentence, 3–500 characters." }),
     core: t.boolean(),
     subject: t.string({ description: "Who it is about, when not the end user: a person they named (\"Ana (daughter)\")." }),
@@ -205,7 +209,7 @@ builder.mutationFields((t) => ({
     args: { input: t.arg({ type: AddFactInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
       const db = ctx.db;
-      const fact = await addFact(db, ctx.deps, { ...input, endUserId: String(input.endUserId) }, author(ctx));
+      const fact = await addFact(db, ctx.deps, { ...input, endUserId: input.endUserId == null ? null : String(input.endUserId) }, author(ctx));
       const written = await db.fact.findUnique({ ...query, where: { id: fact.id } });
       // Another fact of the user added at the same moment took the only place a non-core one had.
       if (!written) throw new EngramError("CONFLICT", `The fact was written, then dropped at once to keep the user under the cap of ${FACT_CAP} facts (another was added at the same moment).`);

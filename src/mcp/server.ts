@@ -77,7 +77,7 @@ export function createMcpServer(client: EngramClient, version = "0.1.0"): McpSer
       description: "Store one durable fact the user explicitly stated about themselves (one self-contained sentence).",
       inputSchema: {
         user,
-        // Checked as the API checks it, before remember creates the end user: a refusal writes nothing.
+        // Checked as the API checks it, so the agent is told the limits before it calls.
         fact: factTextSchema
           .superRefine((value, ctx) => {
             const problem = textProblem(value);
@@ -89,8 +89,8 @@ export function createMcpServer(client: EngramClient, version = "0.1.0"): McpSer
     },
     (args) =>
       tool(async () => {
-        const { id } = (await client.endUser(args.user)) ?? (await client.upsertEndUser({ externalId: args.user }));
-        const fact = await client.addFact({ endUserId: id, text: args.fact, core: args.core });
+        // One call: the end user is created with the fact, so a refused or failed write leaves none.
+        const fact = await client.addFact({ endUserExternalId: args.user, text: args.fact, core: args.core });
         return json({ factId: fact.id, text: fact.text, core: fact.core });
       }),
   );

@@ -8,6 +8,7 @@ import { Prisma, type Fact } from "../../generated/prisma/client.ts";
 import { factTextSchema } from "../../limits.ts";
 import type { FactChangeKind, FactChangePayload, PubSub } from "../../pubsub.ts";
 import type { ExtraBlocks } from "../context.ts";
+import { externalIdSchema, upsertEndUser } from "../conversations/agents.ts";
 import { liveMessages } from "../conversations/live-messages.ts";
 import { deleteFactRows } from "../forget.ts";
 import { countTokens } from "../tokens.ts";
@@ -117,7 +118,8 @@ async function createFact(
   db: TenantDb,
   deps: FactDeps,
   input: {
-    endUserId: string;
+    /** Engram's id of the end user; or, by the caller's own id, the end user created with the fact on first use. */
+    endUserId: string | { externalId: string };
     text: string;
     core: boolean;
     subject?: string | null;
@@ -130,12 +132,14 @@ async function createFact(
   conversationId: string | null = null,
 ) {
   const { fact, dropped, afterCommit } = await db.$transaction(async (tx) => {
-    const dropped = await roomForAnother(tx as TenantDb, input.endUserId);
+    // Created in the transaction that writes the fact: a write that fails leaves no empty user.
+    const endUserId = typeof input.endUserId === "string" ? input.endUserId : (await upsertEndUser(tx as TenantDb, input.endUserId)).id;
+    const dropped = await roomForAnother(tx as TenantDb, endUserId);
     await requireSourceStillSaid(tx as TenantDb, author.sourceMessageId, author.readMessageIds);
     const created = await tx.fact.create({
       data: {
         tenantId: db.$tenantId(),
-        endUserId: input.endUserId,
+        endUserId,
         text: input.text,
         core: input.core,
         subject: input.subject ?? null,
@@ -150,25 +154,37 @@ async function createFact(
     const { afterCommit } = await deleteFactRows(tx as TenantDb, dropped.map((f) => f.id));
     return { fact: created, dropped, afterCommit };
   });
-  announce(db, deps, change, { endUserId: input.endUserId, factId: fact.id, text: fact.text, reason, conversationId });
-  await dropForRoom(db, deps, input.endUserId, dropped, afterCommit);
+  announce(db, deps, change, { endUserId: fact.endUserId, factId: fact.id, text: fact.text, reason, conversationId });
+  await dropForRoom(db, deps, fact.endUserId, dropped, afterCommit);
   return fact;
 }
 
 const factSubject = z.string().trim().max(120).nullish().transform((v) => v || null);
 
-export const addFactInput = z.object({
-  endUserId: z.string().min(1),
-  text: factTextSchema,
-  core: z.boolean().nullish().transform((v) => v ?? false),
-  subject: factSubject,
-});
+/** The end user by Engram's id, or by the caller's own id (as recordTurn takes it): exactly one of the two. */
+export const addFactInput = z
+  .object({
+    endUserId: z.string().min(1).nullish(),
+    endUserExternalId: externalIdSchema.nullish(),
+    text: factTextSchema,
+    core: z.boolean().nullish().transform((v) => v ?? false),
+    subject: factSubject,
+  })
+  .superRefine((input, ctx) => {
+    if ((input.endUserId == null) === (input.endUserExternalId == null)) {
+      ctx.addIssue({ code: "custom", message: "Give either endUserId or endUserExternalId." });
+    }
+  });
 
-/** A fact written by a person or through the API; refused (FactCapReached) when it cannot fit under the cap. */
+/**
+ * A fact written by a person or through the API; refused (FactCapReached) when it cannot fit under
+ * the cap. By endUserExternalId, an end user not known yet is created with the fact, in its
+ * transaction: a refused or failed write creates no user.
+ */
 export async function addFact(db: TenantDb, deps: FactDeps, input: z.input<typeof addFactInput>, author: FactAuthor) {
-  const parsed = parseInput(addFactInput, input);
-  await requireUser(db, parsed.endUserId);
-  return createFact(db, deps, parsed, author, "ADDED", "added by a person");
+  const { endUserId, endUserExternalId, ...fact } = parseInput(addFactInput, input);
+  if (endUserId != null) await requireUser(db, endUserId);
+  return createFact(db, deps, { ...fact, endUserId: endUserId ?? { externalId: endUserExternalId! } }, author, "ADDED", "added by a person");
 }
 
 export const correctFactInput = z.object({

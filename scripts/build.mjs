@@ -4,7 +4,7 @@
 // type check). Bundling the dependencies too makes a start load ~45 files instead of ~2,700
 // modules (measured: 2.7 s of main-thread CPU to listening instead of 8.5 s on a loaded machine);
 // code splitting keeps `engram --help` from loading the server's dependencies.
-import { mkdirSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
@@ -27,6 +27,40 @@ const EXTERNAL = [
   "esbuild",
   "playwright-core",
 ];
+
+/**
+ * Prisma's query compiler reaches its client as a module holding the WASM binary in base64, which
+ * the client decodes once: that module's source and the string it exports (2.5 MB each) then stay
+ * in the heap for the life of the process. The module is swapped for one whose export turns into
+ * the same base64 text only when the client decodes it (Buffer.from takes an object's string
+ * primitive), read from the package's file then and let go after. The generated client's decode is
+ * checked below, so a Prisma whose client reads the export another way fails the build, not a start.
+ */
+const PRISMA_COMPILER = "@prisma/client/runtime/query_compiler_bg.postgresql.wasm-base64.mjs";
+const prismaCompilerFromFile = {
+  name: "prisma-compiler-from-file",
+  setup(build) {
+    build.onResolve({ filter: /^@prisma\/client\/runtime\/query_compiler_bg\.postgresql\.wasm-base64\.mjs$/ }, (args) => {
+      const importer = readFileSync(args.importer, "utf8");
+      if (!importer.includes("Buffer.from(wasmBase64, 'base64')")) {
+        throw new Error(`${args.importer} no longer decodes Prisma's compiler with Buffer.from(wasmBase64, 'base64'): see prismaCompilerFromFile in scripts/build.mjs`);
+      }
+      return { path: PRISMA_COMPILER, namespace: "prisma-compiler-from-file" };
+    });
+    build.onLoad({ filter: /.*/, namespace: "prisma-compiler-from-file" }, () => ({
+      loader: "js",
+      contents: `import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+export const wasm = {
+  [Symbol.toPrimitive]() {
+    const text = readFileSync(createRequire(import.meta.url).resolve(${JSON.stringify(PRISMA_COMPILER)}), "latin1");
+    return text.slice(text.indexOf('"') + 1, text.lastIndexOf('"'));
+  },
+};
+`,
+    }));
+  },
+};
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const dist = path.join(root, "dist");
@@ -68,6 +102,7 @@ try {
     // Non-ASCII characters escaped where esbuild can (strings, identifiers); the rest in scripts/ascii-only.mjs.
     charset: "ascii",
     chunkNames: "chunks/[name]-[hash]",
+    plugins: [prismaCompilerFromFile],
     logLevel: "warning",
   });
   for (const file of readdirSync(staging, { recursive: true })) {

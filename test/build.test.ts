@@ -16,6 +16,14 @@ describe("the compiled server", () => {
     expect(files.filter((file) => NON_ASCII.test(readFileSync(path.join(dist, file), "utf8")))).toEqual([]);
   });
 
+  it("imports Prisma's compiler as text read when decoded, not as a module it would hold", () => {
+    ensureCompiled();
+    const dist = path.join(ROOT, "dist");
+    const sources = readdirSync(dist, { recursive: true }).map(String).filter((file) => file.endsWith(".js")).map((file) => readFileSync(path.join(dist, file), "utf8"));
+    expect(sources.filter((source) => /import\(["']@prisma\/client\/runtime\/query_compiler_bg\.postgresql\.wasm-base64/.test(source))).toEqual([]);
+    expect(sources.filter((source) => source.includes("[Symbol.toPrimitive]()") && source.includes("query_compiler_bg.postgresql.wasm-base64.mjs"))).toHaveLength(1);
+  });
+
   it("loses nothing a program can see in making a file ASCII", async () => {
     const file = path.join(mkdtempSync(path.join(tmpdir(), "engram-ascii-")), "m.mjs");
     writeFileSync(

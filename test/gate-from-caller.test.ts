@@ -291,7 +291,7 @@ describe("recallIndexStatus and indexedAt", () => {
     expect(inOutbox.pending).toBe(1);
     expect(inOutbox.oldestPendingAt).not.toBeNull();
 
-    // Follow-ups queued, but the index job has not made the snippets: still not searchable.
+    // Out of the outbox with its snippet, which the index job has not embedded yet: still not searchable.
     await runTurnWork(db(), engram.services.deps, { tenantId: engram.tenant.tenantId, turnId: turn.id });
     expect((await status(turn.endUserId)).pending).toBe(1);
 

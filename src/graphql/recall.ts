@@ -83,8 +83,9 @@ const RecallIndexStatusRef = builder.objectRef<RecallIndexStatus>("RecallIndexSt
   fields: (t) => ({
     pending: t.exposeInt("pending", {
       description:
-        "Turns whose snippets are not made yet (still in the outbox or waiting on the index job) plus snippets " +
-        "without a vector. 0: everything recorded can be recalled.",
+        "Turns still in the outbox (their snippets not written yet) plus snippets without a vector (not embedded " +
+        "yet). A turn left without a snippet on purpose (private steps, forgotten messages, a deleted fact's turn) or " +
+        "whose snippet a forget or the retention window took is not pending. 0: everything recall will search is searchable.",
     }),
     oldestPendingAt: t.expose("oldestPendingAt", {
       type: "DateTime",

@@ -441,41 +441,24 @@ export async function unmarkLostVectors(
 export type RecallIndexStatus = { pending: number; oldestPendingAt: Date | null };
 
 /**
- * What of an end user's conversations is not searchable yet: turns still in the outbox
- * (follow-ups not queued) or queued but with messages past the newest snippet of their
- * conversation (the index job has not made their snippets), plus snippets without a vector.
- * Zero pending means every recorded message can be recalled.
+ * What recall cannot search yet of an end user's conversations but will: turns still in the
+ * outbox, and snippets without a vector (their index job, or the reconcile sweep, embeds them). A
+ * turn's TURN snippets are written by the one statement that takes it out of the outbox
+ * (takeFromOutbox), which leaves out on purpose what must not be recalled (private steps,
+ * forgotten messages, the turn of a deleted fact's message), and nothing writes them later (but an
+ * index job with a range, queued by a version before that statement, when it runs): a turn out of
+ * the outbox has nothing left to index, whatever a forget, deleteFact or retention has since taken
+ * from it. Zero pending: all that will be searchable is.
  */
 export async function recallIndexStatus(db: TenantDb, endUserId: string): Promise<RecallIndexStatus> {
-  const tenantId = db.$tenantId();
-  const [turns] = await db.$queryRaw<{ n: number; oldest: Date | null }[]>`
-    WITH convs AS (
-      SELECT c."id" FROM "Conversation" c WHERE c."tenantId" = ${tenantId} AND c."endUserId" = ${endUserId}
-    ),
-    covered AS (
-      SELECT s."conversationId", max(m."seq") AS seq
-      FROM "RecallSnippet" s JOIN "Message" m ON m."id" = s."messageIds"[array_length(s."messageIds", 1)]
-      WHERE s."tenantId" = ${tenantId} AND s."endUserId" = ${endUserId} AND s."kind" = 'TURN'
-      GROUP BY s."conversationId"
-    )
-    SELECT count(*)::int AS n, min(t."createdAt") AS oldest
-    FROM "Turn" t JOIN convs ON convs."id" = t."conversationId"
-    LEFT JOIN covered cv ON cv."conversationId" = t."conversationId"
-    WHERE t."tenantId" = ${tenantId} AND (
-      t."followUpsQueuedAt" IS NULL OR EXISTS (
-        SELECT 1 FROM "Message" m
-        WHERE m."conversationId" = t."conversationId" AND m."seq" BETWEEN t."firstSeq" AND t."lastSeq"
-          AND NOT m."private" AND m."role" IN ('USER', 'ASSISTANT') AND m."seq" > coalesce(cv.seq, 0)
-      )
-    )`;
-  const snippets = await db.recallSnippet.aggregate({
-    where: { endUserId, indexedAt: null },
-    _count: { _all: true },
-    _min: { createdAt: true },
-  });
-  const oldest = [turns?.oldest ?? null, snippets._min.createdAt].filter((d): d is Date => d != null);
+  const pending = { _count: { _all: true }, _min: { createdAt: true } } as const;
+  const [turns, snippets] = await Promise.all([
+    db.turn.aggregate({ where: { followUpsQueuedAt: null, conversation: { endUserId } }, ...pending }),
+    db.recallSnippet.aggregate({ where: { endUserId, indexedAt: null }, ...pending }),
+  ]);
+  const oldest = [turns._min.createdAt, snippets._min.createdAt].filter((d): d is Date => d != null);
   return {
-    pending: (turns?.n ?? 0) + snippets._count._all,
+    pending: turns._count._all + snippets._count._all,
     oldestPendingAt: oldest.length ? new Date(Math.min(...oldest.map((d) => d.getTime()))) : null,
   };
 }

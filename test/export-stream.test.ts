@@ -8,6 +8,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant, type TenantDb } from "../src/db.ts";
 import { LIMITS } from "../src/limits.ts";
+import { keysetLists, nextPage } from "../src/memory/export.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { IMPORT } from "./helpers/recall.ts";
 
@@ -272,4 +273,79 @@ describe("a long history", () => {
     const health = await fetch(`${base}/healthz`);
     expect(health.status).toBe(200);
   }, 60_000);
+});
+
+describe("pages by (time, id)", () => {
+  const user = "tia";
+  const SIZE = 1_001;
+  const at = new Date(Date.UTC(2024, 2, 1));
+  let endUserId: string;
+  let longConversation: string;
+  const many = <T>(row: (i: number) => T) => Array.from({ length: SIZE }, (_, i) => row(i));
+
+  beforeAll(async () => {
+    // Two full pages and one row of each list, every row at the same time: each boundary falls inside the tie.
+    ({ endUserId, conversationId: longConversation } = await importConversation(user, `${user}-1`, [{ role: "USER", content: "Hi." }]));
+    const { agentId } = await db.conversation.findUniqueOrThrow({ where: { id: longConversation }, select: { agentId: true } });
+    const tenantId = db.$tenantId();
+    await db.conversation.createMany({ data: many((i) => ({ tenantId, agentId, endUserId, externalId: `${user}-tied-${i}`, createdAt: at })) });
+    await db.recallSnippet.createMany({ data: many((i) => ({ tenantId, endUserId, conversationId: longConversation, kind: "TURN" as const, text: `Snippet ${i}`, messageIds: [], occurredAt: at })) });
+    await db.memoryEntry.createMany({
+      data: many((i) => ({ tenantId, scope: "ENTITY" as const, scopeRef: user, title: `Entry ${i}`, summary: "Tied.", tags: [], importance: 1, source: "MANUAL" as const, createdAt: at })),
+    });
+    await db.memoryEvent.createMany({ data: many((i) => ({ tenantId, scope: "ENTITY" as const, scopeRef: user, kind: "note", body: `Event ${i}`, source: "crm", occurredAt: at })) });
+    await db.summaryRevision.createMany({
+      data: many((i) => ({ tenantId, conversationId: longConversation, text: `Revision ${i}`, words: 2, coveredThroughSeq: 1, accepted: false, createdAt: at })),
+    });
+  }, 120_000);
+
+  it("has every row once, in the store's order, when one time ties across page boundaries", async () => {
+    const response = await streamed(endUserId);
+    expect(response.status).toBe(200);
+    const document = await response.json();
+    const ids = (rows: { id: string }[]) => rows.map((row) => row.id);
+    const conversations = await db.conversation.findMany({ where: { endUserId }, orderBy: [{ createdAt: "asc" }, { id: "asc" }], select: { id: true } });
+    expect(ids(document.conversations)).toEqual(ids(conversations));
+    expect(conversations).toHaveLength(SIZE + 1);
+    const snippets = await db.recallSnippet.findMany({ where: { endUserId }, orderBy: [{ occurredAt: "asc" }, { id: "asc" }], select: { id: true } });
+    expect(ids(document.snippets)).toEqual(ids(snippets));
+    const entries = await db.memoryEntry.findMany({ where: { scope: "ENTITY", scopeRef: user }, orderBy: [{ createdAt: "desc" }, { id: "desc" }], select: { id: true } });
+    expect(ids(document.entries)).toEqual(ids(entries));
+    const events = await db.memoryEvent.findMany({ where: { scope: "ENTITY", scopeRef: user }, orderBy: [{ occurredAt: "asc" }, { id: "asc" }], select: { id: true } });
+    expect(ids(document.events)).toEqual(ids(events));
+    const revisions = await db.summaryRevision.findMany({ where: { conversationId: longConversation }, orderBy: [{ createdAt: "asc" }, { id: "asc" }], select: { text: true } });
+    const exported = document.conversations.find((c: { id: string }) => c.id === longConversation);
+    expect(exported.revisions.map((r: { text: string }) => r.text)).toEqual(revisions.map((r) => r.text));
+    for (const list of [snippets, entries, events, revisions]) expect(list).toHaveLength(SIZE);
+  }, 60_000);
+
+  it("starts each page inside its index (migration 0017): the keyset bounds the scan, no row before the page is read", async () => {
+    const after = { id: randomUUID(), at };
+    const lists = [
+      [keysetLists.conversations(endUserId), "Conversation_tenantId_endUserId_createdAt_id_idx"],
+      [keysetLists.revisions(longConversation), "SummaryRevision_conversationId_createdAt_id_idx"],
+      [keysetLists.snippets(endUserId), "RecallSnippet_tenantId_endUserId_occurredAt_id_idx"],
+      [keysetLists.entries(user), "MemoryEntry_tenantId_scope_scopeRef_createdAt_id_idx"],
+      [keysetLists.events(user), "MemoryEvent_tenantId_scope_scopeRef_occurredAt_id_idx"],
+    ] as const;
+    for (const [list, index] of lists) {
+      // Tables this small are cheaper to read whole: the planner is told not to, to show what it does with a person's 100,000 rows.
+      const [, , plan] = await db.$transaction([
+        db.$executeRaw`SET LOCAL enable_seqscan = off`,
+        db.$executeRaw`SET LOCAL enable_bitmapscan = off`,
+        db.$queryRaw<{ "QUERY PLAN": string }[]>`EXPLAIN ${nextPage(db, list, after)}`,
+      ]);
+      const text = plan.map((line) => line["QUERY PLAN"]).join("\n");
+      expect(text, list.table).toMatch(new RegExp(`Index (Only )?Scan (Backward )?using "${index}"`));
+      expect(text, list.table).toMatch(/Index Cond: .*ROW\("(createdAt|occurredAt)", id\) [<>] ROW\(/);
+      expect(text, list.table).not.toMatch(/Sort/);
+    }
+    // Each replaced the index on its leading columns alone.
+    const indexes = await engram.services.db.$queryRaw<{ indexname: string }[]>`SELECT indexname::text FROM pg_indexes WHERE schemaname = current_schema()`;
+    const names = indexes.map((row) => row.indexname);
+    expect(names).toEqual(expect.arrayContaining(lists.map(([, index]) => index)));
+    for (const replaced of ["Conversation_tenantId_endUserId_idx", "SummaryRevision_conversationId_createdAt_idx", "RecallSnippet_tenantId_endUserId_idx", "MemoryEntry_tenantId_scope_scopeRef_idx", "MemoryEvent_tenantId_scope_scopeRef_occurredAt_idx"]) {
+      expect(names).not.toContain(replaced);
+    }
+  });
 });

@@ -1,6 +1,7 @@
 import type { Writable } from "node:stream";
-import type { TenantDb } from "../db.ts";
+import { sqlTimestamp, type TenantDb } from "../db.ts";
 import { EngramError, notFound } from "../errors.ts";
+import { Prisma } from "../generated/prisma/client.ts";
 import { LIMITS } from "../limits.ts";
 
 /**
@@ -31,7 +32,7 @@ const holdsRows = (value: unknown): value is Record<string, unknown> =>
 
 type EndUser = { id: string; externalId: string; displayName: string | null; createdAt: Date };
 
-/** Each page starts after the last row of the one before (keyset), so a page costs the same at any depth. */
+/** Each page starts after the last row of the one before (keyset). */
 async function* pagesOf<T>(readPage: (after: T | undefined) => Promise<T[]>): AsyncGenerator<T[]> {
   let after: T | undefined;
   for (;;) {
@@ -42,16 +43,89 @@ async function* pagesOf<T>(readPage: (after: T | undefined) => Promise<T[]>): As
   }
 }
 
-async function* inPages<T>(readPage: (after: T | undefined) => Promise<T[]>): AsyncGenerator<T> {
-  for await (const page of pagesOf(readPage)) yield* page;
+async function* inPages<T>(pages: AsyncIterable<T[]>): AsyncGenerator<T> {
+  for await (const page of pages) yield* page;
 }
 
-/** The rows after `row` in the order (field, id), ascending ("gt") or descending ("lt"). */
-function beyond<F extends string>(field: F, row: ({ id: string } & Record<F, Date>) | undefined, direction: "gt" | "lt" = "gt"): { OR?: never[] } {
-  if (!row) return {};
-  // Prisma cannot type a where on a field chosen by name; test/export-stream pins the order across page boundaries.
-  return { OR: [{ [field]: { [direction]: row[field] } }, { [field]: row[field], id: { [direction]: row.id } }] as never[] };
+/**
+ * A list of a person's rows read in the order (time, id): its table (`t` in `columns`), the
+ * columns that pick its rows, its time column and direction, and what each row holds, as the
+ * export writes it (the time column and id among them). Migration 0017 indexes each list on
+ * (tenantId and those columns, time, id), or (conversationId, time, id) for revisions.
+ */
+export type KeysetList = {
+  table: "Conversation" | "RecallSnippet" | "MemoryEntry" | "MemoryEvent" | "SummaryRevision";
+  where: Record<string, string>;
+  time: "createdAt" | "occurredAt";
+  direction: "asc" | "desc";
+  columns: Prisma.Sql;
+};
+
+const column = (name: string) => Prisma.raw(`t."${name}"`);
+
+/**
+ * The statement for the page after `after`. Its row comparison `(time, id) > (…)` bounds the scan
+ * of the list's index, so a page reads its own rows only. Prisma's where can only say it as
+ * `time > … OR (time = … AND id > …)`, which PostgreSQL checks row by row from the person's first
+ * row: each page read all the rows of the pages before it.
+ */
+export function nextPage(db: TenantDb, list: KeysetList, after?: { id: string; at: Date }): Prisma.Sql {
+  const [beyond, order] = list.direction === "asc" ? [">", "ASC"] : ["<", "DESC"];
+  const conditions = Object.entries({ tenantId: db.$tenantId(), ...list.where }).map(([name, value]) => Prisma.sql`${column(name)} = ${value}`);
+  if (after) conditions.push(Prisma.sql`(${column(list.time)}, t."id") ${Prisma.raw(beyond)} (${sqlTimestamp(after.at)}, ${after.id})`);
+  return Prisma.sql`SELECT ${list.columns} FROM ${Prisma.raw(`"${list.table}"`)} AS t
+    WHERE ${Prisma.join(conditions, " AND ")}
+    ORDER BY ${column(list.time)} ${Prisma.raw(order)}, t."id" ${Prisma.raw(order)} LIMIT ${EXPORT_PAGE}`;
 }
+
+/** A list's rows a page at a time, each page starting after the last row of the one before. */
+function keysetPages<T extends { id: string }>(db: TenantDb, list: KeysetList): AsyncGenerator<T[]> {
+  return pagesOf((after?: T) => db.$queryRaw<T[]>(nextPage(db, list, after && { id: after.id, at: (after as Record<string, unknown>)[list.time] as Date })));
+}
+
+type ConversationRow = { id: string; externalId: string; createdAt: Date; lastSeq: number; summary: string | null; agent: { externalId: string; name: string } };
+type Row = { id: string } & Record<string, unknown>;
+
+/** The lists an export reads by (time, id), with the fields it writes of each, in its order. */
+export const keysetLists = {
+  conversations: (endUserId: string): KeysetList => ({
+    table: "Conversation",
+    where: { endUserId },
+    time: "createdAt",
+    direction: "asc",
+    columns: Prisma.sql`t."id", t."externalId", t."createdAt", t."lastSeq", t."summary",
+      (SELECT json_build_object('externalId', a."externalId", 'name', a."name") FROM "Agent" a WHERE a."id" = t."agentId") AS "agent"`,
+  }),
+  revisions: (conversationId: string): KeysetList => ({
+    table: "SummaryRevision",
+    where: { conversationId },
+    time: "createdAt",
+    direction: "asc",
+    columns: Prisma.sql`t."id", t."text", t."accepted", t."reason", t."createdAt"`,
+  }),
+  snippets: (endUserId: string): KeysetList => ({
+    table: "RecallSnippet",
+    where: { endUserId },
+    time: "occurredAt",
+    direction: "asc",
+    columns: Prisma.sql`t."id", t."kind"::text AS "kind", t."text", t."conversationId", t."occurredAt"`,
+  }),
+  // Newest first by creation, which no correction moves (updatedAt does: a page could skip an entry corrected meanwhile).
+  entries: (externalId: string): KeysetList => ({
+    table: "MemoryEntry",
+    where: aboutThePerson(externalId),
+    time: "createdAt",
+    direction: "desc",
+    columns: Prisma.sql`t."id", t."scope"::text AS "scope", t."scopeRef", t."title", t."summary", t."tags", t."importance", t."source"::text AS "source", t."createdAt", t."updatedAt"`,
+  }),
+  events: (externalId: string): KeysetList => ({
+    table: "MemoryEvent",
+    where: aboutThePerson(externalId),
+    time: "occurredAt",
+    direction: "asc",
+    columns: Prisma.sql`t."id", t."scope"::text AS "scope", t."scopeRef", t."kind", t."body", t."source", t."sourceRef", t."occurredAt"`,
+  }),
+};
 
 export async function findEndUser(db: TenantDb, endUserId: string): Promise<EndUser> {
   const user = await db.endUser.findUnique({ where: { id: endUserId }, select: { id: true, externalId: true, displayName: true, createdAt: true } });
@@ -59,31 +133,27 @@ export async function findEndUser(db: TenantDb, endUserId: string): Promise<EndU
   return user;
 }
 
+// keysetLists.revisions reads the same fields, in this order, for a conversation whose revisions are paged.
 const REVISION_FIELDS = { text: true, accepted: true, reason: true, createdAt: true } as const;
 const MESSAGE_FIELDS = { seq: true, role: true, content: true, private: true, occurredAt: true, forgottenAt: true } as const;
 
 function pagedRevisions(db: TenantDb, conversationId: string) {
   return withoutIds(
-    inPages((after?: { id: string; createdAt: Date }) =>
-      db.summaryRevision.findMany({
-        where: { conversationId, ...beyond("createdAt", after) },
-        orderBy: [{ createdAt: "asc" }, { id: "asc" }],
-        take: EXPORT_PAGE,
-        select: { id: true, ...REVISION_FIELDS },
-      }),
-    ),
+    inPages(keysetPages<Row>(db, keysetLists.revisions(conversationId))),
   );
 }
 
 /** A long conversation's revisions and messages, each read a page at a time. */
 function pagedHistory(db: TenantDb, conversationId: string) {
-  const messages = inPages((after?: { seq: number }) =>
-    db.message.findMany({
-      where: { conversationId, ...(after && { seq: { gt: after.seq } }) },
-      orderBy: { seq: "asc" },
-      take: EXPORT_PAGE,
-      select: MESSAGE_FIELDS,
-    }),
+  const messages = inPages(
+    pagesOf((after?: { seq: number }) =>
+      db.message.findMany({
+        where: { conversationId, ...(after && { seq: { gt: after.seq } }) },
+        orderBy: { seq: "asc" },
+        take: EXPORT_PAGE,
+        select: MESSAGE_FIELDS,
+      }),
+    ),
   );
   return { revisions: pagedRevisions(db, conversationId), messages };
 }
@@ -142,14 +212,7 @@ function runsOfAPage<T extends { lastSeq: number }>(conversations: T[]): { run: 
 }
 
 async function* conversationsOf(db: TenantDb, endUserId: string) {
-  const pages = pagesOf((after?: { id: string; createdAt: Date }) =>
-    db.conversation.findMany({
-      where: { endUserId, ...beyond("createdAt", after) },
-      orderBy: [{ createdAt: "asc" }, { id: "asc" }],
-      take: EXPORT_PAGE,
-      select: { id: true, externalId: true, createdAt: true, lastSeq: true, summary: true, agent: { select: { externalId: true, name: true } } },
-    }),
-  );
+  const pages = keysetPages<ConversationRow>(db, keysetLists.conversations(endUserId));
   for await (const page of pages) {
     for (const { run, fits } of runsOfAPage(page)) {
       const historyOf = fits ? await historiesTogether(db, run.map((conversation) => conversation.id)) : (id: string) => pagedHistory(db, id);
@@ -186,31 +249,9 @@ export function userExport(db: TenantDb, user: EndUser) {
       for (const { tenantId: _t, ...fact } of facts) yield fact;
     })(),
     conversations: conversationsOf(db, endUserId),
-    snippets: inPages((after?: { id: string; occurredAt: Date }) =>
-      db.recallSnippet.findMany({
-        where: { endUserId, ...beyond("occurredAt", after) },
-        orderBy: [{ occurredAt: "asc" }, { id: "asc" }],
-        take: EXPORT_PAGE,
-        select: { id: true, kind: true, text: true, conversationId: true, occurredAt: true },
-      }),
-    ),
-    // Newest first by creation, which no correction moves (updatedAt does: a page could skip an entry corrected meanwhile).
-    entries: inPages((after?: { id: string; createdAt: Date }) =>
-      db.memoryEntry.findMany({
-        where: { ...aboutThePerson(user.externalId), ...beyond("createdAt", after, "lt") },
-        orderBy: [{ createdAt: "desc" }, { id: "desc" }],
-        take: EXPORT_PAGE,
-        select: { id: true, scope: true, scopeRef: true, title: true, summary: true, tags: true, importance: true, source: true, createdAt: true, updatedAt: true },
-      }),
-    ),
-    events: inPages((after?: { id: string; occurredAt: Date }) =>
-      db.memoryEvent.findMany({
-        where: { ...aboutThePerson(user.externalId), ...beyond("occurredAt", after) },
-        orderBy: [{ occurredAt: "asc" }, { id: "asc" }],
-        take: EXPORT_PAGE,
-        select: { id: true, scope: true, scopeRef: true, kind: true, body: true, source: true, sourceRef: true, occurredAt: true },
-      }),
-    ),
+    snippets: inPages(keysetPages<Row>(db, keysetLists.snippets(endUserId))),
+    entries: inPages(keysetPages<Row>(db, keysetLists.entries(user.externalId))),
+    events: inPages(keysetPages<Row>(db, keysetLists.events(user.externalId))),
   };
 }
 

@@ -21,7 +21,7 @@ import { restApi } from "./rest.ts";
 import { LIMITS } from "./limits.ts";
 import type { Services } from "./services.ts";
 import { createSocketRegistry, useStreamsOfLiveKeys } from "./sockets.ts";
-import { corsFor, HTTP_TIMEOUTS, parseOrigins, useCachedGraphiQL } from "./http-hardening.ts";
+import { corsFor, corsHeaders, HTTP_TIMEOUTS, parseOrigins, useCachedGraphiQL } from "./http-hardening.ts";
 
 const GRAPHQL_PATH = "/graphql";
 
@@ -161,6 +161,7 @@ export function buildApp(services: Services): App {
   // The caller of each HTTP request, as useKeyFirst found it.
   const keyChecked = new WeakMap<Request, Caller>();
   const sockets = createSocketRegistry(services.pubsub, connectionLimits, (ids) => liveKeyIds(services.db, ids), services.log);
+  const cors = corsFor(parseOrigins(services.env.ENGRAM_CORS_ORIGINS));
   const yoga = createYoga<InitialContext, GraphQLContext>({
     schema,
     graphqlEndpoint: GRAPHQL_PATH,
@@ -170,7 +171,7 @@ export function buildApp(services: Services): App {
     // GraphiQL is served by useCachedGraphiQL (the bundled page, cached), not by yoga on each request.
     graphiql: false,
     // Same-origin only, unless the operator lists origins (ENGRAM_CORS_ORIGINS).
-    cors: corsFor(parseOrigins(services.env.ENGRAM_CORS_ORIGINS)),
+    cors,
     context: async (initial) => {
       // HTTP requests were checked before their document was read (useKeyFirst); WebSockets at connect.
       const principal = (initial.request && keyChecked.get(initial.request)) || (await services.keys.authenticate(authorizationOf(initial)));
@@ -201,7 +202,12 @@ export function buildApp(services: Services): App {
   // MCP (streamable HTTP) on /mcp: its tools call this yoga in process, with the caller's key.
   const serveMcp = mcpHandler({ authenticate: services.keys.authenticate, log: services.log }, yoga);
   // A person's export of any size, streamed (exportUser answers only small ones).
-  const serveExport = exportHandler({ authenticate: services.keys.authenticate, tenantDb: (id) => forTenant(services.db, id), log: services.log });
+  const serveExport = exportHandler({
+    authenticate: services.keys.authenticate,
+    tenantDb: (id) => forTenant(services.db, id),
+    cors: (origin) => corsHeaders(cors, origin),
+    log: services.log,
+  });
 
   // Stalled requests are found within a second of their deadline (Node checks every 30 s by default).
   const server: Server = createServer({ connectionsCheckingInterval: 1_000 }, (req: IncomingMessage, res) => {

@@ -12,14 +12,23 @@ export const isExportPath = (pathname: string) => pathname === EXPORT_PATH || pa
  * is read (writeExport). Admin keys only, as exportUser; the key is checked first, as on every
  * other path. Failures before the first byte answer the REST paths' typed JSON errors; one after
  * it (the store gone mid-export) can only cut the response short, which leaves the JSON unclosed,
- * so a truncated export never parses as a whole one.
+ * so a truncated export never parses as a whole one. Every answer carries the CORS headers yoga's
+ * would (`cors`), so a browser page on a listed origin can download an export with its key.
  */
 export function exportHandler(deps: {
   authenticate(authorization: string | null): Promise<Principal | null>;
   tenantDb(tenantId: string): TenantDb;
+  /** The CORS headers for a request from this origin (only Vary for one not listed). */
+  cors(origin: string | undefined): Record<string, string>;
   log: Logger;
 }) {
   return async (req: IncomingMessage, res: ServerResponse) => {
+    for (const [name, value] of Object.entries(deps.cors(req.headers.origin))) res.setHeader(name, value);
+    // A browser's preflight carries no key: answered before the key check, as yoga answers one.
+    if (req.method === "OPTIONS") {
+      res.writeHead(204, { "content-length": "0" });
+      return res.end();
+    }
     const answer = (status: number, message: string, code: string, headers: Record<string, string> = {}) => {
       res.writeHead(status, { "content-type": "application/json; charset=utf-8", ...headers });
       res.end(JSON.stringify({ errors: [{ message, extensions: { code } }] }));
@@ -38,7 +47,7 @@ export function exportHandler(deps: {
       return answer(401, "A valid API key is required: send `Authorization: Bearer <key>`.", "UNAUTHENTICATED", { "www-authenticate": 'Bearer realm="engram"' });
     }
     if (caller.role !== "ADMIN") return answer(403, "Exporting what Engram holds about a person takes an admin key.", "FORBIDDEN");
-    if (req.method !== "GET") return answer(405, `${req.method} is not allowed on ${EXPORT_PATH}/<endUserId>; it takes GET.`, "METHOD_NOT_ALLOWED", { allow: "GET" });
+    if (req.method !== "GET") return answer(405, `${req.method} is not allowed on ${EXPORT_PATH}/<endUserId>; it takes GET.`, "METHOD_NOT_ALLOWED", { allow: "GET, OPTIONS" });
     const segment = (req.url ?? "").split("?")[0].slice(EXPORT_PATH.length + 1);
     let endUserId = "";
     try {

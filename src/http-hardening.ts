@@ -18,7 +18,7 @@ export const HTTP_TIMEOUTS = { headersMs: 10_000, requestMs: 30_000, keepAliveMs
  */
 export function corsFor(origins: string[]) {
   const allowed = new Set(origins);
-  return (request: Request) => {
+  return (request: Pick<Request, "headers">) => {
     const origin = request.headers.get("origin");
     if (!origin || !allowed.has(origin)) return false as const;
     return {
@@ -27,7 +27,27 @@ export function corsFor(origins: string[]) {
       // PUT and DELETE for the REST paths (/memory/:id).
       methods: ["GET", "POST", "PUT", "DELETE", "OPTIONS"],
       allowedHeaders: ["authorization", "content-type", "accept"],
+      // The streamed export's file name.
+      exposedHeaders: ["content-disposition"],
     };
+  };
+}
+
+/**
+ * The headers yoga's CORS plugin sends for corsFor's answer to a request from `origin`, for a path
+ * served beside yoga (the streamed export): none for an origin not listed. Each answer also says
+ * Vary: Origin (yoga leaves it out), so no cache hands one origin's answer to another.
+ */
+export function corsHeaders(cors: ReturnType<typeof corsFor>, origin: string | undefined): Record<string, string> {
+  const options = cors({ headers: new Headers(origin ? { origin } : {}) });
+  if (!options) return { vary: "Origin" };
+  return {
+    "access-control-allow-origin": options.origin[0],
+    "access-control-allow-credentials": "true",
+    "access-control-allow-methods": options.methods.join(", "),
+    "access-control-allow-headers": options.allowedHeaders.join(", "),
+    "access-control-expose-headers": options.exposedHeaders.join(", "),
+    vary: "Origin",
   };
 }
 

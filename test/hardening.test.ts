@@ -2,6 +2,7 @@ import { request } from "node:http";
 import net from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { IMPORT } from "./helpers/recall.ts";
 import { until } from "./helpers/until.ts";
 
 const VIEWER = JSON.stringify({ query: "{ viewer { role } }" });
@@ -46,6 +47,43 @@ describe("HTTP hardening", () => {
       expect(preflight.headers.get("access-control-allow-origin")).toBe("https://app.example");
       expect(preflight.headers.get("access-control-allow-methods")?.split(/,\s*/)).toContain(method);
     }
+  });
+
+  it("answers CORS on the streamed export as yoga does on /graphql: its preflight, the download and its errors", async () => {
+    const { data } = await engram.gql(IMPORT, { input: { agentExternalId: "shop", endUserExternalId: "cors-user", conversationExternalId: "cors-1", messages: [{ role: "USER", content: "Hello." }] } });
+    const exportUrl = `${url}/export/users/${data.importConversation.endUser.id}`;
+    const cors = (response: Response) => Object.fromEntries([...response.headers].filter(([name]) => name.startsWith("access-control-")));
+    const preflight = { origin: "https://app.example", "access-control-request-method": "GET", "access-control-request-headers": "authorization" };
+
+    // The preflight carries no key: 204 with yoga's headers, not 401.
+    const asked = await fetch(exportUrl, { method: "OPTIONS", headers: preflight });
+    expect(asked.status).toBe(204);
+    const yogas = await fetch(`${url}/graphql`, { method: "OPTIONS", headers: preflight });
+    expect(cors(asked)).toEqual(cors(yogas));
+    expect(cors(asked)).toMatchObject({ "access-control-allow-origin": "https://app.example", "access-control-allow-credentials": "true" });
+    expect(asked.headers.get("access-control-allow-methods")?.split(/,\s*/)).toContain("GET");
+    expect(asked.headers.get("access-control-allow-headers")?.split(/,\s*/)).toContain("authorization");
+
+    // The download, its file name readable by the page; a refused key's answer readable too.
+    const download = await fetch(exportUrl, { headers: { origin: "https://app.example", authorization: `Bearer ${engram.tenant.admin}` } });
+    expect(download.status).toBe(200);
+    expect(cors(download)).toEqual(cors(asked));
+    expect(download.headers.get("access-control-expose-headers")).toBe("content-disposition");
+    expect(download.headers.get("vary")).toBe("Origin");
+    expect((await download.json()).endUser.externalId).toBe("cors-user");
+    const refused = await fetch(exportUrl, { headers: { origin: "https://app.example", authorization: `Bearer ${engram.tenant.reader}` } });
+    expect(refused.status).toBe(403);
+    expect(refused.headers.get("access-control-allow-origin")).toBe("https://app.example");
+
+    // An origin not listed gets no CORS headers, on the preflight or the download.
+    const evil = await fetch(exportUrl, { method: "OPTIONS", headers: { ...preflight, origin: "https://evil.example" } });
+    expect(evil.status).toBe(204);
+    expect(cors(evil)).toEqual({});
+    const taken = await fetch(exportUrl, { headers: { origin: "https://evil.example", authorization: `Bearer ${engram.tenant.admin}` } });
+    expect(taken.status).toBe(200);
+    expect(cors(taken)).toEqual({});
+    expect(taken.headers.get("vary")).toBe("Origin");
+    await taken.body?.cancel();
   });
 
   it("keeps a hostile Host header out of the inspector's CSP", async () => {

@@ -53,6 +53,19 @@ export async function budgetStatus(db: TenantDb, now = new Date(), settings?: Ef
   return { spent, limit, periodStart: start, periodEnd: end, paused, pausedSince: paused ? pausedSince : null };
 }
 
+/** Whether an error is a model call the tenant's monthly token budget refused (budgetExhausted). */
+export const isBudgetExhausted = (error: unknown): error is EngramError => error instanceof EngramError && error.code === "BUDGET_EXHAUSTED";
+
+/**
+ * Whether the tenant has spent its budget this period (budgetStatus's `paused`), without a
+ * statement when it has no limit.
+ */
+export async function budgetSpent(db: TenantDb, now = new Date()): Promise<boolean> {
+  const settings = await loadTenantSettings(db);
+  if (settings.monthlyTokenBudget === null) return false;
+  return (await budgetStatus(db, now, settings)).paused;
+}
+
 /** Refuses a call: the budget is spent, or what is left of it is held by calls in flight (`reserved`). */
 export function budgetExhausted(status: BudgetStatus, reserved = 0) {
   const since = status.periodStart.toISOString().slice(0, 10);

@@ -18,6 +18,7 @@ import {
   openAIChatModel,
   type ChatModel,
   type ChatRole,
+  type MeteringHooks,
   type ModelRole,
   type ModelRoute,
   type ModelUsageRecord,
@@ -36,9 +37,9 @@ export type ModelProvider = {
   /** The embedding route: null means no remote embedding model (use the offline encoder). */
   embeddingRoute(tenantId: string): Promise<ModelRoute | null>;
   /**
-   * Remote embeddings on the tenant's embedding route, with inputs redacted and usage recorded
-   * under chain "embed"; null when there is no route. Embeddings count against the budget but
-   * are not paused by it (recall keeps working).
+   * Remote embeddings on the tenant's embedding route, with inputs redacted, held against the
+   * budget as chat calls are (refused with BUDGET_EXHAUSTED) and recorded under chain "embed";
+   * null when there is no route.
    */
   embeddings(tenantId: string): Promise<TenantEmbeddings | null>;
   /** The tenant's redaction rules applied to texts bound for any model (stored data unchanged). */
@@ -114,29 +115,46 @@ class ReportingOpenAIEmbeddings extends OpenAIEmbeddings {
 }
 
 /**
- * Embeddings that redact what they send and record what they used. A query's usage row is
- * written after its vector is handed back (`recordAfter`): a search waits on its vector, not on
- * its meter. Documents (indexing, in the worker) are recorded before they return.
+ * What an embedding call holds against the budget: a third of its texts' UTF-8 bytes, an upper
+ * estimate of o200k-style counts for prose (about 4 characters a token), code (about 3) and CJK
+ * (3 bytes a character, about a token each), with no tokenizer run (~65 MB once loaded). Text of
+ * one-letter words or digits separated by spaces can count more; the meter records the
+ * provider's own count either way.
+ */
+export const embeddingTokensHeld = (texts: string[]) => texts.reduce((sum, text) => sum + Math.ceil(Buffer.byteLength(text) / 3), 0);
+
+/** Holds a call's expected tokens against the tenant's budget, or throws BUDGET_EXHAUSTED (MeteringHooks.reserve). */
+type Reserve = NonNullable<MeteringHooks["reserve"]>;
+
+/**
+ * Embeddings that hold their expected tokens against the budget, redact what they send and record
+ * what they used. A query's usage row is written after its vector is handed back (`recordAfter`,
+ * which gives the hold back once the row is stored): a search waits on its vector, not on its
+ * meter. Documents (indexing, in the worker) are recorded, and their hold given back, before they
+ * return.
  */
 export class TenantEmbeddings extends Embeddings {
   constructor(
     private readonly inner: Embeddings,
     readonly model: string,
-    private readonly redact: (texts: string[]) => Promise<RedactionResult>,
-    private readonly record: (usage: ModelUsageRecord) => Promise<void>,
-    private readonly recordAfter: (usage: ModelUsageRecord) => void,
-    /** How long one call may take in all, retries included (modelCallDeadlineMs). */
-    private readonly deadlineMs: number,
+    private readonly hooks: {
+      reserve: Reserve;
+      redact: (texts: string[]) => Promise<RedactionResult>;
+      record: (usage: ModelUsageRecord) => Promise<void>;
+      recordAfter: (usage: ModelUsageRecord, release?: () => Promise<void>) => void;
+      /** How long one call may take in all, retries included (modelCallDeadlineMs). */
+      deadlineMs: number;
+    },
   ) {
     super({});
   }
 
   private async embed(documents: string[]): Promise<{ vectors: number[][]; usage: ModelUsageRecord }> {
-    const { texts, redactions } = await this.redact(documents);
+    const { texts, redactions } = await this.hooks.redact(documents);
     try {
       const usage: EmbedUsage = { responses: 0, reported: 0, promptTokens: 0 };
       const vectors = await withinDeadline(
-        this.deadlineMs,
+        this.hooks.deadlineMs,
         (signal) => embedCall.run({ signal, usage }, () => this.inner.embedDocuments(texts)),
         replySignal.getStore(),
       );
@@ -149,16 +167,29 @@ export class TenantEmbeddings extends Embeddings {
     }
   }
 
+  // Held on the texts before redaction, so a refused call costs no redaction run (as chat calls).
   async embedDocuments(documents: string[]): Promise<number[][]> {
-    const { vectors, usage } = await this.embed(documents);
-    await this.record(usage);
-    return vectors;
+    const release = await this.hooks.reserve({ inputTokens: () => embeddingTokensHeld(documents) });
+    try {
+      const { vectors, usage } = await this.embed(documents);
+      await this.hooks.record(usage);
+      return vectors;
+    } finally {
+      await release?.();
+    }
   }
 
   async embedQuery(document: string): Promise<number[]> {
-    const { vectors, usage } = await this.embed([document]);
-    this.recordAfter(usage);
-    return vectors[0];
+    const release = await this.hooks.reserve({ inputTokens: () => embeddingTokensHeld([document]) });
+    let recorded = false;
+    try {
+      const { vectors, usage } = await this.embed([document]);
+      this.hooks.recordAfter(usage, release);
+      recorded = true;
+      return vectors[0];
+    } finally {
+      if (!recorded) await release?.();
+    }
   }
 }
 
@@ -198,24 +229,27 @@ export function createModelProvider(deps: {
   // Usage rows written after the reply they belong to (a search's query embedding): gathered for
   // USAGE_AFTER_MS and stored per tenant together (insertRows), since on the embedded store every
   // statement waits its turn with the next request's.
+  // Their budget holds are given back once the rows are stored, as a chat call's are after its row.
   const pendingUsage = new Set<Promise<void>>();
-  const afterRows = new Map<string, ModelUsageRecord[]>();
+  const afterRows = new Map<string, { rows: ModelUsageRecord[]; releases: (() => Promise<void>)[] }>();
   let afterTimer: NodeJS.Timeout | undefined;
   const storeAfterRows = () => {
     clearTimeout(afterTimer);
     afterTimer = undefined;
-    for (const [tenantId, rows] of afterRows) {
-      const write = recordModelUsages(tenants.scoped(tenantId), rows).catch((error) =>
-        deps.log.warn("could not record query embeddings' usage", { tenantId, rows: rows.length, error }),
-      );
+    for (const [tenantId, { rows, releases }] of afterRows) {
+      const write = recordModelUsages(tenants.scoped(tenantId), rows)
+        .catch((error) => deps.log.warn("could not record query embeddings' usage", { tenantId, rows: rows.length, error }))
+        .then(() => Promise.all(releases.map((release) => release())))
+        .then(() => undefined);
       pendingUsage.add(write);
       void write.finally(() => pendingUsage.delete(write));
     }
     afterRows.clear();
   };
-  const recordAfterFor = (tenantId: string) => (usage: ModelUsageRecord) => {
-    const rows = afterRows.get(tenantId) ?? afterRows.set(tenantId, []).get(tenantId)!;
-    rows.push(usage);
+  const recordAfterFor = (tenantId: string) => (usage: ModelUsageRecord, release?: () => Promise<void>) => {
+    const after = afterRows.get(tenantId) ?? afterRows.set(tenantId, { rows: [], releases: [] }).get(tenantId)!;
+    after.rows.push(usage);
+    if (release) after.releases.push(release);
     afterTimer ??= setTimeout(storeAfterRows, USAGE_AFTER_MS);
   };
   // One OpenAI client per route (its connection pool is reused across requests), not one per search.
@@ -246,9 +280,10 @@ export function createModelProvider(deps: {
   // hold, so a crash never keeps a tenant's budget held for longer than this.
   const retries = env.ENGRAM_MODEL_MAX_RETRIES;
   const holdMs = env.ENGRAM_MODEL_TIMEOUT_MS * (retries + 1) + 2_000 * (2 ** retries - 1) + 60_000;
-  const reserveFor = (tenantId: string) => async (prompt: { inputTokens(): number }) => {
+  // `outputTokens`: what the call holds besides its input (OUTPUT_TOKENS_HELD for chat, 0 for embeddings).
+  const reserveFor = (tenantId: string, outputTokens: number): Reserve => async (prompt) => {
     const tenantDb = tenants.scoped(tenantId);
-    const held = await reserveBudget(tenantDb, () => prompt.inputTokens() + OUTPUT_TOKENS_HELD, holdMs);
+    const held = await reserveBudget(tenantDb, () => prompt.inputTokens() + outputTokens, holdMs);
     if (!held) return undefined;
     return () =>
       releaseBudget(tenantDb, held).catch((error) =>
@@ -265,7 +300,7 @@ export function createModelProvider(deps: {
       return meteredModel(createModel(route, chain), { chain, model: route.model }, {
         deadlineMs,
         // Held per call, not per job: a budget spent mid-job stops the rest of it.
-        reserve: reserveFor(tenantId),
+        reserve: reserveFor(tenantId, OUTPUT_TOKENS_HELD),
         // Likewise the redaction rules: a rule added mid-job applies to the job's next call.
         redact: async (texts) => redactWith(await loadTenantSettings(tenantDb), tenantId)(texts),
         record: recordFor(tenantId),
@@ -281,7 +316,13 @@ export function createModelProvider(deps: {
       const settings = await loadTenantSettings(tenants.scoped(tenantId));
       const route = resolveRoute(env, settings, tenantId, "embedding");
       if (!route) return null;
-      return new TenantEmbeddings(embedderFor(route), route.model, redactWith(settings, tenantId), recordFor(tenantId), recordAfterFor(tenantId), deadlineMs);
+      return new TenantEmbeddings(embedderFor(route), route.model, {
+        reserve: reserveFor(tenantId, 0),
+        redact: redactWith(settings, tenantId),
+        record: recordFor(tenantId),
+        recordAfter: recordAfterFor(tenantId),
+        deadlineMs,
+      });
     },
     async redactForTenant(tenantId, texts) {
       return redactWith(await loadTenantSettings(tenants.scoped(tenantId)), tenantId)(texts);

@@ -1,6 +1,7 @@
 import type { TenantDb } from "../db.ts";
 import type { Prisma } from "../generated/prisma/client.ts";
 import type { Deps } from "../deps.ts";
+import { isBudgetExhausted } from "../governance/budget.ts";
 import { agentSettings, type AgentSettings } from "../memory/conversations/agents.ts";
 import { gateByKeywords } from "../memory/gate/gate.ts";
 import { indexSnippets, planSnippetsOfTurns, type TurnRange } from "../memory/recall/snippets.ts";
@@ -39,6 +40,8 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
   const handedOff: string[] = [];
   let turns = 0;
   let indexed = 0;
+  // Once the budget refuses an embedding, this run embeds no more (each batch would be refused).
+  let budgetRefused = false;
   for (let round = 0; round < 1_000; round++) {
     const rows = await db.$queryRaw<(TurnRange & { id: string; agentSettings: Prisma.JsonValue })[]>`
       SELECT t."id", t."conversationId", t."firstSeq", t."lastSeq", c."endUserId", a."settings" AS "agentSettings"
@@ -103,11 +106,18 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
     const ours = new Set(messagesOf(ofRound.filter((t) => !forgets.has(t.id))));
     const ids = [...planned.waiting.filter((s) => s.messageIds.some((id) => ours.has(id))).map((s) => s.id), ...written.snippetIds];
     ids.push(...(await factKeysOf(db, deps, ofRound.map((t) => t.endUserId), messageIds)));
-    for (let i = 0; i < ids.length; i += PER_EMBEDDING) {
+    for (let i = 0; i < ids.length && !budgetRefused; i += PER_EMBEDDING) {
       const batch = ids.slice(i, i + PER_EMBEDDING);
       try {
         indexed += (await indexSnippets(db, deps, batch)).indexed;
       } catch (error) {
+        if (isBudgetExhausted(error)) {
+          // Not an outage: no index job would get further. The snippets wait without a vector
+          // (pending), and the reconcile sweep queues them once the budget is no longer spent.
+          deps.log.info("recall indexing paused by the monthly token budget; the reconcile sweep queues the rest", { tenantId });
+          budgetRefused = true;
+          break;
+        }
         // The embedder or Chroma is out: an index job retries these with its backoff (and the
         // reconcile sweep finds any snippet left without a vector).
         deps.log.warn("could not index a batch of turn snippets now; an index job will retry", { tenantId, error });

@@ -1,6 +1,7 @@
 import type { z } from "zod";
 import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
+import { isBudgetExhausted } from "../governance/budget.ts";
 import { createTurnSnippets, indexSnippets, syncFactKeys } from "../memory/recall/snippets.ts";
 import { indexJob } from "../queue.ts";
 
@@ -11,6 +12,11 @@ const PER_BATCH = 64;
  * Recall indexing: a recorded turn's (or an import's) messages become TURN snippets here, in the
  * worker, and every snippet named or made is embedded and upserted. Idempotent: messages that
  * already have a snippet keep it, and a vector upserted twice is the same vector.
+ *
+ * When the tenant's budget refuses an embedding (a remote route), the job ends `paused` without
+ * a retry: the snippets left stay without a vector (recallIndexStatus counts them pending), and
+ * the reconcile sweep queues them again once the budget is no longer spent. Retrying here would
+ * keep one job per turn polling the budget until the month rolls over.
  */
 export async function runIndexSnippets(
   db: TenantDb,
@@ -24,7 +30,17 @@ export async function runIndexSnippets(
   }
   let indexed = 0;
   for (let i = 0; i < ids.length; i += PER_BATCH) {
-    indexed += (await indexSnippets(db, deps, ids.slice(i, i + PER_BATCH))).indexed;
+    try {
+      indexed += (await indexSnippets(db, deps, ids.slice(i, i + PER_BATCH))).indexed;
+    } catch (error) {
+      if (!isBudgetExhausted(error)) throw error;
+      deps.log.info("recall indexing paused by the monthly token budget; the reconcile sweep queues the rest", {
+        tenantId: db.$tenantId(),
+        indexed,
+        left: ids.length - i,
+      });
+      return { indexed, paused: true, reason: error.message };
+    }
   }
   deps.log.debug("recall snippets indexed", { tenantId: db.$tenantId(), indexed });
   return { indexed };

@@ -1,5 +1,6 @@
 import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
+import { budgetSpent } from "../governance/budget.ts";
 import { snippetsToReindex, unmarkLostVectors } from "../memory/recall/snippets.ts";
 import { withTimeout } from "../timeout.ts";
 import { queueIndexing } from "./index-snippets.ts";
@@ -39,13 +40,16 @@ export async function reconcileRecall(
     deps,
     "recall reconcile",
     async ({ id: tenantId }, db) => {
-      const { model } = await deps.embeddings.forTenant(tenantId);
+      const { model, offline } = await deps.embeddings.forTenant(tenantId);
+      const lost = await findLostVectors(deps, db, tenantId, model);
+      await removeOrphanVectors(deps, db, tenantId, model);
+      // A remote route's embeddings wait while the budget is spent (their jobs would only be
+      // refused); the offline encoder costs no tokens.
+      if (!offline && (await budgetSpent(db))) return;
       const waiting = await snippetsToReindex(db, model, {
         olderThan: new Date(Date.now() - (options.graceMs ?? GRACE_MS)),
         limit: MAX_PER_TENANT,
       });
-      const lost = await findLostVectors(deps, db, tenantId, model);
-      await removeOrphanVectors(deps, db, tenantId, model);
       const ids = [...new Set([...waiting, ...lost])];
       await queueIndexing(deps, tenantId, ids);
       if (ids.length) requeued[tenantId] = ids.length;

@@ -6,6 +6,7 @@ import type { RerankScores } from "../../chains/rerank.ts";
 import type { TenantDb } from "../../db.ts";
 import { Prisma } from "../../generated/prisma/client.ts";
 import { EngramError } from "../../errors.ts";
+import { isBudgetExhausted } from "../../governance/budget.ts";
 import { isModelCallLimit } from "../../models/call-budget.ts";
 import { TimedOut } from "../../timeout.ts";
 import type { ModelProvider } from "../../models/provider.ts";
@@ -136,6 +137,9 @@ async function keywordHits(db: TenantDb, input: SearchInput, limit: number) {
     ORDER BY r."rank" DESC, s."occurredAt" DESC, s."id"`;
 }
 
+/** Why a search on a remote embedding route went without its vector side, once the budget refused the query's embedding. */
+export const BUDGET_REASON = "the monthly token budget has no room to embed the query (spent, or held by model calls in flight)";
+
 /** A vector search the store refused, failed or did not answer in time; `reason` is safe to show. */
 class VectorStoreUnavailable extends EngramError {
   constructor(readonly reason: string) {
@@ -171,6 +175,12 @@ export async function retrieveHits(
         });
     } catch (error) {
       if (mode === "VECTOR" || isModelCallLimit(error)) throw error;
+      if (isBudgetExhausted(error)) {
+        // Not an outage: the tenant's own limit, so no warning for every search until it is raised.
+        degraded = `vector search unavailable: ${BUDGET_REASON}`;
+        deps.log.info("recall: the monthly token budget refused the query's embedding; using keyword matches only", { tenantId });
+        return [];
+      }
       degraded = `vector search unavailable: ${error instanceof VectorStoreUnavailable ? error.reason : (error as Error).message}`;
       deps.log.warn("recall: vector search failed; using keyword matches only", { tenantId, error });
       return [];

@@ -66,6 +66,8 @@ describe("agents and end users", () => {
     const a = await engram.gql(UPSERT, { input: { externalId: "u-42", displayName: "Ada" } });
     const b = await engram.gql(UPSERT, { input: { externalId: "u-42" } });
     expect(b.data.upsertEndUser).toEqual(a.data.upsertEndUser);
+    const renamed = await engram.gql(UPSERT, { input: { externalId: "u-42", displayName: "Ada L." } });
+    expect(renamed.data.upsertEndUser).toEqual({ ...a.data.upsertEndUser, displayName: "Ada L." });
   });
 });
 

@@ -345,6 +345,17 @@ describe("people's side", () => {
     await engram.gql(ADD, { input: { endUserExternalId: "lena", text: "Lena swims." } });
     expect(await users()).toBe(1);
   });
+
+  it("takes a new end user by your own id from callers at once: each fact is added, to one user", async () => {
+    // An agent's parallel tool calls (MCP remember) for a person Engram does not know yet.
+    const ADD = `mutation($input: AddFactInput!) { addFact(input: $input) { id } }`;
+    const texts = ["Mira likes tea.", "Mira swims on Sundays.", "Mira has a cat.", "Mira lives in Porto.", "Mira plays chess.", "Mira bakes bread."];
+    const added = await Promise.all(texts.map((text) => engram.gql(ADD, { input: { endUserExternalId: "mira", text } })));
+    expect(added.map((a) => a.errors?.[0]?.message ?? null)).toEqual(texts.map(() => null));
+    const users = await engram.services.db.endUser.findMany({ where: { tenantId: engram.tenant.tenantId, externalId: "mira" }, include: { facts: true } });
+    expect(users).toHaveLength(1);
+    expect(users[0].facts.map((f) => f.text).sort()).toEqual([...texts].sort());
+  });
 });
 
 describe("forgetting", () => {

@@ -93,13 +93,21 @@ export const upsertEndUserInput = z.object({
   displayName: z.string().trim().min(1).max(200).nullish(),
 });
 
+/**
+ * Creates or renames an end user by the caller's own id. One insert that waits for a concurrent
+ * first use of the same id and then finds its row: Prisma's upsert reads, then inserts, and of
+ * callers at once for a new id (an agent's parallel `remember`s, addFact in its transaction) all
+ * but one failed on the unique key.
+ */
 export async function upsertEndUser(db: TenantDb, input: z.input<typeof upsertEndUserInput>) {
   const { externalId: id, displayName } = parseInput(upsertEndUserInput, input);
-  return db.endUser.upsert({
-    where: { tenantId_externalId: { tenantId: db.$tenantId(), externalId: id } },
-    create: { tenantId: db.$tenantId(), externalId: id, displayName: displayName ?? null },
-    update: displayName ? { displayName } : {},
-  });
+  const tenantId = db.$tenantId();
+  await db.$executeRaw`
+    INSERT INTO "EndUser" ("id", "tenantId", "externalId", "displayName", "createdAt", "updatedAt")
+    VALUES (gen_random_uuid()::text, ${tenantId}, ${id}, ${displayName ?? null}, ${appNow()}, ${appNow()})
+    ON CONFLICT ("tenantId", "externalId") DO UPDATE SET "displayName" = EXCLUDED."displayName", "updatedAt" = EXCLUDED."updatedAt"
+      WHERE EXCLUDED."displayName" IS NOT NULL`;
+  return db.endUser.findUniqueOrThrow({ where: { tenantId_externalId: { tenantId, externalId: id } } });
 }
 
 export { externalId as externalIdSchema };

@@ -2,6 +2,8 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { tokenizer } from "acorn";
 
+const NON_ASCII = /[^\x00-\x7f]/;
+
 /**
  * Leaves a compiled file ASCII only, so that Node keeps its source in memory at one byte a
  * character. V8 holds every module's source for as long as the process runs (it compiles functions
@@ -21,7 +23,11 @@ export function asciiOnly(file) {
   const tokens = tokenizer(source, { ecmaVersion: "latest", sourceType: "module", allowHashBang: true, onComment: comments });
   for (const token of tokens) {
     if (token.type.label === "regexp" && /[^\x00-\x7f]/.test(source.slice(token.start, token.end))) {
-      const escaped = source.slice(token.start, token.end).replace(/[^\x00-\x7f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+      // Escapes are read whole: an escaped non-ASCII character is the character itself (an identity
+      // escape, only without u), so backslash-dash becomes \u2013, not an escaped backslash and "u2013".
+      const escaped = source
+        .slice(token.start, token.end)
+        .replace(/\\?[^\x00-\x7f]|\\[\s\S]/g, (match) => (NON_ASCII.test(match) ? `\\u${match.at(-1).charCodeAt(0).toString(16).padStart(4, "0")}` : match));
       edits.push({ start: token.start, end: token.end, text: escaped });
     }
   }

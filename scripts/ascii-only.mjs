@@ -1,6 +1,6 @@
 // Part of the build (scripts/build.mjs): compiled files made ASCII only.
 import { readFileSync, writeFileSync } from "node:fs";
-import { tokenizer } from "acorn";
+import { parse } from "acorn";
 
 const NON_ASCII = /[^\x00-\x7f]/;
 
@@ -20,7 +20,10 @@ export function asciiOnly(file) {
   if (!/[^\x00-\x7f]/.test(source)) return null;
   const edits = [];
   const comments = [];
-  const tokens = tokenizer(source, { ecmaVersion: "latest", sourceType: "module", allowHashBang: true, onComment: comments });
+  const tokens = [];
+  // A full parse, not the tokenizer alone: only the parser knows whether a slash starts a regular
+  // expression everywhere (after `await`, say).
+  parse(source, { ecmaVersion: "latest", sourceType: "module", allowHashBang: true, onToken: tokens, onComment: comments });
   for (const token of tokens) {
     if (token.type.label === "regexp" && /[^\x00-\x7f]/.test(source.slice(token.start, token.end))) {
       // Escapes are read whole: an escaped non-ASCII character is the character itself (an identity

@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import { gzipSync } from "node:zlib";
+import { getCORSHeadersByRequestAndOptions } from "@whatwg-node/server";
 import type { GraphiQLOptions, Plugin } from "graphql-yoga";
 
 /**
@@ -35,20 +36,13 @@ export function corsFor(origins: string[]) {
 
 /**
  * The headers yoga's CORS plugin sends for corsFor's answer to a request from `origin`, for a path
- * served beside yoga (the streamed export): none for an origin not listed. Each answer also says
- * Vary: Origin (yoga leaves it out), so no cache hands one origin's answer to another.
+ * served beside yoga (the streamed export): the same function makes them (none for an origin not
+ * listed). Each answer also says Vary: Origin (yoga leaves it out for one listed origin), so no
+ * cache hands one origin's answer to another.
  */
 export function corsHeaders(cors: ReturnType<typeof corsFor>, origin: string | undefined): Record<string, string> {
-  const options = cors({ headers: new Headers(origin ? { origin } : {}) });
-  if (!options) return { vary: "Origin" };
-  return {
-    "access-control-allow-origin": options.origin[0],
-    "access-control-allow-credentials": "true",
-    "access-control-allow-methods": options.methods.join(", "),
-    "access-control-allow-headers": options.allowedHeaders.join(", "),
-    "access-control-expose-headers": options.exposedHeaders.join(", "),
-    vary: "Origin",
-  };
+  const request = { headers: new Headers(origin ? { origin } : {}) };
+  return { ...getCORSHeadersByRequestAndOptions(request as Request, cors(request)), vary: "Origin" };
 }
 
 export function parseOrigins(value: string | undefined): string[] {

@@ -83,6 +83,10 @@ function keysetPages<T extends { id: string }>(db: TenantDb, list: KeysetList): 
   return pagesOf((after?: T) => db.$queryRaw<T[]>(nextPage(db, list, after && { id: after.id, at: (after as Record<string, unknown>)[list.time] as Date })));
 }
 
+// A summary revision's fields in the export, in its order: read by Prisma for a conversation's few
+// revisions, and by keysetLists.revisions for one whose revisions are paged.
+const REVISION_FIELDS = { text: true, accepted: true, reason: true, createdAt: true } as const;
+
 type ConversationRow = { id: string; externalId: string; createdAt: Date; lastSeq: number; summary: string | null; agent: { externalId: string; name: string } };
 type Row = { id: string } & Record<string, unknown>;
 
@@ -101,7 +105,7 @@ export const keysetLists = {
     where: { conversationId },
     time: "createdAt",
     direction: "asc",
-    columns: Prisma.sql`t."id", t."text", t."accepted", t."reason", t."createdAt"`,
+    columns: Prisma.join(["id", ...Object.keys(REVISION_FIELDS)].map(column)),
   }),
   snippets: (endUserId: string): KeysetList => ({
     table: "RecallSnippet",
@@ -133,8 +137,6 @@ export async function findEndUser(db: TenantDb, endUserId: string): Promise<EndU
   return user;
 }
 
-// keysetLists.revisions reads the same fields, in this order, for a conversation whose revisions are paged.
-const REVISION_FIELDS = { text: true, accepted: true, reason: true, createdAt: true } as const;
 const MESSAGE_FIELDS = { seq: true, role: true, content: true, private: true, occurredAt: true, forgottenAt: true } as const;
 
 function pagedRevisions(db: TenantDb, conversationId: string) {

@@ -6,7 +6,7 @@ import { agentSettings, type AgentSettings } from "../memory/conversations/agent
 import { gateByKeywords } from "../memory/gate/gate.ts";
 import { indexSnippets, planSnippetsOfTurns, type TurnRange } from "../memory/recall/snippets.ts";
 import { conversationTurnsJob, indexJob, turnJob } from "../queue.ts";
-import { factKeysOf } from "./index-snippets.ts";
+import { factKeysOf, logIndexingPaused } from "./index-snippets.ts";
 import { takeFromOutbox } from "./outbox.ts";
 import { HAND_OFF_MS, queueConversationWork } from "./turn-work.ts";
 
@@ -112,9 +112,7 @@ export async function runTurnFollowUps(db: TenantDb, deps: FollowUpsDeps, stillA
         indexed += (await indexSnippets(db, deps, batch)).indexed;
       } catch (error) {
         if (isBudgetExhausted(error)) {
-          // Not an outage: no index job would get further. The snippets wait without a vector
-          // (pending), and the reconcile sweep queues them once the budget is no longer spent.
-          deps.log.info("recall indexing paused by the monthly token budget; the reconcile sweep queues the rest", { tenantId });
+          logIndexingPaused(deps, { tenantId });
           budgetRefused = true;
           break;
         }

@@ -9,6 +9,15 @@ import { indexJob } from "../queue.ts";
 const PER_BATCH = 64;
 
 /**
+ * Said once when the budget refuses an indexing batch: not an outage, and no retry would get
+ * further. The snippets wait without a vector (pending), and the reconcile sweep queues them
+ * once the budget is no longer spent.
+ */
+export function logIndexingPaused(deps: Pick<Deps, "log">, fields: { tenantId: string } & Record<string, unknown>) {
+  deps.log.info("recall indexing paused by the monthly token budget; the reconcile sweep queues the rest", fields);
+}
+
+/**
  * Recall indexing: a recorded turn's (or an import's) messages become TURN snippets here, in the
  * worker, and every snippet named or made is embedded and upserted. Idempotent: messages that
  * already have a snippet keep it, and a vector upserted twice is the same vector.
@@ -34,11 +43,7 @@ export async function runIndexSnippets(
       indexed += (await indexSnippets(db, deps, ids.slice(i, i + PER_BATCH))).indexed;
     } catch (error) {
       if (!isBudgetExhausted(error)) throw error;
-      deps.log.info("recall indexing paused by the monthly token budget; the reconcile sweep queues the rest", {
-        tenantId: db.$tenantId(),
-        indexed,
-        left: ids.length - i,
-      });
+      logIndexingPaused(deps, { tenantId: db.$tenantId(), indexed, left: ids.length - i });
       return { indexed, paused: true, reason: error.message };
     }
   }

@@ -35,7 +35,7 @@ export type Services = Deps & {
   /** Everything but the raw client and the store: what the GraphQL context and jobs hand on. */
   deps: Deps;
   queue: AgendaQueue;
-  /** The Chroma behind the vectors: external (CHROMA_URL) or embedded, started on first use. */
+  /** The Chroma behind the vectors: external (CHROMA_URL) or embedded, started on first use (the server's at start-up). */
   chroma: LazyChroma;
   /** The in-process copies of recently searched users' vectors (vectors/cache.ts); null when ENGRAM_VECTOR_CACHE_MB is 0. */
   vectorCache: CachedVectorStore | null;

@@ -160,5 +160,18 @@ describe("stopping under a supervisor", () => {
     expect(server.output()).not.toMatch(/shutdown took over|cut off/);
     console.log(`SIGTERM with a request in flight: answered ${status}, every process gone ${Date.now() - signalled} ms after the signal`);
   });
+  it("starts the embedded Chroma with the server, before any request needs it", async () => {
+    // No job worker (whose sweeps use Chroma too) and no request: only the server's start asks for it.
+    const server = await startServer({ via: "node", env: { ENGRAM_JOBS: "off" } });
+    current = { server, pids: processTree(server.child.pid!) };
+    // It runs in the PGlite child, not in a process of its own.
+    await until("the embedded Chroma to start", async () => existsSync(path.join(server.dataDir, "chroma.owner.json")), 120_000);
+    await until("/healthz to report it up", async () => {
+      const { components } = await (await fetch(`${server.url}/healthz`)).json();
+      return components.chroma.status === "ok" && components.chroma.detail === "embedded";
+    }, 60_000);
+    expect(processTree(server.child.pid!)).toHaveLength(2);
+  });
+
   // SIGKILL to node under write load (children exit by themselves, the next start works): test/faults/server-kill.test.ts.
 });

@@ -170,8 +170,9 @@ export function externalChroma(url: string): ChromaServer {
 }
 
 /**
- * The Chroma recall uses, resolved on first use (so processes that never recall start nothing):
- * CHROMA_URL when set, else the embedded one, started again if it died.
+ * The Chroma recall uses, resolved on first use (so a CLI command that never recalls starts
+ * nothing; the server asks for it as it starts): CHROMA_URL when set, else the embedded one,
+ * started again if it died.
  */
 export type LazyChroma = ReturnType<typeof lazyChroma>;
 
@@ -201,7 +202,7 @@ export function lazyChroma(options: {
         return { status: "down", detail: `the embedded Chroma failed to start${code ? ` (${code})` : ""}; it is tried again on next use` };
       }
       const url = options.url ?? current?.url;
-      if (!url) return { status: "ok", detail: "embedded; starts on first use" };
+      if (!url) return { status: "ok", detail: starting ? "embedded; starting" : "embedded; starts on first use" };
       if (!options.url && !current?.alive()) return { status: "down", detail: "the embedded Chroma exited; it restarts on next use" };
       return (await heartbeat(url, 1_500))
         ? { status: "ok", detail: options.url ? "external" : "embedded" }

@@ -101,7 +101,7 @@ async function serve(startWorker: StartWorker) {
   }
 
   // The embedded Chroma starts now, beside the rest of start-up, instead of on first use: the
-  // first recall after a start waited for it (0.5-1 s), and recording a turn needs it soon anyway.
+  // first recall after a start waited for all of its start (0.5-1 s), and recording a turn needs it soon anyway.
   // A start that fails is logged (chroma's onStartFailed), /healthz says down, and the next use tries again.
   void services.chroma.get().catch(() => {});
 

@@ -56,7 +56,8 @@ describe("keys that cannot be lost", () => {
     const recovered = runCli(["keys", "create", "--role", "admin", "--tenant", id], { ENGRAM_DATA_DIR: dir });
     expect(recovered.code, recovered.stderr).toBe(0);
     expect(recovered.stdout.trim()).toMatch(KEY);
-    expect(runCli(["tenants", "list"], { ENGRAM_DATA_DIR: dir }).stdout).toContain(`${id}\tdefault\t2 keys`);
+    const relisted = runCli(["tenants", "list"], { ENGRAM_DATA_DIR: dir });
+    expect(relisted.stdout, `exit ${relisted.code}: ${relisted.stderr}`).toContain(`${id}\tdefault\t2 keys`);
 
     const unknown = runCli(["keys", "create", "--role", "admin", "--tenant", "00000000-0000-0000-0000-000000000000"], { ENGRAM_DATA_DIR: dir });
     expect(unknown.code).toBe(1);

@@ -30,7 +30,10 @@ afterEach(() => {
   current = undefined;
 });
 
-/** Records a turn, whose recall indexing job starts the embedded Chroma; waits until it serves. */
+/**
+ * Records a turn, so the stop has written data and a recall index to close, and waits until the
+ * embedded Chroma (which the server starts as it starts) has taken its lock.
+ */
 async function startChroma(server: ServerProcess) {
   const key = await adminKeyOf(server);
   const response = await fetch(`${server.url}/graphql`, {
@@ -160,6 +163,7 @@ describe("stopping under a supervisor", () => {
     expect(server.output()).not.toMatch(/shutdown took over|cut off/);
     console.log(`SIGTERM with a request in flight: answered ${status}, every process gone ${Date.now() - signalled} ms after the signal`);
   });
+
   it("starts the embedded Chroma with the server, before any request needs it", async () => {
     // No job worker (whose sweeps use Chroma too) and no request: only the server's start asks for it.
     const server = await startServer({ via: "node", env: { ENGRAM_JOBS: "off" } });

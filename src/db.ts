@@ -2,6 +2,8 @@ import { PrismaPg } from "@prisma/adapter-pg";
 import pg from "pg";
 import { Prisma, PrismaClient } from "./generated/prisma/client.ts";
 import { getDatamodel } from "./generated/pothos-types.ts";
+import { badInput } from "./errors.ts";
+import { textProblem } from "./limits.ts";
 
 export type Db = PrismaClient;
 
@@ -72,6 +74,29 @@ const WHERE_OPERATIONS = new Set([
 
 type Args = Record<string, unknown> & { where?: object; data?: unknown; create?: object };
 
+/**
+ * A page cursor names a row in the caller's words (Pothos decodes it from the cursor they pass,
+ * typed chunks included): each value must be text the store can hold. A number or null reached
+ * Prisma, a NUL the store, both as internal errors. A relation's page (`include`/`select`) too.
+ * (The row itself is looked for with the query's filters, the tenant's included, so another
+ * tenant's id pages nothing: test/isolation.test.ts.)
+ */
+function checkCursors(model: string, args: Args) {
+  if (args.cursor) {
+    for (const value of Object.values(args.cursor)) {
+      if (typeof value !== "string" || textProblem(value)) throw badInput("The cursor names no row of this list: pass a page's endCursor or startCursor.");
+    }
+  }
+  for (const part of [args.include, args.select]) {
+    if (!part || typeof part !== "object") continue;
+    for (const [name, value] of Object.entries(part)) {
+      if (!value || typeof value !== "object") continue; // a scalar's `true`
+      const related = datamodel[model]?.fields.find((field) => field.name === name && field.kind === "object")?.type;
+      if (related) checkCursors(related, value as Args);
+    }
+  }
+}
+
 function scopeArgs(operation: string, args: Args, tenantId: string): Args {
   const scoped: Args = { ...args };
   if (WHERE_OPERATIONS.has(operation)) scoped.where = { ...args.where, tenantId };
@@ -91,6 +116,7 @@ function scopeToTenant(db: Db, tenantId: string) {
     query: {
       $allModels: {
         $allOperations({ model, operation, args, query }) {
+          checkCursors(model, args as Args);
           if (!tenantOwned.has(model)) return query(args);
           return query(scopeArgs(operation, args as Args, tenantId) as typeof args);
         },

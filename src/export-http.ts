@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { TenantDb } from "./db.ts";
 import { EngramError } from "./errors.ts";
 import type { Principal } from "./governance/keys.ts";
+import { textProblem } from "./limits.ts";
 import type { Logger } from "./log.ts";
 import { auditExport, ExportAborted, EXPORT_PATH, findEndUser, userExport, writeExport } from "./memory/export.ts";
 
@@ -55,7 +56,8 @@ export function exportHandler(deps: {
     } catch {
       // A malformed escape names no one: answered as the empty id below.
     }
-    if (!endUserId || segment.includes("/")) return answer(404, `An export is GET ${EXPORT_PATH}/<endUserId>.`, "NOT_FOUND");
+    // An id that could not be stored (a NUL, a lone surrogate) names no one either.
+    if (!endUserId || segment.includes("/") || textProblem(endUserId)) return answer(404, `An export is GET ${EXPORT_PATH}/<endUserId>.`, "NOT_FOUND");
 
     const db = deps.tenantDb(caller.tenantId);
     let user: Awaited<ReturnType<typeof findEndUser>>;

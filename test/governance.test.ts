@@ -471,6 +471,30 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     expect(empty.data.modelUsage).toEqual({ calls: 0, rows: [] });
   });
 
+  it("prices models named like an object's own properties as any other", async () => {
+    const db = forTenant(engram.services.db, engram.tenant.tenantId);
+    await db.modelUsage.deleteMany({});
+    for (const model of ["constructor", "__proto__", "toString"]) {
+      await recordModelUsage(db, { chain: "summary", model, inputTokens: 1_000_000, outputTokens: 0 });
+    }
+    // The one name a JSON object cannot hold as a key is refused, not dropped without a word.
+    const refused = await engram.gql(UPDATE, { input: { prices: [{ model: "__proto__", inputPerMillion: 2, outputPerMillion: 2 }] } });
+    expect(refused.errors?.[0]?.extensions?.code).toBe("BAD_USER_INPUT");
+    const { errors } = await engram.gql(UPDATE, {
+      input: { prices: [{ model: "constructor", inputPerMillion: 2, outputPerMillion: 2 }, { model: "toString", inputPerMillion: 1, outputPerMillion: 1 }] },
+    });
+    expect(errors).toBeUndefined();
+    const { data, errors: usageErrors } = await engram.gql(`{ modelUsage(groupBy: [MODEL]) { costUsd unpricedTokens rows { model costUsd unpricedTokens } } }`);
+    expect(usageErrors).toBeUndefined();
+    expect(data.modelUsage.rows).toEqual([
+      { model: "__proto__", costUsd: null, unpricedTokens: 1_000_000 },
+      { model: "constructor", costUsd: 2, unpricedTokens: 0 },
+      { model: "toString", costUsd: 1, unpricedTokens: 0 },
+    ]);
+    expect(data.modelUsage).toMatchObject({ costUsd: 3, unpricedTokens: 1_000_000 });
+    await db.modelUsage.deleteMany({});
+  });
+
   it("runs a tenant's compaction on its own schedule", async () => {
     const now = new Date();
     await engram.gql(UPDATE, { input: { compaction: { schedule: "0 * * * *" } } }, engram.other.admin);

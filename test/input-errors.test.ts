@@ -19,6 +19,10 @@ describe("every bad input answers with a code and a message, and writes nothing"
   });
   afterAll(() => engram?.stop());
 
+  // One HTTP server for the tests that need one (the REST paths, WebSockets).
+  let listening: Promise<string> | undefined;
+  const serverUrl = () => (listening ??= engram.listen());
+
   const expectCode = async (query: string, variables: Record<string, unknown> | undefined, code: string, message: RegExp) => {
     const { errors } = await engram.gql(query, variables);
     expect(errors?.[0]?.extensions?.code, `${query} ${JSON.stringify(variables)}`).toBe(code);
@@ -51,6 +55,32 @@ describe("every bad input answers with a code and a message, and writes nothing"
     await expectCode(`{ viewer { `, undefined, "BAD_USER_INPUT", /Syntax Error/);
   });
 
+  it("cursors that decode to what no page issues are BAD_USER_INPUT, at any depth and over REST", async () => {
+    const b64 = (text: string) => Buffer.from(text).toString("base64");
+    const ENTRIES = `query($a: String, $b: String, $s: String) { entries(after: $a, before: $b, search: $s) { edges { cursor } } }`;
+    for (const cursor of [b64("OffsetConnection:-5"), b64("OffsetConnection:x"), b64("OffsetConnection:1e3")]) {
+      await expectCode(ENTRIES, { a: cursor }, "BAD_USER_INPUT", /`after` is not a cursor/);
+      await expectCode(ENTRIES, { a: cursor, s: "hello" }, "BAD_USER_INPUT", /`after` is not a cursor/);
+      await expectCode(ENTRIES, { b: cursor }, "BAD_USER_INPUT", /`before` is not a cursor/);
+    }
+    // Pothos decodes a Prisma cursor's typed chunks: a number, null, a date or a NUL reached the store.
+    await engram.gql(`mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id } }`, {
+      input: { agentExternalId: "a", endUserExternalId: "u", conversationExternalId: "c-cursor", clientTurnId: "t-cursor", userMessage: "hello" },
+    });
+    for (const cursor of [b64("GPC:N:5"), b64("GPC:Z:"), b64("GPC:D:0"), b64("GPC:S:a\u0000b")]) {
+      await expectCode(`query($a: String) { events(after: $a) { edges { cursor } } }`, { a: cursor }, "BAD_USER_INPUT", /cursor/);
+      await expectCode(`query($a: String) { conversations { edges { node { messages(after: $a) { edges { cursor } } } } } }`, { a: cursor }, "BAD_USER_INPUT", /cursor/);
+    }
+    const feedCursor = Buffer.from(JSON.stringify(["2024-01-01T00:00:00.000Z", "\u0000"])).toString("base64url");
+    await expectCode(`query($a: String) { memoryFeed(after: $a) { endCursor } }`, { a: feedCursor }, "BAD_USER_INPUT", /cursor/);
+    // REST answers the same code, with 400.
+    const response = await fetch(`${await serverUrl()}/memory?after=${encodeURIComponent(b64("OffsetConnection:-5"))}`, {
+      headers: { authorization: `Bearer ${engram.tenant.reader}` },
+    });
+    expect(response.status).toBe(400);
+    expect((await response.json()).errors[0].extensions.code).toBe("BAD_USER_INPUT");
+  });
+
   it("depth and alias limits answer QUERY_TOO_COMPLEX (the cost limit reports the same way)", async () => {
     const aliased = `{ ${Array.from({ length: 31 }, (_, i) => `v${i}: viewer { role }`).join(" ")} }`;
     await expectCode(aliased, undefined, "QUERY_TOO_COMPLEX", /alias/i);
@@ -75,7 +105,7 @@ describe("every bad input answers with a code and a message, and writes nothing"
   });
 
   it("variables are checked on WebSocket subscriptions too", async () => {
-    const url = await engram.listen();
+    const url = await serverUrl();
     const client = wsClient(url, engram.tenant.reader);
     const live = collect(client, `subscription($id: ID!) { summaryChanged(conversationId: $id) { accepted } }`, { id: "a\u0000b" });
     await live.next(1).catch(() => undefined);

@@ -167,6 +167,30 @@ describe("another tenant's lists", () => {
     }
   });
 
+  it("a page cursor naming another tenant's row pages nothing, as one naming no row", async () => {
+    // An event of B's that sorts after every other (newest first): a page from any place holds it.
+    const old = await engram.gql(
+      APPEND,
+      { input: { scope: "PROJECT", scopeRef: "paging", kind: "note", body: "old", source: "test", occurredAt: "2001-01-01T00:00:00Z" } },
+      B.writer,
+    );
+    expect(old.errors).toBeUndefined();
+    try {
+      const cursorOf = (id: string) => Buffer.from(`GPC:S:${id}`).toString("base64");
+      const page = `query($after: String) { events(after: $after, includeCompressed: true) { edges { node { id } } } }`;
+      const own = await engram.gql(page, { after: cursorOf(b.eventId) }, B.reader);
+      expect(own.data.events.edges).toEqual([{ node: { id: old.data.appendEvent.id } }]);
+      // A's event places B's page nowhere, as an id no one has: whether it exists does not show.
+      for (const id of [a.eventId, "no-such-event"]) {
+        const result = await engram.gql(page, { after: cursorOf(id) }, B.reader);
+        expect(result.errors).toBeUndefined();
+        expect(result.data.events.edges).toEqual([]);
+      }
+    } finally {
+      await engram.services.db.memoryEvent.delete({ where: { id: old.data.appendEvent.id } });
+    }
+  });
+
   it("entries: only the caller's own, by scope, tags or full-text search", async () => {
     const queries = [
       `{ entries(first: 100) { edges { node { id } } } }`,

@@ -210,6 +210,21 @@ describe("with the embedder failing", () => {
     }
   });
 
+  it("answers recall from keyword matches and says why in its own words, not the encoder's", async () => {
+    const failure = new Error("the encoder's worker exited");
+    failure.stack = "Error: the encoder's worker exited\n    at /srv/engram/src/embeddings/encoder-worker.mjs:19:5";
+    const encoder = vi.spyOn(OfflineEmbeddings.prototype, "embedQuery").mockRejectedValue(failure);
+    try {
+      const user = await engram.services.db.endUser.findFirstOrThrow({ where: { externalId: "kim" } });
+      const { data, errors } = await engram.gql(RECALL, { input: { endUserId: user.id, text: "Which teapot did I buy?" } });
+      expect(errors).toBeUndefined();
+      expect(data.recall.candidates[0].text).toMatch(/green ceramic teapot/);
+      expect(data.recall.degraded).toBe("vector search unavailable: the query could not be embedded");
+    } finally {
+      encoder.mockRestore();
+    }
+  });
+
   it("says recall was left out when it failed outright", async () => {
     const embedder = vi.spyOn(engram.services.embeddings, "forTenant").mockRejectedValue(new Error("no route for this tenant"));
     try {

@@ -134,7 +134,8 @@ function readRedaction(json: unknown): RedactionRules {
 }
 
 function readPrices(json: unknown): Record<string, ModelPrice> {
-  const prices: Record<string, ModelPrice> = {};
+  // Model names are the tenant's words: "constructor" or "toString" are names like any other.
+  const prices: Record<string, ModelPrice> = Object.create(null);
   for (const [model, price] of Object.entries((json ?? {}) as Record<string, Partial<ModelPrice>>)) {
     if (typeof price?.inputPerMillion === "number" && typeof price?.outputPerMillion === "number") {
       prices[model] = { inputPerMillion: price.inputPerMillion, outputPerMillion: price.outputPerMillion };
@@ -285,7 +286,16 @@ export const updateSettingsInput = z
       .nullish(),
     /** Replaces the whole price table. */
     prices: z
-      .array(z.object({ model: z.string().trim().min(1).max(200), inputPerMillion: usd, outputPerMillion: usd }).strict())
+      .array(
+        z
+          .object({
+            // The table is stored as a JSON object keyed by model, where this one name cannot be a key.
+            model: z.string().trim().min(1).max(200).refine((model) => model !== "__proto__", "`__proto__` cannot be priced"),
+            inputPerMillion: usd,
+            outputPerMillion: usd,
+          })
+          .strict(),
+      )
       .max(200)
       .refine((list) => new Set(list.map((p) => p.model)).size === list.length, "one price per model")
       .nullish(),

@@ -2,7 +2,7 @@ import { queryFromInfo } from "@pothos/plugin-prisma";
 import { resolveOffsetConnection } from "@pothos/plugin-relay";
 import { filter, pipe } from "graphql-yoga";
 import { builder, type GraphQLContext } from "../builder.ts";
-import { notFound } from "../errors.ts";
+import { badInput, notFound } from "../errors.ts";
 import {
   correctEntry,
   createEntry,
@@ -13,6 +13,19 @@ import {
 import { LIMITS } from "../limits.ts";
 import type { EntryChange as EntryChangeKind } from "../pubsub.ts";
 import { EntrySourceEnum, ScopeEnum } from "./enums.ts";
+
+/**
+ * The list's page cursors, checked: Pothos reads an offset cursor's number with parseInt and
+ * does not look at it, so a negative or non-numeric one went on to the statement.
+ */
+function checkedOffsetCursors<A extends { after?: string | null; before?: string | null }>(args: A): A {
+  for (const [name, cursor] of [["after", args.after], ["before", args.before]] as const) {
+    if (cursor != null && !/^OffsetConnection:\d{1,9}$/.test(Buffer.from(cursor, "base64").toString("utf8"))) {
+      throw badInput(`\`${name}\` is not a cursor of this list: pass a page's ${name === "after" ? "endCursor" : "startCursor"}.`);
+    }
+  }
+  return args;
+}
 
 export const MemoryEntry = builder.prismaObject("MemoryEntry", {
   description: "A titled, tagged, scored summary: what context assembly and search read.",
@@ -108,7 +121,7 @@ builder.queryFields((t) => ({
       const args = tag ? { ...rest, tags: [...(rest.tags ?? []), tag] } : rest;
       const db = ctx.db;
       const query = queryFromInfo({ context: ctx, info, path: ["edges", "node"] });
-      return resolveOffsetConnection({ args, defaultSize: 20, maxSize: LIMITS.pageMax }, async (page) => {
+      return resolveOffsetConnection({ args: checkedOffsetCursors(args), defaultSize: 20, maxSize: LIMITS.pageMax }, async (page) => {
         if (!args.search?.trim()) {
           return db.memoryEntry.findMany({
             ...query,

@@ -3,6 +3,7 @@ import { z } from "zod";
 import { insertRows, type ColumnTypes, type TenantDb, type TenantDirectory } from "../db.ts";
 import { badInput } from "../errors.ts";
 import type { Prisma } from "../generated/prisma/client.ts";
+import { textProblem } from "../limits.ts";
 import type { Logger } from "../log.ts";
 import type { PubSub, RecallCandidate, Topics } from "../pubsub.ts";
 import { aboutThePerson } from "./export.ts";
@@ -181,7 +182,7 @@ export type HistoryArgs = FeedFilter & {
  * A page's end is its last row's sort key (time, id), not the row itself: a job run's row is
  * replaced as the run moves on and a forget deletes rows, and paging must go on past them.
  */
-const feedCursor = z.tuple([z.iso.datetime(), z.string().min(1)]);
+const feedCursor = z.tuple([z.iso.datetime(), z.string().min(1).refine((id) => !textProblem(id))]);
 
 function cursorOf(row: { at: Date; id: string }) {
   return Buffer.from(JSON.stringify([row.at.toISOString(), row.id])).toString("base64url");

@@ -140,6 +140,16 @@ async function keywordHits(db: TenantDb, input: SearchInput, limit: number) {
 /** Why a search on a remote embedding route went without its vector side, once the budget refused the query's embedding. */
 export const BUDGET_REASON = "the monthly token budget has no room to embed the query (spent, or held by model calls in flight)";
 
+/**
+ * Why the vector side failed, in words a caller may see: our own errors are written for callers
+ * (a model call's short reason, the store's), anything else (the offline encoder's stack, a
+ * driver's message) is logged, not shown.
+ */
+function shownReason(error: unknown) {
+  if (error instanceof VectorStoreUnavailable) return error.reason;
+  return error instanceof EngramError ? error.message : "the query could not be embedded";
+}
+
 /** A vector search the store refused, failed or did not answer in time; `reason` is safe to show. */
 class VectorStoreUnavailable extends EngramError {
   constructor(readonly reason: string) {
@@ -181,7 +191,7 @@ export async function retrieveHits(
         deps.log.info("recall: the monthly token budget refused the query's embedding; using keyword matches only", { tenantId });
         return [];
       }
-      degraded = `vector search unavailable: ${error instanceof VectorStoreUnavailable ? error.reason : (error as Error).message}`;
+      degraded = `vector search unavailable: ${shownReason(error)}`;
       deps.log.warn("recall: vector search failed; using keyword matches only", { tenantId, error });
       return [];
     }

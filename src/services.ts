@@ -67,7 +67,12 @@ export type OpenOptions = {
 
 async function releaseClaimsOfTheDead(db: Db, log: Logger) {
   const [{ queue }] = await db.$queryRaw<{ queue: boolean }[]>`SELECT to_regclass('agenda_jobs') IS NOT NULL AS queue`;
-  const jobs = queue ? await db.$executeRaw`UPDATE "agenda_jobs" SET "locked_at" = NULL WHERE "locked_at" IS NOT NULL` : 0;
+  // A one-off job Agenda was running has no next run (it is set again only when the run ends), so
+  // a lock taken off alone would leave the row looking finished, never run again, and pruned at
+  // night: it is due now, as it is on PostgreSQL once its lock lapses.
+  const jobs = queue
+    ? await db.$executeRaw`UPDATE "agenda_jobs" SET "locked_at" = NULL, "next_run_at" = COALESCE("next_run_at", now()) WHERE "locked_at" IS NOT NULL`
+    : 0;
   const leases = await db.$executeRaw`
     UPDATE "Conversation" SET "summaryLeaseUntil" = NULL, "extractionLeaseUntil" = NULL, "gateLeaseUntil" = NULL
     WHERE "summaryLeaseUntil" IS NOT NULL OR "extractionLeaseUntil" IS NOT NULL OR "gateLeaseUntil" IS NOT NULL`;

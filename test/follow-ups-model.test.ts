@@ -183,6 +183,26 @@ describe("follow-ups of turns whose agent calls a model", () => {
     await db().conversation.update({ where: { id: harp.conversation.id }, data: { extractionLeaseUntil: null } });
   }, 120_000);
 
+  it("has the quiet-period job read soon what a turn asked to remember when extraction failed: the turn is judged, and no job's retry count needs to remember it", async () => {
+    const violin = await say("talk-violin", 1, "I play the violin.");
+    await runTurnFollowUps(db(), engram.services.deps);
+    const payload = { tenantId: tenantId(), conversationId: violin.conversation.id };
+    // The round set the agent's quiet period (10 minutes); the extraction then fails (an outage).
+    model.respond((request) => (request.chain === "extract" ? { status: 503 } : script(request)));
+    try {
+      await expect(runConversationTurnsWork(db(), engram.services.deps, payload)).rejects.toThrow();
+    } finally {
+      model.respond(script);
+    }
+    expect((await db().turn.findUniqueOrThrow({ where: { id: violin.id } })).gatedAt).not.toBeNull();
+    const quiet = (await jobsOf("memory.extract-quiet")).filter((j) => j.data.conversationId === violin.conversation.id);
+    expect(quiet).toHaveLength(1);
+    expect(quiet[0].nextRunAt.getTime()).toBeLessThan(Date.now() + 60_000);
+    // Its retry may be ended by a busy lease or handed over (neither reads): the quiet-period job reads it.
+    expect(await runQuietExtraction(db(), engram.services.deps, payload)).toMatchObject({ status: "EXTRACTED" });
+    expect(await db().fact.count({ where: { text: "The user said: I play the violin." } })).toBe(1);
+  }, 120_000);
+
   it("has the quiet-period job held back by an unjudged turn look again soon, and less often the longer that turn waits", async () => {
     const turn = await say("talk-waiting", 1, "I brew my own beer.");
     const payload = { tenantId: tenantId(), conversationId: turn.conversation.id };

@@ -437,6 +437,54 @@ describe("a fact's recall key", () => {
   });
 });
 
+describe("a forget while the vector store fails", () => {
+  it("completes in the database, and reconcile's sweep deletes the vectors once the store answers", async () => {
+    const t = await turnWithFactKey("vera", "My passport number is X1234567.", "Vera's passport number is X1234567.");
+    const [turnSnippet] = await snippetsOf(t.endUserId, "TURN");
+    const down: Deps = {
+      ...engram.services.deps,
+      vectors: { ...engram.services.deps.vectors, delete: () => Promise.reject(new Error("connect ECONNREFUSED 127.0.0.1:8000")) },
+    };
+    await forgetFact(db, down, t.factId, reason);
+    // The fact, its key and the snippet of its message are gone, and the forget is audited: a retry has nothing left to do.
+    expect(await db.fact.findUnique({ where: { id: t.factId } })).toBeNull();
+    expect(await snippetsOf(t.endUserId)).toEqual([]);
+    const audited = await db.auditLog.findMany({ where: { action: "memory.forget", changes: { path: ["target", "factId"], equals: t.factId } } });
+    expect(audited).toHaveLength(1);
+    // No search returns the vectors left behind (every hit is read back from its row); the sweep takes them.
+    expect(await vectorsOf(t.endUserId)).toEqual(expect.arrayContaining([t.keyId, turnSnippet]));
+    const { data } = await engram.gql(RECALL, { input: { endUserId: t.endUserId, text: "passport number", mode: "VECTOR" } });
+    expect(data.recall.candidates).toEqual([]);
+    await reconcileRecall(engram.services.deps, { tenantId: engram.tenant.tenantId });
+    expect(await vectorsOf(t.endUserId)).toEqual([]);
+  });
+});
+
+describe("\"forget my X\" matching a fact and not the message it came from", () => {
+  it("forgets that message with the fact: no snippet, no vector, nothing recalled, and the fact is not written back from it", async () => {
+    await keepMessages(true);
+    const t = await turnWithFactKey("elm", "We just moved to 4 Elm Street.", "Elm lives at 4 Elm Street.");
+    const [turnSnippet] = await snippetsOf(t.endUserId, "TURN");
+    // "where I live" is the words `live`: the fact's, not the message's.
+    const receipt = await forgetPhrases(db, engram.services.deps, t.endUserId, ["where I live"], reason);
+    expect(receipt).toMatchObject({ facts: 1, snippets: 2 });
+    expect(await snippetsOf(t.endUserId)).toEqual([]);
+    expect(await vectorsOf(t.endUserId)).not.toContain(turnSnippet);
+    expect((await db.message.findUniqueOrThrow({ where: { id: t.sourceId } })).forgottenAt).not.toBeNull();
+    const { data } = await engram.gql(RECALL, { input: { endUserId: t.endUserId, text: "Elm Street", mode: "KEYWORD" } });
+    expect(data.recall.candidates).toEqual([]);
+    const again = await applyCandidate(db, engram.services.deps, {
+      endUserId: t.endUserId,
+      candidate: { text: "Elm lives at 4 Elm Street.", core: true, seq: 1 },
+      judgment: { durability: "durable", relation: "none", relatedFactId: null, sensitivity: null },
+      allowSensitive: true,
+      sourceMessageId: t.sourceId,
+      conversationId: t.conversationId,
+    });
+    expect(again).toMatchObject({ change: "DROPPED", factId: null });
+  });
+});
+
 describe("a fact extracted from a message forgotten while the extraction ran", () => {
   it("is dropped, and a forget that finds it written sweeps it", async () => {
     await keepMessages(true);

@@ -8,6 +8,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { buildApp } from "../src/app.ts";
 import { EnvError, ignoredNames, readEnv } from "../src/env.ts";
 import { createLogger } from "../src/log.ts";
+import { summarizeJob } from "../src/queue.ts";
 import { openServices } from "../src/services.ts";
 import {
   attachOrStartEmbeddedStore,
@@ -377,6 +378,26 @@ describe("the embedded store", { timeout: 120_000 }, () => {
     cleanups.push(() => store.stop());
     expect(readOwner(dir)?.pid).toBe(process.pid);
     await store.stop();
+  });
+
+  it("gives the jobs its last owner was running back to the queue, due now, and leaves the others as they were", async () => {
+    const env = readEnv({ ENGRAM_LOG_LEVEL: "error", ENGRAM_DATA_DIR: tempDir() });
+    const first = await openServices(env, { log: createLogger("error") });
+    await first.queue.enqueue(summarizeJob, { tenantId: "t", conversationId: "running" });
+    await first.queue.enqueue(summarizeJob, { tenantId: "t", conversationId: "waiting" }, { delayMs: 3_600_000 });
+    // As Agenda leaves a one-off job while it runs: locked, and no next run until the run ends.
+    await first.db.$executeRaw`
+      UPDATE "agenda_jobs" SET "locked_at" = now(), "last_run_at" = now(), "next_run_at" = NULL WHERE "data"->>'conversationId' = 'running'`;
+    await first.close();
+
+    const second = await openServices(env, { log: createLogger("error") });
+    cleanups.push(() => second.close());
+    const rows = await second.db.$queryRaw<{ conversationId: string; lockedAt: Date | null; nextRunAt: Date | null }[]>`
+      SELECT "data"->>'conversationId' AS "conversationId", "locked_at" AS "lockedAt", "next_run_at" AS "nextRunAt" FROM "agenda_jobs" ORDER BY 1`;
+    expect(rows.map((r) => [r.conversationId, r.lockedAt])).toEqual([["running", null], ["waiting", null]]);
+    expect(rows[0].nextRunAt!.getTime()).toBeLessThanOrEqual(Date.now());
+    expect(rows[1].nextRunAt!.getTime()).toBeGreaterThan(Date.now() + 3_000_000);
+    await second.close();
   });
 
   it("takes over a folder whose owner file names this process, or a PID another process has now", async () => {

@@ -18,7 +18,7 @@ import { matchesAnyPhrase } from "./text-search.ts";
  * messages (when it is off, they are marked forgotten and no snippet is made from them again).
  * What stays is a receipt of kinds and counts, never content, kept in the audit log.
  */
-export type ForgetDeps = Pick<Deps, "pubsub" | "vectors" | "embeddings">;
+export type ForgetDeps = Pick<Deps, "pubsub" | "vectors" | "embeddings" | "log">;
 
 export type ForgetReceipt = {
   facts: number;
@@ -73,21 +73,41 @@ async function conversationIdsOf(db: TenantDb, endUserId: string) {
   return (await db.conversation.findMany({ where: { endUserId }, select: { id: true } })).map((c) => c.id);
 }
 
+type VectorDeps = Pick<Deps, "vectors" | "log">;
+
+/**
+ * A forget's delete of vectors. Every search reads its hits back from the rows, so once the rows
+ * are gone no search returns these vectors: a store that cannot be reached (down, not answering)
+ * does not stop the forget, or a retry would find the rows it already deleted gone and leave the
+ * rest (a snippet, a quote, the audit). Its vectors then go with recall's reconcile sweep, which
+ * deletes every vector whose snippet is gone once the store answers (work/reconcile.ts).
+ */
+async function deleteVectors(deps: VectorDeps, tenantId: string, selector: Parameters<Deps["vectors"]["delete"]>[1]) {
+  try {
+    await deps.vectors.delete(tenantId, selector);
+  } catch (error) {
+    deps.log.warn("forget: the vector store did not delete the vectors; recall's reconcile sweep deletes them once it answers", {
+      tenantId,
+      error: (error as Error).message,
+    });
+  }
+}
+
 /** Snippet rows and their vectors; vectors first and again after (an index job may race the delete). */
-export async function forgetSnippets(db: TenantDb, deps: Pick<Deps, "vectors">, ids: string[]) {
+export async function forgetSnippets(db: TenantDb, deps: VectorDeps, ids: string[]) {
   if (ids.length === 0) return 0;
   const tenantId = db.$tenantId();
   // A turn's keys (its facts' sentences) go with it: their rows cascade, their vectors would not.
   const keys = await db.recallSnippet.findMany({ where: { keyOfId: { in: ids } }, select: { id: true } });
   const snippetIds = [...new Set([...ids, ...keys.map((k) => k.id)])];
-  await deps.vectors.delete(tenantId, { ids: snippetIds });
+  await deleteVectors(deps, tenantId, { ids: snippetIds });
   const { count } = await db.recallSnippet.deleteMany({ where: { id: { in: snippetIds } } });
-  await deps.vectors.delete(tenantId, { ids: snippetIds });
+  await deleteVectors(deps, tenantId, { ids: snippetIds });
   return count;
 }
 
 /** The snippets `where` picks, as forgetSnippets forgets them. */
-async function forgetSnippetsWhere(db: TenantDb, deps: Pick<Deps, "vectors">, where: Prisma.RecallSnippetWhereInput) {
+async function forgetSnippetsWhere(db: TenantDb, deps: VectorDeps, where: Prisma.RecallSnippetWhereInput) {
   return forgetSnippets(db, deps, (await db.recallSnippet.findMany({ where, select: { id: true } })).map((s) => s.id));
 }
 
@@ -101,11 +121,11 @@ async function forgetSnippetsWhere(db: TenantDb, deps: Pick<Deps, "vectors">, wh
  */
 export async function deleteFacts(
   db: TenantDb,
-  deps: Pick<Deps, "vectors">,
+  deps: VectorDeps,
   factIds: string[],
   where: Prisma.FactWhereInput = {},
-): Promise<{ facts: number; snippets: number }> {
-  if (factIds.length === 0) return { facts: 0, snippets: 0 };
+): Promise<{ facts: number; snippets: number; factIds: string[] }> {
+  if (factIds.length === 0) return { facts: 0, snippets: 0, factIds: [] };
   const { deleted, afterCommit } = await db.$transaction((tx) => deleteFactRows(tx as TenantDb, factIds, where));
   await afterCommit(db, deps);
   return deleted;
@@ -128,14 +148,14 @@ async function scrubQuotesOf(db: TenantDb, doomed: Awaited<ReturnType<typeof quo
 
 /**
  * Inside a transaction: locks the facts, reads their recall keys and deletes the facts (the keys'
- * rows cascade); once it has committed, the returned `afterCommit` takes the keys' vectors out and
- * scrubs the quotes. The lock comes first: a key syncFactKeys writes for one of them meanwhile
+ * rows cascade); once it has committed, the returned `afterCommit` scrubs the quotes and takes the
+ * keys' vectors out. The lock comes first: a key syncFactKeys writes for one of them meanwhile
  * either committed before, and is read here, or waits for the lock (its statement locks the fact)
  * and then finds the fact gone and writes nothing. Read before the lock, a key written in between
  * would go with its fact's row and leave its vector behind.
  */
 export async function deleteFactRows(tx: TenantDb, factIds: string[], where: Prisma.FactWhereInput = {}) {
-  const none = { deleted: { facts: 0, snippets: 0 }, afterCommit: async (_db: TenantDb, _deps: Pick<Deps, "vectors">) => {} };
+  const none = { deleted: { facts: 0, snippets: 0, factIds: [] as string[] }, afterCommit: async (_db: TenantDb, _deps: VectorDeps) => {} };
   if (factIds.length === 0) return none;
   await tx.$queryRaw`SELECT "id" FROM "Fact" WHERE "tenantId" = ${tx.$tenantId()} AND "id" = ANY(${factIds}::text[]) ORDER BY "id" FOR UPDATE`;
   const doomed = await quotableTextsOf(tx, { ...where, id: { in: factIds } });
@@ -144,10 +164,10 @@ export async function deleteFactRows(tx: TenantDb, factIds: string[], where: Pri
   const keyIds = (await tx.recallSnippet.findMany({ where: { factId: { in: ids } }, select: { id: true } })).map((k) => k.id);
   const { count } = await tx.fact.deleteMany({ where: { id: { in: ids } } });
   return {
-    deleted: { facts: count, snippets: keyIds.length },
-    afterCommit: async (db: TenantDb, deps: Pick<Deps, "vectors">) => {
-      if (keyIds.length) await deps.vectors.delete(db.$tenantId(), { ids: keyIds });
+    deleted: { facts: count, snippets: keyIds.length, factIds: ids },
+    afterCommit: async (db: TenantDb, deps: VectorDeps) => {
       await scrubQuotesOf(db, doomed);
+      if (keyIds.length) await deleteVectors(deps, db.$tenantId(), { ids: keyIds });
     },
   };
 }
@@ -324,7 +344,7 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
 
   receipt.snippets = await forgetSnippetsWhere(db, deps, { endUserId });
   // Vectors whose rows went earlier without them (a crash mid-forget) go by their metadata.
-  await deps.vectors.delete(db.$tenantId(), { endUserId });
+  await deleteVectors(deps, db.$tenantId(), { endUserId });
 
   const factIds = (await db.fact.findMany({ where: { endUserId }, select: { id: true } })).map((f) => f.id);
   receipt.factVersions = await db.factVersion.count({ where: { factId: { in: factIds } } });
@@ -368,7 +388,8 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
 
 /**
  * "Forget my X": what matches any of the phrases (full-text, so "my address" reaches "lives at
- * 4 Elm Street" only if the words match) goes from every copy, as for a whole user.
+ * 4 Elm Street" only if the words match) goes from every copy, as for a whole user; a message a
+ * matching fact was extracted from goes with it, though its own words may not match.
  */
 export async function forgetPhrases(
   db: TenantDb,
@@ -387,13 +408,22 @@ export async function forgetPhrases(
   const matches = (column: Prisma.Sql) => matchesAnyPhrase(Prisma.sql`to_tsvector('english', ${column})`, wanted);
   const ids = async (query: Prisma.Sql) => (await db.$queryRaw<{ id: string }[]>(query)).map((r) => r.id);
 
-  // The messages that say it, and every copy derived from them: facts extracted from them or
-  // whose text (or history) matches, snippets holding them or matching, and the summaries of
-  // their conversations (a summary need not repeat the words to carry what they said).
+  // The facts that say it (their text or history matches).
+  const factsSaying = Prisma.sql`
+    SELECT f."id", f."sourceMessageId" FROM "Fact" f
+    WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId}
+      AND (${matches(Prisma.sql`f."text"`)} OR EXISTS (SELECT 1 FROM "FactVersion" v WHERE v."factId" = f."id" AND ${matches(Prisma.sql`v."text"`)}))`;
+  // The messages that say it: in its words, or as a fact extracted from them says it ("forget
+  // where I live" matches the fact "The user lives at 4 Elm Street", not "We moved to 4 Elm
+  // Street"; the message goes with its fact, or recall would still find the address).
+  const saying = Prisma.sql`(${matches(Prisma.sql`m."content"`)} OR m."id" IN (SELECT "sourceMessageId" FROM (${factsSaying}) saying_facts))`;
+  // Those messages, and every copy derived from them: facts extracted from them or saying it,
+  // snippets holding them or matching, and the summaries of their conversations (a summary need
+  // not repeat the words to carry what they said).
   const messageIds = conversationIds.length
     ? await ids(Prisma.sql`
         SELECT m."id" FROM "Message" m
-        WHERE m."tenantId" = ${tenantId} AND m."conversationId" = ANY(${conversationIds}::text[]) AND ${matches(Prisma.sql`m."content"`)}`)
+        WHERE m."tenantId" = ${tenantId} AND m."conversationId" = ANY(${conversationIds}::text[]) AND ${saying}`)
     : [];
   const affected = conversationIds.length
     ? await ids(Prisma.sql`
@@ -407,17 +437,21 @@ export async function forgetPhrases(
   // Facts and snippets are looked for twice: now, and once the messages are gone, for those that
   // work already under way (an extraction, a turn's indexing) wrote in between.
   const forgetFactsAndSnippets = async () => {
-    const factIds = await ids(Prisma.sql`
-      SELECT f."id" FROM "Fact" f
-      WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId}
-        AND (f."sourceMessageId" = ANY(${messageIds}::text[]) OR ${matches(Prisma.sql`f."text"`)} OR EXISTS (
-          SELECT 1 FROM "FactVersion" v WHERE v."factId" = f."id" AND ${matches(Prisma.sql`v."text"`)}))`);
+    const facts = await db.$queryRaw<{ id: string; sourceMessageId: string | null }[]>`
+      SELECT f."id", f."sourceMessageId" FROM "Fact" f
+      WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId} AND f."sourceMessageId" = ANY(${messageIds}::text[])
+      UNION ${factsSaying}`;
+    const factIds = facts.map((f) => f.id);
+    // A fact written meanwhile from a message not picked: that message's snippets go with it.
+    for (const { sourceMessageId } of facts) if (sourceMessageId && !messageIds.includes(sourceMessageId)) messageIds.push(sourceMessageId);
     receipt.factVersions += await db.factVersion.count({ where: { factId: { in: factIds } } });
     countDeleted(receipt, await deleteFacts(db, deps, factIds));
+    // A snippet's indexed column also holds its date as words ("wednesday", "2024"), which a
+    // phrase must not match: the index finds the candidates, the snippet's own words decide.
     const snippetIds = await ids(Prisma.sql`
       SELECT s."id" FROM "RecallSnippet" s
       WHERE s."tenantId" = ${tenantId} AND s."endUserId" = ${endUserId}
-        AND (s."messageIds" && ${messageIds}::text[] OR ${matchesAnyPhrase(Prisma.sql`s."search"`, wanted)}
+        AND (s."messageIds" && ${messageIds}::text[] OR (${matchesAnyPhrase(Prisma.sql`s."search"`, wanted)} AND ${matches(Prisma.sql`s."text"`)})
           OR (s."kind" = 'SUMMARY' AND s."conversationId" = ANY(${affected}::text[])))`);
     receipt.snippets += await forgetSnippets(db, deps, snippetIds);
   };
@@ -433,7 +467,7 @@ export async function forgetPhrases(
     // asked), and its conversation is closed with the others.
     const messages = await forgetMessages(
       db,
-      Prisma.sql`m."conversationId" = ANY(${conversationIds}::text[]) AND (m."id" = ANY(${messageIds}::text[]) OR ${matches(Prisma.sql`m."content"`)})`,
+      Prisma.sql`m."conversationId" = ANY(${conversationIds}::text[]) AND (m."id" = ANY(${messageIds}::text[]) OR ${saying})`,
       settings.forgetDeletesMessages,
     );
     receipt.keptVerdicts = messages.unscored;
@@ -518,9 +552,9 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
   if (!conversation) throw notFound("Conversation", conversationId);
   const receipt = emptyReceipt();
   const tenantId = db.$tenantId();
-  await deps.vectors.delete(tenantId, { conversationId });
+  await deleteVectors(deps, tenantId, { conversationId });
   receipt.snippets = (await db.recallSnippet.deleteMany({ where: { conversationId } })).count;
-  await deps.vectors.delete(tenantId, { conversationId });
+  await deleteVectors(deps, tenantId, { conversationId });
   receipt.summaryRevisions = await db.summaryRevision.count({ where: { conversationId } });
   receipt.summaries = conversation.summary ? 1 : 0;
   receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId } })).count;
@@ -611,8 +645,11 @@ export async function forgetExpired(db: TenantDb, deps: ForgetDeps, cutoff: Date
       take: BATCH,
     });
     if (batch.length === 0) break;
-    facts += (await deleteFacts(db, deps, batch.map((f) => f.id), { confirmedAt: { lt: cutoff } })).facts;
-    for (const fact of batch) {
+    const deleted = await deleteFacts(db, deps, batch.map((f) => f.id), { confirmedAt: { lt: cutoff } });
+    facts += deleted.facts;
+    // A fact the user restated since the batch was read stays, and is not announced.
+    const gone = new Set(deleted.factIds);
+    for (const fact of batch.filter((f) => gone.has(f.id))) {
       deps.pubsub.publish("factChanged", db.$tenantId(), {
         endUserId: fact.endUserId,
         factId: fact.id,
@@ -632,7 +669,7 @@ export async function forgetExpired(db: TenantDb, deps: ForgetDeps, cutoff: Date
     snippets += await forgetSnippets(db, deps, ids);
   }
   // Vectors whose rows went without them (a crash mid-forget) go by their own timestamp.
-  await deps.vectors.delete(db.$tenantId(), { occurredBefore: cutoff });
+  await deleteVectors(deps, db.$tenantId(), { occurredBefore: cutoff });
   // The gate's stored verdicts (a message's hash, the phrases it asked to forget) serve its turn's
   // work and that work's retries, days at most: none is kept past the window, but a conversation
   // with a turn still to judge keeps its own (a worker down for days must not lose a caller's).

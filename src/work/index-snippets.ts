@@ -58,7 +58,7 @@ export async function runIndexSnippets(
  */
 export async function makeTurnSnippets(
   db: TenantDb,
-  deps: Pick<Deps, "vectors">,
+  deps: Pick<Deps, "vectors" | "log">,
   conversationId: string,
   range: { firstSeq: number; lastSeq: number },
 ) {
@@ -76,7 +76,7 @@ export async function makeTurnSnippets(
  * facts could not point anywhere yet: if any fact came from them, its users' fact keys are synced
  * now (syncFactKeys). Returns the keys' ids still to embed.
  */
-export async function factKeysOf(db: TenantDb, deps: Pick<Deps, "vectors">, endUserIds: string[], messageIds: string[]) {
+export async function factKeysOf(db: TenantDb, deps: Pick<Deps, "vectors" | "log">, endUserIds: string[], messageIds: string[]) {
   if (messageIds.length === 0 || (await db.fact.count({ where: { sourceMessageId: { in: messageIds } } })) === 0) return [];
   const ids: string[] = [];
   for (const endUserId of new Set(endUserIds)) ids.push(...(await syncFactKeys(db, deps, endUserId)));
@@ -94,7 +94,7 @@ export async function queueIndexing(deps: Pick<Deps, "queue">, tenantId: string,
 }
 
 /** After extraction changed a user's facts: their sentences become keys of their turns (syncFactKeys), embedded by an index job. */
-export async function indexFactKeys(db: TenantDb, deps: Pick<Deps, "queue" | "vectors">, conversationId: string) {
+export async function indexFactKeys(db: TenantDb, deps: Pick<Deps, "queue" | "vectors" | "log">, conversationId: string) {
   const conversation = await db.conversation.findUnique({ where: { id: conversationId }, select: { endUserId: true } });
   if (!conversation) return [];
   const ids = await syncFactKeys(db, deps, conversation.endUserId);

@@ -262,10 +262,14 @@ async function judgeInOrder(
   } catch (error) {
     // The gate's part is done whatever extraction did; only a busy extraction lease leaves the
     // turns unmarked, for the run that follows at once to judge them again from their stored
-    // verdicts and so know again whether to read now. Those marked before a forget are not
-    // judged again: if one is worth remembering, the quiet-period job reads now, in a moment.
-    if (!(error instanceof ExtractionBusy)) await markGated(db, rest);
-    else if (judged.some((j) => marked.has(j.turnId) && j.status === "JUDGED" && j.verdict.remember)) {
+    // verdicts and so know again whether to read now. Turns marked (before a forget, or here on a
+    // failed extraction) are not judged again, so that one of them asked to read now is kept by
+    // the quiet-period job, due in a moment: not only by this job's count of failures, which a
+    // retry that finds the lease busy, or a hand-over to the conversation's next gate job, resets.
+    const asksToRead = (turnIds: Set<string>) => judged.some((j) => turnIds.has(j.turnId) && j.status === "JUDGED" && j.verdict.remember);
+    const failed = !(error instanceof ExtractionBusy);
+    if (failed) await markGated(db, rest);
+    if (asksToRead(marked) || (failed && (retry || asksToRead(new Set(rest))))) {
       await deps.queue.enqueueCoalesced(quietExtractJob, { tenantId: db.$tenantId(), conversationId: conversation.id }, "conversationId", HAND_OFF_MS);
     }
     throw error;

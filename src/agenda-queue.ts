@@ -195,10 +195,25 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
     async enqueueCoalesced(job, payload, key, debounceMs) {
       const data = job.schema.parse(payload) as Record<string, unknown>;
       const submit = () => agenda.nowDebounced(job.name, data, { [`data.${key}`]: data[key] }, debounceMs, { maxWait: debounceMs * 10 });
+      // A wait (and its longest, maxWait) starts with the first request after the job's last run.
+      // Agenda keeps a wait's start on the row across runs, so the first request after a spell
+      // longer than maxWait ran the job at once (a quiet-period timer fired on the first message
+      // of a conversation taken up again): a run since the start ends that wait.
+      const afresh = async () => {
+        await agenda.ready; // the queue's table is made when Agenda first connects
+        await pool.query(
+          `UPDATE "agenda_jobs" SET "debounce_started_at" = NULL
+           WHERE "name" = $1 AND "data"->>$2 = $3 AND "debounce_started_at" <= "last_run_at"`,
+          [job.name, key, String(data[key])],
+        );
+      };
       // The save reads the job's row, then updates it. If the nightly prune of finished jobs
       // (pruneFinishedJobs) deleted that row in between, the update finds none and the backend
       // throws a TypeError on the missing row; once more, the read finds none and inserts.
-      await inOrder(`${job.name}:${String(data[key])}`, () => submit().catch((error: unknown) => (error instanceof TypeError ? submit() : Promise.reject(error))));
+      await inOrder(`${job.name}:${String(data[key])}`, async () => {
+        await afresh();
+        return submit().catch((error: unknown) => (error instanceof TypeError ? submit() : Promise.reject(error)));
+      });
     },
     async enqueueSoon(job, payload, key, windowMs) {
       const data = job.schema.parse(payload) as Record<string, unknown>;

@@ -174,6 +174,17 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
     defaultConcurrency: JOB_CONCURRENCY,
     defaultLockLimit: JOB_CONCURRENCY,
   });
+  // A coalesced job's wait (and its longest, maxWait) starts with the first request after its
+  // last run. Agenda keeps a wait's start on the row across runs, so the first request after a
+  // spell longer than maxWait ran the job at once (a quiet-period timer fired on the first message
+  // of a conversation taken up again): a run ends its wait. By the row's key, and only for a row
+  // that has one; the end of the run does not write this column.
+  agenda.on("start", (job: Job) => {
+    if (!job.attrs.debounceStartedAt || !job.attrs._id) return;
+    pool.query(`UPDATE "agenda_jobs" SET "debounce_started_at" = NULL WHERE "id" = $1`, [String(job.attrs._id)]).catch((error: unknown) => {
+      if (!closed) log.warn("job queue: could not end a coalesced job's wait; its next request may run it at once", { job: job.attrs.name, error });
+    });
+  });
   // Agenda's debounce reads then writes; chaining one key's submissions in this process keeps
   // a burst from one API instance from racing itself into several jobs.
   const chains = new Map<string, Promise<unknown>>();
@@ -195,25 +206,10 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
     async enqueueCoalesced(job, payload, key, debounceMs) {
       const data = job.schema.parse(payload) as Record<string, unknown>;
       const submit = () => agenda.nowDebounced(job.name, data, { [`data.${key}`]: data[key] }, debounceMs, { maxWait: debounceMs * 10 });
-      // A wait (and its longest, maxWait) starts with the first request after the job's last run.
-      // Agenda keeps a wait's start on the row across runs, so the first request after a spell
-      // longer than maxWait ran the job at once (a quiet-period timer fired on the first message
-      // of a conversation taken up again): a run since the start ends that wait.
-      const afresh = async () => {
-        await agenda.ready; // the queue's table is made when Agenda first connects
-        await pool.query(
-          `UPDATE "agenda_jobs" SET "debounce_started_at" = NULL
-           WHERE "name" = $1 AND "data"->>$2 = $3 AND "debounce_started_at" <= "last_run_at"`,
-          [job.name, key, String(data[key])],
-        );
-      };
       // The save reads the job's row, then updates it. If the nightly prune of finished jobs
       // (pruneFinishedJobs) deleted that row in between, the update finds none and the backend
       // throws a TypeError on the missing row; once more, the read finds none and inserts.
-      await inOrder(`${job.name}:${String(data[key])}`, async () => {
-        await afresh();
-        return submit().catch((error: unknown) => (error instanceof TypeError ? submit() : Promise.reject(error)));
-      });
+      await inOrder(`${job.name}:${String(data[key])}`, () => submit().catch((error: unknown) => (error instanceof TypeError ? submit() : Promise.reject(error))));
     },
     async enqueueSoon(job, payload, key, windowMs) {
       const data = job.schema.parse(payload) as Record<string, unknown>;

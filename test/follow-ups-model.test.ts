@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant } from "../src/db.ts";
 import { underConversationLease } from "../src/memory/conversations/leases.ts";
-import { conversationTurnsJob, quietExtractJob } from "../src/queue.ts";
+import { conversationTurnsJob } from "../src/queue.ts";
 import { planSnippetsOfTurns } from "../src/memory/recall/snippets.ts";
 import { runTurnFollowUps } from "../src/work/follow-ups.ts";
 import { dispatchPendingTurns } from "../src/work/dispatch.ts";
@@ -202,28 +202,6 @@ describe("follow-ups of turns whose agent calls a model", () => {
     expect(await runQuietExtraction(db(), engram.services.deps, payload)).toMatchObject({ status: "EXTRACTED" });
     expect(await db().fact.count({ where: { text: "The user said: I play the violin." } })).toBe(1);
   }, 120_000);
-
-  it("waits the quiet period afresh after the timer's last run, however long ago its last wait began; a wait with no run still ends by its longest", async () => {
-    const payload = { tenantId: tenantId(), conversationId: "quiet-gap" };
-    const row = async () => (await jobsOf("memory.extract-quiet")).find((j) => j.data.conversationId === "quiet-gap")!;
-    const setRow = (lastRun: string | null) => engram.services.db.$executeRaw`
-      UPDATE "agenda_jobs" SET "next_run_at" = NULL, "last_run_at" = now() - ${lastRun}::interval, "last_finished_at" = now() - ${lastRun}::interval,
-        "debounce_started_at" = now() - interval '2 hours'
-      WHERE "name" = 'memory.extract-quiet' AND "data"->>'conversationId' = 'quiet-gap'`;
-    try {
-      await engram.services.queue.enqueueCoalesced(quietExtractJob, payload, "conversationId", 60_000);
-      // Its wait began two hours ago (its longest is 10 minutes), and it ran an hour ago: a message now waits the minute.
-      await setRow("1 hour");
-      await engram.services.queue.enqueueCoalesced(quietExtractJob, payload, "conversationId", 60_000);
-      expect((await row()).nextRunAt.getTime()).toBeGreaterThan(Date.now() + 50_000);
-      // No run since its wait began two hours ago: it runs now.
-      await setRow(null);
-      await engram.services.queue.enqueueCoalesced(quietExtractJob, payload, "conversationId", 60_000);
-      expect((await row()).nextRunAt.getTime()).toBeLessThanOrEqual(Date.now());
-    } finally {
-      await engram.services.db.$executeRaw`DELETE FROM "agenda_jobs" WHERE "name" = 'memory.extract-quiet' AND "data"->>'conversationId' = 'quiet-gap'`;
-    }
-  }, 60_000);
 
   it("has the quiet-period job held back by an unjudged turn look again soon, and less often the longer that turn waits", async () => {
     const turn = await say("talk-waiting", 1, "I brew my own beer.");

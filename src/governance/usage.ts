@@ -115,7 +115,7 @@ export async function modelUsageReport(
     };
     const key = JSON.stringify([row.purpose, row.chain, row.model, row.day, row.tenantId]);
     const target = rows.get(key) ?? (rows.set(key, row), row);
-    const price = Object.hasOwn(prices, bucket.model) ? prices[bucket.model] : undefined;
+    const price = prices[bucket.model];
     for (const into of [target, total]) {
       into.calls += bucket.calls;
       into.inputTokens += bucket.input;

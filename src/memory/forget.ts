@@ -408,23 +408,25 @@ export async function forgetPhrases(
   const matches = (column: Prisma.Sql) => matchesAnyPhrase(Prisma.sql`to_tsvector('english', ${column})`, wanted);
   const ids = async (query: Prisma.Sql) => (await db.$queryRaw<{ id: string }[]>(query)).map((r) => r.id);
 
-  // The facts that say it (their text or history matches).
+  // The facts that say it: their text, or a version in their history, matches.
+  const factText = matches(Prisma.sql`f."text"`);
   const factsSaying = Prisma.sql`
     SELECT f."id", f."sourceMessageId" FROM "Fact" f
     WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId}
-      AND (${matches(Prisma.sql`f."text"`)} OR EXISTS (SELECT 1 FROM "FactVersion" v WHERE v."factId" = f."id" AND ${matches(Prisma.sql`v."text"`)}))`;
-  // The messages that say it: in its words, or as a fact extracted from them says it ("forget
-  // where I live" matches the fact "The user lives at 4 Elm Street", not "We moved to 4 Elm
-  // Street"; the message goes with its fact, or recall would still find the address).
-  const saying = Prisma.sql`(${matches(Prisma.sql`m."content"`)} OR m."id" IN (SELECT "sourceMessageId" FROM (${factsSaying}) saying_facts))`;
-  // Those messages, and every copy derived from them: facts extracted from them or saying it,
-  // snippets holding them or matching, and the summaries of their conversations (a summary need
-  // not repeat the words to carry what they said).
-  const messageIds = conversationIds.length
-    ? await ids(Prisma.sql`
-        SELECT m."id" FROM "Message" m
-        WHERE m."tenantId" = ${tenantId} AND m."conversationId" = ANY(${conversationIds}::text[]) AND ${saying}`)
-    : [];
+      AND (${factText} OR EXISTS (SELECT 1 FROM "FactVersion" v WHERE v."factId" = f."id" AND ${matches(Prisma.sql`v."text"`)}))`;
+  // The messages that say it: in their own words, or as the fact extracted from them now says it
+  // ("forget where I live" matches the fact "The user lives at 4 Elm Street", not the message "We
+  // just moved to 4 Elm Street", which recall would still find). A message of the second kind
+  // goes as the first (with its snippets and its conversation's summary), but its other facts
+  // stay: they are not what was named. (A fact's earlier versions keep no message of their own.)
+  const told = Prisma.sql`SELECT f."sourceMessageId" AS "id" FROM "Fact" f WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId} AND ${factText}`;
+  const saying = Prisma.sql`(${matches(Prisma.sql`m."content"`)} OR m."id" IN (${told}))`;
+  const inTheirs = Prisma.sql`m."tenantId" = ${tenantId} AND m."conversationId" = ANY(${conversationIds}::text[])`;
+  // Those messages, and every copy derived from them: facts extracted from those that say it in
+  // their words, facts saying it, snippets holding them or matching, and the summaries of their
+  // conversations (a summary need not repeat the words to carry what they said).
+  const spokenIds = conversationIds.length ? await ids(Prisma.sql`SELECT m."id" FROM "Message" m WHERE ${inTheirs} AND ${matches(Prisma.sql`m."content"`)}`) : [];
+  const messageIds = conversationIds.length ? await ids(Prisma.sql`SELECT m."id" FROM "Message" m WHERE ${inTheirs} AND ${saying}`) : [];
   const affected = conversationIds.length
     ? await ids(Prisma.sql`
         SELECT c."id" FROM "Conversation" c
@@ -437,13 +439,12 @@ export async function forgetPhrases(
   // Facts and snippets are looked for twice: now, and once the messages are gone, for those that
   // work already under way (an extraction, a turn's indexing) wrote in between.
   const forgetFactsAndSnippets = async () => {
-    const facts = await db.$queryRaw<{ id: string; sourceMessageId: string | null }[]>`
-      SELECT f."id", f."sourceMessageId" FROM "Fact" f
-      WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId} AND f."sourceMessageId" = ANY(${messageIds}::text[])
-      UNION ${factsSaying}`;
-    const factIds = facts.map((f) => f.id);
-    // A fact written meanwhile from a message not picked: that message's snippets go with it.
-    for (const { sourceMessageId } of facts) if (sourceMessageId && !messageIds.includes(sourceMessageId)) messageIds.push(sourceMessageId);
+    const factIds = await ids(Prisma.sql`
+      SELECT f."id" FROM "Fact" f
+      WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId} AND f."sourceMessageId" = ANY(${spokenIds}::text[])
+      UNION SELECT "id" FROM (${factsSaying}) saying`);
+    // A fact saying it written meanwhile from a message not picked: that message's snippets go too.
+    for (const id of await ids(told)) if (id && !messageIds.includes(id)) messageIds.push(id);
     receipt.factVersions += await db.factVersion.count({ where: { factId: { in: factIds } } });
     countDeleted(receipt, await deleteFacts(db, deps, factIds));
     // A snippet's indexed column also holds its date as words ("wednesday", "2024"), which a
@@ -467,13 +468,17 @@ export async function forgetPhrases(
     // asked), and its conversation is closed with the others.
     const messages = await forgetMessages(
       db,
-      Prisma.sql`m."conversationId" = ANY(${conversationIds}::text[]) AND (m."id" = ANY(${messageIds}::text[]) OR ${saying})`,
+      Prisma.sql`${inTheirs} AND (m."id" = ANY(${messageIds}::text[]) OR ${saying})`,
       settings.forgetDeletesMessages,
     );
     receipt.keptVerdicts = messages.unscored;
     receipt.messages = messages.removed;
     for (const gone of messages.gone) {
-      if (!messageIds.includes(gone.id)) messageIds.push(gone.id);
+      // Said while the forget ran: its facts are looked for with the rest.
+      if (!messageIds.includes(gone.id)) {
+        messageIds.push(gone.id);
+        spokenIds.push(gone.id);
+      }
       if (!affected.includes(gone.conversationId)) affected.push(gone.conversationId);
     }
     // Again, once the messages are gone: a summary rewrite may have read a matching message said

@@ -269,7 +269,7 @@ async function judgeInOrder(
     const asksToRead = (turnIds: Set<string>) => judged.some((j) => turnIds.has(j.turnId) && j.status === "JUDGED" && j.verdict.remember);
     const failed = !(error instanceof ExtractionBusy);
     if (failed) await markGated(db, rest);
-    if (asksToRead(marked) || (failed && (retry || asksToRead(new Set(rest))))) {
+    if (asksToRead(marked) || (failed && asksToRead(new Set(rest)))) {
       await deps.queue.enqueueCoalesced(quietExtractJob, { tenantId: db.$tenantId(), conversationId: conversation.id }, "conversationId", HAND_OFF_MS);
     }
     throw error;

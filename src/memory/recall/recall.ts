@@ -5,7 +5,7 @@ import { chainFor } from "../../chains/registry.ts";
 import type { RerankScores } from "../../chains/rerank.ts";
 import type { TenantDb } from "../../db.ts";
 import { Prisma } from "../../generated/prisma/client.ts";
-import { EngramError } from "../../errors.ts";
+import { EngramError, publicReason } from "../../errors.ts";
 import { isBudgetExhausted } from "../../governance/budget.ts";
 import { isModelCallLimit } from "../../models/call-budget.ts";
 import { TimedOut } from "../../timeout.ts";
@@ -140,16 +140,6 @@ async function keywordHits(db: TenantDb, input: SearchInput, limit: number) {
 /** Why a search on a remote embedding route went without its vector side, once the budget refused the query's embedding. */
 export const BUDGET_REASON = "the monthly token budget has no room to embed the query (spent, or held by model calls in flight)";
 
-/**
- * Why the vector side failed, in words a caller may see: our own errors are written for callers
- * (a model call's short reason, the store's), anything else (the offline encoder's stack, a
- * driver's message) is logged, not shown.
- */
-function shownReason(error: unknown) {
-  if (error instanceof VectorStoreUnavailable) return error.reason;
-  return error instanceof EngramError ? error.message : "the query could not be embedded";
-}
-
 /** A vector search the store refused, failed or did not answer in time; `reason` is safe to show. */
 class VectorStoreUnavailable extends EngramError {
   constructor(readonly reason: string) {
@@ -191,7 +181,8 @@ export async function retrieveHits(
         deps.log.info("recall: the monthly token budget refused the query's embedding; using keyword matches only", { tenantId });
         return [];
       }
-      degraded = `vector search unavailable: ${shownReason(error)}`;
+      // In words written for callers (the store's, a model call's); the error itself is logged.
+      degraded = `vector search unavailable: ${error instanceof VectorStoreUnavailable ? error.reason : publicReason(error)}`;
       deps.log.warn("recall: vector search failed; using keyword matches only", { tenantId, error });
       return [];
     }

@@ -1,0 +1,51 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { quietExtractJob } from "../src/queue.ts";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { until } from "./helpers/until.ts";
+
+// A coalesced job (the quiet-period timer, a summary request) runs once its requests pause for
+// its delay, or by its longest wait (10 delays) while they go on. Its wait starts with the first
+// request after its last run, not with the first request ever.
+
+let engram: TestEngram;
+beforeAll(async () => {
+  // A real worker; no model, so the quiet-period job runs and finds nothing to call.
+  engram = await startTestEngram({ worker: true, env: { ENGRAM_JOB_POLL_MS: "200" } });
+}, 120_000);
+afterAll(() => engram?.stop());
+
+type Row = { nextRunAt: Date | null; waitStartedAt: Date | null; lastFinishedAt: Date | null };
+const row = async (conversationId: string) => {
+  const [found] = await engram.services.db.$queryRaw<Row[]>`
+    SELECT "next_run_at" AS "nextRunAt", "debounce_started_at" AS "waitStartedAt", "last_finished_at" AS "lastFinishedAt"
+    FROM "agenda_jobs" WHERE "name" = ${quietExtractJob.name} AND "data"->>'conversationId' = ${conversationId}`;
+  return found;
+};
+const request = (conversationId: string) =>
+  engram.services.queue.enqueueCoalesced(quietExtractJob, { tenantId: engram.tenant.tenantId, conversationId }, "conversationId", 60_000);
+const pretendWaitBegan = (conversationId: string, ago: string, runNow: boolean) => engram.services.db.$executeRaw`
+  UPDATE "agenda_jobs" SET "debounce_started_at" = now() - ${ago}::interval, "next_run_at" = CASE WHEN ${runNow} THEN now() ELSE "next_run_at" END
+  WHERE "name" = ${quietExtractJob.name} AND "data"->>'conversationId' = ${conversationId}`;
+
+describe("a coalesced job's wait", () => {
+  it("starts afresh with the first request after a run, however long ago the wait before that run began", async () => {
+    await request("after-a-run");
+    // That wait began two hours ago (its longest is 10 minutes), and the job runs now.
+    await pretendWaitBegan("after-a-run", "2 hours", true);
+    await until("the job's run to end its wait", async () => {
+      const now = await row("after-a-run");
+      return now.lastFinishedAt !== null && now.waitStartedAt === null;
+    }, 30_000);
+    // A request an hour on (say) waits its delay: before, it ran the job at once.
+    await request("after-a-run");
+    const after = await row("after-a-run");
+    expect(after.nextRunAt!.getTime()).toBeGreaterThan(Date.now() + 50_000);
+  }, 60_000);
+
+  it("still runs by its longest wait while requests go on with no run between", async () => {
+    await request("no-pause");
+    await pretendWaitBegan("no-pause", "2 hours", false);
+    await request("no-pause");
+    expect((await row("no-pause")).nextRunAt!.getTime()).toBeLessThanOrEqual(Date.now());
+  });
+});

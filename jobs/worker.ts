@@ -5,13 +5,13 @@ import { compact } from "./compact.ts";
 import { dispatch } from "./dispatch.ts";
 import type { ImplementedJob } from "./implement.ts";
 import { indexSnippets } from "./index-snippets.ts";
-import { reconcile } from "./reconcile.ts";
+import { deleteVectors, reconcile } from "./reconcile.ts";
 import { retention } from "./retention.ts";
 import { summarize } from "./summarize.ts";
 import { conversationTurns, extract, followUps, quietExtract, turn } from "./turn.ts";
 
 /** Every job the worker runs; each file is a definition, the work function it calls, and its options. */
-export const JOBS: ImplementedJob[] = [turn, conversationTurns, followUps, extract, quietExtract, summarize, indexSnippets, reconcile, retention, compact, dispatch];
+export const JOBS: ImplementedJob[] = [turn, conversationTurns, followUps, extract, quietExtract, summarize, indexSnippets, reconcile, deleteVectors, retention, compact, dispatch];
 
 /** Registers every job on the shared queue, schedules the recurring ones and starts processing. */
 export async function startWorker({ queue, deps }: { queue: AgendaQueue; deps: Deps }): Promise<Worker> {

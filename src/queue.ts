@@ -98,6 +98,20 @@ export const indexJob = defineJob({
 
 export const reconcileJob = defineJob({ name: "recall.reconcile", schema: allTenants });
 
+/** Vectors a forget could not delete (the store down or not answering): deleted once it answers. */
+export const deleteVectorsJob = defineJob({
+  name: "recall.delete-vectors",
+  schema: z.object({
+    ...tenantScoped,
+    selector: z.object({
+      ids: z.array(z.string()).optional(),
+      endUserId: z.string().optional(),
+      conversationId: z.string().optional(),
+      occurredBefore: z.coerce.date().optional(),
+    }),
+  }),
+});
+
 export const retentionJob = defineJob({ name: "memory.retention", schema: allTenants });
 
 export const compactJob = defineJob({

@@ -1,3 +1,4 @@
+import { ChromaClient } from "chromadb";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -7,7 +8,7 @@ import { reconcileRecall } from "../src/work/reconcile.ts";
 import { startEmbeddedChroma, type ChromaServer } from "../src/embedded/chroma.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { startSecondInstance } from "./helpers/instances.ts";
-import { allIndexed, CONTEXT, RECALL, say } from "./helpers/recall.ts";
+import { allIndexed, CONTEXT, RECALL, say, vectorIds } from "./helpers/recall.ts";
 import { until } from "./helpers/until.ts";
 
 // An external Chroma (CHROMA_URL) that goes down and comes back.
@@ -64,6 +65,22 @@ describe("with Chroma down", () => {
     // What was indexed before the outage survived it (Chroma keeps its data on disk).
     const old = await engram.gql(RECALL, { input: { endUserId: first.endUserId, text: "running shoes", mode: "VECTOR" } });
     expect(old.data.recall.candidates.map((c: any) => c.conversationId)).toContain(first.conversationId);
+  });
+
+  it("forgets a conversation with Chroma down, and its worker deletes the vectors owed once Chroma is back", async () => {
+    const turn = await say(engram, { user: "olga", conversation: "o-1" }, "My locker code is 4417.", "Noted.");
+    await allIndexed(engram);
+    const port = Number(new URL(chroma.url).port);
+    const client = new ChromaClient({ host: "127.0.0.1", port });
+    const left = () => vectorIds(client, engram.tenant.tenantId, { conversationId: turn.conversationId });
+    expect(await left()).not.toEqual([]);
+
+    await chroma.stop();
+    const { data, errors } = await engram.gql(`mutation($id: ID!) { deleteConversation(id: $id) { messages snippets } }`, { id: turn.conversationId });
+    expect(errors).toBeUndefined();
+    expect(data.deleteConversation).toMatchObject({ messages: 2, snippets: 1 });
+    chroma = await startEmbeddedChroma(chromaDir, { port });
+    await until("the owed deletes", async () => (await left()).length === 0, 30_000);
   });
 
   it("reconcile re-indexes a snippet a crash left without its vector", async () => {

@@ -3,6 +3,7 @@ import type { Deps } from "../deps.ts";
 import { notFound } from "../errors.ts";
 import { Prisma } from "../generated/prisma/client.ts";
 import { loadTenantSettings } from "../governance/settings.ts";
+import { deleteVectorsJob } from "../queue.ts";
 import { forgetActivity } from "./activity.ts";
 import { aboutThePerson } from "./export.ts";
 import { normalizeFact } from "./facts/normalize.ts";
@@ -18,7 +19,7 @@ import { matchesAnyPhrase } from "./text-search.ts";
  * messages (when it is off, they are marked forgotten and no snippet is made from them again).
  * What stays is a receipt of kinds and counts, never content, kept in the audit log.
  */
-export type ForgetDeps = Pick<Deps, "pubsub" | "vectors" | "embeddings" | "log">;
+export type ForgetDeps = Pick<Deps, "pubsub" | "vectors" | "embeddings" | "log" | "queue">;
 
 export type ForgetReceipt = {
   facts: number;
@@ -73,23 +74,34 @@ async function conversationIdsOf(db: TenantDb, endUserId: string) {
   return (await db.conversation.findMany({ where: { endUserId }, select: { id: true } })).map((c) => c.id);
 }
 
-type VectorDeps = Pick<Deps, "vectors" | "log">;
+/** What deleting vectors takes: the store, and the queue and log for a delete it does not take. */
+export type VectorDeps = Pick<Deps, "vectors" | "log" | "queue">;
+type VectorSelector = Parameters<Deps["vectors"]["delete"]>[1];
+
+// Ids per job of vectors whose delete is owed.
+const OWED_PER_JOB = 1_000;
 
 /**
  * A forget's delete of vectors. Every search reads its hits back from the rows, so once the rows
- * are gone no search returns these vectors: a store that cannot be reached (down, not answering)
- * does not stop the forget, or a retry would find the rows it already deleted gone and leave the
- * rest (a snippet, a quote, the audit). Its vectors then go with recall's reconcile sweep, which
- * deletes every vector whose snippet is gone once the store answers (work/reconcile.ts).
+ * are gone no search returns these vectors, and a store that cannot be reached (down, not
+ * answering) does not stop the forget: a retry would find the rows it already deleted gone and
+ * leave the rest (a snippet, a quote, the audit). The delete is owed instead, as a job the worker
+ * tries until the store takes it (recall.delete-vectors); reconcile's sweep of vectors whose
+ * snippet is gone is the backstop.
  */
-async function deleteVectors(deps: VectorDeps, tenantId: string, selector: Parameters<Deps["vectors"]["delete"]>[1]) {
+async function deleteVectors(deps: VectorDeps, tenantId: string, selector: VectorSelector) {
   try {
     await deps.vectors.delete(tenantId, selector);
   } catch (error) {
-    deps.log.warn("forget: the vector store did not delete the vectors; recall's reconcile sweep deletes them once it answers", {
+    deps.log.warn("forget: the vector store did not delete the vectors; a job deletes them once it answers", {
       tenantId,
       error: (error as Error).message,
     });
+    const { ids, ...where } = selector;
+    if (!ids) return deps.queue.enqueue(deleteVectorsJob, { tenantId, selector: where });
+    for (let i = 0; i < ids.length; i += OWED_PER_JOB) {
+      await deps.queue.enqueue(deleteVectorsJob, { tenantId, selector: { ...where, ids: ids.slice(i, i + OWED_PER_JOB) } });
+    }
   }
 }
 

@@ -29,7 +29,7 @@ export function logIndexingPaused(deps: Pick<Deps, "log">, fields: { tenantId: s
  */
 export async function runIndexSnippets(
   db: TenantDb,
-  deps: Pick<Deps, "embeddings" | "vectors" | "log">,
+  deps: Pick<Deps, "embeddings" | "vectors" | "log" | "queue">,
   payload: z.infer<typeof indexJob.schema>,
 ) {
   const ids = [...(payload.snippetIds ?? [])];
@@ -58,7 +58,7 @@ export async function runIndexSnippets(
  */
 export async function makeTurnSnippets(
   db: TenantDb,
-  deps: Pick<Deps, "vectors" | "log">,
+  deps: Pick<Deps, "vectors" | "log" | "queue">,
   conversationId: string,
   range: { firstSeq: number; lastSeq: number },
 ) {
@@ -76,7 +76,7 @@ export async function makeTurnSnippets(
  * facts could not point anywhere yet: if any fact came from them, its users' fact keys are synced
  * now (syncFactKeys). Returns the keys' ids still to embed.
  */
-export async function factKeysOf(db: TenantDb, deps: Pick<Deps, "vectors" | "log">, endUserIds: string[], messageIds: string[]) {
+export async function factKeysOf(db: TenantDb, deps: Pick<Deps, "vectors" | "log" | "queue">, endUserIds: string[], messageIds: string[]) {
   if (messageIds.length === 0 || (await db.fact.count({ where: { sourceMessageId: { in: messageIds } } })) === 0) return [];
   const ids: string[] = [];
   for (const endUserId of new Set(endUserIds)) ids.push(...(await syncFactKeys(db, deps, endUserId)));

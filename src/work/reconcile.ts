@@ -1,7 +1,9 @@
+import type { z } from "zod";
 import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { budgetSpent } from "../governance/budget.ts";
 import { snippetsToReindex, unmarkLostVectors } from "../memory/recall/snippets.ts";
+import type { deleteVectorsJob } from "../queue.ts";
 import { withTimeout } from "../timeout.ts";
 import { queueIndexing } from "./index-snippets.ts";
 import { forEachTenant } from "./tenants.ts";
@@ -108,4 +110,9 @@ async function removeOrphanVectors(deps: Pick<Deps, "vectors" | "log">, db: Tena
     deps.log.warn("recall reconcile could not look for orphan vectors", { tenantId, error: (error as Error).message });
     return 0;
   }
+}
+
+/** A forget's vector delete the store did not take then (recall.delete-vectors): tried again until it does. */
+export function deleteOwedVectors(deps: Pick<Deps, "vectors">, payload: z.infer<typeof deleteVectorsJob.schema>) {
+  return deps.vectors.delete(payload.tenantId, payload.selector);
 }

@@ -12,7 +12,7 @@ export const FINISHED_JOBS_KEPT_MS = DAY_MS;
 
 export type RetentionResult = { retentionDays: number; cutoff: string | null; snippetsDeleted: number; factsDeleted: number; verdictsDeleted: number };
 
-type RetentionDeps = Pick<Deps, "tenants" | "pubsub" | "vectors" | "embeddings" | "log">;
+type RetentionDeps = Pick<Deps, "tenants" | "pubsub" | "vectors" | "embeddings" | "log" | "queue">;
 
 /**
  * One tenant's retention window, through the forgetting path: recall snippets (rows and

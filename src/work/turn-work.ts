@@ -29,7 +29,7 @@ async function runExtraction(db: TenantDb, deps: TurnWorkDeps, conversationId: s
     chainFor(deps.models, tenantId, "fact-judge"),
   ]);
   if (!extractor || !judge) return { status: "MODEL_OFF" as const };
-  const result = await extractFacts(db, { extractor, judge, pubsub: deps.pubsub, vectors: deps.vectors, log: deps.log }, conversationId, options);
+  const result = await extractFacts(db, { extractor, judge, pubsub: deps.pubsub, vectors: deps.vectors, log: deps.log, queue: deps.queue }, conversationId, options);
   if (result.status === "EXTRACTED" && result.outcomes.some((o) => o.factId && o.change !== "REFRESHED")) {
     await indexFactKeys(db, deps, conversationId);
   }

@@ -33,7 +33,7 @@ export type FactAuthor =
   | { origin: "PERSON" | "API"; apiKeyId: string; sourceMessageId?: null; readMessageIds?: undefined }
   | { origin: "EXTRACTOR"; apiKeyId?: null; sourceMessageId: string | null; readMessageIds?: string[] };
 
-export type FactDeps = { pubsub: PubSub; vectors: Deps["vectors"]; log: Deps["log"] };
+export type FactDeps = { pubsub: PubSub; vectors: Deps["vectors"]; log: Deps["log"]; queue: Deps["queue"] };
 
 function announce(
   db: TenantDb,

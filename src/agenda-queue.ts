@@ -177,13 +177,20 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
   // A coalesced job's wait (and its longest, maxWait) starts with the first request after its
   // last run. Agenda keeps a wait's start on the row across runs, so the first request after a
   // spell longer than maxWait ran the job at once (a quiet-period timer fired on the first message
-  // of a conversation taken up again): a run ends its wait. By the row's key, and only for a row
-  // that has one; the end of the run does not write this column.
-  agenda.on("start", (job: Job) => {
-    if (!job.attrs.debounceStartedAt || !job.attrs._id) return;
-    pool.query(`UPDATE "agenda_jobs" SET "debounce_started_at" = NULL WHERE "id" = $1`, [String(job.attrs._id)]).catch((error: unknown) => {
-      if (!closed) log.warn("job queue: could not end a coalesced job's wait; its next request may run it at once", { job: job.attrs.name, error });
-    });
+  // of a conversation taken up again). A run that leaves the job with nothing to do ends its wait:
+  // one statement by the row's id, once the run's end is saved (which does not write this column),
+  // and only while the row is still idle (a request since then waits as it asked).
+  agenda.on("complete", (job: Job) => {
+    if (job.attrs.nextRunAt || !job.attrs._id) return;
+    pool
+      .query(
+        `UPDATE "agenda_jobs" SET "debounce_started_at" = NULL
+         WHERE "id" = $1 AND "debounce_started_at" IS NOT NULL AND "next_run_at" IS NULL AND "locked_at" IS NULL`,
+        [String(job.attrs._id)],
+      )
+      .catch((error: unknown) => {
+        if (!closed) log.warn("job queue: could not end a coalesced job's wait; its next request may run it at once", { job: job.attrs.name, error });
+      });
   });
   // Agenda's debounce reads then writes; chaining one key's submissions in this process keeps
   // a burst from one API instance from racing itself into several jobs.

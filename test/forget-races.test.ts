@@ -469,16 +469,16 @@ describe("\"forget my X\" matching a fact and not the message it came from", () 
   it("forgets that message with the fact: no snippet, no vector, nothing recalled, and the fact is not written back from it", async () => {
     await keepMessages(true);
     const t = await turnWithFactKey("elm", "We just moved to 4 Elm Street and I started at Globex.", "Elm lives at 4 Elm Street.");
-    // Another fact from the same message, which the phrase does not name.
+    // Another fact from the same message, which the phrase does not name: it goes with the message.
     const job = await db.fact.create({
       data: { tenantId: engram.tenant.tenantId, endUserId: t.endUserId, text: "Elm works at Globex.", origin: "EXTRACTOR", sourceMessageId: t.sourceId, confirmedAt: new Date() },
     });
     const [turnSnippet] = await snippetsOf(t.endUserId, "TURN");
     // "where I live" is the words `live`: the fact's, not the message's.
     const receipt = await forgetPhrases(db, engram.services.deps, t.endUserId, ["where I live"], reason);
-    expect(receipt).toMatchObject({ facts: 1, snippets: 2 });
+    expect(receipt).toMatchObject({ facts: 2, snippets: 2 });
     expect(await snippetsOf(t.endUserId)).toEqual([]);
-    expect(await db.fact.findUnique({ where: { id: job.id } })).not.toBeNull();
+    expect(await db.fact.findUnique({ where: { id: job.id } })).toBeNull();
     expect(await vectorsOf(t.endUserId)).not.toContain(turnSnippet);
     expect((await db.message.findUniqueOrThrow({ where: { id: t.sourceId } })).forgottenAt).not.toBeNull();
     const { data } = await engram.gql(RECALL, { input: { endUserId: t.endUserId, text: "Elm Street", mode: "KEYWORD" } });

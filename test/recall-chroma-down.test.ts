@@ -79,6 +79,10 @@ describe("with Chroma down", () => {
     const { data, errors } = await engram.gql(`mutation($id: ID!) { deleteConversation(id: $id) { messages snippets } }`, { id: turn.conversationId });
     expect(errors).toBeUndefined();
     expect(data.deleteConversation).toMatchObject({ messages: 2, snippets: 1 });
+    // Owed as jobs (not left to reconcile's sweep, which would take them too, in time).
+    const [{ owed }] = await engram.services.db.$queryRaw<{ owed: number }[]>`
+      SELECT count(*)::int AS "owed" FROM "agenda_jobs" WHERE "name" = 'recall.delete-vectors' AND "data"->>'tenantId' = ${engram.tenant.tenantId}`;
+    expect(owed).toBeGreaterThan(0);
     chroma = await startEmbeddedChroma(chromaDir, { port });
     await until("the owed deletes", async () => (await left()).length === 0, 30_000);
   });

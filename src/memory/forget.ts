@@ -85,23 +85,35 @@ const OWED_PER_JOB = 1_000;
  * A forget's delete of vectors. Every search reads its hits back from the rows, so once the rows
  * are gone no search returns these vectors, and a store that cannot be reached (down, not
  * answering) does not stop the forget: a retry would find the rows it already deleted gone and
- * leave the rest (a snippet, a quote, the audit). The delete is owed instead, as a job the worker
- * tries until the store takes it (recall.delete-vectors); reconcile's sweep of vectors whose
- * snippet is gone is the backstop.
+ * leave the rest (a snippet, a quote, the audit). A delete by ids or by conversation is owed
+ * instead, as a job the worker tries until the store takes it (recall.delete-vectors): snippet ids
+ * are never used again, nor is a deleted conversation's id. One by end user or by time is only a
+ * catch-all for vectors an earlier crash left (the user may go on talking, and old messages may
+ * be imported): not replayed later, it is left to reconcile's sweep of vectors whose snippet is
+ * gone, the backstop of every delete. Returns whether the store took it.
  */
-async function deleteVectors(deps: VectorDeps, tenantId: string, selector: VectorSelector) {
+async function deleteVectors(deps: VectorDeps, tenantId: string, selector: VectorSelector): Promise<boolean> {
   try {
     await deps.vectors.delete(tenantId, selector);
+    return true;
   } catch (error) {
-    deps.log.warn("forget: the vector store did not delete the vectors; a job deletes them once it answers", {
+    const { ids, endUserId, occurredBefore, ...where } = selector;
+    const owed = !endUserId && !occurredBefore;
+    deps.log.warn(`forget: the vector store did not delete the vectors; ${owed ? "a job" : "recall's reconcile sweep"} deletes them once it answers`, {
       tenantId,
       error: (error as Error).message,
     });
-    const { ids, ...where } = selector;
-    if (!ids) return deps.queue.enqueue(deleteVectorsJob, { tenantId, selector: where });
-    for (let i = 0; i < ids.length; i += OWED_PER_JOB) {
-      await deps.queue.enqueue(deleteVectorsJob, { tenantId, selector: { ...where, ids: ids.slice(i, i + OWED_PER_JOB) } });
+    if (!owed) return false;
+    try {
+      if (!ids) await deps.queue.enqueue(deleteVectorsJob, { tenantId, selector: where });
+      for (let i = 0; i < (ids?.length ?? 0); i += OWED_PER_JOB) {
+        await deps.queue.enqueue(deleteVectorsJob, { tenantId, selector: { ...where, ids: ids!.slice(i, i + OWED_PER_JOB) } });
+      }
+    } catch (queueError) {
+      // The forget has deleted rows already: it goes on, and the sweep is left to take these.
+      deps.log.warn("forget: could not queue the vector deletes it owes; recall's reconcile sweep deletes them", { tenantId, error: (queueError as Error).message });
     }
+    return false;
   }
 }
 
@@ -112,9 +124,10 @@ export async function forgetSnippets(db: TenantDb, deps: VectorDeps, ids: string
   // A turn's keys (its facts' sentences) go with it: their rows cascade, their vectors would not.
   const keys = await db.recallSnippet.findMany({ where: { keyOfId: { in: ids } }, select: { id: true } });
   const snippetIds = [...new Set([...ids, ...keys.map((k) => k.id)])];
-  await deleteVectors(deps, tenantId, { ids: snippetIds });
+  const took = await deleteVectors(deps, tenantId, { ids: snippetIds });
   const { count } = await db.recallSnippet.deleteMany({ where: { id: { in: snippetIds } } });
-  await deleteVectors(deps, tenantId, { ids: snippetIds });
+  // Not owed twice: the owed job runs after this delete anyway.
+  if (took) await deleteVectors(deps, tenantId, { ids: snippetIds });
   return count;
 }
 
@@ -428,16 +441,16 @@ export async function forgetPhrases(
       AND (${factText} OR EXISTS (SELECT 1 FROM "FactVersion" v WHERE v."factId" = f."id" AND ${matches(Prisma.sql`v."text"`)}))`;
   // The messages that say it: in their own words, or as the fact extracted from them now says it
   // ("forget where I live" matches the fact "The user lives at 4 Elm Street", not the message "We
-  // just moved to 4 Elm Street", which recall would still find). A message of the second kind
-  // goes as the first (with its snippets and its conversation's summary), but its other facts
-  // stay: they are not what was named. (A fact's earlier versions keep no message of their own.)
+  // just moved to 4 Elm Street", which recall would still find). The facts from a message that
+  // goes go with it, as for any message a forget takes: a fact does not outlive what it was read
+  // from (and deleteConversation finds a fact by its message). A fact's earlier versions keep no
+  // message of their own: only its current text leads to one.
   const told = Prisma.sql`SELECT f."sourceMessageId" AS "id" FROM "Fact" f WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId} AND ${factText}`;
   const saying = Prisma.sql`(${matches(Prisma.sql`m."content"`)} OR m."id" IN (${told}))`;
   const inTheirs = Prisma.sql`m."tenantId" = ${tenantId} AND m."conversationId" = ANY(${conversationIds}::text[])`;
-  // Those messages, and every copy derived from them: facts extracted from those that say it in
-  // their words, facts saying it, snippets holding them or matching, and the summaries of their
-  // conversations (a summary need not repeat the words to carry what they said).
-  const spokenIds = conversationIds.length ? await ids(Prisma.sql`SELECT m."id" FROM "Message" m WHERE ${inTheirs} AND ${matches(Prisma.sql`m."content"`)}`) : [];
+  // Those messages, and every copy derived from them: facts extracted from them or saying it,
+  // snippets holding them or matching, and the summaries of their conversations (a summary need
+  // not repeat the words to carry what they said).
   const messageIds = conversationIds.length ? await ids(Prisma.sql`SELECT m."id" FROM "Message" m WHERE ${inTheirs} AND ${saying}`) : [];
   const affected = conversationIds.length
     ? await ids(Prisma.sql`
@@ -453,7 +466,7 @@ export async function forgetPhrases(
   const forgetFactsAndSnippets = async () => {
     const factIds = await ids(Prisma.sql`
       SELECT f."id" FROM "Fact" f
-      WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId} AND f."sourceMessageId" = ANY(${spokenIds}::text[])
+      WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId} AND f."sourceMessageId" = ANY(${messageIds}::text[])
       UNION SELECT "id" FROM (${factsSaying}) saying`);
     // A fact saying it written meanwhile from a message not picked: that message's snippets go too.
     for (const id of await ids(told)) if (id && !messageIds.includes(id)) messageIds.push(id);
@@ -486,11 +499,7 @@ export async function forgetPhrases(
     receipt.keptVerdicts = messages.unscored;
     receipt.messages = messages.removed;
     for (const gone of messages.gone) {
-      // Said while the forget ran: its facts are looked for with the rest.
-      if (!messageIds.includes(gone.id)) {
-        messageIds.push(gone.id);
-        spokenIds.push(gone.id);
-      }
+      if (!messageIds.includes(gone.id)) messageIds.push(gone.id);
       if (!affected.includes(gone.conversationId)) affected.push(gone.conversationId);
     }
     // Again, once the messages are gone: a summary rewrite may have read a matching message said
@@ -569,9 +578,9 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
   if (!conversation) throw notFound("Conversation", conversationId);
   const receipt = emptyReceipt();
   const tenantId = db.$tenantId();
-  await deleteVectors(deps, tenantId, { conversationId });
+  const took = await deleteVectors(deps, tenantId, { conversationId });
   receipt.snippets = (await db.recallSnippet.deleteMany({ where: { conversationId } })).count;
-  await deleteVectors(deps, tenantId, { conversationId });
+  if (took) await deleteVectors(deps, tenantId, { conversationId });
   receipt.summaryRevisions = await db.summaryRevision.count({ where: { conversationId } });
   receipt.summaries = conversation.summary ? 1 : 0;
   receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId } })).count;

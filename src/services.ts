@@ -65,6 +65,8 @@ export type OpenOptions = {
   clock?: () => number;
 };
 
+const STOPPED_RUN = "the process running it stopped before it finished; its work is run again";
+
 async function releaseClaimsOfTheDead(db: Db, log: Logger) {
   const [{ queue }] = await db.$queryRaw<{ queue: boolean }[]>`SELECT to_regclass('agenda_jobs') IS NOT NULL AS queue`;
   // A one-off job Agenda was running has no next run (it is set again only when the run ends), so
@@ -76,7 +78,10 @@ async function releaseClaimsOfTheDead(db: Db, log: Logger) {
   const leases = await db.$executeRaw`
     UPDATE "Conversation" SET "summaryLeaseUntil" = NULL, "extractionLeaseUntil" = NULL, "gateLeaseUntil" = NULL
     WHERE "summaryLeaseUntil" IS NOT NULL OR "extractionLeaseUntil" IS NOT NULL OR "gateLeaseUntil" IS NOT NULL`;
-  if (jobs || leases) log.info("released the claims of a process that stopped without cleaning up", { jobs, leases });
+  // The runs it was recording (jobRuns, the inspector) would otherwise say RUNNING for ever.
+  const runs = await db.$executeRaw`
+    UPDATE "JobRun" SET "status" = 'FAILED', "error" = ${STOPPED_RUN}, "finishedAt" = now() WHERE "status" = 'RUNNING'`;
+  if (jobs || leases || runs) log.info("released the claims of a process that stopped without cleaning up", { jobs, leases, runs });
 }
 
 /**

@@ -380,7 +380,7 @@ describe("the embedded store", { timeout: 120_000 }, () => {
     await store.stop();
   });
 
-  it("gives the jobs its last owner was running back to the queue, due now, and leaves the others as they were", async () => {
+  it("gives the jobs its last owner was running back to the queue, due now, leaves the others as they were, and ends the runs it was recording", async () => {
     const env = readEnv({ ENGRAM_LOG_LEVEL: "error", ENGRAM_DATA_DIR: tempDir() });
     const first = await openServices(env, { log: createLogger("error") });
     await first.queue.enqueue(summarizeJob, { tenantId: "t", conversationId: "running" });
@@ -388,6 +388,8 @@ describe("the embedded store", { timeout: 120_000 }, () => {
     // As Agenda leaves a one-off job while it runs: locked, and no next run until the run ends.
     await first.db.$executeRaw`
       UPDATE "agenda_jobs" SET "locked_at" = now(), "last_run_at" = now(), "next_run_at" = NULL WHERE "data"->>'conversationId' = 'running'`;
+    // And the run it was recording (jobRuns, the inspector's feed).
+    const run = await first.db.jobRun.create({ data: { tenantId: "t", name: "memory.compact", status: "RUNNING" } });
     await first.close();
 
     const second = await openServices(env, { log: createLogger("error") });
@@ -397,6 +399,11 @@ describe("the embedded store", { timeout: 120_000 }, () => {
     expect(rows.map((r) => [r.conversationId, r.lockedAt])).toEqual([["running", null], ["waiting", null]]);
     expect(rows[0].nextRunAt!.getTime()).toBeLessThanOrEqual(Date.now());
     expect(rows[1].nextRunAt!.getTime()).toBeGreaterThan(Date.now() + 3_000_000);
+    expect(await second.db.jobRun.findUniqueOrThrow({ where: { id: run.id } })).toMatchObject({
+      status: "FAILED",
+      error: expect.stringMatching(/stopped before it finished/),
+      finishedAt: expect.any(Date),
+    });
     await second.close();
   });
 

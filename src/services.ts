@@ -65,7 +65,7 @@ export type OpenOptions = {
   clock?: () => number;
 };
 
-const STOPPED_RUN = "the process running it stopped before it finished; its work is run again";
+const STOPPED_RUN = "the process running it stopped before it finished";
 
 async function releaseClaimsOfTheDead(db: Db, log: Logger) {
   const [{ queue }] = await db.$queryRaw<{ queue: boolean }[]>`SELECT to_regclass('agenda_jobs') IS NOT NULL AS queue`;

@@ -436,7 +436,7 @@ export async function forgetPhrases(
   // The facts that say it: their text, or a version in their history, matches.
   const factText = matches(Prisma.sql`f."text"`);
   const factsSaying = Prisma.sql`
-    SELECT f."id", f."sourceMessageId" FROM "Fact" f
+    SELECT f."id" FROM "Fact" f
     WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId}
       AND (${factText} OR EXISTS (SELECT 1 FROM "FactVersion" v WHERE v."factId" = f."id" AND ${matches(Prisma.sql`v."text"`)}))`;
   // The messages that say it: in their own words, or as the fact extracted from them now says it
@@ -467,7 +467,7 @@ export async function forgetPhrases(
     const factIds = await ids(Prisma.sql`
       SELECT f."id" FROM "Fact" f
       WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId} AND f."sourceMessageId" = ANY(${messageIds}::text[])
-      UNION SELECT "id" FROM (${factsSaying}) saying`);
+      UNION ${factsSaying}`);
     // A fact saying it written meanwhile from a message not picked: that message's snippets go too.
     for (const id of await ids(told)) if (id && !messageIds.includes(id)) messageIds.push(id);
     receipt.factVersions += await db.factVersion.count({ where: { factId: { in: factIds } } });

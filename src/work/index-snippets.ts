@@ -2,6 +2,7 @@ import type { z } from "zod";
 import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { isBudgetExhausted } from "../governance/budget.ts";
+import type { VectorDeps } from "../memory/forget.ts";
 import { createTurnSnippets, indexSnippets, syncFactKeys } from "../memory/recall/snippets.ts";
 import { indexJob } from "../queue.ts";
 
@@ -58,7 +59,7 @@ export async function runIndexSnippets(
  */
 export async function makeTurnSnippets(
   db: TenantDb,
-  deps: Pick<Deps, "vectors" | "log" | "queue">,
+  deps: VectorDeps,
   conversationId: string,
   range: { firstSeq: number; lastSeq: number },
 ) {
@@ -76,7 +77,7 @@ export async function makeTurnSnippets(
  * facts could not point anywhere yet: if any fact came from them, its users' fact keys are synced
  * now (syncFactKeys). Returns the keys' ids still to embed.
  */
-export async function factKeysOf(db: TenantDb, deps: Pick<Deps, "vectors" | "log" | "queue">, endUserIds: string[], messageIds: string[]) {
+export async function factKeysOf(db: TenantDb, deps: VectorDeps, endUserIds: string[], messageIds: string[]) {
   if (messageIds.length === 0 || (await db.fact.count({ where: { sourceMessageId: { in: messageIds } } })) === 0) return [];
   const ids: string[] = [];
   for (const endUserId of new Set(endUserIds)) ids.push(...(await syncFactKeys(db, deps, endUserId)));

@@ -2,7 +2,7 @@ import { appNow, type TenantDb } from "../../db.ts";
 import type { Deps } from "../../deps.ts";
 import { Prisma, type Message } from "../../generated/prisma/client.ts";
 import { liveMessages } from "../conversations/live-messages.ts";
-import { forgetSnippets } from "../forget.ts";
+import { forgetSnippets, type VectorDeps } from "../forget.ts";
 
 /** What indexing needs beside the tenant's client: the embedder and the vector store. */
 export type SnippetDeps = Pick<Deps, "embeddings" | "vectors" | "log">;
@@ -140,7 +140,7 @@ export async function planSnippetsOfTurns(db: TenantDb, turns: TurnRange[]) {
  * turn (fusion.ts). A sentence no covered turn shares a word with stays a SUMMARY snippet of its
  * own. Unchanged keys are left alone; returns the ids to index.
  */
-export async function syncSummaryKeys(db: TenantDb, deps: Pick<Deps, "vectors" | "log" | "queue">, conversationId: string): Promise<string[]> {
+export async function syncSummaryKeys(db: TenantDb, deps: VectorDeps, conversationId: string): Promise<string[]> {
   const conversation = await db.conversation.findUnique({
     where: { id: conversationId },
     select: { endUserId: true, summary: true, summaryThroughSeq: true },
@@ -231,7 +231,7 @@ export function closestTurn<T extends { text: string }>(sentence: string, turns:
  * turn, see fusion.ts). Creates missing keys, re-points or rewrites changed ones and deletes those
  * whose fact or turn is gone; returns the ids to index.
  */
-export async function syncFactKeys(db: TenantDb, deps: Pick<Deps, "vectors" | "log" | "queue">, endUserId: string): Promise<string[]> {
+export async function syncFactKeys(db: TenantDb, deps: VectorDeps, endUserId: string): Promise<string[]> {
   const [facts, keys] = await Promise.all([
     db.fact.findMany({ where: { endUserId, sourceMessageId: { not: null } }, select: { id: true, text: true, sourceMessageId: true } }),
     db.recallSnippet.findMany({ where: { endUserId, kind: "FACT" }, select: { id: true, factId: true, keyOfId: true, text: true } }),

@@ -110,6 +110,45 @@ function retryJobStateSaves(backend: PostgresBackend, options: { lockMs: number 
 }
 
 /**
+ * A coalesced job's request (`nowDebounced`) that lands while the job runs moves the row's next
+ * run, and Agenda's save of the run's end then wrote its own next run over it: none for a one-off
+ * job, so the request was lost and the work it asked for (an import's extraction, say) waited for
+ * another request that might never come. The save that ends a run (the one that unlocks it) keeps
+ * the earlier of the two instead. The save of a run's start has already cleared a one-off job's
+ * next run and set a repeating job's, and nothing else writes a running job's row, so a next run
+ * found there at the end is a request's. The statement is the backend's own
+ * (@agendajs/postgres-backend 3.0.6, `saveJobState`) with that one change; the other saves (a
+ * run's start, `touch`) go through the backend's.
+ */
+function keepRequestsMadeDuringARun(backend: PostgresBackend, pool: ReturnType<typeof createPool>) {
+  const repository = backend.repository;
+  const save = repository.saveJobState.bind(repository);
+  repository.saveJobState = async (job, options) => {
+    if (job.lockedAt || !job._id) return save(job, options);
+    const result = await pool.query(
+      `UPDATE "agenda_jobs"
+       SET locked_at = NULL, next_run_at = LEAST(next_run_at, $2), last_run_at = $3, progress = $4, fail_reason = $5,
+           fail_count = $6, failed_at = $7, last_finished_at = $8, last_modified_by = $10
+       WHERE id = $1 AND name = $9`,
+      [
+        String(job._id),
+        job.nextRunAt || null,
+        job.lastRunAt || null,
+        job.progress ?? null,
+        job.failReason ?? null,
+        job.failCount ?? null,
+        job.failedAt || null,
+        job.lastFinishedAt || null,
+        job.name,
+        options?.lastModifiedBy || null,
+      ],
+    );
+    // As the backend's: Agenda logs it and goes on (the row was deleted meanwhile).
+    if (result.rowCount !== 1) throw new Error(`job ${String(job._id)} (name: ${job.name}) cannot be updated in the database, maybe it does not exist anymore?`);
+  };
+}
+
+/**
  * On PGlite, LISTEN/NOTIFY does not reach other connections, so jobs wait for the poll there.
  */
 // A job waiting to run ($1 its name, $2 the payload key, $3 the key's values): queued or due for a
@@ -155,6 +194,7 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
       }
     }
   };
+  keepRequestsMadeDuringARun(backend, pool);
   retryJobStateSaves(backend, options, log, pause);
   // Agenda gives back a lock it may not keep without awaiting it; one that arrives as the queue
   // shuts down met an ended pool, and its rejection, unheard, ended the process (readme test on

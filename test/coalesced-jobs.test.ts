@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { quietExtractJob } from "../src/queue.ts";
+import { z } from "zod";
+import type { AgendaQueue } from "../src/agenda-queue.ts";
+import { defineJob, quietExtractJob } from "../src/queue.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { until } from "./helpers/until.ts";
 
@@ -50,5 +52,26 @@ describe("a coalesced job's wait", () => {
     const now = await row("no-pause");
     expect(now.nextRunAt === null || now.nextRunAt.getTime() <= Date.now()).toBe(true);
     await until("its run", async () => (await row("no-pause")).lastFinishedAt, 30_000);
+  }, 60_000);
+});
+
+describe("a request that lands while its job runs", () => {
+  it("runs the job again after that run, as it asked (Agenda's save of the run's end wrote over it)", async () => {
+    const job = defineJob({ name: "test.coalesced-held-open", schema: z.object({ key: z.string() }) });
+    const runs: number[] = [];
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    (engram.services.queue as AgendaQueue).agenda.define(job.name, async () => {
+      runs.push(Date.now());
+      if (runs.length === 1) await held;
+    });
+    const request = () => engram.services.queue.enqueueCoalesced(job, { key: "k" }, "key", 300);
+    await request();
+    await until("the first run to start", async () => runs.length === 1, 30_000);
+    // While it runs: a request for more work, which the run in progress may not have seen.
+    await request();
+    release();
+    await until("a second run, for the request made during the first", async () => runs.length >= 2, 30_000);
+    expect(runs).toHaveLength(2);
   }, 60_000);
 });

@@ -507,6 +507,31 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     const crossed617 = Math.floor((later.getTime() - 6 * 3_600_000 - 17 * 60_000) / DAY_MS) > Math.floor((now.getTime() - 6 * 3_600_000 - 17 * 60_000) / DAY_MS);
     expect(runs.some((r) => r.tenantId === engram.tenant.tenantId)).toBe(crossed617);
   });
+
+  it("tries a failed compaction again before the schedule's next occurrence, less often each time", async () => {
+    const db = forTenant(engram.services.db, engram.tenant.tenantId);
+    const now = Date.now();
+    const at = (minutes: number) => new Date(now + minutes * 60_000);
+    // Once a day, an hour from now; the runs below are dated after that occurrence.
+    const occurrence = at(60);
+    await engram.gql(UPDATE, { input: { compaction: { schedule: `${occurrence.getUTCMinutes()} ${occurrence.getUTCHours()} * * *` } } });
+    const failed = (minutes: number) => db.jobRun.create({ data: { name: "memory.compact", status: "FAILED", startedAt: at(minutes), finishedAt: at(minutes) } });
+    const due = async (minutes: number) =>
+      (await compactTenants(engram.services.deps, { due: true }, at(minutes))).some((r) => r.tenantId === engram.tenant.tenantId);
+    await failed(61);
+    expect(await due(70)).toBe(false);
+    expect(await due(77)).toBe(true);
+    // A second failure waits 30 minutes, not 15.
+    await failed(80);
+    expect(await due(100)).toBe(false);
+    expect(await due(111)).toBe(true);
+    // After four retries, the next occurrence.
+    for (const minutes of [120, 150, 200]) await failed(minutes);
+    expect(await due(600)).toBe(false);
+    expect(await due(60 + 24 * 60 + 1)).toBe(true);
+    await db.jobRun.deleteMany({ where: { name: "memory.compact" } });
+    await engram.gql(UPDATE, { input: { compaction: { schedule: "17 6 * * *" } } });
+  });
 });
 
 describe("settings on a server without ENGRAM_SECRET", () => {

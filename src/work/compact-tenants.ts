@@ -15,11 +15,30 @@ export const COMPACTION_SWEEP_CRON = "* * * * *";
 
 type CompactDeps = Pick<Deps, "tenants" | "models" | "queue" | "pubsub" | "log">;
 
-/** Whether the tenant's schedule had an occurrence since its last compaction run (or its creation). */
+// After a failed run (a model outage, a process that stopped mid-run), the same occurrence's
+// compaction is tried again: 15 minutes after it, then 30, 60 and 120 minutes after the next
+// failures; then it waits for the schedule's next occurrence.
+const RETRY_FIRST_MS = 15 * 60_000;
+const RETRIES = 4;
+
+/**
+ * Whether the tenant's schedule had an occurrence since its last compaction run (or its
+ * creation), or that occurrence's runs all failed and the next retry is due.
+ */
 async function compactionDue(db: TenantDb, schedule: string, since: Date, now: Date): Promise<boolean> {
   const previous = CronExpressionParser.parse(schedule, { currentDate: now, tz: "UTC" }).prev().toDate();
-  const last = await db.jobRun.findFirst({ where: { name: compactJob.name }, orderBy: { startedAt: "desc" } });
-  return previous > (last && last.startedAt > since ? last.startedAt : since);
+  const recent = await db.jobRun.findMany({
+    where: { name: compactJob.name, startedAt: { gt: since } },
+    orderBy: { startedAt: "desc" },
+    take: RETRIES + 1,
+    select: { status: true, startedAt: true },
+  });
+  const last = recent[0];
+  if (!last || previous > last.startedAt) return previous > (last?.startedAt ?? since);
+  const failed = recent.findIndex((run) => run.status !== "FAILED" || run.startedAt < previous);
+  const failures = failed === -1 ? recent.length : failed;
+  if (failures === 0 || failures > RETRIES) return false;
+  return now.getTime() - last.startedAt.getTime() >= RETRY_FIRST_MS * 2 ** (failures - 1);
 }
 
 /** Daily compaction across tenants; each tenant's run is recorded (a failure as its FAILED run) and visible in jobRuns. */

@@ -505,6 +505,60 @@ describe("\"forget my X\" matching a fact and not the message it came from", () 
   });
 });
 
+describe("a fact updated from a later message", () => {
+  /** A fact the extractor read from one turn, then updated from a turn of another conversation: each version names its message. */
+  async function updatedFact(user: string, first: [message: string, fact: string], second: [message: string, fact: string]) {
+    const turns: { endUserId: string; conversationId: string; sourceId: string }[] = [];
+    for (const [i, [message]] of [first, second].entries()) {
+      const turn = await say(engram, { user, conversation: `${user}-${i + 1}` }, message, "Noted.");
+      await createTurnSnippets(db, turn.conversationId, { firstSeq: 1, lastSeq: 2 });
+      const source = await db.message.findFirstOrThrow({ where: { conversationId: turn.conversationId, seq: 1 } });
+      turns.push({ ...turn, sourceId: source.id });
+    }
+    const judged = (relation: "none" | "update", relatedFactId: string | null) => ({ durability: "durable" as const, relation, relatedFactId, sensitivity: null });
+    const apply = (i: number, fact: string, relation: "none" | "update", relatedFactId: string | null) =>
+      applyCandidate(db, engram.services.deps, {
+        endUserId: turns[i].endUserId,
+        candidate: { text: fact, core: true, seq: 1 },
+        judgment: judged(relation, relatedFactId),
+        allowSensitive: true,
+        sourceMessageId: turns[i].sourceId,
+        conversationId: turns[i].conversationId,
+      });
+    const added = await apply(0, first[1], "none", null);
+    const updated = await apply(1, second[1], "update", added.factId);
+    expect(updated).toMatchObject({ change: "UPDATED", factId: added.factId });
+    const versions = await db.factVersion.findMany({ where: { factId: added.factId! }, orderBy: { createdAt: "asc" }, select: { sourceMessageId: true } });
+    expect(versions.map((v) => v.sourceMessageId)).toEqual([turns[0].sourceId, turns[1].sourceId]);
+    return { endUserId: turns[0].endUserId, factId: added.factId!, sources: turns.map((t) => t.sourceId) };
+  }
+
+  it("deleted (deleteFact): the messages of its earlier versions go from recall too, and no fact is written from them again", async () => {
+    await keepMessages(false);
+    const t = await updatedFact("oak", ["We live at 4 Elm Street.", "Oak lives at 4 Elm Street."], ["We moved to 9 Birch Road.", "Oak lives at 9 Birch Road."]);
+    await forgetFact(db, engram.services.deps, t.factId, reason);
+    expect(await snippetsOf(t.endUserId, "TURN")).toEqual([]);
+    const { data } = await engram.gql(RECALL, { input: { endUserId: t.endUserId, text: "Elm Street", mode: "KEYWORD" } });
+    expect(data.recall.candidates).toEqual([]);
+    // The messages stay, marked: deleteFact deletes what was drawn from them, not what was said.
+    const messages = await db.message.findMany({ where: { id: { in: t.sources } }, select: { factsForgottenAt: true } });
+    expect(messages).toHaveLength(2);
+    expect(messages.every((m) => m.factsForgottenAt !== null)).toBe(true);
+  });
+
+  it("matched by \"forget my X\" only in its history: the message that version was read from goes too", async () => {
+    await keepMessages(false);
+    const t = await updatedFact("pine", ["Our flat overlooks the boats now.", "Pine lives near the harbour."], ["We moved to Oslo centre.", "Pine lives in Oslo centre."]);
+    // "harbour" is in the first version's words only: not the message's, not the fact's current text.
+    const receipt = await forgetPhrases(db, engram.services.deps, t.endUserId, ["harbour"], reason);
+    expect(receipt).toMatchObject({ facts: 1, messages: 1 });
+    expect(await db.message.count({ where: { id: t.sources[0] } })).toBe(0);
+    expect(await db.message.count({ where: { id: t.sources[1] } })).toBe(1);
+    const { data } = await engram.gql(RECALL, { input: { endUserId: t.endUserId, text: "boats", mode: "KEYWORD" } });
+    expect(data.recall.candidates).toEqual([]);
+  });
+});
+
 describe("a fact extracted from a message forgotten while the extraction ran", () => {
   it("is dropped, and a forget that finds it written sweeps it", async () => {
     await keepMessages(true);

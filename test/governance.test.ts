@@ -515,7 +515,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     // Once a day, an hour from now; the runs below are dated after that occurrence.
     const occurrence = at(60);
     await engram.gql(UPDATE, { input: { compaction: { schedule: `${occurrence.getUTCMinutes()} ${occurrence.getUTCHours()} * * *` } } });
-    const failed = (minutes: number) => db.jobRun.create({ data: { name: "memory.compact", status: "FAILED", startedAt: at(minutes), finishedAt: at(minutes) } });
+    const failed = (minutes: number) => db.jobRun.create({ data: { tenantId: engram.tenant.tenantId, name: "memory.compact", status: "FAILED", startedAt: at(minutes), finishedAt: at(minutes) } });
     const due = async (minutes: number) =>
       (await compactTenants(engram.services.deps, { due: true }, at(minutes))).some((r) => r.tenantId === engram.tenant.tenantId);
     await failed(61);

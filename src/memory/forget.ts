@@ -443,9 +443,14 @@ export async function forgetPhrases(
   // ("forget where I live" matches the fact "The user lives at 4 Elm Street", not the message "We
   // just moved to 4 Elm Street", which recall would still find). The facts from a message that
   // goes go with it, as for any message a forget takes: a fact does not outlive what it was read
-  // from (and deleteConversation finds a fact by its message). A fact's earlier versions keep no
-  // message of their own: only its current text leads to one.
-  const told = Prisma.sql`SELECT f."sourceMessageId" AS "id" FROM "Fact" f WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId} AND ${factText}`;
+  // from (and deleteConversation finds a fact by its message). A version in a fact's history that
+  // says it leads to the message that version was read from (versions written before migration
+  // 0018 name none but the newest).
+  const told = Prisma.sql`
+    SELECT f."sourceMessageId" AS "id" FROM "Fact" f WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId} AND ${factText}
+    UNION
+    SELECT v."sourceMessageId" FROM "FactVersion" v JOIN "Fact" f ON f."id" = v."factId"
+    WHERE v."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId} AND v."sourceMessageId" IS NOT NULL AND ${matches(Prisma.sql`v."text"`)}`;
   const saying = Prisma.sql`(${matches(Prisma.sql`m."content"`)} OR m."id" IN (${told}))`;
   const inTheirs = Prisma.sql`m."tenantId" = ${tenantId} AND m."conversationId" = ANY(${conversationIds}::text[])`;
   // Those messages, and every copy derived from them: facts extracted from them or saying it,
@@ -617,31 +622,34 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
 }
 
 /**
- * Deletes a fact for good, its history included, and the recall snippets of the message it came
- * from. That message is marked (`factsForgottenAt`) so no fact is written from it again: an
- * extraction that read it before this delete would otherwise write the fact back. The mark waits
- * for a fact being written from the message (which locks it, facts.ts), and the facts written
- * from it between the first read here and the mark go too, as does the same fact written from it
- * again just before. The receipt of counts is audited, as for the other forgets.
+ * Deletes a fact for good, its history included, and the recall snippets of the messages it came
+ * from: the current text's, and those of its earlier versions (an updated address leaves the old
+ * one in the message it was read from). Those messages are marked (`factsForgottenAt`) so no fact
+ * is written from them again: an extraction that read one before this delete would otherwise
+ * write the fact back. The mark waits for a fact being written from a message (which locks it,
+ * facts.ts), and the facts written from them between the first read here and the mark go too, as
+ * does the same fact written from one of them again just before. The receipt of counts is
+ * audited, as for the other forgets.
  */
 export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string, who: ForgetWho) {
-  const fact = await db.fact.findUnique({ where: { id: factId } });
-  if (!fact) throw notFound("Fact", factId);
-  const source = fact.sourceMessageId;
-  const fromSource = async () => (source ? await db.fact.findMany({ where: { sourceMessageId: source } }) : []);
-  const before = new Set((await fromSource()).map((f) => f.id));
-  if (source) {
+  const found = await db.fact.findUnique({ where: { id: factId }, include: { versions: { select: { sourceMessageId: true } } } });
+  if (!found) throw notFound("Fact", factId);
+  const { versions, ...fact } = found;
+  const sources = [...new Set([fact.sourceMessageId, ...versions.map((v) => v.sourceMessageId)].filter((id): id is string => id !== null))];
+  const fromSources = async () => (sources.length ? await db.fact.findMany({ where: { sourceMessageId: { in: sources } } }) : []);
+  const before = new Set((await fromSources()).map((f) => f.id));
+  if (sources.length) {
     await db.$executeRaw`
-      UPDATE "Message" SET "factsForgottenAt" = ${appNow()} WHERE "tenantId" = ${db.$tenantId()} AND "id" = ${source}`;
+      UPDATE "Message" SET "factsForgottenAt" = ${appNow()} WHERE "tenantId" = ${db.$tenantId()} AND "id" = ANY(${sources}::text[])`;
   }
-  // Written meanwhile, or the same fact written again from it just before.
+  // Written meanwhile, or the same fact written again from one of them just before.
   const again = (text: string) => normalizeFact(text) === normalizeFact(fact.text);
-  const late = (await fromSource()).filter((f) => f.id !== fact.id && (!before.has(f.id) || again(f.text)));
+  const late = (await fromSources()).filter((f) => f.id !== fact.id && (!before.has(f.id) || again(f.text)));
   const ids = [factId, ...late.map((f) => f.id)];
   const receipt = emptyReceipt();
   receipt.factVersions = await db.factVersion.count({ where: { factId: { in: ids } } });
   countDeleted(receipt, await deleteFacts(db, deps, ids));
-  if (source) receipt.snippets += await forgetSnippetsWhere(db, deps, { messageIds: { has: source } });
+  if (sources.length) receipt.snippets += await forgetSnippetsWhere(db, deps, { messageIds: { hasSome: sources } });
   await audit(db, who, { kind: "FACT", endUserId: fact.endUserId, factId }, receipt);
   for (const deleted of [fact, ...late]) {
     deps.pubsub.publish("factChanged", db.$tenantId(), {

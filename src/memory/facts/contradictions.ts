@@ -49,7 +49,15 @@ export async function resolveContradiction(
     const facts = await tx.fact.findMany({ where: { id: { in: kept.map((f) => f.id) } } });
     for (const fact of facts) {
       await tx.factVersion.create({
-        data: { tenantId: db.$tenantId(), factId: fact.id, text: fact.text, core: fact.core, change: "RESOLVED", reason: reasons.get(fact.id)! },
+        data: {
+          tenantId: db.$tenantId(),
+          factId: fact.id,
+          text: fact.text,
+          core: fact.core,
+          change: "RESOLVED",
+          reason: reasons.get(fact.id)!,
+          sourceMessageId: fact.sourceMessageId,
+        },
       });
     }
     return facts;

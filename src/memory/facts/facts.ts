@@ -59,7 +59,7 @@ async function requireUser(db: TenantDb, endUserId: string) {
 
 async function writeVersion(tx: TenantDb, fact: Fact, change: FactChangeKind, reason: string | null) {
   await tx.factVersion.create({
-    data: { tenantId: tx.$tenantId(), factId: fact.id, text: fact.text, core: fact.core, change, reason },
+    data: { tenantId: tx.$tenantId(), factId: fact.id, text: fact.text, core: fact.core, change, reason, sourceMessageId: fact.sourceMessageId },
   });
 }
 

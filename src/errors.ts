@@ -31,13 +31,13 @@ export class EngramError extends Error {
  * readers see: an Engram error's own words and a timeout's, which are written for them; for a
  * model answer that could not be read, only that (the answer repeats what users said); anything
  * else (a driver's or a client's message, which may name hosts, paths or SQL) only that it
- * failed. The whole error goes to the server's log.
+ * failed, or `what` failed. The whole error goes to the server's log.
  */
-export function publicReason(error: unknown): string {
+export function publicReason(error: unknown, what = "failed unexpectedly"): string {
   if (error instanceof EngramError || error instanceof TimedOut) return error.message;
   // LangChain's OutputParserException (its name stays "Error"; its code says what it is).
   if ((error as { lc_error_code?: string } | null)?.lc_error_code === "OUTPUT_PARSING_FAILURE") return "the model's answer could not be read";
-  return "failed unexpectedly (the server's log has the error)";
+  return `${what} (the server's log has the error)`;
 }
 
 export const notFound = (what: string, id?: string) =>

@@ -240,7 +240,7 @@ describe("with the embedder failing", () => {
       const { data, errors } = await engram.gql(RECALL, { input: { endUserId: user.id, text: "Which teapot did I buy?" } });
       expect(errors).toBeUndefined();
       expect(data.recall.candidates[0].text).toMatch(/green ceramic teapot/);
-      expect(data.recall.degraded).toBe("vector search unavailable: failed unexpectedly (the server's log has the error)");
+      expect(data.recall.degraded).toBe("vector search unavailable: the query could not be embedded (the server's log has the error)");
     } finally {
       encoder.mockRestore();
     }

@@ -530,12 +530,19 @@ describe("a fact updated from a later message", () => {
     expect(updated).toMatchObject({ change: "UPDATED", factId: added.factId });
     const versions = await db.factVersion.findMany({ where: { factId: added.factId! }, orderBy: { createdAt: "asc" }, select: { sourceMessageId: true } });
     expect(versions.map((v) => v.sourceMessageId)).toEqual([turns[0].sourceId, turns[1].sourceId]);
-    return { endUserId: turns[0].endUserId, factId: added.factId!, sources: turns.map((t) => t.sourceId) };
+    return { endUserId: turns[0].endUserId, factId: added.factId!, sources: turns.map((t) => t.sourceId), conversationIds: turns.map((t) => t.conversationId) };
   }
+  const historyOf = (factId: string) => db.factVersion.findMany({ where: { factId }, orderBy: { createdAt: "asc" }, select: { text: true, reason: true } });
 
   it("deleted (deleteFact): the messages of its earlier versions go from recall too, and no fact is written from them again", async () => {
     await keepMessages(false);
     const t = await updatedFact("oak", ["We live at 4 Elm Street.", "Oak lives at 4 Elm Street."], ["We moved to 9 Birch Road.", "Oak lives at 9 Birch Road."]);
+    // Each version names its message in the API too.
+    const history = await engram.gql(`query($id: ID!) { factHistory(factId: $id) { change sourceMessage { id content } } }`, { id: t.factId });
+    expect(history.data.factHistory).toEqual([
+      { change: "ADDED", sourceMessage: { id: t.sources[0], content: "We live at 4 Elm Street." } },
+      { change: "UPDATED", sourceMessage: { id: t.sources[1], content: "We moved to 9 Birch Road." } },
+    ]);
     await forgetFact(db, engram.services.deps, t.factId, reason);
     expect(await snippetsOf(t.endUserId, "TURN")).toEqual([]);
     const { data } = await engram.gql(RECALL, { input: { endUserId: t.endUserId, text: "Elm Street", mode: "KEYWORD" } });
@@ -544,6 +551,23 @@ describe("a fact updated from a later message", () => {
     const messages = await db.message.findMany({ where: { id: { in: t.sources } }, select: { factsForgottenAt: true } });
     expect(messages).toHaveLength(2);
     expect(messages.every((m) => m.factsForgottenAt !== null)).toBe(true);
+  });
+
+  it("stays when the conversation of an earlier version is deleted; that version, and its quote, go", async () => {
+    const t = await updatedFact("fir", ["We live at 4 Elm Street.", "Fir lives at 4 Elm Street."], ["We moved to 9 Birch Road.", "Fir lives at 9 Birch Road."]);
+    const { receipt } = await forgetConversation(db, engram.services.deps, t.conversationIds[0], reason);
+    expect(receipt).toMatchObject({ facts: 0, factVersions: 1 });
+    expect(await db.fact.findUniqueOrThrow({ where: { id: t.factId } })).toMatchObject({ text: "Fir lives at 9 Birch Road." });
+    expect(await historyOf(t.factId)).toEqual([{ text: "Fir lives at 9 Birch Road.", reason: "(quoted a fact since forgotten)" }]);
+  });
+
+  it("stays when \"forget my X\" takes an earlier version's message by the message's own words; that version, and its quote, go", async () => {
+    await keepMessages(true);
+    const t = await updatedFact("larch", ["Our place near the harbour has a blue gate.", "Larch lives by the sea."], ["We moved inland to Boulder.", "Larch lives in Boulder."]);
+    const receipt = await forgetPhrases(db, engram.services.deps, t.endUserId, ["harbour"], reason);
+    expect(receipt).toMatchObject({ facts: 0, factVersions: 1 });
+    expect((await db.message.findUniqueOrThrow({ where: { id: t.sources[0] } })).forgottenAt).not.toBeNull();
+    expect(await historyOf(t.factId)).toEqual([{ text: "Larch lives in Boulder.", reason: "(quoted a fact since forgotten)" }]);
   });
 
   it("matched by \"forget my X\" only in its history: the message that version was read from goes too", async () => {

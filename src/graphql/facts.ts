@@ -30,10 +30,10 @@ builder.prismaObject("Fact", {
     sourceMessage: t.prismaField({
       type: "Message",
       nullable: true,
-      description: "The user's message it was extracted from.",
+      description: "The user's message it was extracted from (null once that message is deleted or forgotten).",
       select: { sourceMessageId: true },
       resolve: (query, fact, _args, ctx) =>
-        fact.sourceMessageId ? ctx.db.message.findUnique({ ...query, where: { id: fact.sourceMessageId } }) : null,
+        fact.sourceMessageId ? ctx.db.message.findUnique({ ...query, where: { id: fact.sourceMessageId, forgottenAt: null } }) : null,
     }),
     writtenBy: t.prismaField({
       type: "ApiKey",
@@ -64,6 +64,15 @@ builder.prismaObject("FactVersion", {
     core: t.exposeBoolean("core"),
     change: t.exposeString("change", { description: "ADDED, CONTRADICTED, UPDATED, CORRECTED or RESOLVED (a contradiction settled by a person)." }),
     reason: t.exposeString("reason", { nullable: true }),
+    sourceMessage: t.prismaField({
+      type: "Message",
+      nullable: true,
+      description:
+        "The user's message this version was extracted from: null for a person's version, for a message since deleted or forgotten, and for versions written before migration 0018 (but each fact's newest).",
+      select: { sourceMessageId: true },
+      resolve: (query, version, _args, ctx) =>
+        version.sourceMessageId ? ctx.db.message.findUnique({ ...query, where: { id: version.sourceMessageId, forgottenAt: null } }) : null,
+    }),
     createdAt: t.expose("createdAt", { type: "DateTime" }),
   }),
 });

@@ -161,7 +161,7 @@ function quotableTextsOf(db: TenantDb, where: Prisma.FactWhereInput) {
   return db.fact.findMany({ where, select: { id: true, text: true, endUserId: true, versions: { select: { text: true } } } });
 }
 
-async function scrubQuotesOf(db: TenantDb, doomed: Awaited<ReturnType<typeof quotableTextsOf>>) {
+async function scrubQuotesOf(db: TenantDb, doomed: { endUserId: string; text: string; versions: { text: string }[] }[]) {
   for (const endUserId of new Set(doomed.map((f) => f.endUserId))) {
     const texts = [...new Set(doomed.filter((f) => f.endUserId === endUserId).flatMap((f) => [f.text, ...f.versions.map((v) => v.text)]))];
     // The forms a reason quotes another fact in: "contradicts: …", "replaces: …", "… “…”" (chr 8220
@@ -195,6 +195,23 @@ export async function deleteFactRows(tx: TenantDb, factIds: string[], where: Pri
       if (keyIds.length) await deleteVectors(deps, db.$tenantId(), { ids: keyIds });
     },
   };
+}
+
+/**
+ * The versions in facts' histories that were read from messages a forget takes, where the fact
+ * stays (its current text was read from another message, so it is not among the facts the forget
+ * deletes): a version's text is a copy of what its message said. Quotes of their texts in other
+ * versions' reasons ("replaces: …") go too. Versions written before migration 0018 name no
+ * message but each fact's newest, which is the fact's own. Returns how many versions went.
+ */
+async function forgetVersionsReadFrom(db: TenantDb, messageIds: string[]): Promise<number> {
+  if (messageIds.length === 0) return 0;
+  const gone = await db.$queryRaw<{ text: string; endUserId: string }[]>`
+    DELETE FROM "FactVersion" v USING "Fact" f
+    WHERE v."factId" = f."id" AND v."tenantId" = ${db.$tenantId()} AND v."sourceMessageId" = ANY(${messageIds}::text[])
+    RETURNING v."text", f."endUserId"`;
+  await scrubQuotesOf(db, gone.map((version) => ({ ...version, versions: [] })));
+  return gone.length;
 }
 
 /** Adds what deleteFacts removed to a receipt. */
@@ -454,6 +471,7 @@ export async function forgetPhrases(
   const saying = Prisma.sql`(${matches(Prisma.sql`m."content"`)} OR m."id" IN (${told}))`;
   const inTheirs = Prisma.sql`m."tenantId" = ${tenantId} AND m."conversationId" = ANY(${conversationIds}::text[])`;
   // Those messages, and every copy derived from them: facts extracted from them or saying it,
+  // versions of other facts' histories read from them,
   // snippets holding them or matching, and the summaries of their conversations (a summary need
   // not repeat the words to carry what they said).
   const messageIds = conversationIds.length ? await ids(Prisma.sql`SELECT m."id" FROM "Message" m WHERE ${inTheirs} AND ${saying}`) : [];
@@ -477,6 +495,7 @@ export async function forgetPhrases(
     for (const id of await ids(told)) if (id && !messageIds.includes(id)) messageIds.push(id);
     receipt.factVersions += await db.factVersion.count({ where: { factId: { in: factIds } } });
     countDeleted(receipt, await deleteFacts(db, deps, factIds));
+    receipt.factVersions += await forgetVersionsReadFrom(db, messageIds);
     // A snippet's indexed column also holds its date as words ("wednesday", "2024"), which a
     // phrase must not match: the index finds the candidates, the snippet's own words decide.
     const snippetIds = await ids(Prisma.sql`
@@ -589,7 +608,8 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
   receipt.summaryRevisions = await db.summaryRevision.count({ where: { conversationId } });
   receipt.summaries = conversation.summary ? 1 : 0;
   receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId } })).count;
-  // The facts extracted from its messages, with their history and recall keys.
+  // The facts extracted from its messages, with their history and recall keys, and the versions
+  // of other facts' histories read from them.
   const messageIds = new Set<string>();
   // Read again before the messages go: a turn recorded while the delete runs adds messages.
   const noteMessages = async () => {
@@ -601,6 +621,7 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
     ).map((f) => f.id);
     receipt.factVersions += await db.factVersion.count({ where: { factId: { in: ids } } });
     countDeleted(receipt, await deleteFacts(db, deps, ids));
+    receipt.factVersions += await forgetVersionsReadFrom(db, [...messageIds]);
   };
   await noteMessages();
   await deleteItsFacts();

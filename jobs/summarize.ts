@@ -7,8 +7,9 @@ export const summarize = implementTenantJob(
   summarizeJob,
   async (db, deps, payload, control) => {
     const outcome = await runSummarize(db, deps, payload);
-    // The coalesced job is one row per conversation; a request made while it ran was written to
-    // this very row and would be cleared when the run is saved. Scheduling the row again keeps it.
+    // What the run itself left to do (it read only up to where it started). A request made while
+    // it ran is kept on this row (keepRequestsMadeDuringARun, src/agenda-queue.ts) but for one made
+    // between the lock and the start's save: scheduling the row again covers that one too.
     if (outcome.more) control.runAgainIn(SUMMARIZE_DEBOUNCE_MS);
   },
   { backoff: untilItWorks, concurrency: 4 },

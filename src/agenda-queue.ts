@@ -111,27 +111,36 @@ function retryJobStateSaves(backend: PostgresBackend, options: { lockMs: number 
 
 /**
  * A coalesced job's request (`nowDebounced`) that lands while the job runs moves the row's next
- * run, and Agenda's save of the run's end then wrote its own next run over it: none for a one-off
- * job, so the request was lost and the work it asked for (an import's extraction, say) waited for
- * another request that might never come. The save that ends a run (the one that unlocks it) keeps
- * the earlier of the two instead. The save of a run's start has already cleared a one-off job's
- * next run and set a repeating job's, and nothing else writes a running job's row, so a next run
- * found there at the end is a request's. The statement is the backend's own
- * (@agendajs/postgres-backend 3.0.6, `saveJobState`) with that one change; the other saves (a
- * run's start, `touch`) go through the backend's.
+ * run, and Agenda's later saves of the run (a heartbeat's `touch`, the save of its end) then
+ * wrote the run's own next run over it: none for a one-off job, so the request was lost and the
+ * work it asked for (an import's extraction, say) waited for another request that might never
+ * come. Every save of a run after its start keeps the earlier of the two instead. The save of
+ * the start (the first with a lock, once it has succeeded) goes through the backend's: it
+ * clears a one-off job's next run and sets a repeating job's, and nothing else writes a running
+ * job's row, so a next run found there afterwards is a request's. The statement is the backend's
+ * own (@agendajs/postgres-backend 3.0.6, `saveJobState`) with that one change. (A request that
+ * lands between the lock and the start's save is still written over: a window of one statement.)
  */
 function keepRequestsMadeDuringARun(backend: PostgresBackend, pool: ReturnType<typeof createPool>) {
   const repository = backend.repository;
   const save = repository.saveJobState.bind(repository);
+  // The runs (Agenda's job attributes, one object for a run's saves) whose start has been saved.
+  const started = new WeakSet<object>();
   repository.saveJobState = async (job, options) => {
-    if (job.lockedAt || !job._id) return save(job, options);
+    if (!job._id) return save(job, options);
+    if (job.lockedAt && !started.has(job)) {
+      await save(job, options);
+      started.add(job);
+      return;
+    }
     const result = await pool.query(
       `UPDATE "agenda_jobs"
-       SET locked_at = NULL, next_run_at = LEAST(next_run_at, $2), last_run_at = $3, progress = $4, fail_reason = $5,
-           fail_count = $6, failed_at = $7, last_finished_at = $8, last_modified_by = $10
-       WHERE id = $1 AND name = $9`,
+       SET locked_at = $2, next_run_at = LEAST(next_run_at, $3), last_run_at = $4, progress = $5, fail_reason = $6,
+           fail_count = $7, failed_at = $8, last_finished_at = $9, last_modified_by = $11
+       WHERE id = $1 AND name = $10`,
       [
         String(job._id),
+        job.lockedAt || null,
         job.nextRunAt || null,
         job.lastRunAt || null,
         job.progress ?? null,

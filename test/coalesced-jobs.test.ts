@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Job } from "agenda";
 import { z } from "zod";
 import type { AgendaQueue } from "../src/agenda-queue.ts";
 import { defineJob, quietExtractJob } from "../src/queue.ts";
@@ -21,6 +22,11 @@ const row = async (conversationId: string) => {
   const [found] = await engram.services.db.$queryRaw<Row[]>`
     SELECT "next_run_at" AS "nextRunAt", "debounce_started_at" AS "waitStartedAt", "last_finished_at" AS "lastFinishedAt"
     FROM "agenda_jobs" WHERE "name" = ${quietExtractJob.name} AND "data"->>'conversationId' = ${conversationId}`;
+  return found;
+};
+const jobRow = async (name: string) => {
+  const [found] = await engram.services.db.$queryRaw<Row[]>`
+    SELECT "next_run_at" AS "nextRunAt", "debounce_started_at" AS "waitStartedAt", "last_finished_at" AS "lastFinishedAt" FROM "agenda_jobs" WHERE "name" = ${name}`;
   return found;
 };
 const request = (conversationId: string) =>
@@ -58,20 +64,25 @@ describe("a coalesced job's wait", () => {
 describe("a request that lands while its job runs", () => {
   it("runs the job again after that run, as it asked (Agenda's save of the run's end wrote over it)", async () => {
     const job = defineJob({ name: "test.coalesced-held-open", schema: z.object({ key: z.string() }) });
-    const runs: number[] = [];
+    const runs: Job[] = [];
     let release!: () => void;
     const held = new Promise<void>((resolve) => (release = resolve));
-    (engram.services.queue as AgendaQueue).agenda.define(job.name, async () => {
-      runs.push(Date.now());
+    (engram.services.queue as AgendaQueue).agenda.define(job.name, async (running: Job) => {
+      runs.push(running);
       if (runs.length === 1) await held;
     });
     const request = () => engram.services.queue.enqueueCoalesced(job, { key: "k" }, "key", 300);
     await request();
     await until("the first run to start", async () => runs.length === 1, 30_000);
-    // While it runs: a request for more work, which the run in progress may not have seen.
+    // While it runs: a request for more work, which the run in progress may not have seen, and
+    // then the run's heartbeat (a save of its lock, which wrote its own next run too).
     await request();
+    await runs[0].touch();
     release();
     await until("a second run, for the request made during the first", async () => runs.length >= 2, 30_000);
+    // And no third: the second run's end leaves nothing due.
+    await until("the second run's end", async () => (await jobRow(job.name)).lastFinishedAt! >= runs[1].attrs.lastRunAt!, 30_000);
+    expect((await jobRow(job.name)).nextRunAt).toBeNull();
     expect(runs).toHaveLength(2);
   }, 60_000);
 });

@@ -6,7 +6,7 @@ import { forEachTenant } from "./tenants.ts";
 // A turn younger than this most likely has its job queued and waiting.
 const GRACE_MS = 30_000;
 // A turn out of the outbox this long and still unjudged most likely lost its conversation's gate
-// job (a request that landed on a running job's row as it ended, a dead-lettered run).
+// job (a dead-lettered run, a request that landed on its row between the lock and the run's start).
 const JUDGE_GRACE_MS = 60_000;
 const MAX_PER_TENANT = 1_000;
 

@@ -404,8 +404,9 @@ export async function runQuietExtraction(db: TenantDb, deps: TurnWorkDeps, paylo
   const held = await firstUnjudged(db, payload.conversationId);
   const result = await runExtraction(db, deps, payload.conversationId, { now: true, beforeSeq: held?.firstSeq });
   if (held) return { ...result, again: true, againInMs: Math.min(Math.max(HAND_OFF_MS, Date.now() - held.createdAt.getTime()), QUIET_RECHECK_MAX_MS) };
-  // A message said while this ran set the timer again on this very job, which its end clears: it
-  // is set again here, for the agent's quiet period from now.
+  // A message said while this ran set the timer again on this very job, and that request is kept
+  // (src/agenda-queue.ts) but for one made between the lock and the start's save: the timer is
+  // set again here, for the agent's quiet period from now, whichever it was.
   const quietAgainIn = result.status === "EXTRACTED" || result.status === "NOTHING_NEW" ? await quietPeriodIfUnread(db, payload.conversationId) : undefined;
   return { ...result, again: quietAgainIn !== undefined, againInMs: quietAgainIn };
 }

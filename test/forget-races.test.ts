@@ -528,8 +528,14 @@ describe("a fact updated from a later message", () => {
     const added = await apply(0, first[1], "none", null);
     const updated = await apply(1, second[1], "update", added.factId);
     expect(updated).toMatchObject({ change: "UPDATED", factId: added.factId });
-    const versions = await db.factVersion.findMany({ where: { factId: added.factId! }, orderBy: { createdAt: "asc" }, select: { sourceMessageId: true } });
-    expect(versions.map((v) => v.sourceMessageId)).toEqual([turns[0].sourceId, turns[1].sourceId]);
+    const versions = await db.factVersion.findMany({ where: { factId: added.factId! }, select: { change: true, sourceMessageId: true } });
+    expect(versions).toHaveLength(2);
+    expect(versions).toEqual(
+      expect.arrayContaining([
+        { change: "ADDED", sourceMessageId: turns[0].sourceId },
+        { change: "UPDATED", sourceMessageId: turns[1].sourceId },
+      ]),
+    );
     return { endUserId: turns[0].endUserId, factId: added.factId!, sources: turns.map((t) => t.sourceId), conversationIds: turns.map((t) => t.conversationId) };
   }
   const historyOf = (factId: string) => db.factVersion.findMany({ where: { factId }, orderBy: { createdAt: "asc" }, select: { text: true, reason: true } });
@@ -539,10 +545,13 @@ describe("a fact updated from a later message", () => {
     const t = await updatedFact("oak", ["We live at 4 Elm Street.", "Oak lives at 4 Elm Street."], ["We moved to 9 Birch Road.", "Oak lives at 9 Birch Road."]);
     // Each version names its message in the API too.
     const history = await engram.gql(`query($id: ID!) { factHistory(factId: $id) { change sourceMessage { id content } } }`, { id: t.factId });
-    expect(history.data.factHistory).toEqual([
-      { change: "ADDED", sourceMessage: { id: t.sources[0], content: "We live at 4 Elm Street." } },
-      { change: "UPDATED", sourceMessage: { id: t.sources[1], content: "We moved to 9 Birch Road." } },
-    ]);
+    expect(history.data.factHistory).toHaveLength(2);
+    expect(history.data.factHistory).toEqual(
+      expect.arrayContaining([
+        { change: "ADDED", sourceMessage: { id: t.sources[0], content: "We live at 4 Elm Street." } },
+        { change: "UPDATED", sourceMessage: { id: t.sources[1], content: "We moved to 9 Birch Road." } },
+      ]),
+    );
     await forgetFact(db, engram.services.deps, t.factId, reason);
     expect(await snippetsOf(t.endUserId, "TURN")).toEqual([]);
     const { data } = await engram.gql(RECALL, { input: { endUserId: t.endUserId, text: "Elm Street", mode: "KEYWORD" } });
@@ -551,6 +560,47 @@ describe("a fact updated from a later message", () => {
     const messages = await db.message.findMany({ where: { id: { in: t.sources } }, select: { factsForgottenAt: true } });
     expect(messages).toHaveLength(2);
     expect(messages.every((m) => m.factsForgottenAt !== null)).toBe(true);
+  });
+
+  it("deleted while an extraction updates it from a third message: that message is marked and leaves recall too", async () => {
+    await keepMessages(false);
+    const t = await updatedFact("ash", ["We live at 4 Elm Street.", "Ash lives at 4 Elm Street."], ["We moved to 9 Birch Road.", "Ash lives at 9 Birch Road."]);
+    const third = await say(engram, { user: "ash", conversation: "ash-3" }, "Now we are at 12 Cedar Lane.", "Noted.");
+    await createTurnSnippets(db, third.conversationId, { firstSeq: 1, lastSeq: 2 });
+    const source = await db.message.findFirstOrThrow({ where: { conversationId: third.conversationId, seq: 1 } });
+    // The update commits after the delete read the fact's messages and before it locks the fact.
+    let ran = false;
+    const updateMeanwhile = () =>
+      applyCandidate(db, engram.services.deps, {
+        endUserId: t.endUserId,
+        candidate: { text: "Ash lives at 12 Cedar Lane.", core: true, seq: 1 },
+        judgment: { durability: "durable", relation: "update", relatedFactId: t.factId, sensitivity: null },
+        allowSensitive: true,
+        sourceMessageId: source.id,
+        conversationId: third.conversationId,
+      });
+    const racing = new Proxy(db, {
+      get(target, prop) {
+        if (prop === "fact") {
+          const findMany = async (args: object) => {
+            const facts = await target.fact.findMany(args as never);
+            if (!ran) {
+              ran = true;
+              expect(await updateMeanwhile()).toMatchObject({ change: "UPDATED" });
+            }
+            return facts;
+          };
+          return { ...target.fact, findMany };
+        }
+        const value = Reflect.get(target, prop, target);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+    await forgetFact(racing, engram.services.deps, t.factId, reason);
+    expect(ran).toBe(true);
+    expect(await db.fact.count({ where: { endUserId: t.endUserId } })).toBe(0);
+    expect((await db.message.findUniqueOrThrow({ where: { id: source.id } })).factsForgottenAt).not.toBeNull();
+    expect(await snippetsOf(t.endUserId, "TURN")).toEqual([]);
   });
 
   it("stays when the conversation of an earlier version is deleted; that version, and its quote, go", async () => {

@@ -518,19 +518,25 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     const failed = (minutes: number) => db.jobRun.create({ data: { tenantId: engram.tenant.tenantId, name: "memory.compact", status: "FAILED", startedAt: at(minutes), finishedAt: at(minutes) } });
     const due = async (minutes: number) =>
       (await compactTenants(engram.services.deps, { due: true }, at(minutes))).some((r) => r.tenantId === engram.tenant.tenantId);
-    await failed(61);
-    expect(await due(70)).toBe(false);
-    expect(await due(77)).toBe(true);
-    // A second failure waits 30 minutes, not 15.
-    await failed(80);
-    expect(await due(100)).toBe(false);
-    expect(await due(111)).toBe(true);
-    // After four retries, the next occurrence.
-    for (const minutes of [120, 150, 200]) await failed(minutes);
-    expect(await due(600)).toBe(false);
-    expect(await due(60 + 24 * 60 + 1)).toBe(true);
-    await db.jobRun.deleteMany({ where: { name: "memory.compact" } });
-    await engram.gql(UPDATE, { input: { compaction: { schedule: "17 6 * * *" } } });
+    try {
+      await failed(61);
+      expect(await due(70)).toBe(false);
+      expect(await due(77)).toBe(true);
+      // A second failure waits 30 minutes, not 15.
+      await failed(80);
+      expect(await due(100)).toBe(false);
+      expect(await due(111)).toBe(true);
+      // After four retries, the next occurrence.
+      for (const minutes of [120, 150, 200]) await failed(minutes);
+      expect(await due(600)).toBe(false);
+      expect(await due(60 + 24 * 60 + 1)).toBe(true);
+      // A run under way (or one that succeeded) ends the retries.
+      await db.jobRun.create({ data: { tenantId: engram.tenant.tenantId, name: "memory.compact", status: "RUNNING", startedAt: at(210) } });
+      expect(await due(900)).toBe(false);
+    } finally {
+      await db.jobRun.deleteMany({ where: { name: "memory.compact" } });
+      await engram.gql(UPDATE, { input: { compaction: { schedule: "17 6 * * *" } } });
+    }
   });
 });
 

@@ -1,7 +1,7 @@
 import { appNow, type TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { notFound } from "../errors.ts";
-import { Prisma } from "../generated/prisma/client.ts";
+import { Prisma, type Fact } from "../generated/prisma/client.ts";
 import { loadTenantSettings } from "../governance/settings.ts";
 import { deleteVectorsJob } from "../queue.ts";
 import { forgetActivity } from "./activity.ts";
@@ -149,16 +149,19 @@ export async function deleteFacts(
   deps: VectorDeps,
   factIds: string[],
   where: Prisma.FactWhereInput = {},
-): Promise<{ facts: number; snippets: number; factIds: string[] }> {
-  if (factIds.length === 0) return { facts: 0, snippets: 0, factIds: [] };
+): Promise<{ facts: number; snippets: number; factIds: string[]; sources: string[] }> {
+  if (factIds.length === 0) return { facts: 0, snippets: 0, factIds: [], sources: [] };
   const { deleted, afterCommit } = await db.$transaction((tx) => deleteFactRows(tx as TenantDb, factIds, where));
   await afterCommit(db, deps);
   return deleted;
 }
 
-/** Every text the facts had, with their users: other facts' histories may quote them. */
+/** Every text the facts had, with their users (other facts' histories may quote them), and the messages they were read from. */
 function quotableTextsOf(db: TenantDb, where: Prisma.FactWhereInput) {
-  return db.fact.findMany({ where, select: { id: true, text: true, endUserId: true, versions: { select: { text: true } } } });
+  return db.fact.findMany({
+    where,
+    select: { id: true, text: true, endUserId: true, sourceMessageId: true, versions: { select: { text: true, sourceMessageId: true } } },
+  });
 }
 
 async function scrubQuotesOf(db: TenantDb, doomed: { endUserId: string; text: string; versions: { text: string }[] }[]) {
@@ -171,6 +174,12 @@ async function scrubQuotesOf(db: TenantDb, doomed: { endUserId: string; text: st
   }
 }
 
+/** The messages facts and their versions were read from. */
+function sourcesOf(facts: { sourceMessageId: string | null; versions: { sourceMessageId: string | null }[] }[]): string[] {
+  const ids = facts.flatMap((f) => [f.sourceMessageId, ...f.versions.map((v) => v.sourceMessageId)]);
+  return [...new Set(ids.filter((id): id is string => id !== null))];
+}
+
 /**
  * Inside a transaction: locks the facts, reads their recall keys and deletes the facts (the keys'
  * rows cascade); once it has committed, the returned `afterCommit` scrubs the quotes and takes the
@@ -180,7 +189,7 @@ async function scrubQuotesOf(db: TenantDb, doomed: { endUserId: string; text: st
  * would go with its fact's row and leave its vector behind.
  */
 export async function deleteFactRows(tx: TenantDb, factIds: string[], where: Prisma.FactWhereInput = {}) {
-  const none = { deleted: { facts: 0, snippets: 0, factIds: [] as string[] }, afterCommit: async (_db: TenantDb, _deps: VectorDeps) => {} };
+  const none = { deleted: { facts: 0, snippets: 0, factIds: [] as string[], sources: [] as string[] }, afterCommit: async (_db: TenantDb, _deps: VectorDeps) => {} };
   if (factIds.length === 0) return none;
   await tx.$queryRaw`SELECT "id" FROM "Fact" WHERE "tenantId" = ${tx.$tenantId()} AND "id" = ANY(${factIds}::text[]) ORDER BY "id" FOR UPDATE`;
   const doomed = await quotableTextsOf(tx, { ...where, id: { in: factIds } });
@@ -189,7 +198,7 @@ export async function deleteFactRows(tx: TenantDb, factIds: string[], where: Pri
   const keyIds = (await tx.recallSnippet.findMany({ where: { factId: { in: ids } }, select: { id: true } })).map((k) => k.id);
   const { count } = await tx.fact.deleteMany({ where: { id: { in: ids } } });
   return {
-    deleted: { facts: count, snippets: keyIds.length, factIds: ids },
+    deleted: { facts: count, snippets: keyIds.length, factIds: ids, sources: sourcesOf(doomed) },
     afterCommit: async (db: TenantDb, deps: VectorDeps) => {
       await scrubQuotesOf(db, doomed);
       if (keyIds.length) await deleteVectors(deps, db.$tenantId(), { ids: keyIds });
@@ -653,24 +662,40 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
  * audited, as for the other forgets.
  */
 export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string, who: ForgetWho) {
-  const found = await db.fact.findUnique({ where: { id: factId }, include: { versions: { select: { sourceMessageId: true } } } });
+  const found = await db.fact.findUnique({ where: { id: factId }, include: { versions: { select: { text: true, sourceMessageId: true } } } });
   if (!found) throw notFound("Fact", factId);
   const { versions, ...fact } = found;
-  const sources = [...new Set([fact.sourceMessageId, ...versions.map((v) => v.sourceMessageId)].filter((id): id is string => id !== null))];
-  const fromSources = async () => (sources.length ? await db.fact.findMany({ where: { sourceMessageId: { in: sources } } }) : []);
-  const before = new Set((await fromSources()).map((f) => f.id));
-  if (sources.length) {
-    await db.$executeRaw`
-      UPDATE "Message" SET "factsForgottenAt" = ${appNow()} WHERE "tenantId" = ${db.$tenantId()} AND "id" = ANY(${sources}::text[])`;
-  }
-  // Written meanwhile, or the same fact written again from one of them just before.
-  const again = (text: string) => normalizeFact(text) === normalizeFact(fact.text);
-  const late = (await fromSources()).filter((f) => f.id !== fact.id && (!before.has(f.id) || again(f.text)));
-  const ids = [factId, ...late.map((f) => f.id)];
+  // The same fact, as any of its versions said it.
+  const texts = new Set([fact.text, ...versions.map((v) => v.text)].map(normalizeFact));
   const receipt = emptyReceipt();
-  receipt.factVersions = await db.factVersion.count({ where: { factId: { in: ids } } });
-  countDeleted(receipt, await deleteFacts(db, deps, ids));
-  if (sources.length) receipt.snippets += await forgetSnippetsWhere(db, deps, { messageIds: { hasSome: sources } });
+  const marked = new Set<string>();
+  const late: Fact[] = [];
+  // Marks the messages, then finds the facts written from them meanwhile, or the same fact written
+  // from one of them again just before.
+  const markAndSweep = async (sources: string[]) => {
+    const fresh = sources.filter((id) => !marked.has(id));
+    if (fresh.length === 0) return;
+    const fromThem = () => db.fact.findMany({ where: { sourceMessageId: { in: fresh } } });
+    const before = new Set((await fromThem()).map((f) => f.id));
+    // In id order, as every statement that locks several messages takes them.
+    await db.$executeRaw`
+      UPDATE "Message" SET "factsForgottenAt" = ${appNow()}
+      WHERE "id" IN (SELECT "id" FROM "Message" WHERE "tenantId" = ${db.$tenantId()} AND "id" = ANY(${fresh}::text[]) ORDER BY "id" FOR NO KEY UPDATE)`;
+    for (const id of fresh) marked.add(id);
+    const again = (await fromThem()).filter((f) => f.id !== fact.id && (!before.has(f.id) || texts.has(normalizeFact(f.text))));
+    if (again.length === 0) return;
+    late.push(...again);
+    receipt.factVersions += await db.factVersion.count({ where: { factId: { in: again.map((f) => f.id) } } });
+    countDeleted(receipt, await deleteFacts(db, deps, again.map((f) => f.id)));
+  };
+  await markAndSweep(sourcesOf([found]));
+  receipt.factVersions += await db.factVersion.count({ where: { factId } });
+  const gone = await deleteFacts(db, deps, [factId]);
+  countDeleted(receipt, gone);
+  // An update of the fact from another message committed between the first read and the delete's
+  // lock: that message is marked too.
+  await markAndSweep(gone.sources);
+  if (marked.size) receipt.snippets += await forgetSnippetsWhere(db, deps, { messageIds: { hasSome: [...marked] } });
   await audit(db, who, { kind: "FACT", endUserId: fact.endUserId, factId }, receipt);
   for (const deleted of [fact, ...late]) {
     deps.pubsub.publish("factChanged", db.$tenantId(), {

@@ -15,9 +15,10 @@ export const COMPACTION_SWEEP_CRON = "* * * * *";
 
 type CompactDeps = Pick<Deps, "tenants" | "models" | "queue" | "pubsub" | "log">;
 
-// After a failed run (a model outage, a process that stopped mid-run), the same occurrence's
-// compaction is tried again: 15 minutes after it, then 30, 60 and 120 minutes after the next
-// failures; then it waits for the schedule's next occurrence.
+// After a failed run (a model outage; on the embedded store, a process that stopped mid-run), the
+// same occurrence's compaction is tried again: 15 minutes after it ended, then 30, 60 and 120
+// minutes after the next failures; then it waits for the schedule's next occurrence. (On
+// PostgreSQL a run whose process died stays RUNNING: the next occurrence runs it.)
 const RETRY_FIRST_MS = 15 * 60_000;
 const RETRIES = 4;
 
@@ -31,14 +32,14 @@ async function compactionDue(db: TenantDb, schedule: string, since: Date, now: D
     where: { name: compactJob.name, startedAt: { gt: since } },
     orderBy: { startedAt: "desc" },
     take: RETRIES + 1,
-    select: { status: true, startedAt: true },
+    select: { status: true, startedAt: true, finishedAt: true },
   });
   const last = recent[0];
   if (!last || previous > last.startedAt) return previous > (last?.startedAt ?? since);
   const failed = recent.findIndex((run) => run.status !== "FAILED" || run.startedAt < previous);
   const failures = failed === -1 ? recent.length : failed;
   if (failures === 0 || failures > RETRIES) return false;
-  return now.getTime() - last.startedAt.getTime() >= RETRY_FIRST_MS * 2 ** (failures - 1);
+  return now.getTime() - (last.finishedAt ?? last.startedAt).getTime() >= RETRY_FIRST_MS * 2 ** (failures - 1);
 }
 
 /** Daily compaction across tenants; each tenant's run is recorded (a failure as its FAILED run) and visible in jobRuns. */

@@ -182,7 +182,7 @@ export async function retrieveHits(
         return [];
       }
       // In words written for callers (the store's, a model call's); the error itself is logged.
-      degraded = `vector search unavailable: ${error instanceof VectorStoreUnavailable ? error.reason : publicReason(error, "the query could not be embedded")}`;
+      degraded = `vector search unavailable: ${error instanceof VectorStoreUnavailable ? error.reason : publicReason(error, input.vector ? "failed unexpectedly" : "the query could not be embedded")}`;
       deps.log.warn("recall: vector search failed; using keyword matches only", { tenantId, error });
       return [];
     }

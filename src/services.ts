@@ -22,6 +22,7 @@ import {
 import { migrate } from "./embedded/migrate.ts";
 import { createKeyCache, type KeyCache } from "./auth.ts";
 import { withTimeout } from "./timeout.ts";
+import { STOPPED_RUN } from "./work/job-runs.ts";
 
 /**
  * The composition root of a process (the API, the worker, the CLI): the store, the one raw
@@ -65,7 +66,6 @@ export type OpenOptions = {
   clock?: () => number;
 };
 
-const STOPPED_RUN = "the process running it stopped before it finished";
 
 async function releaseClaimsOfTheDead(db: Db, log: Logger) {
   const [{ queue }] = await db.$queryRaw<{ queue: boolean }[]>`SELECT to_regclass('agenda_jobs') IS NOT NULL AS queue`;

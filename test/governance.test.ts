@@ -515,24 +515,32 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     // Once a day, an hour from now; the runs below are dated after that occurrence.
     const occurrence = at(60);
     await engram.gql(UPDATE, { input: { compaction: { schedule: `${occurrence.getUTCMinutes()} ${occurrence.getUTCHours()} * * *` } } });
-    const failed = (minutes: number) => db.jobRun.create({ data: { tenantId: engram.tenant.tenantId, name: "memory.compact", status: "FAILED", startedAt: at(minutes), finishedAt: at(minutes) } });
+    const failed = (minutes: number, ended = minutes) =>
+      db.jobRun.create({ data: { tenantId: engram.tenant.tenantId, name: "memory.compact", status: "FAILED", startedAt: at(minutes), finishedAt: at(ended) } });
     const due = async (minutes: number) =>
       (await compactTenants(engram.services.deps, { due: true }, at(minutes))).some((r) => r.tenantId === engram.tenant.tenantId);
     try {
       await failed(61);
       expect(await due(70)).toBe(false);
+      // A run under way blocks the retry.
+      const running = await db.jobRun.create({ data: { tenantId: engram.tenant.tenantId, name: "memory.compact", status: "RUNNING", startedAt: at(75), heartbeatAt: at(76) } });
+      expect(await due(77)).toBe(false);
+      await db.jobRun.delete({ where: { id: running.id } });
       expect(await due(77)).toBe(true);
-      // A second failure waits 30 minutes, not 15.
-      await failed(80);
-      expect(await due(100)).toBe(false);
-      expect(await due(111)).toBe(true);
+      // A second failure waits 30 minutes, not 15, from when it ended.
+      await failed(80, 90);
+      expect(await due(111)).toBe(false);
+      expect(await due(121)).toBe(true);
       // After four retries, the next occurrence.
-      for (const minutes of [120, 150, 200]) await failed(minutes);
+      for (const minutes of [130, 150, 200]) await failed(minutes);
       expect(await due(600)).toBe(false);
       expect(await due(60 + 24 * 60 + 1)).toBe(true);
-      // A run under way (or one that succeeded) ends the retries.
-      await db.jobRun.create({ data: { tenantId: engram.tenant.tenantId, name: "memory.compact", status: "RUNNING", startedAt: at(210) } });
-      expect(await due(900)).toBe(false);
+      // A run whose process died (no sign of life for 5 minutes) is closed as FAILED by the sweep, and retried.
+      await db.jobRun.deleteMany({ where: { name: "memory.compact" } });
+      const dead = await db.jobRun.create({ data: { tenantId: engram.tenant.tenantId, name: "memory.compact", status: "RUNNING", startedAt: at(61), heartbeatAt: at(62) } });
+      expect(await due(80)).toBe(false);
+      expect(await db.jobRun.findUniqueOrThrow({ where: { id: dead.id } })).toMatchObject({ status: "FAILED" });
+      expect(await due(96)).toBe(true);
     } finally {
       await db.jobRun.deleteMany({ where: { name: "memory.compact" } });
       await engram.gql(UPDATE, { input: { compaction: { schedule: "17 6 * * *" } } });

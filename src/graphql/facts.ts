@@ -102,7 +102,7 @@ const ForgetResult = builder.simpleObject("ForgetResult", {
   description: "What forgetting removed, by kind: counts only, never content.",
   fields: (t) => ({
     facts: t.int({ description: "Facts removed." }),
-    factVersions: t.int({ description: "Versions in those facts' histories." }),
+    factVersions: t.int({ description: "Versions in those facts' histories, and versions read from forgotten messages in the histories of facts that stay." }),
     snippets: t.int({ description: "Recall snippets removed, with their vectors." }),
     summaries: t.int({ description: "Conversation summaries cleared." }),
     summaryRevisions: t.int({ description: "Summary revisions deleted." }),

@@ -149,8 +149,8 @@ export async function deleteFacts(
   deps: VectorDeps,
   factIds: string[],
   where: Prisma.FactWhereInput = {},
-): Promise<{ facts: number; snippets: number; factIds: string[]; sources: string[] }> {
-  if (factIds.length === 0) return { facts: 0, snippets: 0, factIds: [], sources: [] };
+): Promise<{ facts: number; snippets: number; factIds: string[]; sources: string[]; texts: string[]; versions: number }> {
+  if (factIds.length === 0) return { facts: 0, snippets: 0, factIds: [], sources: [], texts: [], versions: 0 };
   const { deleted, afterCommit } = await db.$transaction((tx) => deleteFactRows(tx as TenantDb, factIds, where));
   await afterCommit(db, deps);
   return deleted;
@@ -189,7 +189,10 @@ function sourcesOf(facts: { sourceMessageId: string | null; versions: { sourceMe
  * would go with its fact's row and leave its vector behind.
  */
 export async function deleteFactRows(tx: TenantDb, factIds: string[], where: Prisma.FactWhereInput = {}) {
-  const none = { deleted: { facts: 0, snippets: 0, factIds: [] as string[], sources: [] as string[] }, afterCommit: async (_db: TenantDb, _deps: VectorDeps) => {} };
+  const none = {
+    deleted: { facts: 0, snippets: 0, factIds: [] as string[], sources: [] as string[], texts: [] as string[], versions: 0 },
+    afterCommit: async (_db: TenantDb, _deps: VectorDeps) => {},
+  };
   if (factIds.length === 0) return none;
   await tx.$queryRaw`SELECT "id" FROM "Fact" WHERE "tenantId" = ${tx.$tenantId()} AND "id" = ANY(${factIds}::text[]) ORDER BY "id" FOR UPDATE`;
   const doomed = await quotableTextsOf(tx, { ...where, id: { in: factIds } });
@@ -198,7 +201,14 @@ export async function deleteFactRows(tx: TenantDb, factIds: string[], where: Pri
   const keyIds = (await tx.recallSnippet.findMany({ where: { factId: { in: ids } }, select: { id: true } })).map((k) => k.id);
   const { count } = await tx.fact.deleteMany({ where: { id: { in: ids } } });
   return {
-    deleted: { facts: count, snippets: keyIds.length, factIds: ids, sources: sourcesOf(doomed) },
+    deleted: {
+      facts: count,
+      snippets: keyIds.length,
+      factIds: ids,
+      sources: sourcesOf(doomed),
+      texts: doomed.flatMap((f) => [f.text, ...f.versions.map((v) => v.text)]),
+      versions: doomed.reduce((n, f) => n + f.versions.length, 0),
+    },
     afterCommit: async (db: TenantDb, deps: VectorDeps) => {
       await scrubQuotesOf(db, doomed);
       if (keyIds.length) await deleteVectors(deps, db.$tenantId(), { ids: keyIds });
@@ -218,8 +228,22 @@ async function forgetVersionsReadFrom(db: TenantDb, messageIds: string[]): Promi
   const gone = await db.$queryRaw<{ text: string; endUserId: string }[]>`
     DELETE FROM "FactVersion" v USING "Fact" f
     WHERE v."factId" = f."id" AND v."tenantId" = ${db.$tenantId()} AND v."sourceMessageId" = ANY(${messageIds}::text[])
+      AND (f."sourceMessageId" IS NULL OR NOT f."sourceMessageId" = ANY(${messageIds}::text[]))
     RETURNING v."text", f."endUserId"`;
-  await scrubQuotesOf(db, gone.map((version) => ({ ...version, versions: [] })));
+  if (gone.length === 0) return 0;
+  // A text the user's facts still say (another fact, or another version read from a message that
+  // stays) keeps its quotes.
+  const stillSaid = new Set(
+    (
+      await db.$queryRaw<{ endUserId: string; text: string }[]>`
+        SELECT f."endUserId", v."text" FROM "FactVersion" v JOIN "Fact" f ON f."id" = v."factId"
+        WHERE f."tenantId" = ${db.$tenantId()} AND v."text" = ANY(${gone.map((g) => g.text)}::text[])
+        UNION SELECT f."endUserId", f."text" FROM "Fact" f
+        WHERE f."tenantId" = ${db.$tenantId()} AND f."text" = ANY(${gone.map((g) => g.text)}::text[])`
+    ).map((r) => `${r.endUserId}\u0000${r.text}`),
+  );
+  const unsaid = gone.filter((g) => !stillSaid.has(`${g.endUserId}\u0000${g.text}`));
+  await scrubQuotesOf(db, unsaid.map((version) => ({ ...version, versions: [] })));
   return gone.length;
 }
 
@@ -496,12 +520,13 @@ export async function forgetPhrases(
   // Facts and snippets are looked for twice: now, and once the messages are gone, for those that
   // work already under way (an extraction, a turn's indexing) wrote in between.
   const forgetFactsAndSnippets = async () => {
+    // A fact saying it written meanwhile from a message not picked: that message's snippets and
+    // other facts go too.
+    for (const id of await ids(told)) if (id && !messageIds.includes(id)) messageIds.push(id);
     const factIds = await ids(Prisma.sql`
       SELECT f."id" FROM "Fact" f
       WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId} AND f."sourceMessageId" = ANY(${messageIds}::text[])
       UNION ${factsSaying}`);
-    // A fact saying it written meanwhile from a message not picked: that message's snippets go too.
-    for (const id of await ids(told)) if (id && !messageIds.includes(id)) messageIds.push(id);
     receipt.factVersions += await db.factVersion.count({ where: { factId: { in: factIds } } });
     countDeleted(receipt, await deleteFacts(db, deps, factIds));
     receipt.factVersions += await forgetVersionsReadFrom(db, messageIds);
@@ -637,7 +662,10 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
   const turnIds = (await db.turn.findMany({ where: { conversationId }, select: { id: true } })).map((t) => t.id);
   receipt.jobRecords = await forgetJobRecords(db, [conversationId], turnIds);
   await noteMessages();
-  receipt.messages = (await forgetMessages(db, Prisma.sql`m."conversationId" = ${conversationId}`, true)).removed;
+  const messages = await forgetMessages(db, Prisma.sql`m."conversationId" = ${conversationId}`, true);
+  receipt.messages = messages.removed;
+  // One recorded after the second look above went too: what was read from it goes with the rest.
+  for (const gone of messages.gone) messageIds.add(gone.id);
   // A second look, as forgetUser's, at what work under way wrote from the messages meanwhile
   // (a fact or a verdict written from now on finds its message gone).
   receipt.snippets += await forgetSnippetsWhere(db, deps, { conversationId });
@@ -684,20 +712,24 @@ export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string,
     for (const id of fresh) marked.add(id);
     const again = (await fromThem()).filter((f) => f.id !== fact.id && (!before.has(f.id) || texts.has(normalizeFact(f.text))));
     if (again.length === 0) return;
-    late.push(...again);
-    receipt.factVersions += await db.factVersion.count({ where: { factId: { in: again.map((f) => f.id) } } });
-    countDeleted(receipt, await deleteFacts(db, deps, again.map((f) => f.id)));
+    const deleted = await deleteFacts(db, deps, again.map((f) => f.id));
+    late.push(...again.filter((f) => deleted.factIds.includes(f.id)));
+    receipt.factVersions += deleted.versions;
+    countDeleted(receipt, deleted);
   };
   await markAndSweep(sourcesOf([found]));
-  receipt.factVersions += await db.factVersion.count({ where: { factId } });
   const gone = await deleteFacts(db, deps, [factId]);
+  receipt.factVersions += gone.versions;
   countDeleted(receipt, gone);
   // An update of the fact from another message committed between the first read and the delete's
-  // lock: that message is marked too.
+  // lock: that message is marked too, and its text is the fact's too.
+  for (const text of gone.texts) texts.add(normalizeFact(text));
   await markAndSweep(gone.sources);
   if (marked.size) receipt.snippets += await forgetSnippetsWhere(db, deps, { messageIds: { hasSome: [...marked] } });
   await audit(db, who, { kind: "FACT", endUserId: fact.endUserId, factId }, receipt);
-  for (const deleted of [fact, ...late]) {
+  // As it was when deleted (an update may have come in between), and only by the delete that took it.
+  const deletedFact = { ...fact, text: gone.texts[0] ?? fact.text };
+  for (const deleted of [...(gone.facts ? [deletedFact] : []), ...late]) {
     deps.pubsub.publish("factChanged", db.$tenantId(), {
       endUserId: deleted.endUserId,
       factId: deleted.id,

@@ -7,7 +7,7 @@ import { budgetExhausted } from "../governance/budget.ts";
 import { loadTenantSettings } from "../governance/settings.ts";
 import { compactTenant } from "../memory/log/compaction.ts";
 import { compactJob } from "../queue.ts";
-import { recordJobRun } from "./job-runs.ts";
+import { failRunsOfTheDead, recordJobRun } from "./job-runs.ts";
 import { forEachTenant } from "./tenants.ts";
 
 /** Each tenant has its own schedule (default 06:17 UTC); a sweep every minute starts the runs that are due. */
@@ -15,10 +15,9 @@ export const COMPACTION_SWEEP_CRON = "* * * * *";
 
 type CompactDeps = Pick<Deps, "tenants" | "models" | "queue" | "pubsub" | "log">;
 
-// After a failed run (a model outage; on the embedded store, a process that stopped mid-run), the
+// After a failed run (a model outage, a process that stopped mid-run: failRunsOfTheDead), the
 // same occurrence's compaction is tried again: 15 minutes after it ended, then 30, 60 and 120
-// minutes after the next failures; then it waits for the schedule's next occurrence. (On
-// PostgreSQL a run whose process died stays RUNNING: the next occurrence runs it.)
+// minutes after the next failures; then it waits for the schedule's next occurrence.
 const RETRY_FIRST_MS = 15 * 60_000;
 const RETRIES = 4;
 
@@ -51,6 +50,9 @@ export function compactTenants(deps: CompactDeps, payload: z.infer<typeof compac
     async (tenant, tenantDb) => {
       // Read per run: a settings change applies from the next run without a restart.
       const settings = await loadTenantSettings(tenantDb);
+      // The minute's sweep also closes the tenant's runs (of any job) whose process stopped, so a
+      // compaction run so ended is retried like any failed one.
+      if (payload.due) await failRunsOfTheDead(tenantDb, pubsub, now);
       if (payload.due && !(await compactionDue(tenantDb, settings.compaction.schedule, tenant.createdAt, now))) return undefined;
       return recordJobRun(tenantDb, pubsub, compactJob.name, async () => {
         const compactor = await chainFor(models, tenant.id, "compactor");

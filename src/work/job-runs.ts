@@ -3,16 +3,34 @@ import { publicReason } from "../errors.ts";
 import type { JobStatus, Prisma } from "../generated/prisma/client.ts";
 import type { PubSub } from "../pubsub.ts";
 
-/** Records one job's run for one tenant and announces it, so the inspector sees jobs live. */
+/** What a run says whose process stopped before it finished (jobRuns, the inspector). */
+export const STOPPED_RUN = "the process running it stopped before it finished";
+
+/** How often a running run writes its sign of life. */
+export const RUN_HEARTBEAT_MS = 60_000;
+
+/** A RUNNING run with no sign of life for this long belonged to a process that stopped. */
+const RUN_STALE_MS = 5 * RUN_HEARTBEAT_MS;
+
+/**
+ * Records one job's run for one tenant and announces it, so the inspector sees jobs live. While it
+ * runs, it writes a sign of life every `heartbeatMs` (failRunsOfTheDead).
+ */
 export async function recordJobRun(
   db: TenantDb,
   pubsub: PubSub,
   name: string,
   work: () => Promise<{ status: Exclude<JobStatus, "RUNNING">; result: object }>,
+  heartbeatMs = RUN_HEARTBEAT_MS,
 ) {
   const tenantId = db.$tenantId();
-  const run = await db.jobRun.create({ data: { tenantId, name, status: "RUNNING" } });
+  const run = await db.jobRun.create({ data: { tenantId, name, status: "RUNNING", heartbeatAt: new Date() } });
   pubsub.publish("jobRunChanged", tenantId, { id: run.id });
+  // Not awaited in turn: a slow store delays a beat, never the work; one that fails is the next's to make.
+  const heartbeat = setInterval(() => {
+    db.jobRun.updateMany({ where: { id: run.id, status: "RUNNING" }, data: { heartbeatAt: new Date() } }).catch(() => {});
+  }, heartbeatMs);
+  heartbeat.unref();
   try {
     const { status, result } = await work();
     const finished = await db.jobRun.update({
@@ -28,5 +46,28 @@ export async function recordJobRun(
     });
     pubsub.publish("jobRunChanged", tenantId, { id: run.id });
     throw error;
+  } finally {
+    clearInterval(heartbeat);
   }
+}
+
+/**
+ * The tenant's runs left RUNNING by a process that stopped (killed, its machine gone): no sign of
+ * life for 5 minutes. They are marked FAILED, saying so, and announced. A run that was only cut off
+ * from the store meanwhile and then finishes writes its own end over this. On the embedded store,
+ * a start does the same at once for every run (its one process owns them all: services.ts).
+ */
+export async function failRunsOfTheDead(db: TenantDb, pubsub: PubSub, now = new Date()): Promise<number> {
+  const stale = new Date(now.getTime() - RUN_STALE_MS);
+  const dead = await db.jobRun.findMany({
+    where: { status: "RUNNING", OR: [{ heartbeatAt: { lt: stale } }, { heartbeatAt: null, startedAt: { lt: stale } }] },
+    select: { id: true },
+  });
+  if (dead.length === 0) return 0;
+  const { count } = await db.jobRun.updateMany({
+    where: { id: { in: dead.map((run) => run.id) }, status: "RUNNING" },
+    data: { status: "FAILED", error: STOPPED_RUN, finishedAt: now },
+  });
+  for (const run of dead) pubsub.publish("jobRunChanged", db.$tenantId(), { id: run.id });
+  return count;
 }

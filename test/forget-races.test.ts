@@ -611,6 +611,13 @@ describe("a fact updated from a later message", () => {
     expect(await historyOf(t.factId)).toEqual([{ text: "Fir lives at 9 Birch Road.", reason: "(quoted a fact since forgotten)" }]);
   });
 
+  it("keeps a quote of that version's text while another of the user's facts still says it", async () => {
+    const t = await updatedFact("rue", ["I only drink tea.", "Rue drinks tea."], ["I switched to coffee.", "Rue drinks coffee."]);
+    await db.fact.create({ data: { tenantId: engram.tenant.tenantId, endUserId: t.endUserId, text: "Rue drinks tea.", origin: "PERSON" } });
+    await forgetConversation(db, engram.services.deps, t.conversationIds[0], reason);
+    expect(await historyOf(t.factId)).toEqual([{ text: "Rue drinks coffee.", reason: "replaces: Rue drinks tea." }]);
+  });
+
   it("stays when \"forget my X\" takes an earlier version's message by the message's own words; that version, and its quote, go", async () => {
     await keepMessages(true);
     const t = await updatedFact("larch", ["Our place near the harbour has a blue gate.", "Larch lives by the sea."], ["We moved inland to Boulder.", "Larch lives in Boulder."]);

@@ -71,6 +71,23 @@ async function turnWithFactKey(user: string, message: string, fact: string, conf
   return { ...turn, factId: made.id, keyId: key, sourceId: source.id };
 }
 
+/** `db` with `fact.findMany` running `meanwhile` after its read: a job that read the facts, then the delete, then the job's write. */
+const afterFactsRead = (meanwhile: () => Promise<unknown>): TenantDb =>
+  new Proxy(db, {
+    get(target, prop) {
+      if (prop === "fact") {
+        const findMany = async (args: object) => {
+          const facts = await target.fact.findMany(args as never);
+          await meanwhile();
+          return facts;
+        };
+        return { ...target.fact, findMany };
+      }
+      const value = Reflect.get(target, prop, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+
 beforeAll(async () => {
   engram = await startTestEngram();
   db = forTenant(engram.services.db, engram.tenant.tenantId);
@@ -579,22 +596,10 @@ describe("a fact updated from a later message", () => {
         sourceMessageId: source.id,
         conversationId: third.conversationId,
       });
-    const racing = new Proxy(db, {
-      get(target, prop) {
-        if (prop === "fact") {
-          const findMany = async (args: object) => {
-            const facts = await target.fact.findMany(args as never);
-            if (!ran) {
-              ran = true;
-              expect(await updateMeanwhile()).toMatchObject({ change: "UPDATED" });
-            }
-            return facts;
-          };
-          return { ...target.fact, findMany };
-        }
-        const value = Reflect.get(target, prop, target);
-        return typeof value === "function" ? value.bind(target) : value;
-      },
+    const racing = afterFactsRead(async () => {
+      if (ran) return;
+      ran = true;
+      expect(await updateMeanwhile()).toMatchObject({ change: "UPDATED" });
     });
     await forgetFact(racing, engram.services.deps, t.factId, reason);
     expect(ran).toBe(true);
@@ -779,23 +784,6 @@ describe("a fact deleted while its turn's indexing is queued or running", () => 
   }
   const recalled = async (endUserId: string, text: string) =>
     (await engram.gql(RECALL, { input: { endUserId, text } })).data.recall.candidates.map((c: { text: string }) => c.text);
-  /** `db` with `fact.findMany` running `meanwhile` after its read: a job that read the facts, then the delete, then the job's write. */
-  const afterFactsRead = (meanwhile: () => Promise<unknown>): TenantDb =>
-    new Proxy(db, {
-      get(target, prop) {
-        if (prop === "fact") {
-          const findMany = async (args: object) => {
-            const facts = await target.fact.findMany(args as never);
-            await meanwhile();
-            return facts;
-          };
-          return { ...target.fact, findMany };
-        }
-        const value = Reflect.get(target, prop, target);
-        return typeof value === "function" ? value.bind(target) : value;
-      },
-    });
-
   it("is not brought back by the job run after the delete: no snippet of its turn, no key, nothing recalled", async () => {
     const t = await factOfUnindexedTurn("vera", "My passport number is QX81234.", "Vera's passport number is QX81234.");
     await forgetFact(db, engram.services.deps, t.factId, reason);

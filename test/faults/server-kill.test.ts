@@ -59,10 +59,25 @@ async function storeUrl() {
   return (await attachOrStartEmbeddedStore(store.vars.ENGRAM_DATA_DIR)).url;
 }
 
+/**
+ * The first server, on a port free a moment before: test files run in parallel, and another one's
+ * server may take the port in between (seen in CI: EADDRINUSE), so a start that finds it taken
+ * tries another. The restart reuses the port the first one had.
+ */
+async function startOnAFreePort() {
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort();
+    try {
+      return { port, first: await start(port) };
+    } catch (error) {
+      if (attempt >= 3 || !/already in use/.test(String(error))) throw error;
+    }
+  }
+}
+
 describe("kill -9 of the server under write load", () => {
   it("loses no acknowledged write, doubles none, and every turn gets its follow-ups after the restart", async () => {
-    const port = await freePort();
-    const first = await start(port);
+    const { port, first } = await startOnAFreePort();
     const key = await adminKeyOf(first);
     const viewer = await fetch(`${first.url}/graphql`, {
       method: "POST",

@@ -164,9 +164,12 @@ function quotableTextsOf(db: TenantDb, where: Prisma.FactWhereInput) {
   });
 }
 
+/** Every text a fact had: its own and its versions'. */
+const textsOf = (fact: { text: string; versions: { text: string }[] }) => [fact.text, ...fact.versions.map((v) => v.text)];
+
 async function scrubQuotesOf(db: TenantDb, doomed: { endUserId: string; text: string; versions: { text: string }[] }[]) {
   for (const endUserId of new Set(doomed.map((f) => f.endUserId))) {
-    const texts = [...new Set(doomed.filter((f) => f.endUserId === endUserId).flatMap((f) => [f.text, ...f.versions.map((v) => v.text)]))];
+    const texts = [...new Set(doomed.filter((f) => f.endUserId === endUserId).flatMap(textsOf))];
     // The forms a reason quotes another fact in: "contradicts: …", "replaces: …", "… “…”" (chr 8220
     // and 8221 are those quotes, as `quote` in contradictions.ts writes them).
     await scrubQuotes(db, endUserId, Prisma.sql`EXISTS (SELECT 1 FROM unnest(${texts}::text[]) q(t)
@@ -206,7 +209,7 @@ export async function deleteFactRows(tx: TenantDb, factIds: string[], where: Pri
       snippets: keyIds.length,
       factIds: ids,
       sources: sourcesOf(doomed),
-      texts: doomed.flatMap((f) => [f.text, ...f.versions.map((v) => v.text)]),
+      texts: doomed.flatMap(textsOf),
       versions: doomed.reduce((n, f) => n + f.versions.length, 0),
     },
     afterCommit: async (db: TenantDb, deps: VectorDeps) => {
@@ -247,9 +250,10 @@ async function forgetVersionsReadFrom(db: TenantDb, messageIds: string[]): Promi
   return gone.length;
 }
 
-/** Adds what deleteFacts removed to a receipt. */
-function countDeleted(receipt: ForgetReceipt, deleted: { facts: number; snippets: number }) {
+/** Adds what deleteFacts removed to a receipt: the facts, their versions (as read under the delete's lock) and their keys. */
+function countDeleted(receipt: ForgetReceipt, deleted: { facts: number; snippets: number; versions: number }) {
   receipt.facts += deleted.facts;
+  receipt.factVersions += deleted.versions;
   receipt.snippets += deleted.snippets;
 }
 
@@ -422,7 +426,6 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   await deleteVectors(deps, db.$tenantId(), { endUserId });
 
   const factIds = (await db.fact.findMany({ where: { endUserId }, select: { id: true } })).map((f) => f.id);
-  receipt.factVersions = await db.factVersion.count({ where: { factId: { in: factIds } } });
   countDeleted(receipt, await deleteFacts(db, deps, factIds));
   receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: inTheirs })).count;
   receipt.summaryRevisions = (await db.summaryRevision.deleteMany({ where: inTheirs })).count;
@@ -441,7 +444,6 @@ export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: stri
   // Facts an extraction that read the messages before wrote after the first delete (a fact
   // written from now on finds its message gone: facts.ts).
   const lateFacts = (await db.fact.findMany({ where: { endUserId }, select: { id: true } })).map((f) => f.id);
-  receipt.factVersions += await db.factVersion.count({ where: { factId: { in: lateFacts } } });
   countDeleted(receipt, await deleteFacts(db, deps, lateFacts));
   // And the gate's verdicts a turn's work stored meanwhile.
   receipt.gateVerdicts += (await db.gateVerdict.deleteMany({ where: inTheirs })).count;
@@ -527,7 +529,6 @@ export async function forgetPhrases(
       SELECT f."id" FROM "Fact" f
       WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId} AND f."sourceMessageId" = ANY(${messageIds}::text[])
       UNION ${factsSaying}`);
-    receipt.factVersions += await db.factVersion.count({ where: { factId: { in: factIds } } });
     countDeleted(receipt, await deleteFacts(db, deps, factIds));
     receipt.factVersions += await forgetVersionsReadFrom(db, messageIds);
     // A snippet's indexed column also holds its date as words ("wednesday", "2024"), which a
@@ -653,7 +654,6 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
     const ids = (
       await db.fact.findMany({ where: { endUserId: conversation.endUserId, sourceMessageId: { in: [...messageIds] } }, select: { id: true } })
     ).map((f) => f.id);
-    receipt.factVersions += await db.factVersion.count({ where: { factId: { in: ids } } });
     countDeleted(receipt, await deleteFacts(db, deps, ids));
     receipt.factVersions += await forgetVersionsReadFrom(db, [...messageIds]);
   };
@@ -694,7 +694,7 @@ export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string,
   if (!found) throw notFound("Fact", factId);
   const { versions, ...fact } = found;
   // The same fact, as any of its versions said it.
-  const texts = new Set([fact.text, ...versions.map((v) => v.text)].map(normalizeFact));
+  const texts = new Set(textsOf(found).map(normalizeFact));
   const receipt = emptyReceipt();
   const marked = new Set<string>();
   const late: Fact[] = [];
@@ -714,12 +714,10 @@ export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string,
     if (again.length === 0) return;
     const deleted = await deleteFacts(db, deps, again.map((f) => f.id));
     late.push(...again.filter((f) => deleted.factIds.includes(f.id)));
-    receipt.factVersions += deleted.versions;
     countDeleted(receipt, deleted);
   };
   await markAndSweep(sourcesOf([found]));
   const gone = await deleteFacts(db, deps, [factId]);
-  receipt.factVersions += gone.versions;
   countDeleted(receipt, gone);
   // An update of the fact from another message committed between the first read and the delete's
   // lock: that message is marked too, and its text is the fact's too.

@@ -111,35 +111,60 @@ function retryJobStateSaves(backend: PostgresBackend, options: { lockMs: number 
 
 /**
  * A coalesced job's request (`nowDebounced`) that lands while the job runs moves the row's next
- * run, and Agenda's later saves of the run (a heartbeat's `touch`, the save of its end) then
+ * run, and Agenda's saves of the run (its start, a heartbeat's `touch`, the save of its end)
  * wrote the run's own next run over it: none for a one-off job, so the request was lost and the
  * work it asked for (an import's extraction, say) waited for another request that might never
- * come. Every save of a run after its start keeps the earlier of the two instead. The save of
- * the start (the first with a lock, once it has succeeded) goes through the backend's: it
- * clears a one-off job's next run and sets a repeating job's, and nothing else writes a running
- * job's row, so a next run found there afterwards is a request's. The statement is the backend's
- * own (@agendajs/postgres-backend 3.0.6, `saveJobState`) with that one change. (A request that
- * lands between the lock and the start's save is still written over: a window of one statement.)
+ * come. Every save of a run after its start keeps the earlier of the two instead. The save of the
+ * start (the first with a lock) is the one that clears a one-off job's next run and sets a
+ * repeating job's, so it writes the run's own only where the row still holds the next run it had
+ * when it was locked (read back by the lock's statement, kept here until the start is saved), and
+ * the earlier of the two where a request has moved it since. Nothing else writes a running job's
+ * row, so a next run that differs is a request's. The statement is the backend's own
+ * (@agendajs/postgres-backend 3.0.6, `saveJobState`) with that one change.
  */
-function keepRequestsMadeDuringARun(backend: PostgresBackend, pool: ReturnType<typeof createPool>) {
+function keepRequestsMadeDuringARun(backend: PostgresBackend, pool: ReturnType<typeof createPool>, lockMs: number) {
   const repository = backend.repository;
   const save = repository.saveJobState.bind(repository);
   // The runs (Agenda's job attributes, one object for a run's saves) whose start has been saved.
   const started = new WeakSet<object>();
+  // A locked job's id -> its lock's time and the next run its row held then (a request since moves it).
+  const locked = new Map<string, { lockedAt: number; nextRunAt: Date | null }>();
+  const remember = <T extends { _id?: unknown; lockedAt?: Date; nextRunAt?: Date | null } | undefined>(job: T): T => {
+    if (!job?._id || !job.lockedAt) return job;
+    const now = Date.now();
+    // A job locked and then dropped unrun (its lock lapsed in the worker's queue) is never started.
+    if (locked.size > 1_000) for (const [id, lock] of locked) if (lock.lockedAt < now - 2 * lockMs) locked.delete(id);
+    locked.set(String(job._id), { lockedAt: job.lockedAt.getTime(), nextRunAt: job.nextRunAt ?? null });
+    return job;
+  };
+  const getNextJobToRun = repository.getNextJobToRun.bind(repository);
+  repository.getNextJobToRun = async (...args) => remember(await getNextJobToRun(...args));
+  const lockJob = repository.lockJob.bind(repository);
+  repository.lockJob = async (...args) => remember(await lockJob(...args));
   repository.saveJobState = async (job, options) => {
     if (!job._id) return save(job, options);
+    const id = String(job._id);
+    // The start's save: the next run the row held at the lock, if this process locked it.
+    let atLock: { nextRunAt: Date | null } | undefined;
     if (job.lockedAt && !started.has(job)) {
-      await save(job, options);
-      started.add(job);
-      return;
+      const lock = locked.get(id);
+      // Not this process's lock (never so for a run): the backend's own save.
+      if (!lock || lock.lockedAt !== job.lockedAt.getTime()) return save(job, options).then(() => void started.add(job));
+      locked.delete(id);
+      atLock = lock;
     }
+    // At the start, the run's own next run where the row's is unmoved since the lock (within the
+    // driver's millisecond: it cuts a timestamp's microseconds); otherwise the earlier of the two.
     const result = await pool.query(
       `UPDATE "agenda_jobs"
-       SET locked_at = $2, next_run_at = LEAST(next_run_at, $3), last_run_at = $4, progress = $5, fail_reason = $6,
-           fail_count = $7, failed_at = $8, last_finished_at = $9, last_modified_by = $11
+       SET locked_at = $2, last_run_at = $4, progress = $5, fail_reason = $6,
+           fail_count = $7, failed_at = $8, last_finished_at = $9, last_modified_by = $11,
+           next_run_at = CASE
+             WHEN $12::boolean AND (next_run_at IS NULL AND $13::timestamptz IS NULL OR abs(extract(epoch FROM next_run_at - $13::timestamptz)) < 0.001) THEN $3
+             ELSE LEAST(next_run_at, $3) END
        WHERE id = $1 AND name = $10`,
       [
-        String(job._id),
+        id,
         job.lockedAt || null,
         job.nextRunAt || null,
         job.lastRunAt || null,
@@ -150,10 +175,13 @@ function keepRequestsMadeDuringARun(backend: PostgresBackend, pool: ReturnType<t
         job.lastFinishedAt || null,
         job.name,
         options?.lastModifiedBy || null,
+        atLock !== undefined,
+        atLock?.nextRunAt ?? null,
       ],
     );
     // As the backend's: Agenda logs it and goes on (the row was deleted meanwhile).
-    if (result.rowCount !== 1) throw new Error(`job ${String(job._id)} (name: ${job.name}) cannot be updated in the database, maybe it does not exist anymore?`);
+    if (result.rowCount !== 1) throw new Error(`job ${id} (name: ${job.name}) cannot be updated in the database, maybe it does not exist anymore?`);
+    if (atLock) started.add(job);
   };
 }
 
@@ -203,7 +231,7 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
       }
     }
   };
-  keepRequestsMadeDuringARun(backend, pool);
+  keepRequestsMadeDuringARun(backend, pool, options.lockMs);
   retryJobStateSaves(backend, options, log, pause);
   // Agenda gives back a lock it may not keep without awaiting it; one that arrives as the queue
   // shuts down met an ended pool, and its rejection, unheard, ended the process (readme test on

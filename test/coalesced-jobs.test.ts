@@ -85,4 +85,32 @@ describe("a request that lands while its job runs", () => {
     expect((await jobRow(job.name)).nextRunAt).toBeNull();
     expect(runs).toHaveLength(2);
   }, 60_000);
+
+  it("runs the job again when the request lands between the job's lock and the save of its start", async () => {
+    const job = defineJob({ name: "test.coalesced-at-start", schema: z.object({ key: z.string() }) });
+    const runs: Job[] = [];
+    const queue = engram.services.queue as AgendaQueue;
+    queue.agenda.define(job.name, async (running: Job) => void runs.push(running));
+    const request = () => queue.enqueueCoalesced(job, { key: "k" }, "key", 300);
+    // The first save of a locked run of this job is its start's: a request goes in just before it.
+    const repository = queue.agenda.db;
+    const save = repository.saveJobState.bind(repository);
+    let raced = false;
+    repository.saveJobState = async (attrs, options) => {
+      if (attrs.name === job.name && attrs.lockedAt && !raced) {
+        raced = true;
+        await request();
+      }
+      return save(attrs, options);
+    };
+    try {
+      await request();
+      await until("a second run, for the request made as the first started", async () => runs.length >= 2, 30_000);
+      await until("the second run's end", async () => (await jobRow(job.name)).lastFinishedAt! >= runs[1].attrs.lastRunAt!, 30_000);
+      expect((await jobRow(job.name)).nextRunAt).toBeNull();
+      expect(runs).toHaveLength(2);
+    } finally {
+      repository.saveJobState = save;
+    }
+  }, 60_000);
 });

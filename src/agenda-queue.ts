@@ -150,7 +150,6 @@ function keepRequestsMadeDuringARun(backend: PostgresBackend, pool: ReturnType<t
       const lock = locked.get(id);
       // Not this process's lock (never so for a run): the backend's own save.
       if (!lock || lock.lockedAt !== job.lockedAt.getTime()) return save(job, options).then(() => void started.add(job));
-      locked.delete(id);
       atLock = lock;
     }
     // At the start, the run's own next run where the row's is unmoved since the lock (within the
@@ -181,7 +180,11 @@ function keepRequestsMadeDuringARun(backend: PostgresBackend, pool: ReturnType<t
     );
     // As the backend's: Agenda logs it and goes on (the row was deleted meanwhile).
     if (result.rowCount !== 1) throw new Error(`job ${id} (name: ${job.name}) cannot be updated in the database, maybe it does not exist anymore?`);
-    if (atLock) started.add(job);
+    if (atLock) {
+      // Only now: a save retried after a lost connection (retryJobStateSaves) is still the start's.
+      locked.delete(id);
+      started.add(job);
+    }
   };
 }
 

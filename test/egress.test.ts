@@ -1,11 +1,11 @@
 import { lookup } from "node:dns/promises";
-import { createServer, type Server } from "node:http";
+import { createServer, get as httpGet, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { hostname } from "node:os";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { settingsChanged } from "../src/governance/settings.ts";
 import { compactTenants } from "../src/work/compact-tenants.ts";
-import { baseUrlProblem, guardedFetch, isPrivateAddress, ModelCallError } from "../src/models/egress.ts";
+import { baseUrlProblem, guardedFetch, guardedLookup, isPrivateAddress, ModelCallError } from "../src/models/egress.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import { startModelServer, type ModelServer } from "./helpers/model-server.ts";
 
@@ -107,6 +107,44 @@ describe("address ranges", () => {
       expect(error).toBeInstanceOf(ModelCallError);
       expect(error.kind).toBe("refused");
       expect(target.hits()).toBe(0);
+    } finally {
+      await target.stop();
+    }
+  });
+});
+
+describe("names on the operator's network", () => {
+  type Resolve = Parameters<typeof guardedLookup>[1];
+  const answering = (error: NodeJS.ErrnoException | null, addresses: { address: string; family: number }[]) =>
+    ((_name: string, _options: object, callback: (e: NodeJS.ErrnoException | null, a: unknown) => void) => callback(error, addresses)) as unknown as Resolve;
+  const lookupError = (resolve: Resolve) =>
+    new Promise<ModelCallError>((done) => guardedLookup("db.corp.example", resolve)("db.corp.example", {}, (error) => done(error as unknown as ModelCallError)));
+
+  it("are refused in the same words whether the name is unknown or private, so a route cannot list them", async () => {
+    const unknown = Object.assign(new Error("getaddrinfo ENOTFOUND db.corp.example"), { code: "ENOTFOUND" });
+    const [missing, internalName, mixed] = await Promise.all([
+      lookupError(answering(unknown, [])),
+      lookupError(answering(null, [{ address: "10.0.0.7", family: 4 }])),
+      lookupError(answering(null, [{ address: "8.8.8.8", family: 4 }, { address: "10.0.0.7", family: 4 }])),
+    ]);
+    for (const error of [missing, internalName, mixed]) expect(error).toBeInstanceOf(ModelCallError);
+    expect(internalName.message).toBe(missing.message);
+    expect(mixed.message).toBe(missing.message);
+    expect(missing.message).toMatch(/did not resolve to a public address/);
+    // A resolver's outage may pass; a private address will not.
+    expect([missing.kind, internalName.kind]).toEqual(["failed", "refused"]);
+  });
+
+  it("are checked on every connection, even one the process's shared pool already holds open", async () => {
+    const target = await startHttp((res) => res.end("{}"));
+    try {
+      // Another part of the process talks to that host through Node's shared (keep-alive) agent.
+      await new Promise<void>((resolve, reject) => httpGet(`http://localhost:${target.port}/`, (res) => res.resume().on("end", resolve)).on("error", reject));
+      expect(target.hits()).toBe(1);
+      const error = await guardedFetch({ allowed: [] }, { idleTimeoutMs: 5_000 })(`http://localhost:${target.port}/v1/embeddings`, { method: "POST", body: "{}" }).catch((e) => e);
+      expect(error).toBeInstanceOf(ModelCallError);
+      expect(error.kind).toBe("refused");
+      expect(target.hits()).toBe(1);
     } finally {
       await target.stop();
     }

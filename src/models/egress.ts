@@ -193,19 +193,40 @@ export function withoutCredentials(raw: string): string {
 // ---------------------------------------------------------------------------------------------
 // The fetch given to every OpenAI client
 
-function guardedLookup(host: string): LookupFunction {
+/**
+ * What a call is told when its host's name does not lead to a public address: the same words
+ * whether the name is unknown or resolves to a private one, so that a tenant cannot use its route
+ * to learn which names the server's own network knows (the operator's log has which it was).
+ */
+const notPublic = (host: string, kind: ModelCallError["kind"]) =>
+  new ModelCallError(
+    `model host ${host} did not resolve to a public address (it is unknown, or on a private, loopback or link-local network); the operator can allow a private host with ENGRAM_MODEL_HOST_ALLOWLIST`,
+    kind,
+  );
+
+/** Node's `lookup` for a connection to `host`: refuses it unless every address it resolves to is public. */
+export function guardedLookup(host: string, resolve: typeof dnsLookup = dnsLookup, onRefusal?: (why: string) => void): LookupFunction {
   return (hostname, options, callback) => {
-    dnsLookup(hostname, { ...options, all: true }, (error, addresses) => {
-      if (error) return callback(error, "", 0);
-      const list = addresses as unknown as LookupAddress[];
-      if (list.length === 0 || list.some((a) => isPrivateAddress(a.address))) {
-        return callback(refusal(host) as unknown as NodeJS.ErrnoException, "", 0);
+    resolve(hostname, { ...options, all: true }, (error, addresses) => {
+      const list = (addresses ?? []) as unknown as LookupAddress[];
+      const why = error ? `lookup failed (${error.code ?? error.message})` : list.length === 0 ? "no address" : list.some((a) => isPrivateAddress(a.address)) ? "a private address" : null;
+      if (why) {
+        onRefusal?.(why);
+        // A failed lookup may work on a later try (a resolver's outage); a private address never.
+        return callback(notPublic(host, error ? "failed" : "refused") as unknown as NodeJS.ErrnoException, "", 0);
       }
       if (options.all) return (callback as unknown as (e: null, a: LookupAddress[]) => void)(null, list);
       callback(null, list[0].address, list[0].family);
     });
   };
 }
+
+/**
+ * The connections of calls whose addresses were checked, kept apart from Node's shared agent: a
+ * connection is checked once, when it is made, so one reused from the shared pool (another
+ * part of the process's request to the same host and port) would have skipped the check.
+ */
+const CHECKED_AGENTS = { "http:": new http.Agent({ keepAlive: true }), "https:": new https.Agent({ keepAlive: true }) };
 
 const NULL_BODY = new Set([101, 204, 205, 304]);
 
@@ -233,7 +254,12 @@ export function asModelCallError(error: unknown): ModelCallError {
  * policy, never follows a redirect, replaces an error response's body with its status, and ends
  * an exchange that receives nothing for `idleTimeoutMs`, its body included.
  */
-export function guardedFetch(policy: EgressPolicy, bounds: { idleTimeoutMs: number }): typeof fetch {
+export function guardedFetch(
+  policy: EgressPolicy,
+  bounds: { idleTimeoutMs: number },
+  /** Told, for the operator's log, why a host's name was refused (the call's error does not say). */
+  log?: (host: string, why: string) => void,
+): typeof fetch {
   return async (input, init) => {
     const request = new Request(input, init);
     const url = new URL(request.url);
@@ -257,7 +283,9 @@ export function guardedFetch(policy: EgressPolicy, bounds: { idleTimeoutMs: numb
           headers,
           signal: request.signal,
           timeout: bounds.idleTimeoutMs,
-          ...(allowed || isIP(host) ? {} : { lookup: guardedLookup(host) }),
+          // An allow-listed host may use the shared pool; any other connection is one this module checked.
+          ...(allowed ? {} : { agent: CHECKED_AGENTS[url.protocol as keyof typeof CHECKED_AGENTS] }),
+          ...(allowed || isIP(host) ? {} : { lookup: guardedLookup(host, dnsLookup, (why) => log?.(host, why)) }),
         },
         (incoming) => {
           received = incoming;

@@ -212,7 +212,9 @@ export function createModelProvider(deps: {
 }): ModelProvider {
   const { tenants, env } = deps;
   // Every OpenAI client, chat and embeddings, connects through this.
-  const fetch = guardedFetch(egressPolicy(env), { idleTimeoutMs: env.ENGRAM_MODEL_TIMEOUT_MS });
+  const fetch = guardedFetch(egressPolicy(env), { idleTimeoutMs: env.ENGRAM_MODEL_TIMEOUT_MS }, (host, why) =>
+    deps.log.warn("model call refused: its host's name did not resolve to public addresses", { host, why }),
+  );
   const deadlineMs = modelCallDeadlineMs(env);
   const createModel =
     deps.createModel ??

@@ -73,7 +73,7 @@ async function vectorsHolding(engram: TestEngram, tenantId: string, needles: str
 
 let model: ModelServer;
 let engram: TestEngram;
-const CANARY = { deleting: "zqxcanary4471", keeping: "zqxcanary9902", phrase: "zqxcanary3318" };
+const CANARY = { deleting: "zqxcanary4471", keeping: "zqxcanary9902", phrase: "zqxcanary3318", fact: "zqxcanary5521" };
 
 beforeAll(async () => {
   ({ model, engram } = await startEngramWithModel({
@@ -208,6 +208,7 @@ describe("'forget my X' reaches every copy of what matches X", () => {
         folded: appendEvent(input: { scope: ENTITY, scopeRef: "${user}", kind: "note", body: "Asked twice about her locker code.", source: "crm", sourceRef: "xena-2" }) { id }
         digest: createEntry(input: { scope: ENTITY, scopeRef: "${user}", title: "Xena, facilities", summary: "Visits the gym on Mondays." }) { id }
         entry: createEntry(input: { scope: ENTITY, scopeRef: "${user}", title: "Locker", summary: $body }) { id }
+        tagged: createEntry(input: { scope: ENTITY, scopeRef: "${user}", title: "Access", summary: "Has a badge for the gym.", tags: ["locker", "code"] }) { id }
         tea: appendEvent(input: { scope: ENTITY, scopeRef: "${user}", kind: "note", body: "Drinks green tea.", source: "crm", sourceRef: "xena-3" }) { id }
         other: appendEvent(input: { scope: ENTITY, scopeRef: "yusuf", kind: "note", body: "Yusuf's locker code is 1234.", source: "crm", sourceRef: "yusuf-1" }) { id }
       }`,
@@ -226,14 +227,49 @@ describe("'forget my X' reaches every copy of what matches X", () => {
     expect(await vectorsHolding(engram, tenantId, [CANARY.phrase])).toEqual([]);
     // What did not match stays.
     expect(await db.message.count({ where: { conversationId: first.conversationId, content: { contains: "green tea" } } })).toBe(1);
-    const { saying, folded, digest, entry, tea, other } = notes.data;
+    const { saying, folded, digest, entry, tagged, tea, other } = notes.data;
     expect(await db.memoryEvent.count({ where: { id: { in: [saying.id, folded.id] } } })).toBe(0);
-    expect(await db.memoryEntry.count({ where: { id: { in: [digest.id, entry.id] } } })).toBe(0);
+    expect(await db.memoryEntry.count({ where: { id: { in: [digest.id, entry.id, tagged.id] } } })).toBe(0);
     expect(await db.memoryEvent.count({ where: { id: { in: [tea.id, other.id] } } })).toBe(2);
     // The tea note was folded into the deleted digest too: it waits for compaction again, in no entry.
     expect(await db.memoryEvent.findUniqueOrThrow({ where: { id: tea.id } })).toMatchObject({ entryId: null, compressedAt: null });
     const audit = await db.auditLog.findFirstOrThrow({ where: { tenantId, action: "memory.forget" }, orderBy: { createdAt: "desc" } });
-    expect(audit.changes).toMatchObject({ target: { kind: "PHRASES", phrases: 1 }, receipt: { events: 2, entries: 2 } });
+    expect(audit.changes).toMatchObject({ target: { kind: "PHRASES", phrases: 1 }, receipt: { events: 2, entries: 3 } });
+  }, 300_000);
+});
+
+describe("deleteFact reaches the summary", () => {
+  it("clears the summaries that folded the fact's message, their revisions and keys, and no rewrite folds it again", async () => {
+    const tenantId = engram.tenant.tenantId;
+    const db = engram.services.db;
+    const who = { user: "ida", conversation: "ida-1" };
+    const first = await say(engram, who, `My locker code is ${CANARY.fact}.`, "Saved.");
+    const said = await db.message.findFirstOrThrow({ where: { conversationId: first.conversationId, seq: 1 } });
+    for (let n = 2; n <= 6; n++) await say(engram, who, `Filler question number ${n} about the weather.`, `Filler answer ${n}.`);
+    await until("the summary to copy the canary", async () =>
+      (await db.conversation.findUnique({ where: { id: first.conversationId } }))?.summary?.includes(CANARY.fact),
+    60_000);
+    await until("a fact holding the canary", async () => (await db.fact.count({ where: { tenantId, text: { contains: CANARY.fact } } })) > 0, 60_000);
+    await until("the message kept word for word", async () => (await db.message.count({ where: { id: said.id, keepScore: 3 } })) > 0, 60_000);
+    await allIndexed(engram, tenantId, 60_000, ["memory.summarize"]);
+    expect(await db.recallSnippet.count({ where: { conversationId: first.conversationId, kind: "SUMMARY", text: { contains: CANARY.fact } } })).toBeGreaterThan(0);
+
+    const fact = await db.fact.findFirstOrThrow({ where: { tenantId, text: { contains: CANARY.fact } } });
+    const deleted = await engram.gql(`mutation($id: ID!) { deleteFact(id: $id) { change } }`, { id: fact.id });
+    expect(deleted.errors).toBeUndefined();
+    // The message stays (deleteFact keeps the conversation's record), and is the only copy.
+    const only = async () => [...new Set((await rowsHolding(engram, CANARY.fact)).map((h) => h.table))];
+    expect(await only()).toEqual(["Message"]);
+    expect(await db.message.findUniqueOrThrow({ where: { id: said.id } })).toMatchObject({ keepScore: null });
+    const audit = await db.auditLog.findFirstOrThrow({ where: { tenantId, action: "memory.forget" }, orderBy: { createdAt: "desc" } });
+    expect(audit.changes).toMatchObject({ target: { kind: "FACT" }, receipt: { facts: 1, summaries: 1 } });
+
+    // The conversation goes on: the next summary starts after what was folded, and never folds the message.
+    for (let n = 7; n <= 11; n++) await say(engram, who, `More small talk, number ${n}.`, `Reply ${n}.`);
+    await until("a new summary", async () => (await db.conversation.findUnique({ where: { id: first.conversationId } }))?.summary != null, 60_000);
+    await allIndexed(engram, tenantId, 60_000, ["memory.summarize"]);
+    expect(await only()).toEqual(["Message"]);
+    expect(await vectorsHolding(engram, tenantId, [CANARY.fact])).toEqual([]);
   }, 300_000);
 });
 

@@ -144,6 +144,23 @@ describe("a turn's snippet planned before a forget", () => {
   });
 });
 
+describe("what 'forget my X' matches", () => {
+  it("takes a fact by whom it is about, as its subject names them, and the message it was read from", async () => {
+    const said = await say(engram, { user: "ulla", conversation: "ulla-1" }, "She can't have peanuts at all.", "Noted.");
+    const message = await engram.services.db.message.findFirstOrThrow({ where: { conversationId: said.conversationId, seq: 1 } });
+    const ADD = `mutation($input: AddFactInput!) { addFact(input: $input) { id } }`;
+    const about = await engram.gql(ADD, { input: { endUserId: said.endUserId, text: "Is allergic to peanuts.", subject: "Ana (daughter)" } });
+    const other = await engram.gql(ADD, { input: { endUserId: said.endUserId, text: "The user drinks green tea." } });
+    expect([about.errors, other.errors]).toEqual([undefined, undefined]);
+    await engram.services.db.fact.update({ where: { id: about.data.addFact.id }, data: { sourceMessageId: message.id } });
+    const receipt = await forgetPhrases(db, engram.services.deps, said.endUserId, ["Ana"], reason);
+    expect(receipt.facts).toBe(1);
+    // Deleted, or kept as a record but forgotten (the tenant's forgetDeletesMessages).
+    expect(await engram.services.db.message.count({ where: { id: message.id, forgottenAt: null } })).toBe(0);
+    expect((await engram.services.db.fact.findMany({ where: { endUserId: said.endUserId } })).map((f) => f.text)).toEqual(["The user drinks green tea."]);
+  });
+});
+
 describe("a forget's second look", () => {
   it("finds a snippet matched by its text alone (no one message says it) written meanwhile", async () => {
     await keepMessages(false);

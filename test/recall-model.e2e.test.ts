@@ -101,6 +101,13 @@ describe("recall on a scripted OpenAI-compatible server", () => {
     await engram.gql(CONTEXT, { input: { conversationId: now.conversationId, message: "Remind me about our holiday trip from last time?" } });
     const again = model.requests.filter(isRerank).at(-1)!.messages[1].content;
     expect(again).toContain(`(just before: ${JSON.stringify("assistant: Sounds like a lot.")})`);
+    // Nor one kept after a fact read from it was deleted (deleteFact marks it).
+    await engram.services.db.message.updateMany({ where: { content: "Sounds like a lot." }, data: { factsForgottenAt: new Date() } });
+    await engram.gql(CONTEXT, { input: { conversationId: now.conversationId, message: "Remind me about our holiday trip from last time?" } });
+    const third = model.requests.filter(isRerank).at(-1)!.messages[1].content;
+    // (Its own snippet is still a candidate here: deleteFact would have deleted it.)
+    expect(third).not.toContain(`(just before: ${JSON.stringify("assistant: Sounds like a lot.")})`);
+    expect(third).toMatch(/\[\d+\] \(\d{4}-\d\d-\d\d\)\n"user: I'm planning our family holiday trip\./);
   });
 
   it("falls back to the similarity floor when the judge's answer is broken", async () => {

@@ -485,8 +485,9 @@ export async function forgetPhrases(
   const matches = (column: Prisma.Sql) => matchesAnyPhrase(Prisma.sql`to_tsvector('english', ${column})`, wanted);
   const ids = async (query: Prisma.Sql) => (await db.$queryRaw<{ id: string }[]>(query)).map((r) => r.id);
 
-  // The facts that say it: their text, or a version in their history, matches.
-  const factText = matches(Prisma.sql`f."text"`);
+  // The facts that say it: their text (with whom it is about: "forget what I said about Ana"
+  // takes the facts whose subject is "Ana (daughter)"), or a version in their history, matches.
+  const factText = matches(Prisma.sql`concat_ws(' ', f."text", f."subject")`);
   const factsSaying = Prisma.sql`
     SELECT f."id" FROM "Fact" f
     WHERE f."tenantId" = ${tenantId} AND f."endUserId" = ${endUserId}
@@ -610,7 +611,9 @@ async function forgetNotesSaying(db: TenantDb, endUserId: string, phrases: strin
     WITH gone AS (
       DELETE FROM "MemoryEntry" e
       WHERE e."tenantId" = ${tenantId} AND e."scope" = 'ENTITY' AND e."scopeRef" = ${externalId}
-        AND (${matchesAnyPhrase(Prisma.sql`e."search"`, phrases)} OR e."id" = ANY(${foldedInto}::text[]))
+        AND (${matchesAnyPhrase(Prisma.sql`e."search"`, phrases)} OR e."id" = ANY(${foldedInto}::text[])
+          -- Its tags say it too (the indexed column holds only the title and summary).
+          OR ${matchesAnyPhrase(Prisma.sql`to_tsvector('english', array_to_string(e."tags", ' '))`, phrases)})
       RETURNING e."id"
     ), unfolded AS (
       UPDATE "MemoryEvent" v SET "compressedAt" = NULL
@@ -707,7 +710,7 @@ export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string,
     const before = new Set((await fromThem()).map((f) => f.id));
     // In id order, as every statement that locks several messages takes them.
     await db.$executeRaw`
-      UPDATE "Message" SET "factsForgottenAt" = ${appNow()}
+      UPDATE "Message" SET "factsForgottenAt" = ${appNow()}, "keepScore" = NULL
       WHERE "id" IN (SELECT "id" FROM "Message" WHERE "tenantId" = ${db.$tenantId()} AND "id" = ANY(${fresh}::text[]) ORDER BY "id" FOR NO KEY UPDATE)`;
     for (const id of fresh) marked.add(id);
     const again = (await fromThem()).filter((f) => f.id !== fact.id && (!before.has(f.id) || texts.has(normalizeFact(f.text))));
@@ -724,6 +727,7 @@ export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string,
   for (const text of gone.texts) texts.add(normalizeFact(text));
   await markAndSweep(gone.sources);
   if (marked.size) receipt.snippets += await forgetSnippetsWhere(db, deps, { messageIds: { hasSome: [...marked] } });
+  await clearSummariesFolding(db, deps, [...marked], receipt);
   await audit(db, who, { kind: "FACT", endUserId: fact.endUserId, factId }, receipt);
   // As it was when deleted (an update may have come in between), and only by the delete that took it.
   const deletedFact = { ...fact, text: gone.texts[0] ?? fact.text };
@@ -738,6 +742,39 @@ export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string,
     });
   }
   return fact;
+}
+
+/**
+ * The summaries that folded any of these (marked) messages: cleared, with the revisions that
+ * covered them and the summaries' recall keys, so that what a deleted fact said is not kept in a
+ * conversation's summary, nor found again through the keys a later rewrite would make of it. The
+ * coverage stays: the next rewrite starts after it, and never folds a marked message (summary.ts).
+ * A rewrite under way that read one is moot: its summary or its messages changed (summary.ts's
+ * compare-and-set); one that committed before the mark is cleared here, after it; keys written
+ * from a summary just cleared find it changed, or are swept by the delete after the clear.
+ */
+async function clearSummariesFolding(db: TenantDb, deps: VectorDeps, messageIds: string[], receipt: ForgetReceipt) {
+  if (messageIds.length === 0) return;
+  const tenantId = db.$tenantId();
+  const folded = Prisma.sql`
+    SELECT m."conversationId", min(m."seq") AS "seq" FROM "Message" m
+    WHERE m."tenantId" = ${tenantId} AND m."id" = ANY(${messageIds}::text[])
+    GROUP BY m."conversationId"`;
+  const cleared = await db.$queryRaw<{ id: string }[]>`
+    WITH "folded" AS (${folded}), "holding" AS (
+      SELECT c."id" FROM "Conversation" c JOIN "folded" f ON f."conversationId" = c."id"
+      WHERE c."tenantId" = ${tenantId} AND c."summary" IS NOT NULL AND c."summaryThroughSeq" >= f."seq"
+      ORDER BY c."id"
+      FOR NO KEY UPDATE OF c
+    )
+    UPDATE "Conversation" c SET "summary" = NULL FROM "holding" h WHERE c."id" = h."id"
+    RETURNING c."id"`;
+  receipt.summaries += cleared.length;
+  receipt.summaryRevisions += await db.$executeRaw`
+    WITH "folded" AS (${folded})
+    DELETE FROM "SummaryRevision" r USING "folded" f
+    WHERE r."tenantId" = ${tenantId} AND r."conversationId" = f."conversationId" AND r."coveredThroughSeq" >= f."seq"`;
+  if (cleared.length) receipt.snippets += await forgetSnippetsWhere(db, deps, { kind: "SUMMARY", conversationId: { in: cleared.map((c) => c.id) } });
 }
 
 const BATCH = 500;

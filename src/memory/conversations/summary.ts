@@ -30,8 +30,9 @@ export type RewriteOutcome =
 class Superseded extends Error {}
 
 // What a summary folds and the verbatim judge scores: shared, and not forgotten (a tenant that
-// keeps forgotten messages keeps them as a record, not as memory).
-const shared = (conversationId: string) => ({ conversationId, private: false, forgottenAt: null });
+// keeps forgotten messages keeps them as a record, not as memory), nor kept after a fact read
+// from it was deleted (deleteFact: what that fact said is not remembered again, here either).
+const shared = (conversationId: string) => ({ conversationId, private: false, forgottenAt: null, factsForgottenAt: null });
 
 /**
  * Folds everything older than the tail into the running summary: rewrite with the summarizer,
@@ -115,9 +116,10 @@ async function rewriteUnderLease(db: TenantDb, deps: SummaryDeps, conversationId
           : { updatedAt: new Date() },
       });
       if (count === 0) throw new Superseded();
-      // Nor over a message it read that a forget has taken since (the conversation row, locked
-      // now, is what the forget's last step takes next: a summary landing before it is cleared).
-      const stillThere = await tx.message.count({ where: { id: { in: toFold.map((m) => m.id) }, forgottenAt: null } });
+      // Nor over a message it read that a forget has taken (or deleteFact marked) since (the
+      // conversation row, locked now, is what the forget's last step takes next: a summary
+      // landing before it is cleared).
+      const stillThere = await tx.message.count({ where: { id: { in: toFold.map((m) => m.id) }, forgottenAt: null, factsForgottenAt: null } });
       if (stillThere < toFold.length) throw new Superseded();
       return tx.summaryRevision.create({
         data: {

@@ -308,8 +308,10 @@ async function neighbouringTurns(db: TenantDb, candidates: RecallCandidate[]) {
   const messages = await db.message.findMany({
     where: {
       private: false,
-      // Kept raw but forgotten (forgetDeletesMessages off): never shown to the judge's model.
+      // Kept raw but forgotten (forgetDeletesMessages off), or kept after a fact read from it was
+      // deleted (deleteFact): never shown to the judge's model, as neither is recalled.
       forgottenAt: null,
+      factsForgottenAt: null,
       role: { in: ["USER", "ASSISTANT"] },
       OR: turns.map(({ c, first, last }) => ({ conversationId: c.conversationId, seq: { in: [first - 2, first - 1, last + 1, last + 2] } })),
     },

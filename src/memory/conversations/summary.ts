@@ -187,7 +187,7 @@ async function rescoreOlderMessages(
     WITH picked AS (
       SELECT m."id", s."score" FROM "Message" m
       JOIN jsonb_to_recordset(${JSON.stringify(scored)}::jsonb) AS s("seq" int, "score" int) ON s."seq" = m."seq"
-      WHERE m."tenantId" = ${db.$tenantId()} AND m."conversationId" = ${conversationId} AND m."forgottenAt" IS NULL
+      WHERE m."tenantId" = ${db.$tenantId()} AND m."conversationId" = ${conversationId} AND m."forgottenAt" IS NULL AND m."factsForgottenAt" IS NULL
       ORDER BY m."id"
       FOR NO KEY UPDATE OF m
     )

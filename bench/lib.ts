@@ -1,7 +1,7 @@
 import { forTenant } from "../src/db.ts";
 // Shared by the benchmarks: stores to run on, a bounded concurrent runner, percentiles, and the
 // README section each benchmark owns.
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
@@ -330,3 +330,47 @@ export function runBenchmark<R>(
     process.exit(1);
   });
 }
+
+export type TreeRss = { total: number; byName: Record<string, number> };
+
+/** Resident MB of this process and every process under it (the PGlite child, with Chroma on its thread), from /proc. */
+export function treeRss(): TreeRss {
+  const byName: Record<string, number> = {};
+  let total = 0;
+  const stack = [process.pid];
+  while (stack.length) {
+    const pid = stack.pop()!;
+    try {
+      const status = readFileSync(`/proc/${pid}/status`, "utf8");
+      const mb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024;
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+      const name = pid === process.pid ? "server (with the load generator)" : /pglite-child/.test(cmd) ? "PGlite" : /chroma/.test(cmd) ? "Chroma" : "other";
+      byName[name] = (byName[name] ?? 0) + mb;
+      total += mb;
+      for (const task of readdirSync(`/proc/${pid}/task`)) {
+        const children = readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").trim();
+        if (children) stack.push(...children.split(/\s+/).map(Number));
+      }
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return { total, byName };
+}
+
+/** The process tree's peak resident memory, sampled every 250 ms until stopped. */
+export function sampleTreeRss() {
+  let peak = treeRss();
+  const timer = setInterval(() => {
+    const now = treeRss();
+    if (now.total > peak.total) peak = now;
+  }, 250);
+  return {
+    stop: () => clearInterval(timer),
+    peak: () => peak,
+  };
+}
+
+/** "1,234 MB (server 600, PGlite 500, …)". */
+export const rssLine = (rss: TreeRss) =>
+  `${fmt(rss.total)} MB (${Object.entries(rss.byName).map(([name, mb]) => `${name} ${fmt(mb)}`).join(", ")})`;

@@ -4,7 +4,7 @@ import { forTenant } from "../../src/db.ts";
 // leaving one conversation out, PostgreSQL full-text (BM25) top 10, fusion, read-back) timed per call.
 import { randomUUID } from "node:crypto";
 import { searchSnippets, type RecallMode } from "../../src/memory/recall/recall.ts";
-import { benchStores, envInt, fmt, machineLine, markdownTable, openBenchEngram, percentile, writeReadmeSection } from "../lib.ts";
+import { benchStores, envInt, fmt, machineLine, markdownTable, openBenchEngram, percentile, rssLine, sampleTreeRss, writeReadmeSection } from "../lib.ts";
 
 const SIZES = (process.env.BENCH_RECALL_SIZES ?? "10000,100000").split(",").map(Number).sort((a, b) => a - b);
 const USERS = envInt("BENCH_RECALL_USERS", 100);
@@ -27,6 +27,8 @@ const unitVector = () => {
 
 const rows: string[][] = [];
 const skipped: string[] = [];
+// The process tree's peak (this process holds the server's services) per store and size, fill and searches included.
+const peaks: string[] = [];
 const started = performance.now();
 for await (const store of benchStores(skipped)) {
   seed = 42;
@@ -48,6 +50,7 @@ for await (const store of benchStores(skipped)) {
 
   let have = 0;
   for (const size of SIZES) {
+    const rss = sampleTreeRss();
     const fillStarted = performance.now();
     while (have < size) {
       const batch = Math.min(1_000, size - have);
@@ -108,6 +111,9 @@ for await (const store of benchStores(skipped)) {
       ]);
       console.log(rows.at(-1)!.join(" | "));
     }
+    rss.stop();
+    peaks.push(`${store.kind} at ${size.toLocaleString("en-US")} snippets: ${rssLine(rss.peak())}`);
+    console.log(`peak RSS, ${peaks.at(-1)}`);
   }
   await services.close();
   await store.drop();
@@ -121,6 +127,8 @@ Measured on ${machineLine()}; total run ${fmt((performance.now() - started) / 10
 
 ${markdownTable(["Store", "Snippets", "Retriever", "p50", "p95", "p99", "fill"], rows)}
 ${skipped.length ? `\nSkipped: ${skipped.join("; ")}.\n` : ""}
+Peak resident memory of the process tree (this process holds the server's services and the load generator; the PGlite child runs the store and Chroma's server; sampled every 250 ms from \`/proc\` from the start of each size's fill to its last search): ${peaks.join("; ")}.
+
 Where the time goes, and the goal: "Recall latency: goal and what remains" below.
 
 Reproduce: \`npx tsx bench/recall-latency/run.ts\` (env \`BENCH_RECALL_SIZES\` (default \`10000,100000\`), \`BENCH_RECALL_USERS\`, \`BENCH_RECALL_QUERIES\`, \`BENCH_STORES\`, \`BENCH_DATABASE_URL\`).`;

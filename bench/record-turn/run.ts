@@ -3,13 +3,15 @@
 // PostgreSQL; with the job worker off (the request alone) and on (the request while the worker
 // derives snippets, embeds them and runs the gate against a scripted model on loopback, as in the
 // harness). Run: npx tsx bench/record-turn/run.ts
-import { readdirSync, readFileSync } from "node:fs";
 import { buildApp } from "../../src/app.ts";
 import { startWorker } from "../../jobs/worker.ts";
 import { startModelServer, type ModelServer } from "../../test/helpers/model-server.ts";
 import { factsScript, memoryScript } from "../../test/helpers/scripted-memory-model.ts";
 import {
   envInt,
+  rssLine,
+  sampleTreeRss,
+  type TreeRss,
   fmt,
   markdownTable,
   measuredOn,
@@ -69,31 +71,6 @@ function vectorOf(text: string): number[] {
 
 const sql = sqlStatementCounter();
 
-/** Resident MB of this process and every process under it (the PGlite and Chroma children), from /proc. */
-function treeRss(): { total: number; byName: Record<string, number> } {
-  const byName: Record<string, number> = {};
-  let total = 0;
-  const stack = [process.pid];
-  while (stack.length) {
-    const pid = stack.pop()!;
-    try {
-      const status = readFileSync(`/proc/${pid}/status`, "utf8");
-      const mb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024;
-      const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-      const name = pid === process.pid ? "server (with the load generator)" : /pglite-child/.test(cmd) ? "PGlite" : /chroma/.test(cmd) ? "Chroma" : "other";
-      byName[name] = (byName[name] ?? 0) + mb;
-      total += mb;
-      for (const task of readdirSync(`/proc/${pid}/task`)) {
-        const children = readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").trim();
-        if (children) stack.push(...children.split(/\s+/).map(Number));
-      }
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return { total, byName };
-}
-
 type Measured = RunResult & { statementsPerOp: number };
 
 async function measure(run: (count: number, op: (i: number) => Promise<unknown>) => Promise<RunResult>, op: (i: number) => Promise<unknown>) {
@@ -102,7 +79,7 @@ async function measure(run: (count: number, op: (i: number) => Promise<unknown>)
   return { ...result, statementsPerOp: (sql.count - before) / N } satisfies Measured;
 }
 
-type StoreResult = { kind: StoreKind; raw: Measured; httpJobsOff: Measured; httpJobsOn: Measured; modelCalls: number; peak: ReturnType<typeof treeRss> };
+type StoreResult = { kind: StoreKind; raw: Measured; httpJobsOff: Measured; httpJobsOn: Measured; modelCalls: number; peak: TreeRss };
 
 async function benchStore(store: BenchStore): Promise<StoreResult> {
   const started = performance.now();
@@ -188,15 +165,12 @@ async function benchStore(store: BenchStore): Promise<StoreResult> {
       }
       await sequential(WARMUP, overHttp("warm-on"));
       const callsBefore = model.requests.length + model.embeddingRequests.length;
-      let peak = treeRss();
-      const sampler = setInterval(() => {
-        const now = treeRss();
-        if (now.total > peak.total) peak = now;
-      }, 250);
+      const sampler = sampleTreeRss();
       let httpJobsOn!: Measured;
       const statements = await sql.record(async () => {
-        httpJobsOn = await measure(sequential, overHttp("on")).finally(() => clearInterval(sampler));
+        httpJobsOn = await measure(sequential, overHttp("on")).finally(() => sampler.stop());
       });
+      const peak = sampler.peak();
       // BENCH_SQL_PROFILE=1: the worker-on row's statements by kind, most frequent first.
       if (process.env.BENCH_SQL_PROFILE) {
         const kinds = new Map<string, number>();
@@ -269,7 +243,7 @@ function report(results: StoreResult[], skipped: string[]): string {
     ratios,
     "",
     `Peak resident memory of the process tree during the worker-on rows (sampled every 250 ms from /proc): ${results
-      .map((r) => `${r.kind} ${fmt(r.peak.total)} MB (${Object.entries(r.peak.byName).map(([name, mb]) => `${name} ${fmt(mb)}`).join(", ")})`)
+      .map((r) => `${r.kind} ${rssLine(r.peak)}`)
       .join("; ")}. The embedded row has no Chroma child until the first upsert starts it.`,
     "",
     `Chat and embedding calls to the scripted model during the worker-on rows: ${results.map((r) => `${r.kind} ${fmt(r.modelCalls)}`).join(", ")}.`,

@@ -76,6 +76,8 @@ export type RecallEvent = {
   chosenBy: "JUDGE" | "FLOOR";
   /** Why vector search was skipped (Chroma or the embedder down), when it was. */
   degraded: string | null;
+  /** Why the re-rank judge's choice is not the one made (its model failed), when it is not. */
+  judgeDegraded?: string | null;
 };
 
 export type EntryChange = "CREATED" | "CORRECTED" | "FORGOTTEN";

@@ -228,7 +228,7 @@ describe("context", () => {
     const { data } = await engram.gql(CONTEXT, { input: { conversationId, message: "and the refund?" } });
     const byKind = Object.fromEntries(data.context.blocks.map((b: any) => [b.kind, b]));
     expect(Object.keys(byKind)).toEqual(["SUMMARY", "KEPT", "TAIL"]);
-    expect(byKind.SUMMARY.text).toBe("The user asked about an order.");
+    expect(byKind.SUMMARY.text).toBe(JSON.stringify("The user asked about an order."));
     expect(byKind.KEPT.items.map((i: any) => [i.seq, i.score])).toEqual([[3, 3]]);
     expect(byKind.TAIL.items.map((i: any) => i.seq)).toEqual([19, 20, 21, 22, 23, 24]);
     expect(data.context.totalTokens).toBe(byKind.SUMMARY.tokens + byKind.KEPT.tokens + byKind.TAIL.tokens);
@@ -292,7 +292,8 @@ describe("context", () => {
       });
       expect(errors).toBeUndefined();
       const block = data.context.blocks.find((b) => b.kind === "ENTRIES");
-      return (block?.items ?? []).map((i) => i.text.replace(/:.*/, "").replace(/^- /, "")).sort();
+      // Each item is `- "title": "summary"`, both quoted.
+      return (block?.items ?? []).map((i) => JSON.parse(/^- ("(?:[^"\\]|\\.)*"):/.exec(i.text)![1])).sort();
     };
     // Person 7 talking to agent 42: their own entity, the agent's team and project, not person 42's notes.
     expect(await titlesFor("42", "7")).toEqual(["Parking permit of person 7", "Parking project 42", "Parking rules of team 42"]);

@@ -80,7 +80,7 @@ describe("facts about the people the user names", () => {
       engram.tenant.reader,
     );
     const block = data.context.blocks.find((b: { kind: string }) => b.kind === "FACTS");
-    expect(block.text).toBe("- The user is vegetarian.\n\nAbout Ana (daughter):\n- Ana, the user's daughter, is allergic to nuts.");
+    expect(block.text).toBe('- "The user is vegetarian."\n\nAbout "Ana (daughter)":\n- "Ana, the user\'s daughter, is allergic to nuts."');
   });
 
   it("a person can set and clear the subject", async () => {

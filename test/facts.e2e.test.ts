@@ -38,7 +38,7 @@ it("a user's fact from conversation 1 is in the FACTS block of conversation 2, t
     engram.tenant.reader,
   );
   const facts = data.context.blocks.find((b: { kind: string }) => b.kind === "FACTS");
-  expect(facts.text).toBe("- The user said: Hi! I prefer window seats on every flight.");
+  expect(facts.text).toBe('- "The user said: Hi! I prefer window seats on every flight."');
   // One gate call for the first turn's message, shared by every gate.
   const gateCalls = model.requests.filter((r) => r.chain === "triage");
   expect(gateCalls.filter((r) => r.messages[1].content.includes("window seats"))).toHaveLength(1);

@@ -463,7 +463,7 @@ describe("isolation and the context", () => {
     const second = await recordTurn(engram, { agentExternalId: "assistant", endUserExternalId: "rae", conversationExternalId: "rae-2", userMessage: "hello again" });
     const context = await engram.gql(CONTEXT, { input: { conversationId: second.conversation.id, message: "what should I do this weekend?" } }, engram.tenant.reader);
     const block = context.data.context.blocks.find((b: any) => b.kind === "FACTS");
-    expect(block.items.map((i: any) => i.text)).toEqual(["- The user says: I am Rae, a nurse.", "- The user says: I like cycling."]);
+    expect(block.items.map((i: any) => i.text)).toEqual(['- "The user says: I am Rae, a nurse."', '- "The user says: I like cycling."']);
     expect(context.data.context.blocks[0].kind).toBe("FACTS");
   });
 });

@@ -259,7 +259,7 @@ describe("context by external ids", () => {
     expect(added.errors).toBeUndefined();
     const fresh = await engram.gql(CONTEXT, { input: { ...ids("zoe-new"), message: "Hi" } });
     expect(fresh.errors).toBeUndefined();
-    expect(fresh.data.context).toMatchObject({ conversationId: null, blocks: [{ kind: "FACTS", text: "- Zoe is allergic to cats." }] });
+    expect(fresh.data.context).toMatchObject({ conversationId: null, blocks: [{ kind: "FACTS", text: '- "Zoe is allergic to cats."' }] });
 
     const nobody = await engram.gql(CONTEXT, { input: { ...ids("ghost-1", "ghost"), message: "Hi" } });
     expect(nobody.data.context).toEqual({ conversationId: null, blocks: [] });

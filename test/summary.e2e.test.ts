@@ -142,7 +142,7 @@ describe("the rolling summary, end to end on a scripted OpenAI-compatible server
     await until("the rewrite to fail at least twice (retried with backoff)", async () => failures >= 2, 20_000);
     const during = await engram.gql(CONTEXT, { input: { conversationId, message: "still there?" } });
     const summary = during.data.context.blocks.find((b: any) => b.kind === "SUMMARY");
-    expect(summary.text).toBe(accepted);
+    expect(summary.text).toBe(JSON.stringify(accepted));
     // Nothing is lost while the summary lags: every unfolded message is still sent verbatim.
     expect(during.data.context.blocks.find((b: any) => b.kind === "TAIL").items.map((i: any) => i.seq)).toEqual(
       Array.from({ length: 18 }, (_, i) => i + 11),

@@ -1,4 +1,4 @@
-import { formatTranscript } from "../chains/transcript.ts";
+import { formatTranscript, quoteText } from "../chains/transcript.ts";
 import type { TenantDb } from "../db.ts";
 import { z } from "zod";
 import { EngramError, notFound, parseInput } from "../errors.ts";
@@ -250,15 +250,14 @@ export async function assembleContext(
   blocks.push(...extra.flatMap((produced) => produced.blocks));
   if (entries.length) {
     const items = entries.map((e) => {
-      const text = `- ${e.title}: ${e.summary}`;
+      const text = `- ${quoteText(e.title)}: ${quoteText(e.summary)}`;
       return { id: e.id, text, tokens: countTokens(text), score: e.importance };
     });
     blocks.push(block("ENTRIES", "Relevant notes", items, items.map((i) => i.text).join("\n")));
   }
   if (settings.summaryOn && conversation?.summary) {
-    blocks.push(
-      block("SUMMARY", "Conversation so far", [{ id: conversation.id, text: conversation.summary, tokens: countTokens(conversation.summary) }], conversation.summary),
-    );
+    const text = quoteText(conversation.summary);
+    blocks.push(block("SUMMARY", "Conversation so far", [{ id: conversation.id, text, tokens: countTokens(text) }], text));
   }
   if (kept.length) blocks.push(messageBlock("KEPT", "Earlier messages still needed", kept));
   if (window.length) blocks.push(messageBlock("TAIL", "Recent messages", window));

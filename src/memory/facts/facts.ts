@@ -1,6 +1,7 @@
 import { z } from "zod";
 import type { CandidateFact } from "../../chains/extractor.ts";
 import type { FactJudgment } from "../../chains/fact-judge.ts";
+import { quoteText } from "../../chains/transcript.ts";
 import type { TenantDb } from "../../db.ts";
 import type { Deps } from "../../deps.ts";
 import { EngramError, notFound, parseInput } from "../../errors.ts";
@@ -333,14 +334,14 @@ export function factsBlocks(db: TenantDb): ExtraBlocks {
       facts
         .filter((f) => f.subject === subject)
         .map((f) => {
-          const text = `- ${f.text}`;
+          const text = `- ${quoteText(f.text)}`;
           return { id: f.id, text, tokens: countTokens(text), score: f.core ? 1 : 0, subject };
         }),
     );
     const text = subjects
       .map((subject) => {
         const lines = items.filter((i) => i.subject === subject).map((i) => i.text).join("\n");
-        return subject === null ? lines : `About ${subject}:\n${lines}`;
+        return subject === null ? lines : `About ${quoteText(subject)}:\n${lines}`;
       })
       .join("\n\n");
     return {

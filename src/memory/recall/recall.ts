@@ -3,6 +3,7 @@ import { OutputParserException } from "@langchain/core/output_parsers";
 import { unreadable } from "../../chains/json.ts";
 import { chainFor } from "../../chains/registry.ts";
 import type { RerankScores } from "../../chains/rerank.ts";
+import { quoteText } from "../../chains/transcript.ts";
 import type { TenantDb } from "../../db.ts";
 import { Prisma } from "../../generated/prisma/client.ts";
 import { EngramError, publicReason } from "../../errors.ts";
@@ -372,6 +373,7 @@ export async function recallForTurn(db: TenantDb, deps: RecallDeps, input: Recal
   let chosen: RecallCandidate[] = [];
   let chosenBy: RecallEvent["chosenBy"] = "FLOOR";
   let scores: RerankScores | null = null;
+  let judgeDegraded: string | null = null;
   if (rerank && candidates.length) {
     try {
       const around = await neighbouringTurns(db, candidates);
@@ -382,6 +384,7 @@ export async function recallForTurn(db: TenantDb, deps: RecallDeps, input: Recal
     } catch (error) {
       if (isModelCallLimit(error)) throw error;
       // A reply must not wait on a broken judge: fall back to the similarity floor.
+      judgeDegraded = JUDGE_FAILED;
       deps.log.warn("recall: the re-rank judge failed; using the similarity floor", {
         tenantId,
         ...(error instanceof OutputParserException ? unreadable(error) : { error: (error as Error).message }),
@@ -410,6 +413,7 @@ export async function recallForTurn(db: TenantDb, deps: RecallDeps, input: Recal
     candidates,
     chosenBy,
     degraded: input.unembedded ?? degraded,
+    judgeDegraded,
   };
   deps.pubsub.publish("memoryRecall", tenantId, event);
   return event;
@@ -420,12 +424,15 @@ export function recallBlock(event: RecallEvent): ContextBlock | null {
   const chosen = event.candidates.filter((c) => c.chosen);
   if (chosen.length === 0) return null;
   const items = chosen.map((c) => {
-    const text = `(${c.occurredAt.toISOString().slice(0, 10)}) ${c.text.trim()}`;
+    const text = `(${c.occurredAt.toISOString().slice(0, 10)}) ${quoteText(c.text)}`;
     return { id: c.snippetId, text, tokens: countTokens(text), score: c.judgeScore };
   });
   const text = items.map((i) => i.text).join("\n\n");
   return { kind: "RECALL", title: "From earlier conversations with this user", text, tokens: countTokens(text), items };
 }
+
+/** `degraded` of a context whose re-rank judge failed (the error itself is logged, not shown). */
+const JUDGE_FAILED = "recall judge unavailable: the similarity floor chose instead (the server's log has the error)";
 
 /** `degraded` of a context whose recall failed outright (the error itself is logged, not shown). */
 const RECALL_FAILED = "recall unavailable: the context was assembled without it";
@@ -472,7 +479,7 @@ export function recallBlocks(
       });
       const block = event && recallBlock(event);
       // The event repeats the decision's reason when the search ran: said once.
-      const degraded = [...new Set([decision?.degraded, event?.degraded].filter((reason): reason is string => Boolean(reason)))];
+      const degraded = [...new Set([decision?.degraded, event?.degraded, event?.judgeDegraded].filter((reason): reason is string => Boolean(reason)))];
       return { blocks: block ? [block] : [], degraded };
     } catch (error) {
       // A spent request budget is the caller's to see; anything else is Chroma's or a model's problem.

@@ -63,6 +63,12 @@ describe("every bad input answers with a code and a message, and writes nothing"
       await expectCode(ENTRIES, { a: cursor, s: "hello" }, "BAD_USER_INPUT", /`after` is not a cursor/);
       await expectCode(ENTRIES, { b: cursor }, "BAD_USER_INPUT", /`before` is not a cursor/);
     }
+    // An empty page's endCursor, passed back as a pager does, reads from the start.
+    const empty = await engram.gql(`{ entries(search: "zzqxnothingmatches") { edges { cursor } pageInfo { endCursor } } }`);
+    expect(empty.errors).toBeUndefined();
+    const again = await engram.gql(ENTRIES, { a: empty.data.entries.pageInfo.endCursor });
+    expect(again.errors).toBeUndefined();
+    await expectCode(ENTRIES, { b: b64("OffsetConnection:-1") }, "BAD_USER_INPUT", /`before` is not a cursor/);
     // Pothos decodes a Prisma cursor's typed chunks: a number, null, a date or a NUL reached the store.
     await engram.gql(`mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id } }`, {
       input: { agentExternalId: "a", endUserExternalId: "u", conversationExternalId: "c-cursor", clientTurnId: "t-cursor", userMessage: "hello" },

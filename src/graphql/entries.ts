@@ -16,11 +16,14 @@ import { EntrySourceEnum, ScopeEnum } from "./enums.ts";
 
 /**
  * The list's page cursors, checked: Pothos reads an offset cursor's number with parseInt and
- * does not look at it, so a negative or non-numeric one went on to the statement.
+ * does not look at it, so a negative or non-numeric one went on to the statement. An empty page's
+ * `endCursor` is offset -1 (Pothos issues it), which as `after` means from the start: a pager that
+ * always passes the last `endCursor` back gets the list's first page, not an error.
  */
 function checkedOffsetCursors<A extends { after?: string | null; before?: string | null }>(args: A): A {
   for (const [name, cursor] of [["after", args.after], ["before", args.before]] as const) {
-    if (cursor != null && !/^OffsetConnection:\d{1,9}$/.test(Buffer.from(cursor, "base64").toString("utf8"))) {
+    const issued = name === "after" ? /^OffsetConnection:(?:-1|\d{1,9})$/ : /^OffsetConnection:\d{1,9}$/;
+    if (cursor != null && !issued.test(Buffer.from(cursor, "base64").toString("utf8"))) {
       throw badInput(`\`${name}\` is not a cursor of this list: pass a page's ${name === "after" ? "endCursor" : "startCursor"}.`);
     }
   }

@@ -251,7 +251,11 @@ export function buildApp(services: Services): App {
   server.requestTimeout = HTTP_TIMEOUTS.requestMs;
   server.keepAliveTimeout = HTTP_TIMEOUTS.keepAliveMs;
 
-  const wsServer = new WebSocketServer({ server, path: GRAPHQL_PATH, maxPayload: LIMITS.requestBodyBytes });
+  // Upgrades are handed to the WebSocket server here rather than by its own listeners on the HTTP
+  // server, which also re-emitted the HTTP server's errors as its own: a listen that failed (HOST
+  // not an address of this machine) was printed with a stack by graphql-ws before start-up's one line.
+  const wsServer = new WebSocketServer({ noServer: true, path: GRAPHQL_PATH, maxPayload: LIMITS.requestBodyBytes });
+  server.on("upgrade", (request, socket, head) => wsServer.handleUpgrade(request, socket, head, (ws) => wsServer.emit("connection", ws, request)));
   const wsDisposable = useServer<Record<string, unknown>, { request: IncomingMessage; socket: WebSocket }>(
     {
       onConnect: async (ctx) => {

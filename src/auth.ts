@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { forTenant, type Db } from "./db.ts";
 import { parseInput } from "./errors.ts";
-import { createApiKey, hashKey, KEY_PREFIX, type Principal } from "./governance/keys.ts";
+import { createApiKey, hashKey, KEY_PREFIX, newKey, type Principal } from "./governance/keys.ts";
 import type { PubSub } from "./pubsub.ts";
 
 /**
@@ -19,10 +19,23 @@ export async function createTenant(db: Db, input: z.input<typeof createTenantInp
   return { tenant, adminKey: key };
 }
 
-/** First start of an empty store: one tenant and its admin key, or null when tenants exist. */
+// The advisory lock the first start takes (any constant no other one-key advisory lock uses).
+const FIRST_TENANT_LOCK = 7_243_101;
+
+/**
+ * First start of an empty store: one tenant and its admin key, or null when tenants exist. One
+ * transaction under an advisory lock: instances starting together on a new database would each
+ * find none and make their own, each printing a key to a tenant of its own.
+ */
 export async function bootstrapFirstTenant(db: Db) {
-  if ((await db.tenant.count()) > 0) return null;
-  return createTenant(db, { name: "default" });
+  return db.$transaction(async (tx) => {
+    await tx.$executeRaw`SELECT pg_advisory_xact_lock(${FIRST_TENANT_LOCK}::bigint)`;
+    if ((await tx.tenant.count()) > 0) return null;
+    const tenant = await tx.tenant.create({ data: { name: "default", settings: { create: {} } } });
+    const { key, stored } = newKey();
+    await tx.apiKey.create({ data: { tenantId: tenant.id, role: "ADMIN", name: "first admin", ...stored } });
+    return { tenant, adminKey: key };
+  });
 }
 
 // What createApiKey makes: the prefix and 32 random bytes in base64url.

@@ -281,6 +281,13 @@ async function main(argv: string[]) {
   process.exitCode = askedForHelp ? 0 : 2;
 }
 
+// A reader that stops early (`engram export-user … | head`) closes the pipe: that ends the
+// command quietly, as it ends any Unix tool, not with a stack trace.
+process.stdout.on("error", (error: NodeJS.ErrnoException) => {
+  if (error.code === "EPIPE") process.exit(0);
+  throw error;
+});
+
 main(process.argv.slice(2)).catch((error) => {
   if (error instanceof UsageError) {
     process.stderr.write(`engram ${error.command}: ${error.message}\n${usageOf(error.command)}\n`);

@@ -18,11 +18,39 @@ const SHUTDOWN_DEADLINE_MS = 9_000;
  */
 const API_AND_WORKER_GRACE_MS = 4_000;
 
-/** A one-line reason for the failures a user can fix; anything else keeps its stack. */
-function startFailure(error: unknown, env?: { HOST: string; PORT: number }): string {
+// What opening a PostgreSQL store fails with when DATABASE_URL is wrong or names a server that is
+// away: its network errors, and PostgreSQL's own for a missing database, user or password.
+const STORE_UNREACHABLE = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ETIMEDOUT", "EHOSTUNREACH", "ECONNRESET", "3D000", "28P01", "28000"]);
+// And what listening fails with when HOST names no address of this machine.
+const CANNOT_LISTEN = new Set(["EADDRNOTAVAIL", "ENOTFOUND", "EAI_AGAIN", "EACCES"]);
+
+/** DATABASE_URL as it may be shown: without its password. */
+function shownUrl(url: string): string {
+  try {
+    const shown = new URL(url);
+    if (shown.password) shown.password = "***";
+    return shown.toString();
+  } catch {
+    return "(not a URL)";
+  }
+}
+
+/**
+ * A one-line reason for the failures a user can fix; anything else keeps its stack. `step`:
+ * whether the failure came while opening the store or while listening.
+ */
+function startFailure(error: unknown, env?: { HOST: string; PORT: number; DATABASE_URL?: string }, step?: "store" | "listen"): string {
   if (error instanceof EnvError || error instanceof StoreBusyError) return error.message;
-  if ((error as NodeJS.ErrnoException)?.code === "EADDRINUSE" && env) {
+  const code = String((error as NodeJS.ErrnoException)?.code ?? "");
+  const message = (error as Error)?.message ?? String(error);
+  if (code === "EADDRINUSE" && env) {
     return `Port ${env.PORT} on ${env.HOST} is already in use: stop what listens there, or set PORT to another port.`;
+  }
+  if (step === "listen" && env && CANNOT_LISTEN.has(code)) {
+    return `Cannot listen on ${env.HOST}:${env.PORT} (${code}): set HOST to an address of this machine (127.0.0.1, 0.0.0.0 for every interface) and PORT to a free port.`;
+  }
+  if (step === "store" && env?.DATABASE_URL && (STORE_UNREACHABLE.has(code) || /PostgreSQL user name|Invalid URL/.test(message))) {
+    return `Cannot open the database DATABASE_URL names (${shownUrl(env.DATABASE_URL)}): ${message}. Check DATABASE_URL, and that the server is up.`;
   }
   return `Engram failed to start: ${(error as Error)?.stack ?? error}`;
 }
@@ -84,7 +112,7 @@ async function serve(startWorker: StartWorker) {
   try {
     open.services = await openServices(env, { log });
   } catch (error) {
-    process.stderr.write(`${startFailure(error, env)}\n`);
+    process.stderr.write(`${startFailure(error, env, "store")}\n`);
     process.exit(1);
   }
   const services = open.services;
@@ -110,7 +138,7 @@ async function serve(startWorker: StartWorker) {
   try {
     url = await app.start();
   } catch (error) {
-    process.stderr.write(`${startFailure(error, env)}\n`);
+    process.stderr.write(`${startFailure(error, env, "listen")}\n`);
     await shutdown("could not listen", 1);
     return;
   }

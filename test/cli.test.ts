@@ -4,6 +4,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import {
   adminKeyOf,
+  baseEnv,
   ensureCompiled,
   killAll,
   processTree,
@@ -102,6 +103,30 @@ describe("keys that cannot be lost", () => {
   });
 });
 
+describe("a start that cannot open its store or its address", () => {
+  const start = (env: Record<string, string>) =>
+    spawnSync(process.execPath, ["dist/main.js"], {
+      cwd: ROOT,
+      encoding: "utf8",
+      timeout: 120_000,
+      env: { ...process.env, ENGRAM_DATA_DIR: folder(), PORT: "0", HOST: "127.0.0.1", ENGRAM_LOG_LEVEL: "warn", DATABASE_URL: "", REDIS_URL: "", ...env },
+    });
+
+  it("says in one line which setting to check, never with a stack", async () => {
+    const closed = net.createServer();
+    const port = await new Promise<number>((resolve) => closed.listen(0, "127.0.0.1", () => resolve((closed.address() as net.AddressInfo).port)));
+    await new Promise((resolve) => closed.close(resolve));
+    const noServer = start({ DATABASE_URL: `postgres://engram:hunter2@127.0.0.1:${port}/engram` });
+    expect(noServer.status).toBe(1);
+    expect(noServer.stderr).toMatch(new RegExp(`Cannot open the database DATABASE_URL names \\(postgres://engram:\\*\\*\\*@127.0.0.1:${port}/engram\\): .*ECONNREFUSED.*Check DATABASE_URL`));
+    expect(noServer.stderr).not.toMatch(/hunter2|\n\s+at /);
+    const noAddress = start({ HOST: "192.0.2.1" });
+    expect(noAddress.status).toBe(1);
+    expect(noAddress.stderr).toMatch(/Cannot listen on 192\.0\.2\.1:0 \(EADDRNOTAVAIL\): set HOST/);
+    expect(noAddress.stderr).not.toMatch(/\n\s+at /);
+  });
+});
+
 describe("one owner per folder", () => {
   it("a second npm start refuses in one line, without rebuilding the inspector", async () => {
     const dir = folder();
@@ -159,6 +184,19 @@ describe("the CLI", () => {
     expect(help.code).toBe(0);
     expect(help.stderr).toMatch(/tenants list/);
     expect(help.stderr).toMatch(/keys create --role <admin\|writer\|reader>/);
+  });
+
+  it("ends quietly when its reader stops early (a closed pipe), as a Unix tool does", () => {
+    const dir = folder();
+    // `| true` reads nothing and exits: the CLI's answer meets a closed pipe (EPIPE).
+    const piped = spawnSync("bash", ["-c", 'set -o pipefail; "$0" bin/engram.mjs tenants create Acme | true', process.execPath], {
+      cwd: ROOT,
+      encoding: "utf8",
+      timeout: 120_000,
+      env: baseEnv({ ENGRAM_DATA_DIR: dir }),
+    });
+    expect(piped.status, piped.stderr).toBe(0);
+    expect(piped.stderr).not.toMatch(/EPIPE|at .*\(/);
   });
 
   // `tenants create --help` made a tenant named "--help" and printed its admin key; an unknown

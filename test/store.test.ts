@@ -6,6 +6,7 @@ import path from "node:path";
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
 import { buildApp } from "../src/app.ts";
+import { bootstrapFirstTenant } from "../src/auth.ts";
 import { EnvError, ignoredNames, readEnv } from "../src/env.ts";
 import { createLogger } from "../src/log.ts";
 import { summarizeJob } from "../src/queue.ts";
@@ -200,6 +201,18 @@ describe("migrations", { timeout: 120_000 }, () => {
   });
 });
 
+describe("the first start", { timeout: 120_000 }, () => {
+  it("makes one first tenant and one admin key when instances start together on a new store", async () => {
+    const store = await testStore();
+    const services = await openServices(readEnv({ ENGRAM_LOG_LEVEL: "error", ENGRAM_JOBS: "off", ...store.vars }), { log: createLogger("error") });
+    cleanups.push(() => services.close());
+    const firsts = await Promise.all(Array.from({ length: 4 }, () => bootstrapFirstTenant(services.db)));
+    expect(firsts.filter((first) => first !== null)).toHaveLength(1);
+    expect(await services.db.tenant.count()).toBe(1);
+    expect(await services.db.apiKey.count()).toBe(1);
+  });
+});
+
 describe("configuration", () => {
   it("lists every problem of a bad PORT, DATABASE_URL and REDIS_URL at once", () => {
     let error: unknown;
@@ -313,6 +326,26 @@ describe("the embedded store", { timeout: 120_000 }, () => {
     const [kept] = await sql<{ n: string }>(next.url, `SELECT count(*)::text AS n FROM "_engram_migrations"`);
     expect(kept.n).toBe(row.n);
     await next.stop();
+  });
+
+  it("is for the folder's owner only: the folder is private, and the port asks for the folder's password", async () => {
+    const dir = tempDir();
+    const store = await startEmbeddedStore(dir);
+    cleanups.push(() => store.stop());
+    expect(statSync(dir).mode & 0o777).toBe(0o700);
+    expect(statSync(path.join(dir, "store.secret")).mode & 0o777).toBe(0o600);
+    const [one] = await sql<{ one: number }>(store.url, "SELECT 1 AS one");
+    expect(one.one).toBe(1);
+    // Another user of the machine knows the port, not the password.
+    const url = new URL(store.url);
+    for (const password of ["", "wrong"]) {
+      url.password = password;
+      await expect(sql(url.toString(), "SELECT 1")).rejects.toThrow(/password/);
+    }
+    // The port still serves its owner after a refused client.
+    const [again] = await sql<{ one: number }>(store.url, "SELECT 1 AS one");
+    expect(again.one).toBe(1);
+    await store.stop();
   });
 
   it("creates a new database folder from the template npm ci made, or by initdb without one, whole or not at all", async () => {

@@ -1,5 +1,6 @@
 import { fork, type ChildProcess } from "node:child_process";
-import { mkdirSync, rmSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { chmodSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fromRoot, ROOT } from "../paths.ts";
 import type { Logger } from "../log.ts";
@@ -75,8 +76,33 @@ async function claimOwnership(dir: string, orphanWaitMs: number) {
   }
 }
 
-function urlFor(port: number) {
-  return `postgres://postgres@127.0.0.1:${port}/postgres?sslmode=disable`;
+function urlFor(port: number, password: string) {
+  return `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres?sslmode=disable`;
+}
+
+/**
+ * The data folder's database password: made at its first start, kept in the folder (readable by
+ * its owner only, as the folder is), and given to the database's process in its environment, so
+ * that only a process of the user who owns the folder can use the loopback port.
+ */
+function storePassword(dir: string): string {
+  const file = path.join(dir, "store.secret");
+  try {
+    writeFileSync(file, randomBytes(24).toString("base64url"), { mode: 0o600, flag: "wx" });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+  }
+  return readFileSync(file, "utf8").trim();
+}
+
+/** The data folder, readable by its owner only: it holds the database, its password and the vectors. */
+function ownFolder(dir: string) {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  try {
+    chmodSync(dir, 0o700);
+  } catch {
+    // Not ours to change (a folder the operator made for us): its files keep their own modes.
+  }
 }
 
 export type EmbeddedStoreOptions = {
@@ -113,11 +139,11 @@ const RESTART_WINDOW_MS = 60_000;
 const CHROMA_NOTICE = /^OpenTelemetry is not enabled/;
 
 /** Forks the PGlite child on `port` (0: any) and resolves with the port it serves. */
-function forkChild(pgDir: string, port: number, options: EmbeddedStoreOptions) {
+function forkChild(pgDir: string, port: number, password: string, options: EmbeddedStoreOptions) {
   const child: ChildProcess = fork(
     childScript,
     [pgDir, String(MAX_CONNECTIONS), String(port), String(options.idleTxMs ?? 15_000), String(options.stuckMs ?? 120_000)],
-    { stdio: ["ignore", "pipe", "pipe", "ipc"], execArgv: CHILD_FLAGS, env: childEnv() },
+    { stdio: ["ignore", "pipe", "pipe", "ipc"], execArgv: CHILD_FLAGS, env: { ...childEnv(), ENGRAM_STORE_PASSWORD: password } },
   );
   const output = recentOutput(child.stdout, child.stderr);
   let partial = "";
@@ -151,12 +177,13 @@ function forkChild(pgDir: string, port: number, options: EmbeddedStoreOptions) {
 export async function startEmbeddedStore(dataDir: string, options: EmbeddedStoreOptions = {}): Promise<Store> {
   const dir = path.resolve(dataDir);
   const pgDir = path.join(dir, "pg");
-  mkdirSync(dir, { recursive: true });
+  ownFolder(dir);
   await claimOwnership(dir, options.orphanWaitMs ?? 10_000);
+  const password = storePassword(dir);
   // The folder's owner died (SIGKILL) with its embedded Chroma: that Chroma's record goes too.
   clearStaleOwnerFile(path.join(dir, "chroma.owner.json"));
 
-  let { child, ready, output } = forkChild(pgDir, 0, options);
+  let { child, ready, output } = forkChild(pgDir, 0, password, options);
   // The child is named as soon as it exists: it opens the folder, and can outlive this process.
   writeOwnerFile(ownerFile(dir), 0, { child: child.pid });
   let port: number;
@@ -194,7 +221,7 @@ export async function startEmbeddedStore(dataDir: string, options: EmbeddedStore
     options.log?.error(`the embedded database ${why}; restarting it in ${delayMs} ms`);
     await new Promise((resolve) => setTimeout(resolve, delayMs));
     if (stopping) return;
-    ({ child, ready, output } = forkChild(pgDir, port, options));
+    ({ child, ready, output } = forkChild(pgDir, port, password, options));
     writeOwnerFile(ownerFile(dir), port, { child: child.pid });
     try {
       await ready;
@@ -258,7 +285,7 @@ export async function startEmbeddedStore(dataDir: string, options: EmbeddedStore
 
   let stopped: Promise<void> | undefined;
   return {
-    url: urlFor(port),
+    url: urlFor(port, password),
     kind: "embedded",
     embedded: true,
     state: () => state,
@@ -285,7 +312,7 @@ export async function startEmbeddedStore(dataDir: string, options: EmbeddedStore
 export async function attachOrStartEmbeddedStore(dataDir: string, options: EmbeddedStoreOptions = {}): Promise<Store> {
   const owner = readOwner(path.resolve(dataDir));
   if (owner && owner.port > 0) {
-    return { url: urlFor(owner.port), kind: "embedded", embedded: true, state: () => "up", onFailure() {}, stop: async () => {} };
+    return { url: urlFor(owner.port, storePassword(path.resolve(dataDir))), kind: "embedded", embedded: true, state: () => "up", onFailure() {}, stop: async () => {} };
   }
   return startEmbeddedStore(dataDir, options);
 }

@@ -13,6 +13,7 @@
 // idle_in_transaction_session_timeout). If PGlite itself fails (it throws instead of answering
 // with an error message, or a batch never finishes), the process exits non-zero (by SIGKILL when
 // it runs Chroma, below) so that Engram restarts it on the same port.
+import { timingSafeEqual } from "node:crypto";
 import net from "node:net";
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -26,6 +27,10 @@ import { startChromaThread } from "./chroma-thread.mjs";
 const [dataDir, maxConnectionsArg = "32", portArg = "0", idleTxMsArg = "15000", stuckMsArg = "120000"] =
   process.argv.slice(2);
 const maxConnections = Number(maxConnectionsArg);
+// The database's password (the data folder's, given by Engram in the environment): a client
+// that does not give it is refused, so another user of the machine cannot use the loopback port.
+const PASSWORD = process.env.ENGRAM_STORE_PASSWORD ?? "";
+delete process.env.ENGRAM_STORE_PASSWORD;
 const idleTxMs = Number(idleTxMsArg);
 const stuckMs = Number(stuckMsArg);
 const BROKEN = 70; // exit code: the database failed, restart me
@@ -116,6 +121,8 @@ class Connection {
     this.socket = socket;
     this.buffer = Buffer.alloc(0);
     this.started = false;
+    /** The startup message, held until the client has given the password. */
+    this.startup = null;
     this.pending = [];
     this.closed = false;
     this.lastActive = Date.now();
@@ -138,9 +145,29 @@ class Connection {
           return;
         }
         if (this.buffer.length < length) return;
-        this.started = true;
-        this.enqueue(this.buffer.subarray(0, length), true);
+        const startup = Buffer.from(this.buffer.subarray(0, length));
         this.buffer = this.buffer.subarray(length);
+        this.started = true;
+        if (!PASSWORD) {
+          this.enqueue(startup, true);
+          continue;
+        }
+        // PostgreSQL's password exchange, before PGlite sees the startup (which it answers with
+        // AuthenticationOk): AuthenticationCleartextPassword, then the client's PasswordMessage.
+        this.startup = startup;
+        this.socket.write(Buffer.from([0x52, 0, 0, 0, 8, 0, 0, 0, 3]));
+        continue;
+      }
+      if (this.startup) {
+        if (this.buffer.length < 5) return;
+        const length = this.buffer.readInt32BE(1) + 1;
+        if (this.buffer.length < length) return;
+        const message = this.buffer.subarray(0, length);
+        this.buffer = this.buffer.subarray(length);
+        if (message[0] !== 0x70 || !passwordMatches(message.subarray(5, length - 1))) return refuse(this.socket);
+        const startup = this.startup;
+        this.startup = null;
+        this.enqueue(startup, true);
         continue;
       }
       if (this.buffer.length < 5) return;
@@ -166,6 +193,22 @@ class Connection {
     queue.push({ conn: this, batch: Buffer.from(batch), expectsReply });
     void drain();
   }
+}
+
+/** Whether a PasswordMessage's text is the database's password (compared in constant time). */
+function passwordMatches(given) {
+  const wanted = Buffer.from(PASSWORD);
+  return given.length === wanted.length && timingSafeEqual(given, wanted);
+}
+
+/** An ErrorResponse as PostgreSQL sends it for a wrong password (28P01), then the end. */
+function refuse(socket) {
+  const fields = ["SFATAL", "VFATAL", "C28P01", 'Mpassword authentication failed for user "postgres"'].map((f) => Buffer.from(`${f}\0`));
+  const body = Buffer.concat([...fields, Buffer.from([0])]);
+  const header = Buffer.alloc(5);
+  header.write("E");
+  header.writeInt32BE(body.length + 4, 1);
+  socket.end(Buffer.concat([header, body]));
 }
 
 async function drain() {

@@ -25,12 +25,15 @@ const createKeyInput = z.object({
  */
 export async function createApiKey(db: TenantDb, input: z.input<typeof createKeyInput>) {
   const { role, name } = parseInput(createKeyInput, input);
-  const tenantId = db.$tenantId();
-  const key = KEY_PREFIX + randomBytes(32).toString("base64url");
-  const row = await db.apiKey.create({
-    data: { tenantId, role, name, hash: hashKey(key), prefix: key.slice(0, 10) },
-  });
+  const { key, stored } = newKey();
+  const row = await db.apiKey.create({ data: { tenantId: db.$tenantId(), role, name, ...stored } });
   return { key, apiKey: row };
+}
+
+/** A new key, and what its row stores of it (never the key itself). */
+export function newKey() {
+  const key = KEY_PREFIX + randomBytes(32).toString("base64url");
+  return { key, stored: { hash: hashKey(key), prefix: key.slice(0, 10) } };
 }
 
 /**

@@ -57,7 +57,7 @@ export function closeWatch(child: ChildProcess): (timeoutMs?: number) => Promise
 }
 
 /** Clean environment: npm's variables from the test runner's own npm would confuse the server. */
-function baseEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+export function baseEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
   const env = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("npm_") && !key.startsWith("VITEST") && key !== "NODE_OPTIONS"));
   return {
     ...env,

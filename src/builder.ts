@@ -43,13 +43,24 @@ export const builder = new SchemaBuilder<{
       writer: ctx.principal.role !== "READER",
       admin: ctx.principal.role === "ADMIN",
     }),
-    unauthorizedError: (_parent, _context, _info, result) =>
-      new GraphQLError(result.message || "This key's role may not do that.", {
-        extensions: { code: "FORBIDDEN" },
-      }),
+    // Says which role the field takes and which this key has: Pothos's own message only named the field.
+    unauthorizedError: (_parent, context, info, result) => {
+      const needed = scopesIn(result.failure);
+      const role = needed.includes("writer") ? "a writer or admin key" : needed.includes("admin") ? "an admin key" : null;
+      const message = role
+        ? `${info.parentType.name}.${info.fieldName} takes ${role}; this is a ${context.principal.role.toLowerCase()} key.`
+        : result.message || "This key's role may not do that.";
+      return new GraphQLError(message, { extensions: { code: "FORBIDDEN" } });
+    },
   },
 });
 
 builder.queryType({});
 builder.mutationType({});
 builder.subscriptionType({});
+
+/** The scopes (reader, writer, admin) a refused field asked for, from scope-auth's failure. */
+function scopesIn(failure: { kind: string; scope?: unknown; failures?: unknown[] }): string[] {
+  if (typeof failure.scope === "string") return [failure.scope];
+  return (failure.failures ?? []).flatMap((f) => scopesIn(f as typeof failure));
+}

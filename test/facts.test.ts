@@ -328,6 +328,8 @@ describe("people's side", () => {
     expect(tooShort.errors?.[0].extensions?.code).toBe("BAD_USER_INPUT");
     const reader = await engram.gql(`mutation($input: AddFactInput!) { addFact(input: $input) { id } }`, { input: { endUserId: t.endUserId, text: "Kim likes tea." } }, engram.tenant.reader);
     expect(reader.errors?.[0].extensions?.code).toBe("FORBIDDEN");
+    // It says which role the field takes, and what the key is.
+    expect(reader.errors?.[0].message).toBe("Mutation.addFact takes a writer or admin key; this is a reader key.");
     expect(await engram.services.db.fact.count({ where: { endUserId: t.endUserId } })).toBe(0);
   });
 

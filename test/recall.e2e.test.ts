@@ -62,6 +62,19 @@ describe("recall with the offline encoder", () => {
     expect(data.recall.candidates[0]).toMatchObject({ conversationId: ids.shoes.conversationId, messageSeqs: [1, 2] });
   });
 
+  it("takes the end user by your own id too, as recordTurn does: exactly one of the two", async () => {
+    const text = "Which running shoes did I buy?";
+    const byId = await engram.gql(RECALL, { input: { endUserId: ids.shoes.endUserId, text } });
+    const byYours = await engram.gql(RECALL, { input: { endUserExternalId: "alice", text } });
+    expect(byYours.errors).toBeUndefined();
+    expect(byYours.data.recall.candidates.map((c: any) => c.snippetId)).toEqual(byId.data.recall.candidates.map((c: any) => c.snippetId));
+    const both = await engram.gql(RECALL, { input: { endUserId: ids.shoes.endUserId, endUserExternalId: "alice", text } });
+    const neither = await engram.gql(RECALL, { input: { text } });
+    for (const refused of [both, neither]) expect(refused.errors?.[0].extensions?.code).toBe("BAD_USER_INPUT");
+    const unknown = await engram.gql(RECALL, { input: { endUserExternalId: "nobody-here", text } });
+    expect(unknown.errors?.[0].extensions?.code).toBe("NOT_FOUND");
+  });
+
   it("leaves the excluded conversation out, and compares the retrievers", async () => {
     const text = "Which running shoes did I buy?";
     const result = await engram.gql(RECALL, {

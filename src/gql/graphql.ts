@@ -174,10 +174,12 @@ export type MessageRole =
   | 'TOOL'
   | 'USER';
 
+/** The end user by endUserId, or by your own id (endUserExternalId, as recordTurn takes it): exactly one of the two. */
 export type RecallInput = {
   /** When the text was said, to resolve "last Tuesday" or "two months ago" (default now). */
   at?: string | null | undefined;
-  endUserId: string | number;
+  endUserExternalId?: string | null | undefined;
+  endUserId?: string | number | null | undefined;
   /** Leave this conversation out, as recall on a turn does. */
   excludeConversationId?: string | number | null | undefined;
   /** How many candidates, 1–50. */

@@ -65,8 +65,10 @@ const RecallResultRef = builder.simpleObject("RecallResult", {
 });
 
 const RecallInput = builder.inputType("RecallInput", {
+  description: "The end user by endUserId, or by your own id (endUserExternalId, as recordTurn takes it): exactly one of the two.",
   fields: (t) => ({
-    endUserId: t.id({ required: true }),
+    endUserId: t.id(),
+    endUserExternalId: t.string(),
     text: t.string({ required: true }),
     excludeConversationId: t.id({ description: "Leave this conversation out, as recall on a turn does." }),
     k: t.int({ defaultValue: 10, description: "How many candidates, 1–50." }),
@@ -115,7 +117,16 @@ builder.queryFields((t) => ({
       "and fused scores. For debugging and evals: it skips the gate and the re-rank judge.",
     args: { input: t.arg({ type: RecallInput, required: true }) },
     resolve: async (_root, { input }, ctx) => {
-      const endUserId = String(input.endUserId);
+      if ((input.endUserId == null) === (input.endUserExternalId == null)) throw badInput("Give the end user by endUserId or by endUserExternalId: exactly one of the two.");
+      let endUserId = String(input.endUserId);
+      if (input.endUserExternalId != null) {
+        const user = await ctx.db.endUser.findUnique({
+          where: { tenantId_externalId: { tenantId: ctx.db.$tenantId(), externalId: input.endUserExternalId } },
+          select: { id: true },
+        });
+        if (!user) throw notFound("End user", input.endUserExternalId);
+        endUserId = user.id;
+      }
       const k = input.k ?? 10;
       if (k < 1 || k > 50) throw badInput("k must be between 1 and 50.");
       const found = await searchSnippets(ctx.db, ctx.deps, {

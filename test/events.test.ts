@@ -166,6 +166,13 @@ describe("access", () => {
     expect(writerKey.errors?.[0].extensions?.code).toBe("FORBIDDEN");
     const adminKey = await engram.gql(`mutation { createApiKey(role: READER) { key role } }`, {}, engram.tenant.admin);
     expect(adminKey.data.createApiKey.role).toBe("READER");
+    // One asked for without its key would be live and lost: refused, and none is made.
+    const keysBefore = await engram.services.db.apiKey.count();
+    const blind = await engram.gql(`mutation { createApiKey(role: READER) { id role } }`, {}, engram.tenant.admin);
+    expect(blind.errors?.[0]).toMatchObject({ extensions: { code: "BAD_USER_INPUT" }, message: expect.stringMatching(/Select `key`/) });
+    expect(await engram.services.db.apiKey.count()).toBe(keysBefore);
+    const viaFragment = await engram.gql(`mutation { createApiKey(role: READER) { ...k } } fragment k on CreatedApiKey { key }`, {}, engram.tenant.admin);
+    expect(viaFragment.errors).toBeUndefined();
     const viewer = await engram.gql(`{ viewer { role } }`, {}, adminKey.data.createApiKey.key);
     expect(viewer.data.viewer.role).toBe("READER");
   });

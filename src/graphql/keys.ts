@@ -1,5 +1,6 @@
+import { Kind, type GraphQLResolveInfo, type SelectionSetNode } from "graphql";
 import { builder } from "../builder.ts";
-import { notFound } from "../errors.ts";
+import { badInput, notFound } from "../errors.ts";
 import { createApiKey, revokeApiKey } from "../governance/keys.ts";
 import { RoleEnum } from "./enums.ts";
 
@@ -59,7 +60,9 @@ builder.mutationFields((t) => ({
     type: CreatedApiKey,
     authScopes: { admin: true },
     args: { role: t.arg({ type: RoleEnum, required: true }), name: t.arg.string() },
-    resolve: async (_root, { role, name }, ctx) => {
+    resolve: async (_root, { role, name }, ctx, info) => {
+      // The key is shown only in this answer: one asked for without it would be live and lost.
+      if (!selects(info, "key")) throw badInput("Select `key` in createApiKey's answer: the key is shown only there, never again.");
       const { key, apiKey } = await createApiKey(ctx.db, {
         role,
         name: name ?? "",
@@ -77,3 +80,14 @@ builder.mutationFields((t) => ({
     },
   }),
 }));
+
+/** Whether the field's selection asks for `name` (directly, or through a fragment). */
+function selects(info: GraphQLResolveInfo, name: string): boolean {
+  const within = (set: SelectionSetNode | undefined): boolean =>
+    (set?.selections ?? []).some((selection) => {
+      if (selection.kind === Kind.FIELD) return selection.name.value === name;
+      if (selection.kind === Kind.INLINE_FRAGMENT) return within(selection.selectionSet);
+      return within(info.fragments[selection.name.value]?.selectionSet);
+    });
+  return info.fieldNodes.some((node) => within(node.selectionSet));
+}

@@ -114,7 +114,7 @@ export function createMcpServer(client: EngramClient, version = "0.1.0"): McpSer
       description: "Forget one fact (factId) or, with everything: true, all facts and recall data about the user.",
       inputSchema: {
         user,
-        factId: z.string().optional().describe("A fact id from get_context, search_memory or the facts resource."),
+        factId: z.string().optional().describe("A fact id from search_memory (with user) or the facts resource (get_context shows facts without their ids)."),
         everything: z.boolean().optional(),
       },
     },

@@ -1,6 +1,7 @@
 import type { AgendaQueue } from "../src/agenda-queue.ts";
 import type { Deps } from "../src/deps.ts";
 import type { Worker } from "../src/queue.ts";
+import { sparingly } from "../src/log.ts";
 import { compact } from "./compact.ts";
 import { dispatch } from "./dispatch.ts";
 import type { ImplementedJob } from "./implement.ts";
@@ -17,7 +18,9 @@ export const JOBS: ImplementedJob[] = [turn, conversationTurns, followUps, extra
 export async function startWorker({ queue, deps }: { queue: AgendaQueue; deps: Deps }): Promise<Worker> {
   const { log } = deps;
   const { agenda } = queue;
-  agenda.on("error", (error) => log.error("job queue error", { error }));
+  // The queue's polls fail together while the store is away: said at most every 30 s.
+  const queueError = sparingly(log, "error", "job queue error", 30_000);
+  agenda.on("error", (error) => queueError({ error }));
   agenda.on("fail", (error, job) => log.warn("job failed; it will be retried", { job: job.attrs.name, error }));
   for (const job of JOBS) job.register(agenda, deps);
   await queue.startProcessing();

@@ -2,7 +2,7 @@ import { PostgresBackend } from "@agendajs/postgres-backend";
 import { Agenda, type Job } from "agenda";
 import type { z } from "zod";
 import { createPool } from "./db.ts";
-import type { Logger } from "./log.ts";
+import { sparingly, type Logger } from "./log.ts";
 import type { Store } from "./embedded/embedded.ts";
 import type { JobQueue } from "./queue.ts";
 
@@ -204,7 +204,10 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
   const backend = new PostgresBackend({ pool, disableNotifications: store.embedded });
   // Its LISTEN connection re-emits its errors on the channel, which reconnects by itself: unheard,
   // a PostgreSQL restart would crash the process (test/faults/store-kill).
-  backend.notificationChannel?.on("error", (error) => log.warn("job notifications: connection lost; reconnecting", { error }));
+  // It retries every ~0.1 s while the store is away: said at most every 30 s (once every retry, a
+  // 10 s outage wrote 140 lines).
+  const notificationsLost = sparingly(log, "warn", "job notifications: connection lost; reconnecting", 30_000);
+  backend.notificationChannel?.on("error", (error) => notificationsLost({ error }));
   // Agenda connects from its constructor and never catches: a store down at that moment was an
   // unhandled rejection, and `agenda.ready` (which every enqueue and close awaits) never settled.
   // Connecting is retried until it works, or until the queue is closed.

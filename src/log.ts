@@ -15,3 +15,22 @@ export function createLogger(level: LogLevel = "info"): Logger {
 function errorReplacer(_key: string, value: unknown) {
   return value instanceof Error ? { name: value.name, message: value.message } : value;
 }
+
+/**
+ * A log line said at most once every `everyMs`, however often it happens: a repeating failure (a
+ * store away, an encoder down) must not flood the log. The next line counts those left unsaid.
+ */
+export function sparingly(log: Logger, level: Exclude<LogLevel, "silent" | "debug">, message: string, everyMs: number) {
+  let saidAt = -Infinity;
+  let unsaid = 0;
+  return (fields?: object) => {
+    const now = Date.now();
+    if (now - saidAt < everyMs) {
+      unsaid++;
+      return;
+    }
+    saidAt = now;
+    log[level](message, unsaid ? { ...fields, sinceLast: unsaid } : fields);
+    unsaid = 0;
+  };
+}

@@ -4,11 +4,11 @@ import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import pg from "pg";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, vi } from "vitest";
 import { buildApp } from "../src/app.ts";
 import { bootstrapFirstTenant } from "../src/auth.ts";
 import { EnvError, ignoredNames, readEnv } from "../src/env.ts";
-import { createLogger } from "../src/log.ts";
+import { createLogger, sparingly } from "../src/log.ts";
 import { summarizeJob } from "../src/queue.ts";
 import { openServices } from "../src/services.ts";
 import {
@@ -241,6 +241,29 @@ describe("configuration", () => {
       DATABASE_URL: "postgresql://u@h/db",
       REDIS_URL: "rediss://h:6380",
     });
+  });
+});
+
+describe("a failure that repeats while the store is away", () => {
+  it("is logged at most once per interval, the next line counting those left unsaid", () => {
+    vi.useFakeTimers({ now: 0 });
+    try {
+      const said: [string, object | undefined][] = [];
+      const log = { debug() {}, info() {}, warn: (message: string, fields?: object) => void said.push([message, fields]), error() {} };
+      const lost = sparingly(log, "warn", "job notifications: connection lost; reconnecting", 30_000);
+      for (let i = 0; i < 100; i++) {
+        lost({ attempt: i });
+        vi.advanceTimersByTime(100);
+      }
+      vi.advanceTimersByTime(30_000);
+      lost({ attempt: 100 });
+      expect(said).toEqual([
+        ["job notifications: connection lost; reconnecting", { attempt: 0 }],
+        ["job notifications: connection lost; reconnecting", { attempt: 100, sinceLast: 99 }],
+      ]);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
 

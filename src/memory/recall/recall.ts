@@ -12,7 +12,7 @@ import { isModelCallLimit } from "../../models/call-budget.ts";
 import { TimedOut } from "../../timeout.ts";
 import type { ModelProvider } from "../../models/provider.ts";
 import type { PubSub, RecallCandidate, RecallEvent } from "../../pubsub.ts";
-import type { Logger } from "../../log.ts";
+import { sparingly, type Logger } from "../../log.ts";
 import type { ContextBlock, ExtraBlocks } from "../context.ts";
 import { needsRecallByKeywords } from "../gate/keywords.ts";
 import type { SnippetDeps } from "./snippets.ts";
@@ -437,14 +437,12 @@ const JUDGE_FAILED = "recall judge unavailable: the similarity floor chose inste
 /** `degraded` of a context whose recall failed outright (the error itself is logged, not shown). */
 const RECALL_FAILED = "recall unavailable: the context was assembled without it";
 
-// While the encoder is down every context call falls back: one warning a minute says so.
-const FELL_BACK_EVERY_MS = 60_000;
-let fellBackWarnedAt = -Infinity;
+// While the encoder is down every context call falls back: one warning a minute says so (the
+// process's one logger, taken from the first call's deps).
+let fellBack: ((fields: object) => void) | undefined;
 function warnFellBack(log: Logger, fields: Record<string, unknown>) {
-  const now = Date.now();
-  if (now - fellBackWarnedAt < FELL_BACK_EVERY_MS) return;
-  fellBackWarnedAt = now;
-  log.warn("recall: the local decision fell back to keywords (said at most once a minute)", fields);
+  fellBack ??= sparingly(log, "warn", "recall: the local decision fell back to keywords (said at most once a minute)", 60_000);
+  fellBack(fields);
 }
 
 /**

@@ -1,6 +1,6 @@
 # Engram's API and job worker, on PostgreSQL (DATABASE_URL); see docker-compose.yml.
 # .ci/run replays these steps in a clean folder (no Docker daemon there): keep them plain
-# WORKDIR / COPY / RUN / ENV / USER / EXPOSE / CMD lines.
+# WORKDIR / COPY / RUN / ENV / USER / EXPOSE / HEALTHCHECK / CMD lines.
 FROM node:20-bookworm-slim
 
 WORKDIR /app
@@ -24,6 +24,10 @@ ENV NODE_ENV=production \
     MALLOC_ARENA_MAX=2
 
 EXPOSE 4000
+# Health for a plain `docker run` too (compose's healthcheck is the same): /readyz answers 200
+# once listening with the store and queue answering, 503 while shutting down. The slim image has
+# no curl: Node's fetch asks, on the port the server listens on.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=5 CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.PORT || 4000) + '/readyz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 # node itself, no npm or shell in between: SIGTERM from the runtime reaches the server. The V8
 # flags trade memory only: the heap grows by half its live size between full collections, not
 # several times it, and the young generation's halves stay at 4 MB (README, "Under a supervisor").

@@ -1,7 +1,7 @@
 // Replays the Dockerfile's build steps in a clean folder, as `docker build` would (no daemon
 // runs on CI machines here), then runs its CMD and checks /readyz and a clean SIGTERM stop.
 // Also runs the compose healthcheck of Chroma (a bash /dev/tcp probe) against a local Chroma.
-// Understands the instructions our Dockerfile uses: FROM, WORKDIR, USER, COPY, RUN, ENV, EXPOSE, CMD.
+// Understands the instructions our Dockerfile uses: FROM, WORKDIR, USER, COPY, RUN, ENV, EXPOSE, HEALTHCHECK, CMD.
 import { spawn, spawnSync } from "node:child_process";
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import net from "node:net";
@@ -55,6 +55,7 @@ let workdir = build;
 const env = { ...process.env };
 for (const key of Object.keys(env)) if (key.startsWith("npm_") || key === "NODE_ENV") delete env[key];
 let cmd;
+let healthcheck;
 
 for (const { op, rest } of instructions) {
   if (op === "FROM") {
@@ -96,7 +97,12 @@ for (const { op, rest } of instructions) {
   } else if (op === "ENV") {
     for (const [, key, value] of rest.matchAll(/(\w+)=("[^"]*"|\S+)/g)) env[key] = value.replace(/^"|"$/g, "");
   } else if (op === "CMD") cmd = JSON.parse(rest);
-  else fail(`the replay does not know ${op}`);
+  else if (op === "HEALTHCHECK") {
+    // HEALTHCHECK [--option=value …] CMD ["exec", "form"]: run against the server below.
+    const exec = /^(?:--[\w-]+=\S+\s+)*CMD\s+(\[.*\])$/.exec(rest);
+    if (!exec) fail(`HEALTHCHECK ${rest}: not options then CMD in exec form`);
+    healthcheck = JSON.parse(exec[1]);
+  } else fail(`the replay does not know ${op}`);
 }
 if (!cmd) fail("no CMD");
 for (const bad of ["npm", "npx", "sh", "bash"]) if (cmd[0] === bad) fail(`CMD starts with ${bad}: run node directly`);
@@ -141,6 +147,14 @@ const probe = (test, from, to) => {
 };
 if (!probe(compose.services.engram.healthcheck.test, "127.0.0.1:4000", `127.0.0.1:${port}`)) fail("the engram healthcheck fails");
 say("compose healthcheck of engram passes");
+// The image's own HEALTHCHECK, with the image's environment (its PORT).
+if (!healthcheck) fail("the Dockerfile has no HEALTHCHECK");
+{
+  const [bin, ...args] = healthcheck;
+  const ran = spawnSync(bin === "node" ? process.execPath : bin, args, { encoding: "utf8", timeout: 10_000, env: { ...env, PORT: String(port) } });
+  if (ran.status !== 0) fail(`the image's HEALTHCHECK fails: ${ran.stderr}`);
+}
+say("the image's HEALTHCHECK passes");
 
 server.kill("SIGTERM");
 const stop = await Promise.race([exited, new Promise((resolve) => setTimeout(() => resolve(null), 15_000))]);

@@ -215,6 +215,23 @@ describe(`the cap of ${FACT_CAP} facts`, () => {
   }
   const count = (endUserId: string) => engram.services.db.fact.count({ where: { endUserId } });
 
+  it("refuses a subscription to an unknown user's facts or recalls with NOT_FOUND, instead of staying silent", async () => {
+    const client = wsClient(await serverUrl(), engram.tenant.reader);
+    try {
+      for (const query of [
+        `subscription($id: ID!) { factChanged(endUserId: $id) { change } }`,
+        `subscription($id: ID!) { memoryRecall(endUserId: $id) { message } }`,
+      ]) {
+        const live = collect(client, query, { id: "00000000-0000-0000-0000-000000000000" });
+        await live.next(1, 10_000);
+        expect(live.received[0]?.errors?.[0]?.extensions?.code ?? (live.failure as any)?.[0]?.extensions?.code, query).toBe("NOT_FOUND");
+        live.dispose();
+      }
+    } finally {
+      await client.dispose();
+    }
+  });
+
   it("refuses an addFact that cannot fit because every fact is core: CONFLICT, nothing written or announced", async () => {
     const { endUserId } = await userWith("uma", { core: FACT_CAP });
     const url = await serverUrl();

@@ -1,6 +1,7 @@
 import { filter, pipe } from "graphql-yoga";
 import { builder, type GraphQLContext } from "../builder.ts";
 import { EngramError, notFound } from "../errors.ts";
+import { requireEndUser } from "../memory/conversations/agents.ts";
 import { CONTRADICTION_CHOICES, resolveContradiction, type ContradictionResolution } from "../memory/facts/contradictions.ts";
 import { addFact, correctFact, FACT_CAP, listFacts } from "../memory/facts/facts.ts";
 import { forgetFact, forgetRecords, forgetUser, type ForgetRecord } from "../memory/forget.ts";
@@ -191,7 +192,7 @@ builder.queryFields((t) => ({
     args: { endUserId: t.arg.id({ required: true }) },
     resolve: async (query, _root, { endUserId }, ctx) => {
       const db = ctx.db;
-      if (!(await db.endUser.count({ where: { id: String(endUserId) } }))) throw notFound("End user", String(endUserId));
+      await requireEndUser(db, String(endUserId));
       return listFacts(db, String(endUserId), query);
     },
   }),
@@ -271,11 +272,14 @@ builder.subscriptionFields((t) => ({
     authScopes: { reader: true },
     description: "Facts added, refreshed, updated, contradicted, corrected, deleted or forgotten, with the reason.",
     args: { endUserId: t.arg.id({ required: true }) },
-    subscribe: (_root, args, ctx) =>
-      pipe(
+    // An unknown user is NOT_FOUND, as for the facts query: not a subscription silent for ever.
+    subscribe: async (_root, args, ctx) => {
+      await requireEndUser(ctx.db, String(args.endUserId));
+      return pipe(
         ctx.deps.pubsub.subscribe("factChanged", ctx.principal.tenantId),
         filter((change) => change.endUserId === String(args.endUserId)),
-      ),
+      );
+    },
     resolve: (change) => change,
   }),
 }));

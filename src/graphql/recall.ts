@@ -1,6 +1,7 @@
 import { filter, pipe } from "graphql-yoga";
 import { builder } from "../builder.ts";
 import { badInput, notFound } from "../errors.ts";
+import { requireEndUser } from "../memory/conversations/agents.ts";
 import { searchSnippets, type RecallCandidate, type RecallEvent } from "../memory/recall/recall.ts";
 import { recallIndexStatus, type RecallIndexStatus } from "../memory/recall/snippets.ts";
 
@@ -105,7 +106,7 @@ builder.queryFields((t) => ({
     args: { endUserId: t.arg.id({ required: true }) },
     resolve: async (_root, args, ctx) => {
       const endUserId = String(args.endUserId);
-      if (!(await ctx.db.endUser.count({ where: { id: endUserId } }))) throw notFound("End user", endUserId);
+      await requireEndUser(ctx.db, endUserId);
       return recallIndexStatus(ctx.db, endUserId);
     },
   }),
@@ -139,7 +140,7 @@ builder.queryFields((t) => ({
       });
       // Snippets found are the user's, so the user exists: only an empty answer asks (a statement
       // less on the path an agent waits on; an unknown id costs its one query embedding).
-      if (found.candidates.length === 0 && !(await ctx.db.endUser.count({ where: { id: endUserId } }))) throw notFound("End user", endUserId);
+      if (found.candidates.length === 0) await requireEndUser(ctx.db, endUserId);
       return found;
     },
   }),
@@ -151,11 +152,14 @@ builder.subscriptionFields((t) => ({
     authScopes: { reader: true },
     description: "Each recall for the end user as it happens (the inspector's memory.recall entry).",
     args: { endUserId: t.arg.id({ required: true }) },
-    subscribe: (_root, args, ctx) =>
-      pipe(
+    // An unknown user is NOT_FOUND: not a subscription silent for ever.
+    subscribe: async (_root, args, ctx) => {
+      await requireEndUser(ctx.db, String(args.endUserId));
+      return pipe(
         ctx.deps.pubsub.subscribe("memoryRecall", ctx.principal.tenantId),
         filter((event) => event.endUserId === String(args.endUserId)),
-      ),
+      );
+    },
     resolve: (event) => event,
   }),
 }));

@@ -4,6 +4,7 @@ import { notFound } from "../errors.ts";
 import { Prisma, type Fact } from "../generated/prisma/client.ts";
 import { loadTenantSettings } from "../governance/settings.ts";
 import { deleteVectorsJob } from "../queue.ts";
+import { requireEndUser } from "./conversations/agents.ts";
 import { forgetActivity } from "./activity.ts";
 import { aboutThePerson } from "./export.ts";
 import { normalizeFact } from "./facts/normalize.ts";
@@ -65,10 +66,6 @@ export type ForgetWho = {
    */
   askedThroughSeq?: number | null;
 };
-
-async function requireUser(db: TenantDb, endUserId: string) {
-  if (!(await db.endUser.count({ where: { id: endUserId } }))) throw notFound("End user", endUserId);
-}
 
 async function conversationIdsOf(db: TenantDb, endUserId: string) {
   return (await db.conversation.findMany({ where: { endUserId }, select: { id: true } })).map((c) => c.id);
@@ -414,7 +411,7 @@ async function announceForgotten(db: TenantDb, deps: ForgetDeps, endUserId: stri
 
 /** "Forget everything": every copy of what Engram holds about one end user. */
 export async function forgetUser(db: TenantDb, deps: ForgetDeps, endUserId: string, who: ForgetWho) {
-  await requireUser(db, endUserId);
+  await requireEndUser(db, endUserId);
   const settings = await loadTenantSettings(db);
   const conversationIds = await conversationIdsOf(db, endUserId);
   const inTheirs = { conversationId: { in: conversationIds } };
@@ -478,7 +475,7 @@ export async function forgetPhrases(
   const receipt = emptyReceipt();
   const wanted = phrases.map((p) => p.trim()).filter(Boolean);
   if (wanted.length === 0) return receipt;
-  await requireUser(db, endUserId);
+  await requireEndUser(db, endUserId);
   const settings = await loadTenantSettings(db);
   const tenantId = db.$tenantId();
   const conversationIds = await conversationIdsOf(db, endUserId);

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { appNow, type TenantDb } from "../../db.ts";
-import { parseInput } from "../../errors.ts";
+import { notFound, parseInput } from "../../errors.ts";
 import type { Agent } from "../../generated/prisma/client.ts";
 
 const externalId = z.string().trim().min(1).max(200);
@@ -111,3 +111,8 @@ export async function upsertEndUser(db: TenantDb, input: z.input<typeof upsertEn
 }
 
 export { externalId as externalIdSchema };
+
+/** NOT_FOUND unless the tenant has this end user. */
+export async function requireEndUser(db: TenantDb, endUserId: string) {
+  if (!(await db.endUser.count({ where: { id: endUserId } }))) throw notFound("End user", endUserId);
+}

@@ -9,7 +9,7 @@ import { Prisma, type Fact } from "../../generated/prisma/client.ts";
 import { factTextSchema } from "../../limits.ts";
 import type { FactChangeKind, FactChangePayload, PubSub } from "../../pubsub.ts";
 import type { ExtraBlocks } from "../context.ts";
-import { externalIdSchema, upsertEndUser } from "../conversations/agents.ts";
+import { externalIdSchema, requireEndUser, upsertEndUser } from "../conversations/agents.ts";
 import { liveMessages } from "../conversations/live-messages.ts";
 import { deleteFactRows } from "../forget.ts";
 import { countTokens } from "../tokens.ts";
@@ -52,10 +52,6 @@ export function listFacts(db: TenantDb, endUserId: string, query: object = {}) {
     where: { endUserId },
     orderBy: [{ core: "desc" }, { confirmedAt: "desc" }, { id: "asc" }],
   });
-}
-
-async function requireUser(db: TenantDb, endUserId: string) {
-  if (!(await db.endUser.count({ where: { id: endUserId } }))) throw notFound("End user", endUserId);
 }
 
 async function writeVersion(tx: TenantDb, fact: Fact, change: FactChangeKind, reason: string | null) {
@@ -184,7 +180,7 @@ export const addFactInput = z
  */
 export async function addFact(db: TenantDb, deps: FactDeps, input: z.input<typeof addFactInput>, author: FactAuthor) {
   const { endUserId, endUserExternalId, ...fact } = parseInput(addFactInput, input);
-  if (endUserId != null) await requireUser(db, endUserId);
+  if (endUserId != null) await requireEndUser(db, endUserId);
   return createFact(db, deps, { ...fact, endUserId: endUserId ?? { externalId: endUserExternalId! } }, author, "ADDED", "added by a person");
 }
 

@@ -193,7 +193,7 @@ export function lazyChroma(options: {
   let failed: Error | undefined;
   let starting: Promise<ChromaServer> | undefined;
   let closed = false;
-  return {
+  const chroma = {
     /** For /healthz: the heartbeat of the Chroma in use; an embedded one not started yet is fine. */
     async health(): Promise<{ status: "ok" | "down"; detail?: string }> {
       if (failed) {
@@ -203,7 +203,11 @@ export function lazyChroma(options: {
       }
       const url = options.url ?? current?.url;
       if (!url) return { status: "ok", detail: starting ? "embedded; starting" : "embedded; starts on first use" };
-      if (!options.url && !current?.alive()) return { status: "down", detail: "the embedded Chroma exited; it restarts on next use" };
+      if (!options.url && !current?.alive()) {
+        // Started again now, not on the next recall: an idle instance would say down for ever.
+        if (!closed) void chroma.get().catch(() => {});
+        return { status: "down", detail: "the embedded Chroma exited; it is being started again" };
+      }
       return (await heartbeat(url, 1_500))
         ? { status: "ok", detail: options.url ? "external" : "embedded" }
         : { status: "down", detail: options.url ? "no heartbeat from the external Chroma (CHROMA_URL)" : "no heartbeat from the embedded Chroma" };
@@ -242,4 +246,5 @@ export function lazyChroma(options: {
       await current?.stop();
     },
   };
+  return chroma;
 }

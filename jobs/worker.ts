@@ -18,9 +18,16 @@ export const JOBS: ImplementedJob[] = [turn, conversationTurns, followUps, extra
 export async function startWorker({ queue, deps }: { queue: AgendaQueue; deps: Deps }): Promise<Worker> {
   const { log } = deps;
   const { agenda } = queue;
-  // The queue's polls fail together while the store is away: said at most every 30 s.
-  const queueError = sparingly(log, "error", "job queue error", 30_000);
-  agenda.on("error", (error) => queueError({ error }));
+  // The queue's polls fail together while the store is away: each kind of error said at most
+  // every 30 s (another kind, a real bug say, is said at once).
+  const queueErrors = new Map<string, (fields: object) => void>();
+  agenda.on("error", (error: Error) => {
+    const kind = `${error?.name}: ${String(error?.message).slice(0, 200)}`;
+    if (!queueErrors.has(kind) && queueErrors.size >= 100) queueErrors.clear();
+    let say = queueErrors.get(kind);
+    if (!say) queueErrors.set(kind, (say = sparingly(log, "error", "job queue error", 30_000)));
+    say({ error });
+  });
   agenda.on("fail", (error, job) => log.warn("job failed; it will be retried", { job: job.attrs.name, error }));
   for (const job of JOBS) job.register(agenda, deps);
   await queue.startProcessing();

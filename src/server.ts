@@ -29,6 +29,7 @@ function shownUrl(url: string): string {
   try {
     const shown = new URL(url);
     if (shown.password) shown.password = "***";
+    if (shown.searchParams.has("password")) shown.searchParams.set("password", "***");
     return shown.toString();
   } catch {
     return "(not a URL)";

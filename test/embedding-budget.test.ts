@@ -157,7 +157,11 @@ describe("embeddings on a paid route and the monthly token budget", () => {
     const later = await say(engram, { user: "ada", conversation: "boat-later", agent: "quiet" }, "Hello again.", "Hi!");
     const context = await engram.gql(CONTEXT, { input: { conversationId: later.conversationId, message: "Do you remember what my sailing boat is called?" } });
     expect(context.errors).toBeUndefined();
-    expect(context.data.context.degraded).toEqual([`vector search unavailable: ${BUDGET_REASON}`]);
+    // The re-rank judge's call has no room either: the similarity floor chose, and it says why.
+    expect(context.data.context.degraded).toEqual([
+      `vector search unavailable: ${BUDGET_REASON}`,
+      expect.stringMatching(/^recall judge unavailable: .*budget.*; the similarity floor chose instead$/),
+    ]);
     expect(context.data.context.blocks.find((b: { kind: string }) => b.kind === "RECALL")?.text).toContain("Heron");
 
     expect(model.embeddingRequests.length).toBe(calls);

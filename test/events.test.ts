@@ -173,6 +173,15 @@ describe("access", () => {
     expect(await engram.services.db.apiKey.count()).toBe(keysBefore);
     const viaFragment = await engram.gql(`mutation { createApiKey(role: READER) { ...k } } fragment k on CreatedApiKey { key }`, {}, engram.tenant.admin);
     expect(viaFragment.errors).toBeUndefined();
+    // Asked for, but skipped: as good as not asked for.
+    for (const [query, variables] of [
+      [`mutation { createApiKey(role: READER) { id key @include(if: false) } }`, {}],
+      [`mutation($s: Boolean!) { createApiKey(role: READER) { id key @skip(if: $s) } }`, { s: true }],
+    ] as const) {
+      const skipped = await engram.gql(query, variables, engram.tenant.admin);
+      expect(skipped.errors?.[0].extensions?.code, query).toBe("BAD_USER_INPUT");
+    }
+    expect(await engram.services.db.apiKey.count()).toBe(keysBefore + 1);
     const viewer = await engram.gql(`{ viewer { role } }`, {}, adminKey.data.createApiKey.key);
     expect(viewer.data.viewer.role).toBe("READER");
   });

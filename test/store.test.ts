@@ -368,8 +368,25 @@ describe("the embedded store", { timeout: 120_000 }, () => {
     // The port still serves its owner after a refused client.
     const [again] = await sql<{ one: number }>(store.url, "SELECT 1 AS one");
     expect(again.one).toBe(1);
+    // A client that connects and never gives the password is cut off, not left holding a place.
+    const silent = net.connect(Number(url.port), "127.0.0.1");
+    const closedAt = await new Promise<number>((resolve, reject) => {
+      silent.once("close", () => resolve(Date.now()));
+      silent.once("error", reject);
+    });
+    expect(closedAt).toBeGreaterThan(0);
     await store.stop();
-  });
+    // A secret cut short (a full disk between its creation and its write) is made again, never used empty.
+    writeFileSync(path.join(dir, "store.secret"), "");
+    const next = await startEmbeddedStore(dir);
+    cleanups.push(() => next.stop());
+    expect(readFileSync(path.join(dir, "store.secret"), "utf8")).toMatch(/^[\w-]{32}$/);
+    url.password = "";
+    await expect(sql(url.toString().replace(/:\d+\//, `:${new URL(next.url).port}/`), "SELECT 1")).rejects.toThrow(/password/);
+    const [fresh] = await sql<{ one: number }>(next.url, "SELECT 1 AS one");
+    expect(fresh.one).toBe(1);
+    await next.stop();
+  }, 60_000);
 
   it("creates a new database folder from the template npm ci made, or by initdb without one, whole or not at all", async () => {
     const init = path.join(ROOT, "src", "embedded", "pglite-init.mjs");

@@ -1,6 +1,6 @@
 import { fork, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chmodSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fromRoot, ROOT } from "../paths.ts";
 import type { Logger } from "../log.ts";
@@ -87,13 +87,26 @@ function urlFor(port: number, password: string) {
  */
 function storePassword(dir: string): string {
   const file = path.join(dir, "store.secret");
-  try {
-    writeFileSync(file, randomBytes(24).toString("base64url"), { mode: 0o600, flag: "wx" });
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
-  }
-  return readFileSync(file, "utf8").trim();
+  const read = () => {
+    try {
+      return readFileSync(file, "utf8").trim();
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") return "";
+      throw error;
+    }
+  };
+  const found = read();
+  if (PASSWORD_SHAPE.test(found)) return found;
+  // None yet, or one cut short (a full disk): a new one, whole or not at all (written aside, then
+  // renamed into place), so the port never goes without.
+  const aside = `${file}.${process.pid}.tmp`;
+  writeFileSync(aside, randomBytes(24).toString("base64url"), { mode: 0o600 });
+  renameSync(aside, file);
+  return read();
 }
+
+/** What storePassword makes: 24 random bytes in base64url. */
+const PASSWORD_SHAPE = /^[A-Za-z0-9_-]{32}$/;
 
 /** The data folder, readable by its owner only: it holds the database, its password and the vectors. */
 function ownFolder(dir: string) {

@@ -31,6 +31,12 @@ const maxConnections = Number(maxConnectionsArg);
 // that does not give it is refused, so another user of the machine cannot use the loopback port.
 const PASSWORD = process.env.ENGRAM_STORE_PASSWORD ?? "";
 delete process.env.ENGRAM_STORE_PASSWORD;
+if (!PASSWORD) {
+  process.stderr.write("embedded database: no password given (ENGRAM_STORE_PASSWORD); not serving an open port\n");
+  process.exit(1);
+}
+/** A client has this long to give the password (PostgreSQL's authentication_timeout), then it is cut off. */
+const AUTH_TIMEOUT_MS = 10_000;
 const idleTxMs = Number(idleTxMsArg);
 const stuckMs = Number(stuckMsArg);
 const BROKEN = 70; // exit code: the database failed, restart me
@@ -125,10 +131,17 @@ class Connection {
     this.startup = null;
     this.pending = [];
     this.closed = false;
+    this.refused = false;
     this.lastActive = Date.now();
+    // One that connects and never gives the password would hold a connection's place for ever.
+    this.authTimer = setTimeout(() => {
+      if (this.startup !== null || !this.started) socket.destroy();
+    }, AUTH_TIMEOUT_MS);
+    this.authTimer.unref();
   }
 
   receive(data) {
+    if (this.refused) return;
     this.buffer = Buffer.concat([this.buffer, data]);
     for (;;) {
       if (!this.started) {
@@ -148,10 +161,6 @@ class Connection {
         const startup = Buffer.from(this.buffer.subarray(0, length));
         this.buffer = this.buffer.subarray(length);
         this.started = true;
-        if (!PASSWORD) {
-          this.enqueue(startup, true);
-          continue;
-        }
         // PostgreSQL's password exchange, before PGlite sees the startup (which it answers with
         // AuthenticationOk): AuthenticationCleartextPassword, then the client's PasswordMessage.
         this.startup = startup;
@@ -164,9 +173,14 @@ class Connection {
         if (this.buffer.length < length) return;
         const message = this.buffer.subarray(0, length);
         this.buffer = this.buffer.subarray(length);
-        if (message[0] !== 0x70 || !passwordMatches(message.subarray(5, length - 1))) return refuse(this.socket);
+        if (message[0] !== 0x70 || !passwordMatches(message.subarray(5, length - 1))) {
+          // One try a connection: what it sends after is not read.
+          this.refused = true;
+          return refuse(this.socket);
+        }
         const startup = this.startup;
         this.startup = null;
+        clearTimeout(this.authTimer);
         this.enqueue(startup, true);
         continue;
       }
@@ -208,7 +222,7 @@ function refuse(socket) {
   const header = Buffer.alloc(5);
   header.write("E");
   header.writeInt32BE(body.length + 4, 1);
-  socket.end(Buffer.concat([header, body]));
+  socket.end(Buffer.concat([header, body]), () => socket.destroy());
 }
 
 async function drain() {

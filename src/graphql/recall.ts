@@ -1,7 +1,7 @@
 import { filter, pipe } from "graphql-yoga";
 import { builder } from "../builder.ts";
-import { badInput, notFound } from "../errors.ts";
-import { requireEndUser } from "../memory/conversations/agents.ts";
+import { badInput, notFound, parseInput } from "../errors.ts";
+import { externalIdSchema, requireEndUser } from "../memory/conversations/agents.ts";
 import { searchSnippets, type RecallCandidate, type RecallEvent } from "../memory/recall/recall.ts";
 import { recallIndexStatus, type RecallIndexStatus } from "../memory/recall/snippets.ts";
 
@@ -121,11 +121,13 @@ builder.queryFields((t) => ({
       if ((input.endUserId == null) === (input.endUserExternalId == null)) throw badInput("Give the end user by endUserId or by endUserExternalId: exactly one of the two.");
       let endUserId = String(input.endUserId);
       if (input.endUserExternalId != null) {
+        // Trimmed and bounded as recordTurn takes it, so " bob" is the bob it recorded.
+        const externalId = parseInput(externalIdSchema, input.endUserExternalId);
         const user = await ctx.db.endUser.findUnique({
-          where: { tenantId_externalId: { tenantId: ctx.db.$tenantId(), externalId: input.endUserExternalId } },
+          where: { tenantId_externalId: { tenantId: ctx.db.$tenantId(), externalId } },
           select: { id: true },
         });
-        if (!user) throw notFound("End user", input.endUserExternalId);
+        if (!user) throw notFound("End user", externalId);
         endUserId = user.id;
       }
       const k = input.k ?? 10;

@@ -119,7 +119,17 @@ async function rewriteUnderLease(db: TenantDb, deps: SummaryDeps, conversationId
       // Nor over a message it read that a forget has taken (or deleteFact marked) since (the
       // conversation row, locked now, is what the forget's last step takes next: a summary
       // landing before it is cleared).
-      const stillThere = await tx.message.count({ where: { id: { in: toFold.map((m) => m.id) }, forgottenAt: null, factsForgottenAt: null } });
+      // The messages are share-locked until this commits: a forget or deleteFact's mark that
+      // comes after waits, and then finds this summary to clear (on PostgreSQL, where the two run
+      // at once, a count without the lock let a mark commit between it and this commit unseen).
+      const [{ stillThere }] = await tx.$queryRaw<{ stillThere: number }[]>`
+        SELECT count(*)::int AS "stillThere" FROM (
+          SELECT m."id" FROM "Message" m
+          WHERE m."tenantId" = ${db.$tenantId()} AND m."id" = ANY(${toFold.map((m) => m.id)}::text[])
+            AND m."forgottenAt" IS NULL AND m."factsForgottenAt" IS NULL
+          ORDER BY m."id"
+          FOR SHARE
+        ) "live"`;
       if (stillThere < toFold.length) throw new Superseded();
       return tx.summaryRevision.create({
         data: {

@@ -384,7 +384,7 @@ export async function recallForTurn(db: TenantDb, deps: RecallDeps, input: Recal
     } catch (error) {
       if (isModelCallLimit(error)) throw error;
       // A reply must not wait on a broken judge: fall back to the similarity floor.
-      judgeDegraded = JUDGE_FAILED;
+      judgeDegraded = judgeFailed(error);
       deps.log.warn("recall: the re-rank judge failed; using the similarity floor", {
         tenantId,
         ...(error instanceof OutputParserException ? unreadable(error) : { error: (error as Error).message }),
@@ -431,8 +431,8 @@ export function recallBlock(event: RecallEvent): ContextBlock | null {
   return { kind: "RECALL", title: "From earlier conversations with this user", text, tokens: countTokens(text), items };
 }
 
-/** `degraded` of a context whose re-rank judge failed (the error itself is logged, not shown). */
-const JUDGE_FAILED = "recall judge unavailable: the similarity floor chose instead (the server's log has the error)";
+/** `degraded` of a context whose re-rank judge failed: a reason safe to show (a model call's short one, the budget's). */
+const judgeFailed = (error: unknown) => `recall judge unavailable: ${publicReason(error, "it failed")}; the similarity floor chose instead`;
 
 /** `degraded` of a context whose recall failed outright (the error itself is logged, not shown). */
 const RECALL_FAILED = "recall unavailable: the context was assembled without it";

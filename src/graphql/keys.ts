@@ -1,4 +1,12 @@
-import { Kind, type DirectiveNode, type GraphQLResolveInfo, type SelectionSetNode } from "graphql";
+import {
+  getDirectiveValues,
+  GraphQLIncludeDirective,
+  GraphQLSkipDirective,
+  Kind,
+  type GraphQLResolveInfo,
+  type SelectionNode,
+  type SelectionSetNode,
+} from "graphql";
 import { builder } from "../builder.ts";
 import { badInput, notFound } from "../errors.ts";
 import { createApiKey, revokeApiKey } from "../governance/keys.ts";
@@ -83,12 +91,10 @@ builder.mutationFields((t) => ({
 
 /** Whether the field's selection asks for `name` (directly, or through a fragment), not skipped by @skip or @include. */
 function selects(info: GraphQLResolveInfo, name: string): boolean {
-  const condition = (node: { directives?: readonly DirectiveNode[] }, directive: "skip" | "include") => {
-    const argument = node.directives?.find((d) => d.name.value === directive)?.arguments?.find((a) => a.name.value === "if")?.value;
-    if (!argument) return undefined;
-    return argument.kind === Kind.VARIABLE ? Boolean(info.variableValues[argument.name.value]) : argument.kind === Kind.BOOLEAN && argument.value;
-  };
-  const kept = (node: { directives?: readonly DirectiveNode[] }) => condition(node, "skip") !== true && condition(node, "include") !== false;
+  // As graphql-js's execution decides it.
+  const kept = (node: SelectionNode) =>
+    getDirectiveValues(GraphQLSkipDirective, node, info.variableValues)?.if !== true &&
+    getDirectiveValues(GraphQLIncludeDirective, node, info.variableValues)?.if !== false;
   const within = (set: SelectionSetNode | undefined): boolean =>
     (set?.selections ?? []).some((selection) => {
       if (!kept(selection)) return false;

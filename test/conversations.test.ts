@@ -86,9 +86,35 @@ describe("recordTurn", () => {
   it("is idempotent on clientTurnId", async () => {
     const input = turn("c-idem");
     const first = await engram.gql(RECORD, { input });
-    const again = await engram.gql(RECORD, { input: { ...input, userMessage: "different text" } });
+    const again = await engram.gql(RECORD, { input: { ...input, occurredAt: new Date(Date.now() - 60_000).toISOString() } });
+    expect(again.errors).toBeUndefined();
     expect(again.data.recordTurn.id).toBe(first.data.recordTurn.id);
     expect(await engram.services.db.message.count({ where: { conversationId: first.data.recordTurn.conversation.id } })).toBe(2);
+  });
+
+  it("refuses a clientTurnId used for other messages (CONFLICT) instead of dropping them", async () => {
+    const input = turn("c-idem-other", { privateSteps: ["looked up the order"] });
+    const first = await engram.gql(RECORD, { input });
+    const conversationId = first.data.recordTurn.conversation.id;
+    for (const change of [
+      { userMessage: "different text" },
+      { assistantMessage: null },
+      { assistantMessage: "another reply" },
+      { privateSteps: [] },
+      { privateSteps: ["looked up the order", "and the invoice"] },
+    ]) {
+      const clash = await engram.gql(RECORD, { input: { ...input, ...change } });
+      expect(clash.errors?.[0].extensions?.code, JSON.stringify(change)).toBe("CONFLICT");
+      expect(clash.errors?.[0].message).toContain("other messages");
+    }
+    expect(await engram.services.db.message.count({ where: { conversationId } })).toBe(3);
+    expect(await engram.services.db.turn.count({ where: { conversationId } })).toBe(1);
+    // Once its messages are gone (a forget, the retention window), a retry cannot be compared and
+    // is answered with its turn, as before.
+    await engram.services.db.message.deleteMany({ where: { conversationId, seq: 1 } });
+    const later = await engram.gql(RECORD, { input: { ...input, userMessage: "different text" } });
+    expect(later.errors).toBeUndefined();
+    expect(later.data.recordTurn.id).toBe(first.data.recordTurn.id);
   });
 
   it("keeps a gapless sequence under 50 concurrent turns", async () => {

@@ -197,7 +197,7 @@ export type RecallMode =
 export type RecordTurnInput = {
   agentExternalId: string;
   assistantMessage?: string | null | undefined;
-  /** Your id for this turn: a retry with it records nothing new. */
+  /** Your id for this turn: a retry with it and the same messages records nothing new; with other messages it is CONFLICT. */
   clientTurnId: string;
   /** The conversation is created on first use. */
   conversationExternalId: string;

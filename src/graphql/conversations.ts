@@ -105,7 +105,7 @@ const RecordTurnInput = builder.inputType("RecordTurnInput", {
     agentExternalId: t.string({ required: true }),
     endUserExternalId: t.string({ required: true }),
     conversationExternalId: t.string({ required: true, description: "The conversation is created on first use." }),
-    clientTurnId: t.string({ required: true, description: "Your id for this turn: a retry with it records nothing new." }),
+    clientTurnId: t.string({ required: true, description: "Your id for this turn: a retry with it and the same messages records nothing new; with other messages it is CONFLICT." }),
     userMessage: t.string({ required: true }),
     assistantMessage: t.string(),
     privateSteps: t.stringList({ description: "The agent's private steps: kept, never shared memory." }),

@@ -89,6 +89,24 @@ async function appendMessages(tx: TenantDb, tenantId: string, conversationId: st
   return { firstSeq, lastSeq };
 }
 
+/**
+ * Whether a retry carries the messages its turn was first recorded with (role, text, private, in
+ * order). A turn whose messages were forgotten or aged out since cannot be compared, and counts
+ * as the same: refusing a real retry is worse than returning its turn.
+ */
+async function sameMessages(tx: TenantDb, turn: Pick<Turn, "conversationId" | "firstSeq" | "lastSeq">, messages: NewMessage[]) {
+  const stored = await tx.message.findMany({
+    where: { conversationId: turn.conversationId, seq: { gte: turn.firstSeq, lte: turn.lastSeq } },
+    select: { role: true, content: true, private: true },
+    orderBy: { seq: "asc" },
+  });
+  if (stored.length !== turn.lastSeq - turn.firstSeq + 1) return true;
+  return (
+    stored.length === messages.length &&
+    stored.every((m, i) => m.role === messages[i].role && m.content === messages[i].content && m.private === messages[i].private)
+  );
+}
+
 type Nullable<T> = { [K in keyof T]: T[K] | null };
 
 type KnownConversation = {
@@ -238,7 +256,8 @@ export type RecordedTurn = {
 
 /**
  * Records one turn (the user's message, the agent's private steps, its reply). Creates the
- * conversation on first use; idempotent on clientTurnId: a retry returns the first turn.
+ * conversation on first use; idempotent on clientTurnId: a retry returns the first turn, and the
+ * same id with other messages is refused (CONFLICT) rather than dropping them.
  */
 export async function recordTurn(
   db: TenantDb,
@@ -291,6 +310,12 @@ export async function recordTurn(
           throw new EngramError(
             "CONFLICT",
             `clientTurnId ${parsed.clientTurnId} was already used in another conversation; turn ids are unique per tenant.`,
+          );
+        }
+        if (!(await sameMessages(tx as TenantDb, existing, messages))) {
+          throw new EngramError(
+            "CONFLICT",
+            `clientTurnId ${parsed.clientTurnId} was already used for a turn with other messages; a retry sends the same messages, a new turn a new id.`,
           );
         }
         const { conversation, ...turn } = existing;

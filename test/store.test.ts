@@ -17,6 +17,7 @@ import {
   readOwner,
   startEmbeddedStore,
   StoreBusyError,
+  StoreSecretError,
   type Store,
 } from "../src/embedded/embedded.ts";
 import { committedMigrations, migrate } from "../src/embedded/migrate.ts";
@@ -338,6 +339,15 @@ describe("the embedded store", { timeout: 120_000 }, () => {
     const [row] = await sql<{ n: string }>(attached.url, `SELECT count(*)::text AS n FROM "_engram_migrations"`);
     expect(Number(row.n)).toBeGreaterThan(0);
     await attached.stop();
+    // Attaching only reads the running server's password: with none whole there, the command is
+    // refused in one line, and the file is left as it was (a new password would lock out both).
+    const secret = path.join(dir, "store.secret");
+    const password = readFileSync(secret, "utf8");
+    writeFileSync(secret, "cut");
+    await expect(attachOrStartEmbeddedStore(dir)).rejects.toThrow(StoreSecretError);
+    await expect(attachOrStartEmbeddedStore(dir)).rejects.toThrow(/no whole store.secret/);
+    expect(readFileSync(secret, "utf8")).toBe("cut");
+    writeFileSync(secret, password);
     // Stopping an attached store leaves the owner's store up.
     const [still] = await sql<{ one: number }>(owner.url, "SELECT 1 AS one");
     expect(still.one).toBe(1);

@@ -50,6 +50,11 @@ export class StoreBusyError extends Error {
   }
 }
 
+/** A command found the folder's server running, but not the password its database takes. */
+export class StoreSecretError extends Error {
+  override name = "StoreSecretError";
+}
+
 function ownerFile(dataDir: string) {
   return path.join(dataDir, "engram.owner.json");
 }
@@ -86,23 +91,28 @@ function urlFor(port: number, password: string) {
  * that only a process of the user who owns the folder can use the loopback port.
  */
 function storePassword(dir: string): string {
-  const file = path.join(dir, "store.secret");
-  const read = () => {
-    try {
-      return readFileSync(file, "utf8").trim();
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === "ENOENT") return "";
-      throw error;
-    }
-  };
-  const found = read();
-  if (PASSWORD_SHAPE.test(found)) return found;
+  const found = readStorePassword(dir);
+  if (found) return found;
   // None yet, or one cut short (a full disk): a new one, whole or not at all (written aside, then
   // renamed into place), so the port never goes without.
+  const file = secretFile(dir);
   const aside = `${file}.${process.pid}.tmp`;
   writeFileSync(aside, randomBytes(24).toString("base64url"), { mode: 0o600 });
   renameSync(aside, file);
-  return read();
+  return readStorePassword(dir);
+}
+
+const secretFile = (dir: string) => path.join(dir, "store.secret");
+
+/** The folder's password as its owner made it, or "" when there is none whole. */
+function readStorePassword(dir: string): string {
+  try {
+    const found = readFileSync(secretFile(dir), "utf8").trim();
+    return PASSWORD_SHAPE.test(found) ? found : "";
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return "";
+    throw error;
+  }
 }
 
 /** What storePassword makes: 24 random bytes in base64url. */
@@ -323,9 +333,16 @@ export async function startEmbeddedStore(dataDir: string, options: EmbeddedStore
  * folder a second time), or own the folder for the length of the command.
  */
 export async function attachOrStartEmbeddedStore(dataDir: string, options: EmbeddedStoreOptions = {}): Promise<Store> {
-  const owner = readOwner(path.resolve(dataDir));
+  const dir = path.resolve(dataDir);
+  const owner = readOwner(dir);
   if (owner && owner.port > 0) {
-    return { url: urlFor(owner.port, storePassword(path.resolve(dataDir))), kind: "embedded", embedded: true, state: () => "up", onFailure() {}, stop: async () => {} };
+    // The running server's password, only read: a new one here would lock this command out and
+    // leave the server's restarts a password its database does not take.
+    const password = readStorePassword(dir);
+    if (!password) {
+      throw new StoreSecretError(`The Engram server using ${dir} (pid ${owner.pid}) has no whole store.secret there; restart that server to make one.`);
+    }
+    return { url: urlFor(owner.port, password), kind: "embedded", embedded: true, state: () => "up", onFailure() {}, stop: async () => {} };
   }
   return startEmbeddedStore(dataDir, options);
 }

@@ -753,25 +753,28 @@ export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string,
 async function clearSummariesFolding(db: TenantDb, deps: VectorDeps, messageIds: string[], receipt: ForgetReceipt) {
   if (messageIds.length === 0) return;
   const tenantId = db.$tenantId();
-  const folded = Prisma.sql`
-    SELECT m."conversationId", min(m."seq") AS "seq" FROM "Message" m
-    WHERE m."tenantId" = ${tenantId} AND m."id" = ANY(${messageIds}::text[])
-    GROUP BY m."conversationId"`;
-  const cleared = await db.$queryRaw<{ id: string }[]>`
-    WITH "folded" AS (${folded}), "holding" AS (
+  const [{ cleared, revisions }] = await db.$queryRaw<{ cleared: string[]; revisions: number }[]>`
+    WITH "folded" AS (
+      SELECT m."conversationId", min(m."seq") AS "seq" FROM "Message" m
+      WHERE m."tenantId" = ${tenantId} AND m."id" = ANY(${messageIds}::text[])
+      GROUP BY m."conversationId"
+    ), "holding" AS (
       SELECT c."id" FROM "Conversation" c JOIN "folded" f ON f."conversationId" = c."id"
       WHERE c."tenantId" = ${tenantId} AND c."summary" IS NOT NULL AND c."summaryThroughSeq" >= f."seq"
       ORDER BY c."id"
       FOR NO KEY UPDATE OF c
+    ), "cleared" AS (
+      UPDATE "Conversation" c SET "summary" = NULL FROM "holding" h WHERE c."id" = h."id"
+      RETURNING c."id"
+    ), "revisions" AS (
+      DELETE FROM "SummaryRevision" r USING "folded" f
+      WHERE r."tenantId" = ${tenantId} AND r."conversationId" = f."conversationId" AND r."coveredThroughSeq" >= f."seq"
+      RETURNING 1
     )
-    UPDATE "Conversation" c SET "summary" = NULL FROM "holding" h WHERE c."id" = h."id"
-    RETURNING c."id"`;
+    SELECT coalesce((SELECT array_agg("id") FROM "cleared"), '{}') AS "cleared", (SELECT count(*) FROM "revisions")::int AS "revisions"`;
   receipt.summaries += cleared.length;
-  receipt.summaryRevisions += await db.$executeRaw`
-    WITH "folded" AS (${folded})
-    DELETE FROM "SummaryRevision" r USING "folded" f
-    WHERE r."tenantId" = ${tenantId} AND r."conversationId" = f."conversationId" AND r."coveredThroughSeq" >= f."seq"`;
-  if (cleared.length) receipt.snippets += await forgetSnippetsWhere(db, deps, { kind: "SUMMARY", conversationId: { in: cleared.map((c) => c.id) } });
+  receipt.summaryRevisions += revisions;
+  if (cleared.length) receipt.snippets += await forgetSnippetsWhere(db, deps, { kind: "SUMMARY", conversationId: { in: cleared } });
 }
 
 const BATCH = 500;

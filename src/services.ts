@@ -64,6 +64,8 @@ export type OpenOptions = {
   log?: Logger;
   /** The key cache's clock (ms, monotonic); tests freeze it so cached lookups are deterministic. */
   clock?: () => number;
+  /** How long after a failed start of the embedded Chroma a health check tries it again (default 30 s). */
+  chromaStartRetryMs?: number;
 };
 
 
@@ -116,7 +118,9 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     host: store.hostChroma,
     onStart: (url) => log.debug("embedded Chroma started", { url }),
     onHostGivenUp: (error) => log.warn("the embedded Chroma failed in the database's process; it runs in a process of its own from now on", { error }),
-    onStartFailed: (error) => log.error("the embedded Chroma failed to start; recall answers from keywords, and it is tried again on next use", { error }),
+    onStartFailed: (error) =>
+      log.error("the embedded Chroma failed to start; recall answers from keywords, and it is tried again on next use and by the health check", { error }),
+    startRetryMs: options.chromaStartRetryMs,
   });
   const chromaVectors = createChromaVectorStore(chroma.get, log, { searchTimeoutMs: env.ENGRAM_VECTOR_SEARCH_TIMEOUT_MS });
   const vectorCache =

@@ -19,8 +19,8 @@ afterAll(async () => {
   for (const engram of engrams) await engram.stop().catch(() => {});
 });
 
-async function start(env: Record<string, string> = {}) {
-  const engram = await startTestEngram({ env });
+async function start(env: Record<string, string> = {}, options: { chromaStartRetryMs?: number } = {}) {
+  const engram = await startTestEngram({ env, ...options });
   engrams.push(engram);
   const url = await engram.listen();
   return { engram, url };
@@ -148,7 +148,7 @@ describe("the embedded Chroma", () => {
   });
 
   it("that cannot start is reported down until it does, not as starting on first use", async () => {
-    const { engram, url } = await start();
+    const { engram, url } = await start({}, { chromaStartRetryMs: 1_000 });
     // Its folder is taken by a file: every start fails (EEXIST).
     writeFileSync(path.join(engram.store.vars.ENGRAM_DATA_DIR, "chroma"), "not a folder");
     expect((await get(`${url}/healthz`)).body.components.chroma).toEqual({ status: "ok", detail: "embedded; starts on first use" });
@@ -158,12 +158,26 @@ describe("the embedded Chroma", () => {
     const health = await get(`${url}/healthz`);
     expect(health.status).toBe(200);
     expect(health.body.status).toBe("degraded");
-    expect(health.body.components.chroma).toEqual({ status: "down", detail: "the embedded Chroma failed to start (EEXIST); it is tried again on next use" });
+    expect(health.body.components.chroma).toEqual({
+      status: "down",
+      detail: "the embedded Chroma failed to start (EEXIST); it is tried again on next use, and by a health check every 1 s",
+    });
     expect(JSON.stringify(health.body)).not.toContain(engram.store.vars.ENGRAM_DATA_DIR);
 
     // Once the folder can be made, the next use starts it and /healthz is ok again.
     rmSync(path.join(engram.store.vars.ENGRAM_DATA_DIR, "chroma"));
     await engram.services.chroma.get();
     expect((await get(`${url}/healthz`)).body).toMatchObject({ status: "ok", components: { chroma: { status: "ok" } } });
+  });
+
+  it("that could not start is started again by a health check once its cause is gone, with nothing recalled", async () => {
+    const { engram, url } = await start({}, { chromaStartRetryMs: 1_000 });
+    const folder = path.join(engram.store.vars.ENGRAM_DATA_DIR, "chroma");
+    writeFileSync(folder, "not a folder");
+    await expect(engram.services.chroma.get()).rejects.toThrow();
+    expect((await get(`${url}/healthz`)).body.components.chroma.status).toBe("down");
+    rmSync(folder);
+    // The idle instance's own health checks bring it back: no recall, no get().
+    await until("/healthz to say Chroma is up on its own", async () => (await get(`${url}/healthz`)).body.components.chroma.status === "ok", 60_000);
   });
 });

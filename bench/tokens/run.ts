@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 import { RunnableLambda } from "@langchain/core/runnables";
 import type { LossJudgeInput, LossVerdict } from "../../src/chains/loss-judge.ts";
 import { limitWords, type SummarizerInput } from "../../src/chains/summarizer.ts";
-import { formatTranscript, type TranscriptMessage } from "../../src/chains/transcript.ts";
+import { formatTranscript, quoteText, type TranscriptMessage } from "../../src/chains/transcript.ts";
 import type { VerbatimJudgeInput, VerbatimScores } from "../../src/chains/verbatim-judge.ts";
 import { forTenant } from "../../src/db.ts";
 import { DEFAULT_AGENT_SETTINGS } from "../../src/memory/conversations/agents.ts";
@@ -114,7 +114,8 @@ function replay(conversation: Conversation, options: { tail?: number; additive?:
     const history = recent.slice(-HISTORY);
     const unfoldedNow = recent.filter((m) => m.seq > summaryThroughSeq);
     const window = unfoldedNow.length >= tail ? unfoldedNow.slice(-HISTORY) : recent.slice(-tail);
-    const summaryTokens = summary ? countTokens(summary) : 0;
+    // The SUMMARY block quotes its text, as every block of the context does.
+    const summaryTokens = summary ? countTokens(quoteText(summary)) : 0;
     const tailTokens = windowTokens(window);
     turns.push({
       stored: n,

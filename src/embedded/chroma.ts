@@ -186,20 +186,28 @@ export function lazyChroma(options: {
   onHostGivenUp?: (error: Error) => void;
   /** The embedded Chroma failed to start, the first time since it last ran. */
   onStartFailed?: (error: Error) => void;
+  /** A health check this long after a failed start tries it again (default 30 s). */
+  startRetryMs?: number;
 }) {
+  const startRetryMs = options.startRetryMs ?? 30_000;
   let host = options.host;
   let current: ChromaServer | undefined;
   // Why the last start failed, until one succeeds: /healthz says down, not "starts on first use".
   let failed: Error | undefined;
+  let failedAt = 0;
   let starting: Promise<ChromaServer> | undefined;
   let closed = false;
   const chroma = {
     /** For /healthz: the heartbeat of the Chroma in use; an embedded one not started yet is fine. */
     async health(): Promise<{ status: "ok" | "down"; detail?: string }> {
       if (failed) {
+        // Tried again from here too, not only on the next recall: a cause fixed while the
+        // instance is idle (a full disk, a file in the way) would otherwise keep it down.
+        if (!starting && !closed && Date.now() - failedAt >= startRetryMs) void chroma.get().catch(() => {});
         // Its code (EEXIST, EACCES…) but not its message, which names paths: /healthz needs no key.
         const code = (failed as NodeJS.ErrnoException).code;
-        return { status: "down", detail: `the embedded Chroma failed to start${code ? ` (${code})` : ""}; it is tried again on next use` };
+        const every = `${Math.round(startRetryMs / 1000)} s`;
+        return { status: "down", detail: `the embedded Chroma failed to start${code ? ` (${code})` : ""}; it is tried again on next use, and by a health check every ${every}` };
       }
       const url = options.url ?? current?.url;
       if (!url) return { status: "ok", detail: starting ? "embedded; starting" : "embedded; starts on first use" };
@@ -233,6 +241,7 @@ export function lazyChroma(options: {
         } catch (error) {
           if (!failed) options.onStartFailed?.(error as Error);
           failed = error as Error;
+          failedAt = Date.now();
           throw error;
         } finally {
           starting = undefined;

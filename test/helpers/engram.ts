@@ -61,6 +61,7 @@ export async function startTestEngram(
     store?: TestStore;
     /** The key cache's clock: a frozen one keeps every looked-up key cached until it is revoked. */
     clock?: () => number;
+    chromaStartRetryMs?: number;
   } = {},
 ): Promise<TestEngram> {
   const store = options.store ?? (await createTestStore());
@@ -73,6 +74,7 @@ export async function startTestEngram(
   const services = await openServices(env, {
     createModel: options.createModel,
     clock: options.clock,
+    chromaStartRetryMs: options.chromaStartRetryMs,
     log: createLogger(env.ENGRAM_LOG_LEVEL),
   });
   const tenant = await createTenantWithKeys(services, "tenant-a");

@@ -385,6 +385,17 @@ describe("the embedded store", { timeout: 120_000 }, () => {
       silent.once("error", reject);
     });
     expect(closedAt).toBeGreaterThan(0);
+    // Clients that connect and say nothing, more of them than the store has places, never keep its
+    // owner out: they do not take a place until logged in, and the newest cut off the oldest.
+    const silentMany = await Promise.all(
+      Array.from({ length: 40 }, () => new Promise<net.Socket>((resolve, reject) => {
+        const socket = net.connect(Number(url.port), "127.0.0.1", () => resolve(socket));
+        socket.once("error", reject);
+      })),
+    );
+    const [through] = await sql<{ one: number }>(store.url, "SELECT 1 AS one");
+    expect(through.one).toBe(1);
+    for (const socket of silentMany) socket.destroy();
     await store.stop();
     // A secret cut short (a full disk between its creation and its write) is made again, never used empty.
     writeFileSync(path.join(dir, "store.secret"), "");

@@ -37,6 +37,13 @@ if (!PASSWORD) {
 }
 /** A client has this long to give the password (PostgreSQL's authentication_timeout), then it is cut off. */
 const AUTH_TIMEOUT_MS = 10_000;
+/**
+ * Connections still to give the password, at most: a new one past this cuts off the oldest of them.
+ * They do not count against maxConnections, so clients that connect and say nothing (another user
+ * of the machine, reconnecting) can never take the places Engram's own connections need; to keep
+ * one of Engram's out they would have to open this many within the moment it takes to log in.
+ */
+const MAX_UNAUTHENTICATED = 8;
 const idleTxMs = Number(idleTxMsArg);
 const stuckMs = Number(stuckMsArg);
 const BROKEN = 70; // exit code: the database failed, restart me
@@ -181,6 +188,12 @@ class Connection {
         const startup = this.startup;
         this.startup = null;
         clearTimeout(this.authTimer);
+        unauthenticated.delete(this);
+        if (connections.size >= maxConnections) {
+          this.socket.destroy();
+          return;
+        }
+        connections.add(this);
         this.enqueue(startup, true);
         continue;
       }
@@ -356,6 +369,7 @@ async function release(conn) {
   if (conn.closed) return;
   conn.closed = true;
   connections.delete(conn);
+  unauthenticated.delete(conn);
   for (let i = queue.length - 1; i >= 0; i--) if (queue[i].conn === conn) queue.splice(i, 1);
   if (owner === conn) {
     // The client left mid-transaction: roll it back so the others can go on.
@@ -365,15 +379,18 @@ async function release(conn) {
   void drain();
 }
 
+/** Logged-in connections (at most maxConnections), and those still to give the password, oldest first. */
 const connections = new Set();
+const unauthenticated = new Set();
 const server = net.createServer((socket) => {
-  if (connections.size >= maxConnections) {
-    socket.destroy();
-    return;
+  if (unauthenticated.size >= MAX_UNAUTHENTICATED) {
+    const [oldest] = unauthenticated;
+    unauthenticated.delete(oldest);
+    oldest.socket.destroy();
   }
   socket.setNoDelay(true);
   const conn = new Connection(socket);
-  connections.add(conn);
+  unauthenticated.add(conn);
   socket.on("data", (data) => conn.receive(data));
   socket.on("close", () => void release(conn));
   socket.on("error", () => void release(conn));
@@ -392,7 +409,7 @@ async function stop() {
   setTimeout(() => exit(0), 5_000).unref();
   try {
     server.close();
-    for (const conn of connections) conn.socket.destroy();
+    for (const conn of [...connections, ...unauthenticated]) conn.socket.destroy();
     while (running) await new Promise((resolve) => setTimeout(resolve, 5));
     await db.close();
   } finally {

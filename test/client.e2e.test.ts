@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EngramClient, EngramError } from "engram/client";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { DEFAULT_TIMEOUT_MS } from "../src/client/transport.ts";
+import { readEnv } from "../src/env.ts";
 import { startFlakyProxy } from "./helpers/flaky-proxy.ts";
 import { allIndexed, INDEXING_TIMEOUT_MS } from "./helpers/recall.ts";
 
@@ -155,6 +157,20 @@ describe("retries, timeouts and aborts (through a faulty proxy)", () => {
     const call = viaProxy().facts("x", { signal: controller.signal, timeoutMs: 60_000 });
     setTimeout(() => controller.abort(), 50);
     await expectCode(call, "ABORTED");
+  });
+
+  it("times out, or stops when aborted, while the answer's body is still arriving", async () => {
+    proxy.fail("stall-body");
+    await expectCode(viaProxy({ retries: 0 }).facts("x", { timeoutMs: 300 }), "TIMEOUT");
+    proxy.fail("stall-body");
+    const controller = new AbortController();
+    const call = viaProxy().facts("x", { signal: controller.signal, timeoutMs: 60_000 });
+    setTimeout(() => controller.abort(), 100);
+    await expectCode(call, "ABORTED");
+  });
+
+  it("waits longer by default than the server gives a request's model calls, so a stalled model is a degraded answer", () => {
+    expect(DEFAULT_TIMEOUT_MS).toBeGreaterThanOrEqual(2 * readEnv({}).ENGRAM_REPLY_MODEL_TIMEOUT_MS);
   });
 
   it("reports an unreachable server as NETWORK_ERROR", async () => {

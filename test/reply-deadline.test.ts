@@ -115,6 +115,31 @@ describe("a request's model calls end at the reply's deadline", () => {
     await until("the stalled re-rank request to close", async () => stalling.open() === 0, 5_000);
   });
 
+  it("gives a request's model calls one deadline together: a judge after a stalled embedding is not sent", async () => {
+    await route({ cheap: null, embedding: null });
+    await remembered("ivo", "oars", "I restore wooden oars in my workshop in Bergen.");
+    const next = await say(engram, { user: "ivo", conversation: "oars-later" }, "Hi.", "Hello!");
+    // Both the query's embedding and the re-rank judge go to the provider that never answers.
+    await route({ cheap: { baseUrl: stalling.url }, embedding: { baseUrl: stalling.url, model: "stalled-embed" } });
+    const before = stalling.hits();
+    const { value, error } = await timed(
+      engram.gql(CONTEXT, {
+        input: {
+          conversationId: next.conversationId,
+          message: "Where is my workshop for the wooden oars?",
+          gate: { remember: false, forget: "NONE", needsRecall: true },
+        },
+      }),
+    );
+    expect(error).toBeNull();
+    expect(value!.errors).toBeUndefined();
+    // The embedding spent the reply's second; the judge was never sent (before, it waited a second of its own).
+    expect(stalling.hits() - before).toBe(1);
+    expect(value!.data.context.degraded.join(" | ")).toMatch(/vector search unavailable: model provider did not answer in time.*recall judge unavailable/);
+    expect(value!.data.context.blocks.find((b: { kind: string }) => b.kind === "RECALL")?.text).toContain("Bergen");
+    await until("the stalled embedding request to close", async () => stalling.open() === 0, 5_000);
+  });
+
   it("leaves a job's calls their own deadline: a slow answer is waited for there, not in a reply", async () => {
     await route({ cheap: { baseUrl: slow.url }, embedding: null });
     // The worker's view of the models: the answer after 2 s is taken.

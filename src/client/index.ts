@@ -230,9 +230,13 @@ export class EngramClient {
     return (await this.mutate(DeleteFactDocument, { id }, false, call)).deleteFact;
   }
 
-  /** Forgets everything about a user (facts, recall snippets and vectors); a receipt of counts. */
+  /**
+   * Forgets everything about a user (facts, recall snippets and vectors); a receipt of counts.
+   * Not retried: a retry after a lost answer would forget nothing more and return a receipt of
+   * zeros, and audit a second forget; `forgetRecords` lists what was done.
+   */
   async forgetUser(endUserId: string, call?: CallOptions) {
-    return (await this.mutate(ForgetUserDocument, { endUserId }, true, call)).forgetUser;
+    return (await this.mutate(ForgetUserDocument, { endUserId }, false, call)).forgetUser;
   }
 
   // Recall.

@@ -43,11 +43,19 @@ export type CallOptions = {
   timeoutMs?: number;
 };
 
+const DEFAULT_TIMEOUT_MS = 30_000;
+
+export { DEFAULT_TIMEOUT_MS };
+
 export type TransportOptions = {
   /** Engram's base URL, e.g. http://127.0.0.1:4000 (the GraphQL path is added). */
   url: string;
   apiKey: string;
-  /** Per attempt, default 10 s. */
+  /**
+   * Per attempt, default 30 s: above the server's deadline for a request's model calls
+   * (ENGRAM_REPLY_MODEL_TIMEOUT_MS, 10 s by default), so a stalled model provider gives the
+   * degraded answer the server makes, not a timeout and a retry that calls the model again.
+   */
   timeoutMs?: number;
   /** Attempts after the first for retryable failures of idempotent calls, default 3. */
   retries?: number;
@@ -121,7 +129,7 @@ export class Transport {
   private async attempt<T, V>(document: TypedDocumentNode<T, V>, variables: V, call: CallOptions): Promise<T> {
     if (call.signal?.aborted) throw abortedError(call.signal);
     const controller = new AbortController();
-    const timeoutMs = call.timeoutMs ?? this.options.timeoutMs ?? 10_000;
+    const timeoutMs = call.timeoutMs ?? this.options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     let timedOut = false;
     const timer = setTimeout(() => {
       timedOut = true;
@@ -143,7 +151,9 @@ export class Transport {
           body: JSON.stringify({ query: queryText(document), variables }),
           signal: controller.signal,
         });
-        body = await response.json().catch(() => undefined);
+        // Read whole inside the try: a body that stalls past the timeout, or an abort while it
+        // arrives, is TIMEOUT or ABORTED like a missing answer; only an unreadable one is not JSON.
+        body = parseJson(await response.text());
       } catch (error) {
         if (call.signal?.aborted) throw abortedError(call.signal);
         if (timedOut) throw new EngramError("TIMEOUT", `No answer from Engram within ${timeoutMs} ms.`, { cause: error });
@@ -164,5 +174,13 @@ export class Transport {
       clearTimeout(timer);
       call.signal?.removeEventListener("abort", onAbort);
     }
+  }
+}
+
+function parseJson<T>(text: string): T | undefined {
+  try {
+    return JSON.parse(text) as T;
+  } catch {
+    return undefined;
   }
 }

@@ -354,6 +354,8 @@ export async function withinDeadline<T>(
   outer?: AbortSignal,
   /** Whose deadline it is, for the error: the call's own, or the reply's a request waits on. */
   whose = "for the call, retries included",
+  /** The deadline as configured, for the error, when this call was given what was left of it. */
+  statedMs = deadlineMs,
 ): Promise<T> {
   const controller = new AbortController();
   const forward = () => controller.abort(outer?.reason);
@@ -363,7 +365,7 @@ export async function withinDeadline<T>(
   } catch (error) {
     if (!(error instanceof TimedOut)) throw error;
     controller.abort(error);
-    throw new ModelCallError(`model provider did not answer in time (${deadlineMs} ms ${whose})`);
+    throw new ModelCallError(`model provider did not answer in time (${statedMs} ms ${whose})`);
   } finally {
     outer?.removeEventListener("abort", forward);
   }

@@ -3,9 +3,10 @@ import type { AddressInfo } from "node:net";
 
 /**
  * What the proxy does to the next request: answer 503 itself, forward it and then cut the
- * connection before the answer (the write happened, the caller never hears), or hold it forever.
+ * connection before the answer (the write happened, the caller never hears), hold it forever, or
+ * send the answer's status and headers and then hold its body forever.
  */
-export type Fault = "503" | "drop-answer" | "hang";
+export type Fault = "503" | "drop-answer" | "hang" | "stall-body";
 
 /** A loopback HTTP proxy in front of a real Engram that injects the faults queued with fail(). */
 export async function startFlakyProxy(target: string) {
@@ -29,6 +30,10 @@ export async function startFlakyProxy(target: string) {
       if (fault === "503") {
         res.writeHead(503, { "content-type": "text/plain" }).end("upstream busy");
       } else if (fault === "hang") {
+        held.push(res);
+      } else if (fault === "stall-body") {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.write('{"data":');
         held.push(res);
       } else {
         forward(req, Buffer.concat(chunks), (status, headers, answer) => {

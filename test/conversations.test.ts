@@ -107,6 +107,11 @@ describe("recordTurn", () => {
       expect(clash.errors?.[0].extensions?.code, JSON.stringify(change)).toBe("CONFLICT");
       expect(clash.errors?.[0].message).toContain("other messages");
     }
+    // The same messages from another agent or end user are not a retry either.
+    for (const change of [{ agentExternalId: "other-bot" }, { endUserExternalId: "user-2" }]) {
+      const clash = await engram.gql(RECORD, { input: { ...input, ...change } });
+      expect(clash.errors?.[0].extensions?.code, JSON.stringify(change)).toBe("CONFLICT");
+    }
     expect(await engram.services.db.message.count({ where: { conversationId } })).toBe(3);
     expect(await engram.services.db.turn.count({ where: { conversationId } })).toBe(1);
     // Once its messages are gone (a forget, the retention window), a retry cannot be compared and

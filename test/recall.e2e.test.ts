@@ -75,6 +75,14 @@ describe("recall with the offline encoder", () => {
     expect(unknown.errors?.[0].extensions?.code).toBe("NOT_FOUND");
   });
 
+  it("refuses a text longer than a message may be, before embedding it", async () => {
+    const long = await engram.gql(RECALL, { input: { endUserId: ids.shoes.endUserId, text: "shoes ".repeat(6_000) } });
+    expect(long.errors?.[0].extensions?.code).toBe("BAD_USER_INPUT");
+    expect(long.errors?.[0].message).toMatch(/at most 32000 characters/);
+    const longest = await engram.gql(RECALL, { input: { endUserId: ids.shoes.endUserId, text: "s".repeat(32_000) } });
+    expect(longest.errors).toBeUndefined();
+  });
+
   it("leaves the excluded conversation out, and compares the retrievers", async () => {
     const text = "Which running shoes did I buy?";
     const result = await engram.gql(RECALL, {

@@ -1,6 +1,7 @@
 import { filter, pipe } from "graphql-yoga";
 import { builder } from "../builder.ts";
 import { badInput, notFound, parseInput } from "../errors.ts";
+import { MESSAGE_LIMITS } from "../limits.ts";
 import { externalIdSchema, requireEndUser } from "../memory/conversations/agents.ts";
 import { searchSnippets, type RecallCandidate, type RecallEvent } from "../memory/recall/recall.ts";
 import { recallIndexStatus, type RecallIndexStatus } from "../memory/recall/snippets.ts";
@@ -132,6 +133,10 @@ builder.queryFields((t) => ({
       }
       const k = input.k ?? 10;
       if (k < 1 || k > 50) throw badInput("k must be between 1 and 50.");
+      // As long as a message may be: a longer text would hold the encoder (and with it the server) for seconds.
+      if (input.text.length > MESSAGE_LIMITS.messageMaxChars) {
+        throw badInput(`text is at most ${MESSAGE_LIMITS.messageMaxChars} characters, as a message is; this one has ${input.text.length}.`);
+      }
       const found = await searchSnippets(ctx.db, ctx.deps, {
         endUserId,
         text: input.text,

@@ -301,12 +301,23 @@ export async function recordTurn(
     db.$transaction(async (tx) => {
       const existing = await tx.turn.findFirst({
         where: { clientTurnId: parsed.clientTurnId },
-        include: { conversation: { select: { id: true, externalId: true, agentId: true, endUserId: true } } },
+        include: {
+          conversation: {
+            select: { id: true, externalId: true, agentId: true, endUserId: true, agent: { select: { externalId: true } }, endUser: { select: { externalId: true } } },
+          },
+        },
       });
       if (existing) {
-        // A retry is the same turn of the same conversation; the same id elsewhere is a clash,
-        // not a retry, and must not swallow the new messages.
-        if (existing.conversation.externalId !== parsed.conversationExternalId) {
+        // A retry is the same turn of the same conversation, agent and end user; the same id
+        // elsewhere is a clash, not a retry, and must not swallow the new messages.
+        const { agent, endUser, ...conversation } = existing.conversation;
+        if (agent.externalId !== parsed.agentExternalId || endUser.externalId !== parsed.endUserExternalId) {
+          throw new EngramError(
+            "CONFLICT",
+            `clientTurnId ${parsed.clientTurnId} was already used by another agent or end user; turn ids are unique per tenant.`,
+          );
+        }
+        if (conversation.externalId !== parsed.conversationExternalId) {
           throw new EngramError(
             "CONFLICT",
             `clientTurnId ${parsed.clientTurnId} was already used in another conversation; turn ids are unique per tenant.`,
@@ -318,7 +329,7 @@ export async function recordTurn(
             `clientTurnId ${parsed.clientTurnId} was already used for a turn with other messages; a retry sends the same messages, a new turn a new id.`,
           );
         }
-        const { conversation, ...turn } = existing;
+        const { conversation: _, ...turn } = existing;
         return { turn, conversation, created: false };
       }
       const conversation = await conversationFor(tx as TenantDb, tenantId, parsed);

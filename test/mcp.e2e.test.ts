@@ -86,6 +86,12 @@ describe("MCP over streamable HTTP at /mcp", () => {
     expect(context.content[0].text).toContain("Ana paddles a sea kayak every weekend.");
     expect(context.content[0].text).toContain("Lisbon");
 
+    // A conversation with no turns yet: by the user's and agent's ids, what Engram knows about the user.
+    const fresh = await call(client, "get_context", { conversation: "ana-new", user: "ana", agent: "shop", message: "Any plans this weekend?" });
+    expect(fresh.content[0].text).toContain("Ana paddles a sea kayak every weekend.");
+    expect((await call(client, "get_context", { conversation: "ana-new", message: "hi" })).content[0].text).toMatch(/give user and agent/);
+    expect((await call(client, "get_context", { conversation: "ana-new", user: "ana", message: "hi" })).content[0].text).toMatch(/^BAD_USER_INPUT: /);
+
     const recall = await call(client, "recall", { user: "ana", query: "Where were the kayak paddles shipped?" });
     expect(recall.structuredContent.snippets[0].text).toContain("Lisbon office");
 
@@ -99,6 +105,16 @@ describe("MCP over streamable HTTP at /mcp", () => {
     const forgotten = await call(client, "forget", { user: "ana", factId });
     expect(forgotten.structuredContent.forgotten.factId).toBe(factId);
     expect(await engramClient.facts((await engramClient.endUser("ana"))!.id)).toEqual([]);
+  });
+
+  it("forgets everything about a user, and says all it deleted: messages, entries and events about them too", async () => {
+    const client = await overHttp(engram.tenant.writer);
+    await engramClient.recordTurn({ agentExternalId: "shop", endUserExternalId: "bo", conversationExternalId: "bo-1", userMessage: "I moved to Porto.", assistantMessage: "Noted." });
+    await call(client, "remember", { user: "bo", fact: "Bo lives in Porto." });
+    await engramClient.appendEvent({ scope: "ENTITY", scopeRef: "bo", kind: "note", body: "Called about the move.", source: "crm" });
+    const forgotten = (await call(client, "forget", { user: "bo", everything: true })).structuredContent.forgotten;
+    expect(forgotten).toMatchObject({ facts: 1, messages: 2, events: 1 });
+    for (const count of ["entries", "summaries", "summaryRevisions", "snippets", "factVersions", "gateVerdicts", "activity"]) expect(forgotten).toHaveProperty(count);
   });
 
   it("keeps the key's role: a reader may read but not forget or remember", async () => {

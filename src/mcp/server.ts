@@ -111,7 +111,9 @@ export function createMcpServer(client: EngramClient, version = "0.1.0"): McpSer
   server.registerTool(
     "forget",
     {
-      description: "Forget one fact (factId) or, with everything: true, all facts and recall data about the user.",
+      description:
+        "Forget one fact (factId), or with everything: true all Engram holds about the user (facts, recall, summaries, " +
+        "entries and events about them, messages); answers what was deleted.",
       inputSchema: {
         user,
         factId: z.string().optional().describe("A fact id from search_memory (with user) or the facts resource (get_context shows facts without their ids)."),
@@ -135,16 +137,30 @@ export function createMcpServer(client: EngramClient, version = "0.1.0"): McpSer
   server.registerTool(
     "get_context",
     {
-      description: "Before answering: what Engram remembers for this conversation (facts, summary, recent messages, recalled snippets, entries), ready for the prompt.",
+      description:
+        "Before answering: what Engram remembers for this conversation (facts, summary, messages, recall, entries). " +
+        "With user and agent, a new conversation gets what it knows of the user.",
       inputSchema: {
         conversation: z.string().min(1).describe("Your id for the conversation."),
         message: z.string().min(1).describe("The user's message you are about to answer."),
+        user: user.optional(),
+        agent: z.string().min(1).optional().describe("Your id for the agent (the one you use in recordTurn); with user."),
       },
     },
     (args) =>
       tool(async () => {
+        if (Boolean(args.user) !== Boolean(args.agent)) throw new EngramError("BAD_USER_INPUT", "Give user and agent together, or neither.");
+        if (args.user && args.agent) {
+          const context = await client.context({
+            agentExternalId: args.agent,
+            endUserExternalId: args.user,
+            conversationExternalId: args.conversation,
+            message: args.message,
+          });
+          return text(memoryText(context.blocks) || "Nothing remembered yet.");
+        }
         const conversation = await client.conversation(args.conversation, { lastMessages: 1 });
-        if (!conversation) return text("Nothing remembered yet: this conversation has no recorded turns.");
+        if (!conversation) return text("Nothing remembered yet: this conversation has no recorded turns (give user and agent for what Engram knows about the user).");
         const context = await client.context({ conversationId: conversation.id, message: args.message });
         return text(memoryText(context.blocks) || "Nothing remembered yet.");
       }),

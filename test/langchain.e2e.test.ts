@@ -56,6 +56,19 @@ describe("EngramChatMessageHistory", () => {
     expect(await history.getMessages()).toEqual([]);
   });
 
+  it("records an AI message with no text (a tool call alone) as a turn with no reply, and keeps a human message whose write failed", async () => {
+    const history = new EngramChatMessageHistory({ client, agent: "shop", endUser: "ana", conversation: "ana-tools" });
+    await history.addUserMessage("Check my order status.");
+    await history.addMessage(new AIMessage({ content: "", tool_calls: [{ name: "order_status", args: {}, id: "call-1", type: "tool_call" }] }));
+    expect((await history.getMessages()).map((m) => [m.getType(), m.text])).toEqual([["human", "Check my order status."]]);
+    // A write refused (a reply over the limit): the human message is still there for the next try.
+    await history.addUserMessage("And the invoice?");
+    await expect(history.addAIMessage("x".repeat(32_001))).rejects.toMatchObject({ code: "BAD_USER_INPUT" });
+    expect((await history.getMessages()).map((m) => m.text).at(-1)).toBe("And the invoice?");
+    await history.addAIMessage("Sent.");
+    expect(await turnsOf("ana-tools")).toBe(2);
+  });
+
   it("refuses an AI message with no human message before it", async () => {
     const history = new EngramChatMessageHistory({ client, agent: "shop", endUser: "ana", conversation: "ana-orphan" });
     await expect(history.addAIMessage("Hello?")).rejects.toMatchObject({ code: "BAD_USER_INPUT" });
@@ -79,6 +92,15 @@ describe("withEngramMemory", () => {
     expect(await engram.services.db.gateVerdict.findMany({ where: { conversationId: conversation.id } })).toMatchObject([
       { decidedBy: "CALLER", remember: true, needsRecall: false },
     ]);
+  });
+
+  it("records a turn whose answer is a tool call with no text", async () => {
+    const { toolName } = await client.gateInstructions();
+    const verdict = { remember: false, forget: "NONE" as const, forgetTargets: [], needsRecall: false };
+    const model = RunnableLambda.from(async () => new AIMessage({ content: "", tool_calls: [{ name: toolName, args: verdict, id: "call-2", type: "tool_call" }] }));
+    const chat = withEngramMemory(model, { client, agent: "shop", endUser: "kim", conversation: "kim-2", gateVerdict: gateVerdictFromToolCall });
+    expect((await chat.invoke("Just checking in.")).tool_calls).toHaveLength(1);
+    expect(await turnsOf("kim-2")).toBe(1);
   });
 
   it("puts Engram's context in the prompt before the call and records the turn after it", async () => {

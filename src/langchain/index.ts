@@ -52,9 +52,9 @@ export class EngramChatMessageHistory extends BaseListChatMessageHistory {
       if (this.pending === undefined) {
         throw new EngramError("BAD_USER_INPUT", "Engram records turns: add the human message before the AI message that answers it.");
       }
-      const userMessage = this.pending;
+      // Kept until the turn is stored: a refused or failed write loses neither message.
+      await this.record(this.pending, textOf(message));
       this.pending = undefined;
-      await this.record(userMessage, textOf(message));
     }
     // System and tool messages are the agent's own prompt and steps, not the conversation.
   }
@@ -77,7 +77,8 @@ export class EngramChatMessageHistory extends BaseListChatMessageHistory {
       endUserExternalId: endUser,
       conversationExternalId: conversation,
       userMessage,
-      assistantMessage,
+      // An answer with no text (a tool call alone) is a turn with no reply, not an empty one.
+      assistantMessage: assistantMessage || undefined,
     });
   }
 }
@@ -206,7 +207,7 @@ export function withEngramMemory<Output extends Answer>(
       endUserExternalId: endUser,
       conversationExternalId: conversation,
       userMessage: message,
-      assistantMessage: answerText(answer),
+      assistantMessage: answerText(answer) || undefined,
       gate: gate ?? null,
     });
     conversationId = turn.conversation.id;

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EngramClient, EngramError } from "engram/client";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import WebSocket from "ws";
 import { DEFAULT_TIMEOUT_MS } from "../src/client/transport.ts";
 import { readEnv } from "../src/env.ts";
 import { startFlakyProxy } from "./helpers/flaky-proxy.ts";
@@ -201,10 +202,38 @@ describe("subscribe", () => {
     await reader.close();
   });
 
-  it("throws a typed error when the key is refused", async () => {
-    const stranger = client("egm_not-a-key", { retries: 0 });
+  it("throws a typed error when the key is refused, at once: a refused key is not tried again", async () => {
+    let sockets = 0;
+    const counted = class extends WebSocket {
+      constructor(...args: ConstructorParameters<typeof WebSocket>) {
+        super(...args);
+        sockets++;
+      }
+    };
+    const stranger = client("egm_not-a-key", { retries: 3, webSocketImpl: counted });
     const stream = stranger.subscribe("factChanged", { endUserId: "x" });
     await expectCode(stream.next(), "UNAUTHENTICATED");
+    expect(sockets).toBe(1);
     await stranger.close();
+  });
+
+  it("ends a subscription whose key is revoked with UNAUTHENTICATED, not a network error", async () => {
+    const created = await engram.gql(`mutation { createApiKey(name: "short-lived", role: READER) { id key } }`, {}, engram.tenant.admin);
+    const reader = client(created.data.createApiKey.key);
+    const stream = reader.subscribe("eventAppended", { scope: "TEAM", scopeRef: "revoked" });
+    const first = stream.next();
+    // Revoked once the subscription delivers (it is set up asynchronously): append until it does.
+    const writer = client(engram.tenant.writer);
+    let arrived = false;
+    void first.then(() => (arrived = true));
+    for (let i = 0; i < 50 && !arrived; i++) {
+      await writer.appendEvent({ scope: "TEAM", scopeRef: "revoked", kind: "note", body: `event ${i}`, source: "test", sourceRef: `revoked-${i}` });
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    await first;
+    await engram.gql(`mutation($id: ID!) { revokeApiKey(id: $id) { id } }`, { id: created.data.createApiKey.id }, engram.tenant.admin);
+    const error = await expectCode(stream.next(), "UNAUTHENTICATED");
+    expect(error.retryable).toBe(false);
+    await reader.close();
   });
 });

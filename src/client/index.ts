@@ -290,6 +290,8 @@ export class EngramClient {
         connectionParams: { authorization: `Bearer ${this.options.apiKey}` },
         lazy: true,
         retryAttempts: this.options.retries ?? 3,
+        // A refused key is refused again: fail at once (graphql-ws tries 4403 again by default).
+        shouldRetry: (closed) => !(typeof (closed as { code?: unknown })?.code === "number" && (closed as { code: number }).code in CLOSED_FOR),
       });
     })();
     return this.ws;
@@ -303,6 +305,13 @@ export class EngramClient {
   }
 }
 
+/**
+ * The server's close codes that are not the network's: a key refused at connect (4403, graphql-ws's
+ * Forbidden from onConnect), a key revoked while open (4401), one socket too many for the key
+ * (4429). None is cured by connecting again, so none is retried and none is NETWORK_ERROR.
+ */
+const CLOSED_FOR: Record<number, string> = { 4401: "UNAUTHENTICATED", 4403: "UNAUTHENTICATED", 4429: "TOO_MANY_CONNECTIONS" };
+
 /** A subscription failure as an EngramError: GraphQL errors keep their code; a closed socket says why. */
 function subscriptionError(error: unknown): EngramError {
   if (Array.isArray(error) && error.length) {
@@ -311,8 +320,7 @@ function subscriptionError(error: unknown): EngramError {
   }
   const close = error as { code?: number; reason?: string };
   if (typeof close?.code === "number") {
-    // graphql-ws closes with 4403 when the server's onConnect refuses the key.
-    const code = close.code === 4403 ? "UNAUTHENTICATED" : "NETWORK_ERROR";
+    const code = CLOSED_FOR[close.code] ?? "NETWORK_ERROR";
     return new EngramError(code, `The subscription socket closed (${close.code} ${close.reason ?? ""}).`.trim(), { cause: error });
   }
   if (error instanceof EngramError) return error;

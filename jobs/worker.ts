@@ -33,7 +33,7 @@ export async function startWorker({ queue, deps }: { queue: AgendaQueue; deps: D
   await queue.startProcessing();
   for (const job of JOBS) {
     if (!job.every) continue;
-    await agenda.every(job.every.interval, job.name, job.every.payload ?? {}, { timezone: "UTC", skipImmediate: true });
+    await queue.repeat(job.name, job.every.interval, job.every.payload ?? {});
   }
   return {
     /** Takes no new jobs and lets running ones finish (a job still running after the grace period is retried later). */

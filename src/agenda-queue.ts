@@ -16,6 +16,11 @@ export type AgendaQueue = JobQueue & {
   /** Starts running the defined jobs in this process. */
   startProcessing(): Promise<void>;
   /**
+   * Runs a job every interval (Agenda's `every`, its first run one interval from now), keeping
+   * the next run the job already had when that is sooner.
+   */
+  repeat(name: string, interval: string, payload: Record<string, unknown>): Promise<void>;
+  /**
    * Starts no more jobs, unlocks at once the rows this process locked but had not started, and
    * waits up to graceMs for the running ones (whose rows stay locked if they outlast it).
    */
@@ -339,6 +344,16 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
     stopConnecting() {
       closed = true;
       wakeSleepers();
+    },
+    async repeat(name, interval, payload) {
+      // Agenda's every() sets the next run one interval from now each time it is called, that is
+      // at every instance's start: restarts closer together than the interval (a rolling restart
+      // of three instances, a crash loop) pushed the dispatcher and the reconciler back for good.
+      const single = `"name" = $1 AND "type" = 'single'`;
+      const { rows } = await pool.query<{ at: Date | null }>(`SELECT "next_run_at" AS "at" FROM "agenda_jobs" WHERE ${single}`, [name]);
+      await agenda.every(interval, name, payload, { timezone: "UTC", skipImmediate: true });
+      const before = rows[0]?.at;
+      if (before) await pool.query(`UPDATE "agenda_jobs" SET "next_run_at" = $2 WHERE ${single} AND "next_run_at" > $2`, [name, before]);
     },
     async startProcessing() {
       await agenda.start();

@@ -106,3 +106,34 @@ describe("a worker stopped in front of a backlog", () => {
     expect(Date.now() - start).toBeLessThan(5_000);
   }, 120_000);
 });
+
+// Agenda's every() set a recurring job's next run one interval from now at each instance's start:
+// restarts closer together than a minute (a rolling restart, a crash loop) kept pushing the outbox
+// dispatcher back, and a turn left in the outbox waited minutes instead of at most 90 s.
+describe("an instance starting beside another", () => {
+  let engram: TestEngram;
+  let second: TestInstance | undefined;
+  let secondWorker: Worker | undefined;
+  beforeAll(async () => {
+    engram = await startTestEngram({ worker: true });
+  });
+  afterAll(async () => {
+    await secondWorker?.stop(1_000);
+    await second?.stop();
+    await engram?.stop();
+  });
+
+  it("keeps the recurring jobs' next runs that are sooner than its own interval", async () => {
+    const { db } = engram.services;
+    const nextRun = async () =>
+      (await db.$queryRawUnsafe<{ at: Date }[]>(`SELECT "next_run_at" AS "at" FROM "agenda_jobs" WHERE "name" = $1 AND "type" = 'single'`, dispatchJob.name))[0]
+        .at;
+    await until("the dispatcher to be scheduled", async () => Boolean(await nextRun().catch(() => null)), 30_000);
+    // Due in 20 s, as a minute-old schedule would be.
+    const soon = new Date(Date.now() + 20_000);
+    await db.$executeRawUnsafe(`UPDATE "agenda_jobs" SET "next_run_at" = $2 WHERE "name" = $1 AND "type" = 'single'`, dispatchJob.name, soon);
+    second = await startSecondInstance(engram);
+    secondWorker = await startWorker({ queue: second.services.queue, deps: second.services.deps });
+    expect((await nextRun()).getTime()).toBe(soon.getTime());
+  });
+});

@@ -1,5 +1,6 @@
 import type { Store } from "./embedded/embedded.ts";
 import type { Logger } from "./log.ts";
+import type { RedisProbe } from "./pubsub.ts";
 import { TimedOut, withTimeout } from "./timeout.ts";
 
 /** One component's state as /healthz reports it. */
@@ -40,25 +41,26 @@ export type HealthParts = {
   queue: { ping(): Promise<void> };
   chroma: { health(): Promise<ComponentHealth> };
   /** The pubsub's connection to Redis ("local" without one); optional for callers that have none. */
-  pubsub?: { mode(): "local" | "redis" | "degraded" };
+  pubsub?: { mode(): "local" | "redis" | "degraded"; probe(): Promise<RedisProbe> };
   log?: Pick<Logger, "warn">;
 };
 
-/** Redis as the pubsub's clients last saw it (they reconnect on their own); none without REDIS_URL. */
-function redisHealth(pubsub: HealthParts["pubsub"]): ComponentHealth | undefined {
-  switch (pubsub?.mode()) {
-    case "redis":
+/** Redis as the pubsub's clients see it (they reconnect on their own), asked for an answer; none without REDIS_URL. */
+async function redisHealth(pubsub: HealthParts["pubsub"]): Promise<ComponentHealth | undefined> {
+  if (!pubsub || pubsub.mode() === "local") return undefined;
+  switch (await pubsub.probe()) {
+    case "answers":
       return { status: "ok" };
-    case "degraded":
-      return { status: "down", detail: "no connection to Redis; subscriptions reach this instance's subscribers only until it is back" };
+    case "silent":
+      return { status: "down", detail: "Redis does not answer; subscriptions reach this instance's subscribers only until it does" };
     default:
-      return undefined;
+      return { status: "down", detail: "no connection to Redis; subscriptions reach this instance's subscribers only until it is back" };
   }
 }
 
 /** Asks each component, in parallel: the store with a query, the queue on its own pool, Chroma by heartbeat; Redis as the pubsub sees it. */
 export async function checkHealth(services: HealthParts): Promise<Health> {
-  const [store, queue, chroma] = await Promise.all([
+  const [store, queue, chroma, redis] = await Promise.all([
     timed("store", async () => {
       const state = services.store.state();
       if (state !== "up") return { status: "down", detail: `embedded database ${state}` };
@@ -70,8 +72,8 @@ export async function checkHealth(services: HealthParts): Promise<Health> {
       return { status: "ok" };
     }, services.log),
     timed("Chroma", () => services.chroma.health(), services.log),
+    redisHealth(services.pubsub),
   ]);
-  const redis = redisHealth(services.pubsub);
   const status =
     store.status === "down" || queue.status === "down" ? "down" : chroma.status === "down" || redis?.status === "down" ? "degraded" : "ok";
   return { status, components: { store, queue, chroma, ...(redis && { redis }) } };

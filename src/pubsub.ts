@@ -98,9 +98,16 @@ export type PubSub = ReturnType<typeof createPubSub<Topics>> & {
   close(): Promise<void>;
   /** "local" without Redis; with Redis, "redis" while it answers, else "degraded". */
   mode(): "local" | "redis" | "degraded";
+  /**
+   * Asks Redis for an answer now (a connection can stay open to a Redis that answers nothing):
+   * "answers", "silent" (connected, no answer) or "unreachable"; "answers" without Redis.
+   */
+  probe(): Promise<RedisProbe>;
   /** Resolves once every announcement made so far has been passed on (a recording wrapper may hold them briefly). */
   settled(): Promise<void>;
 };
+
+export type RedisProbe = "answers" | "silent" | "unreachable";
 
 type Listener = EventListenerOrEventListenerObject;
 type Quiet = Pick<Logger, "warn" | "info">;
@@ -110,7 +117,7 @@ type Quiet = Pick<Logger, "warn" | "info">;
  * delivered to this instance's own subscribers (other instances miss them), every Redis call's
  * failure is caught, and channels are subscribed again when it is back. Writes never wait on it.
  */
-function resilientRedisEventTarget(publishClient: Redis, subscribeClient: Redis, log: Quiet): EventTarget {
+function resilientRedisEventTarget(publishClient: Redis, subscribeClient: Redis, log: Quiet, stall: RedisStall): EventTarget {
   const listeners = new Map<string, Set<Listener>>();
   const deliver = (topic: string, detail: unknown) => {
     for (const listener of listeners.get(topic) ?? []) {
@@ -160,11 +167,12 @@ function resilientRedisEventTarget(publishClient: Redis, subscribeClient: Redis,
     dispatchEvent(event: Event) {
       const { type, detail } = event as CustomEvent;
       const local = () => deliver(type, detail === undefined ? null : JSON.parse(JSON.stringify(detail)));
-      if (publishClient.status !== "ready" || subscribeClient.status !== "ready") {
+      if (publishClient.status !== "ready" || subscribeClient.status !== "ready" || stall.stalled()) {
         local();
         return true;
       }
       publishClient.publish(type, detail === undefined ? "" : JSON.stringify(detail)).catch((error: unknown) => {
+        stall.failed(error);
         ignore("publish")(error);
         local();
       });
@@ -173,17 +181,60 @@ function resilientRedisEventTarget(publishClient: Redis, subscribeClient: Redis,
   };
 }
 
+/** How long a Redis command may go unanswered before Redis counts as stalled. */
+const REDIS_ANSWER_MS = 1_000;
+/** How long a stalled Redis is left alone (events go to this instance's subscribers) before it is tried again. */
+const REDIS_STALL_MS = 5_000;
+
+/**
+ * A Redis whose connection stays open but answers nothing (paused, overloaded, a network that
+ * drops packets) looks ready to its client: without a deadline a publish waited for ever and its
+ * event reached no one, not even this instance's subscribers, and /healthz said ok. A command
+ * unanswered within REDIS_ANSWER_MS marks it stalled for REDIS_STALL_MS.
+ */
+type RedisStall = { stalled(): boolean; failed(error: unknown): void; cleared(): void };
+
+function redisStall(log: Quiet): RedisStall {
+  let until = 0;
+  return {
+    stalled: () => Date.now() < until,
+    failed(error) {
+      if (!/timed? ?out/i.test(String((error as Error)?.message ?? error))) return;
+      if (Date.now() >= until) log.warn("redis does not answer; subscriptions are served by this instance alone until it does", { error: String((error as Error)?.message ?? error) });
+      until = Date.now() + REDIS_STALL_MS;
+    },
+    cleared() {
+      until = 0;
+    },
+  };
+}
+
 /** In-process, or through Redis so a mutation on one instance reaches subscribers on another. */
 export function createEngramPubSub(redisUrl?: string, log: Quiet = { warn: () => {}, info: () => {} }): PubSub {
-  if (!redisUrl) return Object.assign(createPubSub<Topics>(), { close: async () => {}, settled: async () => {}, mode: () => "local" as const });
+  if (!redisUrl) {
+    return Object.assign(createPubSub<Topics>(), { close: async () => {}, settled: async () => {}, mode: () => "local" as const, probe: async (): Promise<RedisProbe> => "answers" });
+  }
   // No offline queue: while Redis is down nothing waits on it, and nothing fails late.
   const options = { lazyConnect: false, enableOfflineQueue: false, maxRetriesPerRequest: 1 };
-  const publishClient = new Redis(redisUrl, options);
+  const publishClient = new Redis(redisUrl, { ...options, commandTimeout: REDIS_ANSWER_MS });
   const subscribeClient = new Redis(redisUrl, options);
-  const pubsub = createPubSub<Topics>({ eventTarget: resilientRedisEventTarget(publishClient, subscribeClient, log) });
+  const stall = redisStall(log);
+  const pubsub = createPubSub<Topics>({ eventTarget: resilientRedisEventTarget(publishClient, subscribeClient, log, stall) });
+  const ready = () => publishClient.status === "ready" && subscribeClient.status === "ready";
   return Object.assign(pubsub, {
     settled: async () => {},
-    mode: () => (publishClient.status === "ready" && subscribeClient.status === "ready" ? ("redis" as const) : ("degraded" as const)),
+    mode: () => (ready() && !stall.stalled() ? ("redis" as const) : ("degraded" as const)),
+    async probe(): Promise<RedisProbe> {
+      if (!ready()) return "unreachable";
+      try {
+        await publishClient.ping();
+        stall.cleared();
+        return "answers";
+      } catch (error) {
+        stall.failed(error);
+        return ready() ? "silent" : "unreachable";
+      }
+    },
     async close() {
       await Promise.allSettled([publishClient, subscribeClient].map((c) => (c.status === "ready" ? c.quit() : c.disconnect())));
     },

@@ -97,11 +97,14 @@ describe("/healthz and /readyz", () => {
       queue: { ping: async () => {} },
       chroma: { health: async () => ({ status: "ok" as const }) },
     };
-    const local = await checkHealth({ ...parts, pubsub: { mode: () => "local" } });
+    const local = await checkHealth({ ...parts, pubsub: { mode: () => "local", probe: async () => "answers" as const } });
     expect(local).toEqual({ status: "ok", components: { store: expect.anything(), queue: { status: "ok" }, chroma: { status: "ok" } } });
-    expect((await checkHealth({ ...parts, pubsub: { mode: () => "redis" } })).components.redis).toEqual({ status: "ok" });
-    const down = await checkHealth({ ...parts, pubsub: { mode: () => "degraded" } });
-    expect(down).toMatchObject({ status: "degraded", components: { redis: { status: "down" } } });
+    expect((await checkHealth({ ...parts, pubsub: { mode: () => "redis", probe: async () => "answers" as const } })).components.redis).toEqual({ status: "ok" });
+    const down = await checkHealth({ ...parts, pubsub: { mode: () => "degraded", probe: async () => "unreachable" as const } });
+    expect(down).toMatchObject({ status: "degraded", components: { redis: { status: "down", detail: expect.stringMatching(/no connection/) } } });
+    // Connected, but no answer to a PING: down too.
+    const silent = await checkHealth({ ...parts, pubsub: { mode: () => "redis", probe: async () => "silent" as const } });
+    expect(silent).toMatchObject({ status: "degraded", components: { redis: { status: "down", detail: expect.stringMatching(/does not answer/) } } });
   });
 
   it("say Redis is down and degraded when REDIS_URL names a Redis that does not answer", async () => {

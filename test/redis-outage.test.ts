@@ -95,6 +95,49 @@ describe("a Redis outage", () => {
     await until("the subscriber to hear it", async () => feed.received.some((r) => r.data?.eventAppended.body === "after"));
     watcher.disconnect();
     feed.dispose();
+    feed.dispose();
+    await client.dispose();
+  });
+});
+
+// A Redis whose connection stays open but answers nothing (here, its process stopped with
+// SIGSTOP): its client still says "ready". Before, a publish waited on it for ever, so an event
+// reached no subscriber at all, not even this instance's, and /healthz said Redis was ok.
+describe("a stalled Redis", () => {
+  let engram: TestEngram;
+  let redis: ChildProcess;
+  let n = 0;
+  const append = async (body: string) =>
+    engram.gql(APPEND, { input: { scope: "PROJECT", scopeRef: "stall", kind: "note", body, source: "test", sourceRef: `s-${n++}` } }, engram.tenant.writer);
+
+  beforeAll(async () => {
+    const port = await freePort();
+    redis = await startRedis(port);
+    engram = await startTestEngram({ env: { REDIS_URL: `redis://127.0.0.1:${port}`, ENGRAM_EMBEDDINGS: "offline" } });
+  });
+  afterAll(async () => {
+    if (redis?.exitCode === null) redis.kill("SIGCONT");
+    await engram?.stop();
+    if (redis) await kill(redis);
+  });
+
+  it("delivers this instance's events to its own subscribers, and /healthz says Redis does not answer", async () => {
+    const url = await engram.listen();
+    const client = wsClient(url, engram.tenant.reader);
+    const feed = collect(client, `subscription { eventAppended(scope: PROJECT, scopeRef: "stall") { body } }`);
+    await until("pubsub on redis", async () => engram.services.pubsub.mode() === "redis");
+    await settle(500);
+    expect((await append("before")).errors).toBeUndefined();
+    await feed.next(1);
+    redis.kill("SIGSTOP");
+    for (const body of ["stalled 1", "stalled 2", "stalled 3"]) expect((await append(body)).errors).toBeUndefined();
+    await feed.next(4);
+    expect(feed.received.slice(1).map((e: any) => e.data.eventAppended.body).sort()).toEqual(["stalled 1", "stalled 2", "stalled 3"]);
+    const health = await (await fetch(`${url}/healthz`)).json();
+    expect(health).toMatchObject({ status: "degraded", components: { redis: { status: "down", detail: expect.stringMatching(/does not answer/) } } });
+    redis.kill("SIGCONT");
+    await until("/healthz to say Redis is ok again", async () => (await (await fetch(`${url}/healthz`)).json()).components.redis.status === "ok", 20_000);
+    feed.dispose();
     await client.dispose();
   });
 });

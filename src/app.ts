@@ -32,8 +32,19 @@ const GRAPHQL_PATH = "/graphql";
  */
 export const HTTP_DRAIN_MS = 3_000;
 
-/** A subscription's event stream never ends by itself: at shutdown it is closed, not waited for. */
-const isEventStream = (res: ServerResponse) => res.headersSent && String(res.getHeader("content-type") ?? "").startsWith("text/event-stream");
+/**
+ * A subscription's event stream never ends by itself: at shutdown it is closed, not waited for.
+ * Marked as yoga answers it: its Node adapter writes the headers with writeHead, so the
+ * response's own getHeader never sees the content type (every open stream held shutdown 3 s).
+ */
+function useEventStreamMarks(streams: WeakSet<ServerResponse>): Plugin {
+  return {
+    onResponse({ response, serverContext }) {
+      const res = (serverContext as { res?: ServerResponse } | undefined)?.res;
+      if (res && response.headers.get("content-type")?.startsWith("text/event-stream")) streams.add(res);
+    },
+  };
+}
 
 export type InitialContext = {
   request?: Request;
@@ -162,6 +173,8 @@ export function buildApp(services: Services): App {
   const keyChecked = new WeakMap<Request, Caller>();
   const sockets = createSocketRegistry(services.pubsub, connectionLimits, (ids) => liveKeyIds(services.db, ids), services.log);
   const cors = corsFor(parseOrigins(services.env.ENGRAM_CORS_ORIGINS));
+  // Subscriptions answered as event streams (SSE): stop() closes them instead of waiting.
+  const eventStreams = new WeakSet<ServerResponse>();
   const yoga = createYoga<InitialContext, GraphQLContext>({
     schema,
     graphqlEndpoint: GRAPHQL_PATH,
@@ -182,6 +195,7 @@ export function buildApp(services: Services): App {
       return { principal, db: forTenant(services.db, principal.tenantId), deps };
     },
     plugins: [
+      useEventStreamMarks(eventStreams),
       maxDepthPlugin({ n: LIMITS.queryDepth, ...reportLimitErrors }),
       useQueryCost(LIMITS.queryCost),
       maxAliasesPlugin({ n: LIMITS.aliases, ...reportLimitErrors }),
@@ -324,7 +338,7 @@ export function buildApp(services: Services): App {
       // Requests in flight are answered (each on a connection that then closes), for up to HTTP_DRAIN_MS.
       for (const res of inFlight) if (!res.headersSent) res.setHeader("connection", "close");
       const drainEnds = Date.now() + HTTP_DRAIN_MS;
-      const running = () => [...inFlight].filter((res) => !isEventStream(res)).length;
+      const running = () => [...inFlight].filter((res) => !eventStreams.has(res)).length;
       while (running() && Date.now() < drainEnds) await new Promise((resolve) => setTimeout(resolve, 50));
       const cut = running();
       if (cut) services.log.warn(`${cut} request(s) still running after ${HTTP_DRAIN_MS / 1000} s are cut off`);

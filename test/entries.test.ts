@@ -434,3 +434,23 @@ describe("subscriptions over SSE", () => {
     sub.close();
   });
 });
+
+describe("shutdown with a subscription open over SSE", () => {
+  it("closes the stream instead of waiting for it, so nothing is counted as cut off", async () => {
+    const own = await startTestEngram();
+    const warnings: string[] = [];
+    const warn = own.services.log.warn.bind(own.services.log);
+    own.services.log.warn = (message: string, fields?: object) => {
+      warnings.push(message);
+      warn(message, fields);
+    };
+    const url = await own.listen();
+    const sub = await sseSubscribe(url, own.tenant.reader, `subscription { eventAppended(scope: TEAM, scopeRef: "bye") { id } }`);
+    expect(sub.contentType).toMatch(/text\/event-stream/);
+    await settle();
+    await own.stop();
+    // Before, the stream was not recognised as one: the stop waited the whole drain and said so.
+    expect(warnings.filter((w) => /cut off/.test(w))).toEqual([]);
+    sub.close();
+  });
+});

@@ -6,6 +6,7 @@ import { bootstrapFirstTenant } from "./auth.ts";
 import { staleBuild } from "./paths.ts";
 import type { Worker } from "./queue.ts";
 import { openServices, type Services } from "./services.ts";
+import { withTimeout } from "./timeout.ts";
 
 /** Starts the job worker on the open services; bin/server.ts supplies jobs/worker.ts's (src/ never imports jobs/). */
 export type StartWorker = (services: Services) => Promise<Worker>;
@@ -90,7 +91,14 @@ async function serve(startWorker: StartWorker) {
         // A worker still starting waits for the queue's connection: a store that is not up stops it.
         open.services?.queue.stopConnecting();
         const worker = await open.worker?.catch(() => undefined);
-        if (worker) await worker.stop(workerGraceMs).then(() => log.info("job worker stopped"));
+        // Bounded: a store that stopped answering holds the queue's last writes (the locks it gives
+        // back, its notification channel), and the store's own close below names what hangs.
+        if (worker) {
+          await withTimeout(worker.stop(workerGraceMs), workerGraceMs + 1_000, "").then(
+            () => log.info("job worker stopped"),
+            () => log.warn(`the job worker did not stop within ${(workerGraceMs + 1_000) / 1000} s (the store may not be answering); its locks lapse instead`),
+          );
+        }
         if (open.services) await open.services.close().then(() => log.info("store closed; bye"));
       } catch (error) {
         log.error("error while shutting down", { error });

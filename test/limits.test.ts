@@ -29,6 +29,28 @@ function appendBody(bytes: number, sourceRef: string) {
 const TEN_DEEP = `{ entries { edges { node { events { edges { node { entry { events { edges { cursor } } } } } } } } } }`;
 const ELEVEN_DEEP = `{ entries { edges { node { events { edges { node { entry { events { edges { node { id } } } } } } } } } } }`;
 
+describe("requests that are not GraphQL over HTTP", () => {
+  it("are BAD_REQUEST (400 for a body that is not JSON or a batch), and leave nothing in the server's error log", async () => {
+    const errors: string[] = [];
+    const error = engram.services.log.error.bind(engram.services.log);
+    engram.services.log.error = (message: string, fields?: object) => {
+      errors.push(message);
+      error(message, fields);
+    };
+    try {
+      for (const [body, status] of [["{not json", 400], ["[]", 400], ["{}", 200]] as const) {
+        const response = await post(body);
+        expect(response.status, body).toBe(status);
+        expect((await response.json()).errors[0].extensions.code, body).toBe("BAD_REQUEST");
+      }
+      // A client's mistake, not the server's: nothing an operator has to read.
+      expect(errors).toEqual([]);
+    } finally {
+      engram.services.log.error = error;
+    }
+  });
+});
+
 describe("request limits", () => {
   it("refuses a request body over 1,000,000 bytes with HTTP 413 and writes nothing", async () => {
     const body = appendBody(1_000_100, "too-big");

@@ -183,20 +183,24 @@ describe("retries, timeouts and aborts (through a faulty proxy)", () => {
   });
 });
 
+/** The first event of an eventAppended subscription on TEAM/scopeRef: it is set up asynchronously, so events are appended until one arrives. */
+async function firstEvent<T>(stream: AsyncIterator<T>, scopeRef: string) {
+  const first = stream.next();
+  const writer = client(engram.tenant.writer);
+  let arrived = false;
+  void first.then(() => (arrived = true));
+  for (let i = 0; i < 50 && !arrived; i++) {
+    await writer.appendEvent({ scope: "TEAM", scopeRef, kind: "note", body: `event ${i}`, source: "test", sourceRef: `${scopeRef}-${i}` });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return first;
+}
+
 describe("subscribe", () => {
   it("iterates a topic over graphql-ws, and ends when the loop breaks", async () => {
     const reader = client(engram.tenant.reader);
     const stream = reader.subscribe("eventAppended", { scope: "TEAM", scopeRef: "live" });
-    const first = stream.next();
-    // The subscription is set up asynchronously; append until the first one arrives.
-    const writer = client(engram.tenant.writer);
-    let arrived = false;
-    void first.then(() => (arrived = true));
-    for (let i = 0; i < 50 && !arrived; i++) {
-      await writer.appendEvent({ scope: "TEAM", scopeRef: "live", kind: "note", body: `event ${i}`, source: "test", sourceRef: `live-${i}` });
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    const { value } = await first;
+    const { value } = await firstEvent(stream, "live");
     expect(value).toMatchObject({ scope: "TEAM", scopeRef: "live", kind: "note" });
     await stream.return(undefined);
     await reader.close();
@@ -221,16 +225,8 @@ describe("subscribe", () => {
     const created = await engram.gql(`mutation { createApiKey(name: "short-lived", role: READER) { id key } }`, {}, engram.tenant.admin);
     const reader = client(created.data.createApiKey.key);
     const stream = reader.subscribe("eventAppended", { scope: "TEAM", scopeRef: "revoked" });
-    const first = stream.next();
-    // Revoked once the subscription delivers (it is set up asynchronously): append until it does.
-    const writer = client(engram.tenant.writer);
-    let arrived = false;
-    void first.then(() => (arrived = true));
-    for (let i = 0; i < 50 && !arrived; i++) {
-      await writer.appendEvent({ scope: "TEAM", scopeRef: "revoked", kind: "note", body: `event ${i}`, source: "test", sourceRef: `revoked-${i}` });
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    await first;
+    // Revoked once the subscription delivers.
+    await firstEvent(stream, "revoked");
     await engram.gql(`mutation($id: ID!) { revokeApiKey(id: $id) { id } }`, { id: created.data.createApiKey.id }, engram.tenant.admin);
     const error = await expectCode(stream.next(), "UNAUTHENTICATED");
     expect(error.retryable).toBe(false);

@@ -248,7 +248,12 @@ export function buildApp(services: Services): App {
     const refusal = bodyRefusal(req);
     if (refusal) {
       res.writeHead(refusal.status, { "content-type": "application/json" });
-      res.end(JSON.stringify({ errors: [{ message: refusal.message, extensions: { code: "BAD_USER_INPUT" } }] }));
+      // On /mcp in JSON-RPC's shape (an invalid request), as the MCP client reads its errors.
+      const answer =
+        pathname === MCP_PATH
+          ? { jsonrpc: "2.0", id: null, error: { code: -32600, message: `BAD_USER_INPUT: ${refusal.message}`, data: { code: "BAD_USER_INPUT" } } }
+          : { errors: [{ message: refusal.message, extensions: { code: "BAD_USER_INPUT" } }] };
+      res.end(JSON.stringify(answer));
       return;
     }
     if (isExportPath(pathname)) {

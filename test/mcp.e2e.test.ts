@@ -129,6 +129,16 @@ describe("MCP over streamable HTTP at /mcp", () => {
     expect((await call(reader, "get_context", { conversation: "ana-1", message: "hi" })).isError).toBeFalsy();
   });
 
+  it("refuses a body over the request limit with HTTP 413 in JSON-RPC's shape", async () => {
+    const response = await fetch(`${url}/mcp`, {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${engram.tenant.writer}` },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "recall", arguments: { user: "ana", query: "x".repeat(1_000_100) } } }),
+    });
+    expect(response.status).toBe(413);
+    expect(await response.json()).toMatchObject({ jsonrpc: "2.0", id: null, error: { code: -32600, message: expect.stringMatching(/^BAD_USER_INPUT: /) } });
+  });
+
   it("keeps tenants apart and refuses requests without a valid key", async () => {
     const other = await overHttp(engram.other.writer);
     expect((await call(other, "recall", { user: "ana", query: "kayak" })).content[0].text).toMatch(/^NOT_FOUND: /);

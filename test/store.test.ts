@@ -396,6 +396,13 @@ describe("the embedded store", { timeout: 120_000 }, () => {
     const [through] = await sql<{ one: number }>(store.url, "SELECT 1 AS one");
     expect(through.one).toBe(1);
     for (const socket of silentMany) socket.destroy();
+    // Engram's own connections arriving together while PGlite is busy (its pools open up to 11)
+    // are accepted before any has logged in: none may cut another off.
+    const busy = sql(store.url, "SELECT pg_sleep(1)");
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const together = await Promise.allSettled(Array.from({ length: 16 }, () => sql<{ one: number }>(store.url, "SELECT 1 AS one")));
+    expect(together.filter((r) => r.status === "rejected")).toEqual([]);
+    await busy;
     await store.stop();
     // A secret cut short (a full disk between its creation and its write) is made again, never used empty.
     writeFileSync(path.join(dir, "store.secret"), "");

@@ -38,12 +38,15 @@ if (!PASSWORD) {
 /** A client has this long to give the password (PostgreSQL's authentication_timeout), then it is cut off. */
 const AUTH_TIMEOUT_MS = 10_000;
 /**
- * Connections still to give the password, at most: a new one past this cuts off the oldest of them.
- * They do not count against maxConnections, so clients that connect and say nothing (another user
- * of the machine, reconnecting) can never take the places Engram's own connections need; to keep
- * one of Engram's out they would have to open this many within the moment it takes to log in.
+ * Connections still to give the password, at most. They do not count against maxConnections, so
+ * clients that connect and say nothing (another user of the machine, reconnecting) never take the
+ * places Engram's own connections need. Past this many, a new one cuts off the oldest if that one
+ * has had LOGIN_CHANCE_MS to log in, else the newcomer is refused: connections that arrive
+ * together while PGlite is busy (Engram opens up to 11) are all accepted before any has spoken,
+ * and must not cut each other off.
  */
-const MAX_UNAUTHENTICATED = 8;
+const MAX_UNAUTHENTICATED = 64;
+const LOGIN_CHANCE_MS = 1_000;
 const idleTxMs = Number(idleTxMsArg);
 const stuckMs = Number(stuckMsArg);
 const BROKEN = 70; // exit code: the database failed, restart me
@@ -140,6 +143,7 @@ class Connection {
     this.closed = false;
     this.refused = false;
     this.lastActive = Date.now();
+    this.connectedAt = Date.now();
     // One that connects and never gives the password would hold a connection's place for ever.
     this.authTimer = setTimeout(() => {
       if (this.startup !== null || !this.started) socket.destroy();
@@ -385,6 +389,10 @@ const unauthenticated = new Set();
 const server = net.createServer((socket) => {
   if (unauthenticated.size >= MAX_UNAUTHENTICATED) {
     const [oldest] = unauthenticated;
+    if (Date.now() - oldest.connectedAt < LOGIN_CHANCE_MS) {
+      socket.destroy();
+      return;
+    }
     unauthenticated.delete(oldest);
     oldest.socket.destroy();
   }

@@ -2,6 +2,7 @@ import { createPubSub } from "graphql-yoga";
 import { Redis } from "ioredis";
 import type { SnippetKind } from "./generated/prisma/client.ts";
 import type { Logger } from "./log.ts";
+import { withTimeout } from "./timeout.ts";
 
 /**
  * Every topic is keyed by tenant id, so a subscriber can only ever hear its own tenant.
@@ -128,7 +129,23 @@ function resilientRedisEventTarget(publishClient: Redis, subscribeClient: Redis,
   };
   const ignore = (what: string) => (error: unknown) => log.warn(`redis ${what} failed; subscriptions are local until it is back`, { error });
 
-  subscribeClient.on("message", (channel: string, message: string) => deliver(channel, message === "" ? null : JSON.parse(message)));
+  // Events delivered here because their publish got no answer in time: the publish was sent all
+  // the same, and a Redis that answers late passes it on; that copy is not delivered a second time.
+  const deliveredLocally = new Map<string, number>();
+  const remember = (key: string) => {
+    const now = Date.now();
+    for (const [old, at] of deliveredLocally) if (now - at > LATE_COPY_MS) deliveredLocally.delete(old);
+    deliveredLocally.set(key, now);
+  };
+  // This instance's publishes still unanswered, and whether Redis has passed them on meanwhile
+  // (then a publish that fails after all needs no delivery here).
+  const unanswered = new Map<string, boolean>();
+  subscribeClient.on("message", (channel: string, message: string) => {
+    const key = `${channel}\n${message}`;
+    if (unanswered.has(key)) unanswered.set(key, true);
+    if (deliveredLocally.delete(key)) return;
+    deliver(channel, message === "" ? null : JSON.parse(message));
+  });
   subscribeClient.on("ready", () => {
     const channels = [...listeners.keys()];
     if (channels.length) subscribeClient.subscribe(...channels).catch(ignore("subscribe"));
@@ -171,11 +188,21 @@ function resilientRedisEventTarget(publishClient: Redis, subscribeClient: Redis,
         local();
         return true;
       }
-      publishClient.publish(type, detail === undefined ? "" : JSON.stringify(detail)).catch((error: unknown) => {
-        stall.failed(error);
-        ignore("publish")(error);
-        local();
-      });
+      const message = detail === undefined ? "" : JSON.stringify(detail);
+      const key = `${type}\n${message}`;
+      unanswered.set(key, false);
+      publishClient.publish(type, message).then(
+        () => unanswered.delete(key),
+        (error: unknown) => {
+          const passedOn = unanswered.get(key);
+          unanswered.delete(key);
+          stall.failed(error);
+          ignore("publish")(error);
+          if (passedOn) return;
+          remember(key);
+          local();
+        },
+      );
       return true;
     },
   };
@@ -185,6 +212,8 @@ function resilientRedisEventTarget(publishClient: Redis, subscribeClient: Redis,
 const REDIS_ANSWER_MS = 1_000;
 /** How long a stalled Redis is left alone (events go to this instance's subscribers) before it is tried again. */
 const REDIS_STALL_MS = 5_000;
+/** How long the late copy of an event delivered here on a failed publish is looked out for. */
+const LATE_COPY_MS = 60_000;
 
 /**
  * A Redis whose connection stays open but answers nothing (paused, overloaded, a network that
@@ -236,7 +265,9 @@ export function createEngramPubSub(redisUrl?: string, log: Quiet = { warn: () =>
       }
     },
     async close() {
-      await Promise.allSettled([publishClient, subscribeClient].map((c) => (c.status === "ready" ? c.quit() : c.disconnect())));
+      // A Redis that does not answer would hold QUIT for ever: closed at once then.
+      const quit = (c: Redis) => withTimeout(c.quit(), REDIS_ANSWER_MS, "no answer to QUIT").catch(() => c.disconnect());
+      await Promise.allSettled([publishClient, subscribeClient].map((c) => (c.status === "ready" && !stall.stalled() ? quit(c) : c.disconnect())));
     },
   });
 }

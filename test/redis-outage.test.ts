@@ -115,9 +115,10 @@ describe("a stalled Redis", () => {
     redis = await startRedis(port);
     engram = await startTestEngram({ env: { REDIS_URL: `redis://127.0.0.1:${port}`, ENGRAM_EMBEDDINGS: "offline" } });
   });
+  let stopped = false;
   afterAll(async () => {
     if (redis?.exitCode === null) redis.kill("SIGCONT");
-    await engram?.stop();
+    if (!stopped) await engram?.stop();
     if (redis) await kill(redis);
   });
 
@@ -137,7 +138,29 @@ describe("a stalled Redis", () => {
     expect(health).toMatchObject({ status: "degraded", components: { redis: { status: "down", detail: expect.stringMatching(/does not answer/) } } });
     redis.kill("SIGCONT");
     await until("/healthz to say Redis is ok again", async () => (await (await fetch(`${url}/healthz`)).json()).components.redis.status === "ok", 20_000);
+    // The publish that timed out was sent all the same, and Redis passes it on once it answers:
+    // that late copy is not delivered a second time.
+    expect((await append("after")).errors).toBeUndefined();
+    await until("the event after the stall", async () => feed.received.some((r: any) => r.data?.eventAppended.body === "after"));
+    expect(feed.received.map((r: any) => r.data.eventAppended.body).sort()).toEqual(["after", "before", "stalled 1", "stalled 2", "stalled 3"]);
     feed.dispose();
     await client.dispose();
+  });
+
+  it("does not hold the shutdown: the pubsub of a stalled Redis closes at once", async () => {
+    redis.kill("SIGSTOP");
+    expect((await append("at the end")).errors).toBeUndefined();
+    await until("Redis to count as stalled", async () => engram.services.pubsub.mode() === "degraded", 10_000);
+    const warnings: string[] = [];
+    const warn = engram.services.log.warn.bind(engram.services.log);
+    engram.services.log.warn = (message: string, fields?: object) => {
+      warnings.push(message);
+      warn(message, fields);
+    };
+    stopped = true;
+    await engram.stop();
+    // Before, QUIT waited on Redis until the close's 5 s step gave up on it.
+    expect(warnings.filter((w) => /while closing/.test(w))).toEqual([]);
+    redis.kill("SIGCONT");
   });
 });

@@ -6,7 +6,7 @@ import { bootstrapFirstTenant } from "./auth.ts";
 import { staleBuild } from "./paths.ts";
 import type { Worker } from "./queue.ts";
 import { openServices, type Services } from "./services.ts";
-import { withTimeout } from "./timeout.ts";
+import { TimedOut, withTimeout } from "./timeout.ts";
 
 /** Starts the job worker on the open services; bin/server.ts supplies jobs/worker.ts's (src/ never imports jobs/). */
 export type StartWorker = (services: Services) => Promise<Worker>;
@@ -77,6 +77,7 @@ async function serve(startWorker: StartWorker) {
   // Stops whatever is open, in order, from any point of start-up on.
   const shutdown = (reason: string, code = 0, fields?: object) => {
     stopping ??= (async () => {
+      const signalledAt = Date.now();
       if (code) log.error("shutting down", { reason, ...fields });
       else log.info("shutting down", { reason });
       setTimeout(() => {
@@ -96,10 +97,18 @@ async function serve(startWorker: StartWorker) {
         if (worker) {
           await withTimeout(worker.stop(workerGraceMs), workerGraceMs + 1_000, "").then(
             () => log.info("job worker stopped"),
-            () => log.warn(`the job worker did not stop within ${(workerGraceMs + 1_000) / 1000} s (the store may not be answering); its locks lapse instead`),
+            (error) => {
+              code ||= 1;
+              if (error instanceof TimedOut) {
+                log.warn(`the job worker did not stop within ${(workerGraceMs + 1_000) / 1000} s (the store may not be answering); its locks lapse instead`);
+              } else log.error("the job worker failed to stop; its locks lapse instead", { error });
+            },
           );
         }
-        if (open.services) await open.services.close().then(() => log.info("store closed; bye"));
+        // Each closing step gets a share of what is left of the deadline, so the one that hangs is
+        // named before the deadline ends the process.
+        const stepMs = Math.min(5_000, Math.max(500, (signalledAt + SHUTDOWN_DEADLINE_MS - Date.now() - 1_000) / 3));
+        if (open.services) await open.services.close({ stepMs }).then(() => log.info("store closed; bye"));
       } catch (error) {
         log.error("error while shutting down", { error });
         code ||= 1;

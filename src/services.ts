@@ -40,7 +40,7 @@ export type Services = Deps & {
   chroma: LazyChroma;
   /** The in-process copies of recently searched users' vectors (vectors/cache.ts); null when ENGRAM_VECTOR_CACHE_MB is 0. */
   vectorCache: CachedVectorStore | null;
-  close(): Promise<void>;
+  close(options?: { stepMs?: number }): Promise<void>;
 };
 
 /** The tenant directory over the raw client: the only way work code reaches several tenants. */
@@ -140,7 +140,8 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
     db,
     queue,
     chroma,
-    async close() {
+    /** `stepMs`: how long each closing step may take before it is named and left (default 5 s). */
+    async close({ stepMs = CLOSE_STEP_MS }: { stepMs?: number } = {}) {
       // In stages, each waiting at most CLOSE_STEP_MS and run even if one before it failed: the
       // queue, then at once the parts that may still write through the database client (the
       // pubsub's history rows, the usage rows of searches) or hold a child (a Chroma on the store's
@@ -149,7 +150,7 @@ export async function openServices(env: Env, options: OpenOptions = {}): Promise
       let failure: unknown;
       const run = async (done: string, step: () => Promise<unknown>, bounded = true) => {
         try {
-          await (bounded ? withTimeout(step(), CLOSE_STEP_MS, `not ${done} within ${CLOSE_STEP_MS / 1000} s`) : step());
+          await (bounded ? withTimeout(step(), stepMs, `not ${done} within ${stepMs / 1000} s`) : step());
           log.debug(done);
         } catch (error) {
           log.warn(`while closing: ${done.split(" ")[0]} failed`, { error });

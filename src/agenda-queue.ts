@@ -353,7 +353,9 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
       const { rows } = await pool.query<{ at: Date | null }>(`SELECT "next_run_at" AS "at" FROM "agenda_jobs" WHERE ${single}`, [name]);
       await agenda.every(interval, name, payload, { timezone: "UTC", skipImmediate: true });
       const before = rows[0]?.at;
-      if (before) await pool.query(`UPDATE "agenda_jobs" SET "next_run_at" = $2 WHERE ${single} AND "next_run_at" > $2`, [name, before]);
+      // Not while a run holds the row: its own save sets the next run, and a time put back under it
+      // would run the job again at once.
+      if (before) await pool.query(`UPDATE "agenda_jobs" SET "next_run_at" = $2 WHERE ${single} AND "next_run_at" > $2 AND "locked_at" IS NULL`, [name, before]);
     },
     async startProcessing() {
       await agenda.start();

@@ -6,15 +6,18 @@ import { FakeListChatModel } from "@langchain/core/utils/testing";
 import { EngramClient } from "engram/client";
 import { EngramChatMessageHistory, EngramRetriever, gateVerdictFromToolCall, withEngramMemory } from "engram/langchain";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { startFlakyProxy } from "./helpers/flaky-proxy.ts";
 import { allIndexed, INDEXING_TIMEOUT_MS } from "./helpers/recall.ts";
 
 // LangChain.js memory backed by a real Engram over HTTP, driven by LangChain's fake chat model.
 let engram: TestEngram;
 let client: EngramClient;
+let url: string;
 
 beforeAll(async () => {
   engram = await startTestEngram({ worker: true });
-  client = new EngramClient({ url: await engram.listen(), apiKey: engram.tenant.writer });
+  url = await engram.listen();
+  client = new EngramClient({ url, apiKey: engram.tenant.writer });
 });
 afterAll(() => engram?.stop());
 
@@ -67,6 +70,22 @@ describe("EngramChatMessageHistory", () => {
     expect((await history.getMessages()).map((m) => m.text).at(-1)).toBe("And the invoice?");
     await history.addAIMessage("Sent.");
     expect(await turnsOf("ana-tools")).toBe(2);
+  });
+
+  it("records a turn once when its write is tried again after a lost answer", async () => {
+    const proxy = await startFlakyProxy(url);
+    try {
+      const flaky = new EngramClient({ url: proxy.url, apiKey: engram.tenant.writer, retries: 0 });
+      const history = new EngramChatMessageHistory({ client: flaky, agent: "shop", endUser: "ana", conversation: "ana-lost" });
+      await history.addUserMessage("Is my parcel on its way?");
+      proxy.fail("drop-answer");
+      await expect(history.addAIMessage("Yes, it left today.")).rejects.toMatchObject({ code: "NETWORK_ERROR" });
+      // The turn was stored, its answer lost; the same write again is the same turn.
+      await history.addAIMessage("Yes, it left today.");
+      expect(await turnsOf("ana-lost")).toBe(1);
+    } finally {
+      await proxy.stop();
+    }
   });
 
   it("refuses an AI message with no human message before it", async () => {

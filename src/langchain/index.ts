@@ -23,7 +23,12 @@ const textOf = (message: BaseMessage): string => message.text;
  */
 export class EngramChatMessageHistory extends BaseListChatMessageHistory {
   lc_namespace = ["engram", "chat_history"];
-  private pending?: string;
+  /**
+   * The human message waiting for its reply, with the turn id it will be recorded under: made
+   * when the message arrives and kept until the turn is stored, so a write retried after a lost
+   * answer (a timeout) is the same turn, never a second one.
+   */
+  private pending?: { text: string; clientTurnId: string };
 
   constructor(private readonly options: EngramConversation & { lastMessages?: number }) {
     super();
@@ -39,7 +44,7 @@ export class EngramChatMessageHistory extends BaseListChatMessageHistory {
       if (node.role === "TOOL") return new ToolMessage({ content: node.content, tool_call_id: `engram-${node.seq}` });
       return new SystemMessage(node.content);
     });
-    return this.pending === undefined ? stored : [...stored, new HumanMessage(this.pending)];
+    return this.pending === undefined ? stored : [...stored, new HumanMessage(this.pending.text)];
   }
 
   async addMessage(message: BaseMessage): Promise<void> {
@@ -47,7 +52,7 @@ export class EngramChatMessageHistory extends BaseListChatMessageHistory {
     if (type === "human") {
       // Two human messages in a row: the first is a turn with no reply.
       if (this.pending !== undefined) await this.record(this.pending);
-      this.pending = textOf(message);
+      this.pending = { text: textOf(message), clientTurnId: globalThis.crypto.randomUUID() };
     } else if (type === "ai") {
       if (this.pending === undefined) {
         throw new EngramError("BAD_USER_INPUT", "Engram records turns: add the human message before the AI message that answers it.");
@@ -70,13 +75,14 @@ export class EngramChatMessageHistory extends BaseListChatMessageHistory {
     if (conversation) await this.options.client.deleteConversation(conversation.id);
   }
 
-  private async record(userMessage: string, assistantMessage?: string) {
+  private async record(pending: { text: string; clientTurnId: string }, assistantMessage?: string) {
     const { client, agent, endUser, conversation } = this.options;
     await client.recordTurn({
       agentExternalId: agent,
       endUserExternalId: endUser,
       conversationExternalId: conversation,
-      userMessage,
+      clientTurnId: pending.clientTurnId,
+      userMessage: pending.text,
       // An answer with no text (a tool call alone) is a turn with no reply, not an empty one.
       assistantMessage: assistantMessage || undefined,
     });

@@ -2,6 +2,8 @@ import type { AgendaQueue } from "../src/agenda-queue.ts";
 import type { Deps } from "../src/deps.ts";
 import type { Worker } from "../src/queue.ts";
 import { sparingly } from "../src/log.ts";
+import { withTimeout } from "../src/timeout.ts";
+import { failRunsCutOffHere } from "../src/work/job-runs.ts";
 import { compact } from "./compact.ts";
 import { dispatch } from "./dispatch.ts";
 import type { ImplementedJob } from "./implement.ts";
@@ -40,7 +42,11 @@ export async function startWorker({ queue, deps }: { queue: AgendaQueue; deps: D
     async stop(graceMs = 15_000) {
       const { running, timedOut, released } = await queue.stopProcessing(graceMs);
       if (released) log.info("jobs locked but not started are free for other workers", { released });
-      if (timedOut) log.warn("jobs still running at shutdown; they will be retried", { running });
+      if (timedOut) {
+        log.warn("jobs still running at shutdown; they will be retried", { running });
+        // What jobRuns and the inspector show for them: cut off now, not RUNNING until the sweep.
+        await withTimeout(failRunsCutOffHere(), 1_000, "").catch(() => {});
+      }
     },
   };
 }

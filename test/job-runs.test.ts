@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant } from "../src/db.ts";
 import { EngramError } from "../src/errors.ts";
 import { TimedOut } from "../src/timeout.ts";
-import { failRunsOfTheDead, recordJobRun, STOPPED_RUN } from "../src/work/job-runs.ts";
+import { failRunsCutOffHere, failRunsOfTheDead, recordJobRun, SHUT_DOWN_RUN, STOPPED_RUN } from "../src/work/job-runs.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { until } from "./helpers/until.ts";
 
@@ -70,3 +70,30 @@ describe("a job run whose process stopped", () => {
     expect(await alive()).toBe(beatAtEnd);
   });
 });
+
+// A shutdown whose grace runs out leaves the jobs still running to be retried; their runs said
+// RUNNING until the 5-minute sweep. They now say at once that the shutdown cut them off.
+describe("a job run cut off by this process's shutdown", () => {
+  let engram: TestEngram;
+  beforeAll(async () => {
+    engram = await startTestEngram();
+  }, 120_000);
+  afterAll(() => engram?.stop());
+
+  it("is marked FAILED, saying so, and a run that finished is left as it ended", async () => {
+    const db = forTenant(engram.services.db, engram.tenant.tenantId);
+    await recordJobRun(db, engram.services.pubsub, "test.done", async () => ({ status: "SUCCEEDED", result: {} }));
+    let started = false;
+    void recordJobRun(db, engram.services.pubsub, "test.cut", () => ((started = true), new Promise<never>(() => {}))).catch(() => {});
+    await until("the run to start", async () => started, 10_000);
+    expect(await failRunsCutOffHere()).toBe(1);
+    const { data } = await engram.gql(`{ jobRuns(first: 10) { name status error } }`, {}, engram.tenant.reader);
+    expect(data.jobRuns).toEqual(
+      expect.arrayContaining([
+        { name: "test.cut", status: "FAILED", error: SHUT_DOWN_RUN },
+        { name: "test.done", status: "SUCCEEDED", error: null },
+      ]),
+    );
+  });
+});
+

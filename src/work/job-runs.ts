@@ -6,6 +6,12 @@ import type { PubSub } from "../pubsub.ts";
 /** What a run says whose process stopped before it finished (jobRuns, the inspector). */
 export const STOPPED_RUN = "the process running it stopped before it finished";
 
+/** What a run says that this process's shutdown cut off (its job is retried). */
+export const SHUT_DOWN_RUN = "cut off by a shutdown before it finished; the job is retried";
+
+/** The runs this process is recording, so a shutdown that cuts them off can say so at once. */
+const runningHere = new Map<string, { db: TenantDb; pubsub: PubSub }>();
+
 /** How often a running run writes its sign of life. */
 export const RUN_HEARTBEAT_MS = 60_000;
 
@@ -26,6 +32,7 @@ export async function recordJobRun(
   const tenantId = db.$tenantId();
   const run = await db.jobRun.create({ data: { tenantId, name, status: "RUNNING", heartbeatAt: new Date() } });
   pubsub.publish("jobRunChanged", tenantId, { id: run.id });
+  runningHere.set(run.id, { db, pubsub });
   // Not awaited in turn: a slow store delays a beat, never the work; one that fails is the next's to make.
   const heartbeat = setInterval(() => {
     db.jobRun.updateMany({ where: { id: run.id, status: "RUNNING" }, data: { heartbeatAt: new Date() } }).catch(() => {});
@@ -48,7 +55,27 @@ export async function recordJobRun(
     throw error;
   } finally {
     clearInterval(heartbeat);
+    runningHere.delete(run.id);
   }
+}
+
+/**
+ * Marks FAILED, saying so, the runs this process is still recording: called by a shutdown whose
+ * grace ran out, so jobRuns and the inspector say at once what was cut off instead of RUNNING
+ * until the 5-minute sweep (failRunsOfTheDead). A run that still finishes writes its own end
+ * over this. Bounded by the caller: a store that does not answer leaves them to the sweep.
+ */
+export async function failRunsCutOffHere(): Promise<number> {
+  let count = 0;
+  for (const [id, { db, pubsub }] of runningHere) {
+    const { count: marked } = await db.jobRun.updateMany({
+      where: { id, status: "RUNNING" },
+      data: { status: "FAILED", error: SHUT_DOWN_RUN, finishedAt: new Date() },
+    });
+    if (marked) pubsub.publish("jobRunChanged", db.$tenantId(), { id });
+    count += marked;
+  }
+  return count;
 }
 
 /**

@@ -67,14 +67,14 @@ export async function recordJobRun(
  */
 export async function failRunsCutOffHere(): Promise<number> {
   let count = 0;
-  for (const [id, { db, pubsub }] of runningHere) {
-    const { count: marked } = await db.jobRun.updateMany({
-      where: { id, status: "RUNNING" },
-      data: { status: "FAILED", error: SHUT_DOWN_RUN, finishedAt: new Date() },
-    });
-    if (marked) pubsub.publish("jobRunChanged", db.$tenantId(), { id });
-    count += marked;
-  }
+  for (const [id, { db, pubsub }] of runningHere) count += await failRunning(db, pubsub, [id], SHUT_DOWN_RUN, new Date());
+  return count;
+}
+
+/** Marks FAILED, with `error`, those of these runs still RUNNING, and announces them. */
+async function failRunning(db: TenantDb, pubsub: PubSub, ids: string[], error: string, finishedAt: Date): Promise<number> {
+  const { count } = await db.jobRun.updateMany({ where: { id: { in: ids }, status: "RUNNING" }, data: { status: "FAILED", error, finishedAt } });
+  if (count) for (const id of ids) pubsub.publish("jobRunChanged", db.$tenantId(), { id });
   return count;
 }
 
@@ -91,10 +91,5 @@ export async function failRunsOfTheDead(db: TenantDb, pubsub: PubSub, now = new 
     select: { id: true },
   });
   if (dead.length === 0) return 0;
-  const { count } = await db.jobRun.updateMany({
-    where: { id: { in: dead.map((run) => run.id) }, status: "RUNNING" },
-    data: { status: "FAILED", error: STOPPED_RUN, finishedAt: now },
-  });
-  for (const run of dead) pubsub.publish("jobRunChanged", db.$tenantId(), { id: run.id });
-  return count;
+  return failRunning(db, pubsub, dead.map((run) => run.id), STOPPED_RUN, now);
 }

@@ -150,18 +150,17 @@ export function createMcpServer(client: EngramClient, version = "0.1.0"): McpSer
     (args) =>
       tool(async () => {
         if (Boolean(args.user) !== Boolean(args.agent)) throw new EngramError("BAD_USER_INPUT", "Give user and agent together, or neither.");
+        // By the three ids, a conversation with no turns yet is asked about too; by the
+        // conversation's id alone, it must have been recorded.
+        let asked: Parameters<EngramClient["context"]>[0];
         if (args.user && args.agent) {
-          const context = await client.context({
-            agentExternalId: args.agent,
-            endUserExternalId: args.user,
-            conversationExternalId: args.conversation,
-            message: args.message,
-          });
-          return text(memoryText(context.blocks) || "Nothing remembered yet.");
+          asked = { agentExternalId: args.agent, endUserExternalId: args.user, conversationExternalId: args.conversation, message: args.message };
+        } else {
+          const conversation = await client.conversation(args.conversation, { lastMessages: 1 });
+          if (!conversation) return text("Nothing remembered yet: this conversation has no recorded turns (give user and agent for what Engram knows about the user).");
+          asked = { conversationId: conversation.id, message: args.message };
         }
-        const conversation = await client.conversation(args.conversation, { lastMessages: 1 });
-        if (!conversation) return text("Nothing remembered yet: this conversation has no recorded turns (give user and agent for what Engram knows about the user).");
-        const context = await client.context({ conversationId: conversation.id, message: args.message });
+        const context = await client.context(asked);
         return text(memoryText(context.blocks) || "Nothing remembered yet.");
       }),
   );

@@ -228,8 +228,9 @@ function redisStall(log: Quiet): RedisStall {
   return {
     stalled: () => Date.now() < until,
     failed(error) {
-      if (!/timed? ?out/i.test(String((error as Error)?.message ?? error))) return;
-      if (Date.now() >= until) log.warn("redis does not answer; subscriptions are served by this instance alone until it does", { error: String((error as Error)?.message ?? error) });
+      const message = String((error as Error)?.message ?? error);
+      if (!/timed? ?out/i.test(message)) return;
+      if (Date.now() >= until) log.warn("redis does not answer; subscriptions are served by this instance alone until it does", { error: message });
       until = Date.now() + REDIS_STALL_MS;
     },
     cleared() {

@@ -291,7 +291,7 @@ export class EngramClient {
         lazy: true,
         retryAttempts: this.options.retries ?? 3,
         // A refused key is refused again: fail at once (graphql-ws tries 4403 again by default).
-        shouldRetry: (closed) => !(typeof (closed as { code?: unknown })?.code === "number" && (closed as { code: number }).code in CLOSED_FOR),
+        shouldRetry: (closed) => !(closeCodeOf(closed) in CLOSED_FOR),
       });
     })();
     return this.ws;
@@ -312,16 +312,22 @@ export class EngramClient {
  */
 const CLOSED_FOR: Record<number, string> = { 4401: "UNAUTHENTICATED", 4403: "UNAUTHENTICATED", 4429: "TOO_MANY_CONNECTIONS" };
 
+/** A close event's code, or -1 for anything else graphql-ws hands over (an Error, a network event). */
+const closeCodeOf = (error: unknown): number => {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === "number" ? code : -1;
+};
+
 /** A subscription failure as an EngramError: GraphQL errors keep their code; a closed socket says why. */
 function subscriptionError(error: unknown): EngramError {
   if (Array.isArray(error) && error.length) {
     const errors = error as GraphQLErrorShape[];
     return new EngramError(errors[0].extensions?.code ?? "INTERNAL_SERVER_ERROR", errors[0].message, { errors });
   }
-  const close = error as { code?: number; reason?: string };
-  if (typeof close?.code === "number") {
-    const code = CLOSED_FOR[close.code] ?? "NETWORK_ERROR";
-    return new EngramError(code, `The subscription socket closed (${close.code} ${close.reason ?? ""}).`.trim(), { cause: error });
+  const closed = closeCodeOf(error);
+  if (closed !== -1) {
+    const reason = (error as { reason?: string }).reason ?? "";
+    return new EngramError(CLOSED_FOR[closed] ?? "NETWORK_ERROR", `The subscription socket closed (${closed} ${reason}).`.trim(), { cause: error });
   }
   if (error instanceof EngramError) return error;
   return new EngramError("NETWORK_ERROR", `The subscription failed: ${(error as Error)?.message ?? error}`, { cause: error });

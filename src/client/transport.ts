@@ -43,9 +43,7 @@ export type CallOptions = {
   timeoutMs?: number;
 };
 
-const DEFAULT_TIMEOUT_MS = 30_000;
-
-export { DEFAULT_TIMEOUT_MS };
+export const DEFAULT_TIMEOUT_MS = 30_000;
 
 export type TransportOptions = {
   /** Engram's base URL, e.g. http://127.0.0.1:4000 (the GraphQL path is added). */

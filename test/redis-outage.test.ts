@@ -31,18 +31,39 @@ async function kill(child: ChildProcess) {
   await exited;
 }
 
+/** An Engram on a Redis of this test's own. */
+async function engramOnOwnRedis() {
+  const port = await freePort();
+  const redis = await startRedis(port);
+  const engram = await startTestEngram({ env: { REDIS_URL: `redis://127.0.0.1:${port}`, ENGRAM_EMBEDDINGS: "offline" } });
+  return { port, redis, engram };
+}
+
+/** Appends notes to PROJECT/scopeRef, each with a sourceRef of its own. */
+function appender(engram: () => TestEngram, scopeRef: string) {
+  let n = 0;
+  return (body: string) =>
+    engram().gql(APPEND, { input: { scope: "PROJECT", scopeRef, kind: "note", body, source: "test", sourceRef: `${scopeRef}-${n++}` } }, engram().tenant.writer);
+}
+
+/** A WebSocket subscriber to PROJECT/scopeRef's events, once the pubsub runs through Redis. */
+async function subscribedThroughRedis(engram: TestEngram, scopeRef: string) {
+  const url = await engram.listen();
+  const client = wsClient(url, engram.tenant.reader);
+  const feed = collect(client, `subscription { eventAppended(scope: PROJECT, scopeRef: "${scopeRef}") { body } }`);
+  await until("pubsub on redis", async () => engram.services.pubsub.mode() === "redis");
+  await settle(500);
+  return { url, client, feed };
+}
+
 describe("a Redis outage", () => {
   let engram: TestEngram;
   let redis: ChildProcess;
   let port: number;
-  let n = 0;
-  const append = async (body: string) =>
-    engram.gql(APPEND, { input: { scope: "PROJECT", scopeRef: "outage", kind: "note", body, source: "test", sourceRef: `o-${n++}` } }, engram.tenant.writer);
+  const append = appender(() => engram, "outage");
 
   beforeAll(async () => {
-    port = await freePort();
-    redis = await startRedis(port);
-    engram = await startTestEngram({ env: { REDIS_URL: `redis://127.0.0.1:${port}`, ENGRAM_EMBEDDINGS: "offline" } });
+    ({ port, redis, engram } = await engramOnOwnRedis());
   });
   afterAll(async () => {
     await engram?.stop();
@@ -50,11 +71,7 @@ describe("a Redis outage", () => {
   });
 
   it("never affects writes; subscriptions go local while it is down and back through Redis after", async () => {
-    const url = await engram.listen();
-    const client = wsClient(url, engram.tenant.reader);
-    const feed = collect(client, `subscription { eventAppended(scope: PROJECT, scopeRef: "outage") { body } }`);
-    await until("pubsub on redis", async () => engram.services.pubsub.mode() === "redis");
-    await settle(500);
+    const { url, client, feed } = await subscribedThroughRedis(engram, "outage");
     expect((await append("before")).errors).toBeUndefined();
     await feed.next(1);
     const health = async () => {
@@ -106,14 +123,10 @@ describe("a Redis outage", () => {
 describe("a stalled Redis", () => {
   let engram: TestEngram;
   let redis: ChildProcess;
-  let n = 0;
-  const append = async (body: string) =>
-    engram.gql(APPEND, { input: { scope: "PROJECT", scopeRef: "stall", kind: "note", body, source: "test", sourceRef: `s-${n++}` } }, engram.tenant.writer);
+  const append = appender(() => engram, "stall");
 
   beforeAll(async () => {
-    const port = await freePort();
-    redis = await startRedis(port);
-    engram = await startTestEngram({ env: { REDIS_URL: `redis://127.0.0.1:${port}`, ENGRAM_EMBEDDINGS: "offline" } });
+    ({ redis, engram } = await engramOnOwnRedis());
   });
   let stopped = false;
   afterAll(async () => {
@@ -123,11 +136,7 @@ describe("a stalled Redis", () => {
   });
 
   it("delivers this instance's events to its own subscribers, and /healthz says Redis does not answer", async () => {
-    const url = await engram.listen();
-    const client = wsClient(url, engram.tenant.reader);
-    const feed = collect(client, `subscription { eventAppended(scope: PROJECT, scopeRef: "stall") { body } }`);
-    await until("pubsub on redis", async () => engram.services.pubsub.mode() === "redis");
-    await settle(500);
+    const { url, client, feed } = await subscribedThroughRedis(engram, "stall");
     expect((await append("before")).errors).toBeUndefined();
     await feed.next(1);
     redis.kill("SIGSTOP");

@@ -74,6 +74,10 @@ async function remembered(user: string, conversation: string, message: string) {
   return turn;
 }
 
+/** The context for a message whose caller says it needs recall (so the re-rank judge is asked). */
+const contextNeedingRecall = (conversationId: string, message: string) =>
+  engram.gql(CONTEXT, { input: { conversationId, message, gate: { remember: false, forget: "NONE", needsRecall: true } } });
+
 describe("a request's model calls end at the reply's deadline", () => {
   it("recall answers from keywords when the query embedding stalls, and the stalled request is torn down", async () => {
     await route({ cheap: null, embedding: null });
@@ -96,15 +100,7 @@ describe("a request's model calls end at the reply's deadline", () => {
     const next = await say(engram, { user: "sol", conversation: "boat-later" }, "Hello again.", "Hi!");
     await route({ cheap: { baseUrl: stalling.url } });
     const before = stalling.hits();
-    const { value, error, ms } = await timed(
-      engram.gql(CONTEXT, {
-        input: {
-          conversationId: next.conversationId,
-          message: "Where is my sailing boat the Heron moored?",
-          gate: { remember: false, forget: "NONE", needsRecall: true },
-        },
-      }),
-    );
+    const { value, error, ms } = await timed(contextNeedingRecall(next.conversationId, "Where is my sailing boat the Heron moored?"));
     expect(error).toBeNull();
     expect(ms).toBeLessThan(BOUND_MS);
     expect(value!.errors).toBeUndefined();
@@ -122,15 +118,7 @@ describe("a request's model calls end at the reply's deadline", () => {
     // Both the query's embedding and the re-rank judge go to the provider that never answers.
     await route({ cheap: { baseUrl: stalling.url }, embedding: { baseUrl: stalling.url, model: "stalled-embed" } });
     const before = stalling.hits();
-    const { value, error } = await timed(
-      engram.gql(CONTEXT, {
-        input: {
-          conversationId: next.conversationId,
-          message: "Where is my workshop for the wooden oars?",
-          gate: { remember: false, forget: "NONE", needsRecall: true },
-        },
-      }),
-    );
+    const { value, error } = await timed(contextNeedingRecall(next.conversationId, "Where is my workshop for the wooden oars?"));
     expect(error).toBeNull();
     expect(value!.errors).toBeUndefined();
     // The embedding spent the reply's second; the judge was never sent (before, it waited a second of its own).
@@ -150,15 +138,7 @@ describe("a request's model calls end at the reply's deadline", () => {
     await remembered("uma", "kiln", "I fire my pottery in a wood kiln every spring.");
     const next = await say(engram, { user: "uma", conversation: "kiln-later" }, "Hi.", "Hello!");
     const before = slow.hits();
-    const { value, error } = await timed(
-      engram.gql(CONTEXT, {
-        input: {
-          conversationId: next.conversationId,
-          message: "When do I fire my pottery in the wood kiln?",
-          gate: { remember: false, forget: "NONE", needsRecall: true },
-        },
-      }),
-    );
+    const { value, error } = await timed(contextNeedingRecall(next.conversationId, "When do I fire my pottery in the wood kiln?"));
     expect(error).toBeNull();
     expect(value!.errors).toBeUndefined();
     expect(slow.hits()).toBeGreaterThan(before);

@@ -85,6 +85,36 @@ describe("conversations, facts and recall", () => {
     expect(await writer.facts(endUserId)).toEqual([]);
   });
 
+  it("names the end user by your own id where it names them by Engram's: facts, index status, forgetUser", async () => {
+    const writer = client(engram.tenant.writer);
+    const turn = await writer.recordTurn({
+      agentExternalId: "shop",
+      endUserExternalId: "dee",
+      conversationExternalId: "dee-1",
+      userMessage: "My dog is called Miso.",
+      assistantMessage: "Miso, noted.",
+    });
+    await writer.addFact({ endUserExternalId: "dee", text: "Dee has a dog called Miso." });
+    // Trimmed as recordTurn takes it.
+    expect((await writer.facts({ externalId: " dee " })).map((f) => f.text)).toEqual(["Dee has a dog called Miso."]);
+    expect(await writer.recallIndexStatus({ externalId: "dee" })).toHaveProperty("pending");
+    expect((await writer.conversation(" dee-1"))?.id).toBe(turn.conversation.id);
+    expect((await writer.endUser("dee "))?.id).toBe(turn.conversation.endUser.id);
+
+    await expectCode(writer.facts({ externalId: "nobody" }), "NOT_FOUND");
+    await expectCode(writer.forgetUser({ externalId: "nobody" }), "NOT_FOUND");
+    // Another tenant's user of the same id is not this tenant's.
+    await expectCode(client(engram.other.writer).forgetUser({ externalId: "dee" }), "NOT_FOUND");
+    for (const args of [`endUserId: "x", endUserExternalId: "dee"`, ""]) {
+      const answer = await engram.gql(`{ facts${args ? `(${args})` : ""} { id } }`, {}, engram.tenant.writer);
+      expect(answer.errors?.[0].extensions?.code).toBe("BAD_USER_INPUT");
+    }
+
+    const receipt = await writer.forgetUser({ externalId: "dee" });
+    expect(receipt).toMatchObject({ facts: 1, messages: 2 });
+    expect(await writer.facts({ externalId: "dee" })).toEqual([]);
+  });
+
   it("recalls the user's earlier conversations", async () => {
     const writer = client(engram.tenant.writer);
     const turn = await writer.recordTurn({

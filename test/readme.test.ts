@@ -188,6 +188,20 @@ const RUNNERS: Record<string, (b: Block) => Promise<void>> = {
     expect(result.data.context.blocks.find((x: { kind: string }) => x.kind === "TAIL").text).toContain("Hôtel du Nord");
   },
 
+  async "forget-user"(b) {
+    const externalId = /endUserExternalId: "([^"]+)"/.exec(b.code)![1];
+    const turn = await gql(
+      `mutation($u: String!) { recordTurn(input: {agentExternalId: "concierge", endUserExternalId: $u, conversationExternalId: "forget-me", clientTurnId: "forget-me-1", userMessage: "My passport number is on file.", assistantMessage: "Noted."}) { id } }`,
+      { u: externalId },
+    );
+    expect(turn.errors).toBeUndefined();
+    const result = await gql(b.code);
+    expect(result.errors).toBeUndefined();
+    expect(result.data.forgetUser).toMatchObject({ messages: 2 });
+    const again = await gql(`{ facts(endUserExternalId: "${externalId}") { id } }`);
+    expect(again).toEqual({ data: { facts: [] } });
+  },
+
   async "recall-cli"(b) {
     writeFileSync(path.join(work, "conversations.jsonl"), `${block("import-line").code}\n`);
     const [importLine, retention] = commands(b.code);

@@ -76,6 +76,12 @@ const newId = () => globalThis.crypto.randomUUID();
 
 type Optional<T, K extends keyof T> = Omit<T, K> & Partial<Pick<T, K>>;
 
+/** An end user by Engram's id, or by your own as recordTurn takes it: `{ externalId: "alice" }`. */
+export type EndUserRef = string | { externalId: string };
+
+const endUserVariables = (endUser: EndUserRef) =>
+  typeof endUser === "string" ? { endUserId: endUser } : { endUserExternalId: endUser.externalId };
+
 /**
  * Your model's verdict on the user's message, in the shape gateInstructions' jsonSchema gives
  * it. Passed as `gate` to context or recordTurn, it replaces Engram's own gate call.
@@ -212,8 +218,9 @@ export class EngramClient {
 
   // User facts.
 
-  async facts(endUserId: string, call?: CallOptions) {
-    return (await this.query(FactsDocument, { endUserId }, call)).facts;
+  /** The user's facts, core first; the user by Engram's id or `{ externalId }`, your own. */
+  async facts(endUser: EndUserRef, call?: CallOptions) {
+    return (await this.query(FactsDocument, endUserVariables(endUser), call)).facts;
   }
 
   /** Not retried: a retry after a lost answer could add the fact twice. */
@@ -235,8 +242,8 @@ export class EngramClient {
    * Not retried: a retry after a lost answer would forget nothing more and return a receipt of
    * zeros, and audit a second forget; `forgetRecords` lists what was done.
    */
-  async forgetUser(endUserId: string, call?: CallOptions) {
-    return (await this.mutate(ForgetUserDocument, { endUserId }, false, call)).forgetUser;
+  async forgetUser(endUser: EndUserRef, call?: CallOptions) {
+    return (await this.mutate(ForgetUserDocument, endUserVariables(endUser), false, call)).forgetUser;
   }
 
   // Recall.
@@ -247,8 +254,8 @@ export class EngramClient {
   }
 
   /** How much of the user's history is not searchable yet (pending 0: all of it is). */
-  async recallIndexStatus(endUserId: string, call?: CallOptions) {
-    return (await this.query(RecallIndexStatusDocument, { endUserId }, call)).recallIndexStatus;
+  async recallIndexStatus(endUser: EndUserRef, call?: CallOptions) {
+    return (await this.query(RecallIndexStatusDocument, endUserVariables(endUser), call)).recallIndexStatus;
   }
 
   // Subscriptions.

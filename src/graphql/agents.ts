@@ -1,6 +1,6 @@
-import { builder } from "../builder.ts";
-import { notFound } from "../errors.ts";
-import { agentSettings, upsertAgent, upsertEndUser } from "../memory/conversations/agents.ts";
+import { builder, endUserArgs } from "../builder.ts";
+import { notFound, parseInput } from "../errors.ts";
+import { agentSettings, endUserIdOf, externalIdSchema, upsertAgent, upsertEndUser } from "../memory/conversations/agents.ts";
 import { LIMITS } from "../limits.ts";
 import { EXPORT_PATH, exportUser } from "../memory/export.ts";
 
@@ -105,7 +105,9 @@ builder.queryFields((t) => ({
     authScopes: { reader: true },
     description: "The end user known by your own id, or null before Engram has seen them.",
     args: { externalId: t.arg.string({ required: true }) },
-    resolve: (query, _root, { externalId }, ctx) => ctx.db.endUser.findFirst({ ...query, where: { externalId } }),
+    // Trimmed and bounded as recordTurn takes it, so " bob" is the bob it recorded.
+    resolve: (query, _root, { externalId }, ctx) =>
+      ctx.db.endUser.findFirst({ ...query, where: { externalId: parseInput(externalIdSchema, externalId) } }),
   }),
   exportUser: t.field({
     type: "JSON",
@@ -115,8 +117,8 @@ builder.queryFields((t) => ({
       "recall snippets' text, entries of their scope) as JSON: the right-of-access twin of forgetUser. Up to " +
       `${LIMITS.exportRowsMax} rows of history (messages, summary revisions, snippets, events); above that EXPORT_TOO_LARGE, and ` +
       `GET ${EXPORT_PATH}/<endUserId> (admin key) streams the same document at any size.`,
-    args: { endUserId: t.arg.id({ required: true }) },
-    resolve: (_root, { endUserId }, ctx) => exportUser(ctx.db, String(endUserId), { apiKeyId: ctx.principal.apiKeyId, via: "graphql" }),
+    args: endUserArgs(t.arg),
+    resolve: async (_root, args, ctx) => exportUser(ctx.db, await endUserIdOf(ctx.db, args), { apiKeyId: ctx.principal.apiKeyId, via: "graphql" }),
   }),
   endUsers: t.prismaConnection({
     type: "EndUser",

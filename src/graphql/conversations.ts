@@ -1,6 +1,7 @@
 import { filter, pipe } from "graphql-yoga";
 import { builder } from "../builder.ts";
-import { notFound } from "../errors.ts";
+import { notFound, parseInput } from "../errors.ts";
+import { externalIdSchema } from "../memory/conversations/agents.ts";
 import { LIMITS } from "../limits.ts";
 import { importConversation, recordTurn } from "../memory/conversations/turns.ts";
 import { forgetConversation } from "../memory/forget.ts";
@@ -154,8 +155,9 @@ builder.queryFields((t) => ({
     authScopes: { reader: true },
     description: "The conversation recorded under your own id, or null before its first turn (clients that know only their own ids start here).",
     args: { externalId: t.arg.string({ required: true }) },
+    // Trimmed and bounded as recordTurn takes it, so " c1" is the c1 it recorded.
     resolve: (query, _root, { externalId }, ctx) =>
-      ctx.db.conversation.findFirst({ ...query, where: { externalId } }),
+      ctx.db.conversation.findFirst({ ...query, where: { externalId: parseInput(externalIdSchema, externalId) } }),
   }),
   conversations: t.prismaConnection({
     type: "Conversation",

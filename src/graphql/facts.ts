@@ -1,7 +1,7 @@
 import { filter, pipe } from "graphql-yoga";
-import { builder, type GraphQLContext } from "../builder.ts";
+import { builder, endUserArgs, type GraphQLContext } from "../builder.ts";
 import { EngramError, notFound } from "../errors.ts";
-import { requireEndUser } from "../memory/conversations/agents.ts";
+import { endUserIdOf } from "../memory/conversations/agents.ts";
 import { CONTRADICTION_CHOICES, resolveContradiction, type ContradictionResolution } from "../memory/facts/contradictions.ts";
 import { addFact, correctFact, FACT_CAP, listFacts } from "../memory/facts/facts.ts";
 import { forgetFact, forgetRecords, forgetUser, type ForgetRecord } from "../memory/forget.ts";
@@ -182,19 +182,15 @@ builder.queryFields((t) => ({
     type: [ForgetRecordRef],
     authScopes: { reader: true },
     description: "The user's audited forgets, newest first (at most 100): who, when, what kinds and how many.",
-    args: { endUserId: t.arg.id({ required: true }) },
-    resolve: (_root, { endUserId }, ctx) => forgetRecords(ctx.db, String(endUserId)),
+    args: endUserArgs(t.arg),
+    resolve: async (_root, args, ctx) => forgetRecords(ctx.db, await endUserIdOf(ctx.db, args)),
   }),
   facts: t.prismaField({
     type: ["Fact"],
     authScopes: { reader: true },
     description: "What the agent knows about a user: core facts first, then the most recently confirmed.",
-    args: { endUserId: t.arg.id({ required: true }) },
-    resolve: async (query, _root, { endUserId }, ctx) => {
-      const db = ctx.db;
-      await requireEndUser(db, String(endUserId));
-      return listFacts(db, String(endUserId), query);
-    },
+    args: endUserArgs(t.arg),
+    resolve: async (query, _root, args, ctx) => listFacts(ctx.db, await endUserIdOf(ctx.db, args), query),
   }),
   factHistory: t.prismaField({
     type: ["FactVersion"],
@@ -260,9 +256,9 @@ builder.mutationFields((t) => ({
       "Forget everything about a user, from every copy: facts and their history, recall snippets and vectors, " +
       "summaries and their revisions, stored verdicts, job records and (when the tenant's forgetDeletesMessages " +
       "is on, the default) their messages. Answers a receipt of kinds and counts; the receipt is also audited.",
-    args: { endUserId: t.arg.id({ required: true }) },
-    resolve: (_root, { endUserId }, ctx) =>
-      forgetUser(ctx.db, ctx.deps, String(endUserId), { apiKeyId: ctx.principal.apiKeyId, reason: "forget everything" }),
+    args: endUserArgs(t.arg),
+    resolve: async (_root, args, ctx) =>
+      forgetUser(ctx.db, ctx.deps, await endUserIdOf(ctx.db, args), { apiKeyId: ctx.principal.apiKeyId, reason: "forget everything" }),
   }),
 }));
 
@@ -271,13 +267,13 @@ builder.subscriptionFields((t) => ({
     type: FactChange,
     authScopes: { reader: true },
     description: "Facts added, refreshed, updated, contradicted, corrected, deleted or forgotten, with the reason.",
-    args: { endUserId: t.arg.id({ required: true }) },
+    args: endUserArgs(t.arg),
     // An unknown user is NOT_FOUND, as for the facts query: not a subscription silent for ever.
     subscribe: async (_root, args, ctx) => {
-      await requireEndUser(ctx.db, String(args.endUserId));
+      const endUserId = await endUserIdOf(ctx.db, args);
       return pipe(
         ctx.deps.pubsub.subscribe("factChanged", ctx.principal.tenantId),
-        filter((change) => change.endUserId === String(args.endUserId)),
+        filter((change) => change.endUserId === endUserId),
       );
     },
     resolve: (change) => change,

@@ -1,8 +1,8 @@
 import { filter, pipe } from "graphql-yoga";
-import { builder } from "../builder.ts";
-import { badInput, notFound, parseInput } from "../errors.ts";
+import { builder, endUserArgs } from "../builder.ts";
+import { badInput } from "../errors.ts";
 import { MESSAGE_LIMITS } from "../limits.ts";
-import { externalIdSchema, requireEndUser } from "../memory/conversations/agents.ts";
+import { endUserIdOf, requireEndUser } from "../memory/conversations/agents.ts";
 import { searchSnippets, type RecallCandidate, type RecallEvent } from "../memory/recall/recall.ts";
 import { recallIndexStatus, type RecallIndexStatus } from "../memory/recall/snippets.ts";
 
@@ -104,12 +104,8 @@ builder.queryFields((t) => ({
     type: RecallIndexStatusRef,
     authScopes: { reader: true },
     description: "Whether recall has caught up with what was recorded for an end user: wait for pending 0 instead of searching.",
-    args: { endUserId: t.arg.id({ required: true }) },
-    resolve: async (_root, args, ctx) => {
-      const endUserId = String(args.endUserId);
-      await requireEndUser(ctx.db, endUserId);
-      return recallIndexStatus(ctx.db, endUserId);
-    },
+    args: endUserArgs(t.arg),
+    resolve: async (_root, args, ctx) => recallIndexStatus(ctx.db, await endUserIdOf(ctx.db, args)),
   }),
   recall: t.field({
     type: RecallResultRef,
@@ -119,18 +115,7 @@ builder.queryFields((t) => ({
       "and fused scores. For debugging and evals: it skips the gate and the re-rank judge.",
     args: { input: t.arg({ type: RecallInput, required: true }) },
     resolve: async (_root, { input }, ctx) => {
-      if ((input.endUserId == null) === (input.endUserExternalId == null)) throw badInput("Give the end user by endUserId or by endUserExternalId: exactly one of the two.");
-      let endUserId = String(input.endUserId);
-      if (input.endUserExternalId != null) {
-        // Trimmed and bounded as recordTurn takes it, so " bob" is the bob it recorded.
-        const externalId = parseInput(externalIdSchema, input.endUserExternalId);
-        const user = await ctx.db.endUser.findUnique({
-          where: { tenantId_externalId: { tenantId: ctx.db.$tenantId(), externalId } },
-          select: { id: true },
-        });
-        if (!user) throw notFound("End user", externalId);
-        endUserId = user.id;
-      }
+      const endUserId = await endUserIdOf(ctx.db, input, { checkId: false });
       const k = input.k ?? 10;
       if (k < 1 || k > 50) throw badInput("k must be between 1 and 50.");
       // As long as a message may be: a longer text would hold the encoder (and with it the server) for seconds.
@@ -158,13 +143,13 @@ builder.subscriptionFields((t) => ({
     type: RecallEventRef,
     authScopes: { reader: true },
     description: "Each recall for the end user as it happens (the inspector's memory.recall entry).",
-    args: { endUserId: t.arg.id({ required: true }) },
+    args: endUserArgs(t.arg),
     // An unknown user is NOT_FOUND: not a subscription silent for ever.
     subscribe: async (_root, args, ctx) => {
-      await requireEndUser(ctx.db, String(args.endUserId));
+      const endUserId = await endUserIdOf(ctx.db, args);
       return pipe(
         ctx.deps.pubsub.subscribe("memoryRecall", ctx.principal.tenantId),
-        filter((event) => event.endUserId === String(args.endUserId)),
+        filter((event) => event.endUserId === endUserId),
       );
     },
     resolve: (event) => event,

@@ -61,12 +61,6 @@ function decoded(value: string | string[], what: string): string {
   }
 }
 
-async function endUserId(client: EngramClient, externalId: string): Promise<string> {
-  const found = await client.endUser(externalId);
-  if (!found) throw new EngramError("NOT_FOUND", `Engram knows no end user "${externalId}" yet.`);
-  return found.id;
-}
-
 /** Engram as an MCP server: memory tools and resources for one API key's tenant. */
 export function createMcpServer(client: EngramClient, version = "0.1.0"): McpServer {
   const server = new McpServer({ name: "engram", version });
@@ -103,7 +97,7 @@ export function createMcpServer(client: EngramClient, version = "0.1.0"): McpSer
     },
     (args) =>
       tool(async () => {
-        const { candidates } = await client.recall({ endUserId: await endUserId(client, args.user), text: args.query, k: args.k ?? 5 });
+        const { candidates } = await client.recall({ endUserExternalId: args.user, text: args.query, k: args.k ?? 5 });
         return json({ snippets: candidates.map((c) => ({ text: c.text, conversationId: c.conversationId, occurredAt: c.occurredAt, score: c.fusedScore })) });
       }),
   );
@@ -125,9 +119,9 @@ export function createMcpServer(client: EngramClient, version = "0.1.0"): McpSer
         if (Boolean(args.factId) === Boolean(args.everything)) {
           throw new EngramError("BAD_USER_INPUT", "Give either factId or everything: true.");
         }
-        const id = await endUserId(client, args.user);
-        if (args.everything) return json({ forgotten: await client.forgetUser(id) });
-        const facts = await client.facts(id);
+        const endUser = { externalId: args.user };
+        if (args.everything) return json({ forgotten: await client.forgetUser(endUser) });
+        const facts = await client.facts(endUser);
         if (!facts.some((fact) => fact.id === args.factId)) throw new EngramError("NOT_FOUND", `The user has no fact ${args.factId}.`);
         const change = await client.deleteFact(args.factId!);
         return json({ forgotten: { factId: change.factId } });
@@ -181,7 +175,7 @@ export function createMcpServer(client: EngramClient, version = "0.1.0"): McpSer
       tool(async () => {
         const { entries } = await client.searchEntries({ search: args.query, scope: args.scope, scopeRef: args.scopeRef, tags: args.tags, first: 10 });
         const words = args.query.toLowerCase().match(/\p{L}[\p{L}\p{N}]{2,}/gu) ?? [];
-        const facts = args.user ? await client.facts(await endUserId(client, args.user)) : [];
+        const facts = args.user ? await client.facts({ externalId: args.user }) : [];
         return json({
           entries: entries.map((e) => ({ id: e.id, title: e.title, summary: e.summary, tags: e.tags, importance: e.importance })),
           facts: facts.filter((f) => words.some((w) => f.text.toLowerCase().includes(w))).map((f) => ({ id: f.id, text: f.text, core: f.core })),
@@ -215,7 +209,7 @@ export function createMcpServer(client: EngramClient, version = "0.1.0"): McpSer
     { description: "What Engram knows about an end user (your id): their facts, core first.", mimeType: "application/json" },
     (uri, { user }) =>
       resource(async () => {
-        const facts = await client.facts(await endUserId(client, decoded(user, "user")));
+        const facts = await client.facts({ externalId: decoded(user, "user") });
         const body = facts.map((f) => ({ id: f.id, text: f.text, core: f.core, confirmedAt: f.confirmedAt }));
         return { contents: [{ uri: uri.href, mimeType: "application/json", text: JSON.stringify(body, null, 2) }] };
       }),

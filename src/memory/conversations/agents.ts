@@ -1,9 +1,10 @@
 import { z } from "zod";
 import { appNow, type TenantDb } from "../../db.ts";
-import { notFound, parseInput } from "../../errors.ts";
+import { badInput, notFound, parseInput } from "../../errors.ts";
 import type { Agent } from "../../generated/prisma/client.ts";
 
-const externalId = z.string().trim().min(1).max(200);
+/** An id the caller gives for its own agent, end user or conversation. */
+export const externalIdSchema = z.string().trim().min(1).max(200);
 
 const settingFields = z.object({
   summaryOn: z.boolean(),
@@ -51,7 +52,7 @@ export function agentSettings(agent: Pick<Agent, "settings">): AgentSettings {
 }
 
 export const upsertAgentInput = z.object({
-  externalId,
+  externalId: externalIdSchema,
   name: z.string().trim().min(1).max(200).nullish(),
   settings: agentSettingsPatch.nullish(),
 });
@@ -89,7 +90,7 @@ export async function upsertAgent(db: TenantDb, input: z.input<typeof upsertAgen
 }
 
 export const upsertEndUserInput = z.object({
-  externalId,
+  externalId: externalIdSchema,
   displayName: z.string().trim().min(1).max(200).nullish(),
 });
 
@@ -110,9 +111,31 @@ export async function upsertEndUser(db: TenantDb, input: z.input<typeof upsertEn
   return db.endUser.findUniqueOrThrow({ where: { tenantId_externalId: { tenantId, externalId: id } } });
 }
 
-export { externalId as externalIdSchema };
-
 /** NOT_FOUND unless the tenant has this end user. */
 export async function requireEndUser(db: TenantDb, endUserId: string) {
   if (!(await db.endUser.count({ where: { id: endUserId } }))) throw notFound("End user", endUserId);
+}
+
+/** An end user named by Engram's id or by the caller's own (as recordTurn takes it). */
+export type EndUserRef = { endUserId?: string | number | null; endUserExternalId?: string | null };
+
+/**
+ * The id of the end user a request names by exactly one of Engram's id and the caller's own:
+ * BAD_USER_INPUT for both or neither, NOT_FOUND for a user the tenant does not have. The
+ * caller's id is trimmed and bounded as recordTurn takes it, so " bob" is the bob it recorded.
+ * `checkId: false` leaves Engram's id unchecked, for a caller whose own answer shows it exists.
+ */
+export async function endUserIdOf(db: TenantDb, ref: EndUserRef, { checkId = true } = {}): Promise<string> {
+  if ((ref.endUserId == null) === (ref.endUserExternalId == null)) {
+    throw badInput("Give the end user by endUserId or by endUserExternalId: exactly one of the two.");
+  }
+  if (ref.endUserId != null) {
+    const endUserId = String(ref.endUserId);
+    if (checkId) await requireEndUser(db, endUserId);
+    return endUserId;
+  }
+  const externalId = parseInput(externalIdSchema, ref.endUserExternalId);
+  const user = await db.endUser.findUnique({ where: { tenantId_externalId: { tenantId: db.$tenantId(), externalId } }, select: { id: true } });
+  if (!user) throw notFound("End user", externalId);
+  return user.id;
 }

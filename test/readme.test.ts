@@ -88,12 +88,12 @@ function sh(code: string, env: Record<string, string> = {}) {
 const commands = (code: string) => code.split("\n").filter((line) => line.trim() && !line.trim().startsWith("#"));
 const KEY = /^egm_[\w-]+$/;
 
-/** Splits a GraphQL block into its top-level operations. */
+/** Splits a GraphQL block into its top-level operations (comments before the first are dropped). */
 const operations = (code: string) =>
   code
     .split(/\n(?=(?:query|mutation|subscription)\b)/)
     .map((op) => op.trim())
-    .filter(Boolean);
+    .filter((op) => /^(query|mutation|subscription)\b/.test(op));
 
 const RUNNERS: Record<string, (b: Block) => Promise<void>> = {
   async quickstart(b) {
@@ -103,6 +103,13 @@ const RUNNERS: Record<string, (b: Block) => Promise<void>> = {
     expect(pkg.scripts.postinstall).toMatch(/generate.*build/);
     // `npm start` itself is run by test/signals.test.ts; here the compiled server answers.
     expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
+  },
+
+  async "admin-key-line"(b) {
+    // The first start printed it as shown, on a line of its own, and it is the key that works.
+    const shown = new RegExp(`^${b.code.trim().replace("…", "[\\w-]+")}$`, "m");
+    expect(server.output()).toMatch(shown);
+    expect(shown.exec(server.output())![0]).toBe(`ENGRAM_ADMIN_KEY=${key}`);
   },
 
   async "keys-cli"(b) {
@@ -186,6 +193,48 @@ const RUNNERS: Record<string, (b: Block) => Promise<void>> = {
     expect(result.errors).toBeUndefined();
     expect(result.data.context.blocks.map((x: { kind: string }) => x.kind)).toContain("TAIL");
     expect(result.data.context.blocks.find((x: { kind: string }) => x.kind === "TAIL").text).toContain("Hôtel du Nord");
+  },
+
+  async "recall-debug"(b) {
+    const [recall, status, subscription] = operations(b.code);
+    // The record-turn example's turn, once searchable (what the status query is for).
+    await until("guest-42's turns to be searchable", async () => {
+      const answer = await gql(status);
+      expect(answer.errors, JSON.stringify(answer)).toBeUndefined();
+      return answer.data.recallIndexStatus.pending === 0;
+    }, 60_000);
+    const found = await gql(recall);
+    expect(found.errors).toBeUndefined();
+    expect(found.data.recall.candidates[0].text).toContain("Hôtel du Nord");
+    // The subscription over SSE (the graphql-ws example runs one over WebSocket): it opens, and
+    // says nothing (no error) until a recall happens.
+    const stop = new AbortController();
+    const response = await fetch(`${server.url}/graphql`, {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "text/event-stream", authorization: `Bearer ${key}` },
+      body: JSON.stringify({ query: subscription }),
+      signal: stop.signal,
+    });
+    expect(response.status).toBe(200);
+    const reader = response.body!.getReader();
+    const first = await Promise.race([reader.read(), new Promise((resolve) => setTimeout(resolve, 1_000, null))]);
+    stop.abort();
+    expect(first === null || !new TextDecoder().decode((first as { value?: Uint8Array }).value).includes("errors")).toBe(true);
+  },
+
+  async "compact-now"(b) {
+    const run = sh(b.code);
+    expect(run.code, run.stderr).toBe(0);
+    // A line per tenant: its run's status, and why when it was skipped (no model configured here).
+    const lines = run.stdout.trim().split("\n");
+    expect(lines.length).toBeGreaterThan(0);
+    for (const line of lines) expect(line).toMatch(/^[0-9a-f-]{36} (SUCCEEDED \{.*\}|SKIPPED \{"reason":"compaction is off: no model configured"\})$/);
+  },
+
+  async "tenant-settings"(b) {
+    const result = await gql(b.code);
+    expect(result.errors).toBeUndefined();
+    expect(result.data.updateTenantSettings.modelRouting.compaction).toEqual({ effectiveModel: "qwen2.5-32b", hasApiKey: true });
   },
 
   async "forget-user"(b) {
@@ -276,7 +325,8 @@ beforeAll(async () => {
     `#!/usr/bin/env bash\nif [[ $1 == engram ]]; then shift; exec "${process.execPath}" "${ROOT}/bin/engram.mjs" "$@"; fi\necho "readme test: only npx engram is available here" >&2; exit 127\n`,
   );
   chmodSync(path.join(shim, "npx"), 0o755);
-  server = await startServer({ via: "node" });
+  // As an operator who lets tenants bring their model keys runs it (the tenant-settings example).
+  server = await startServer({ via: "node", env: { ENGRAM_SECRET: "readme-example-secret-0123456789" } });
   key = await adminKeyOf(server);
 }, 300_000);
 
@@ -299,6 +349,15 @@ describe("README", () => {
     const unrun = blocks.filter((b) => !RUNNERS[b.id] && !others.includes(`"${b.id}"`)).map((b) => `${b.id} (line ${b.line})`);
     expect(unrun).toEqual([]);
     expect(Object.keys(RUNNERS).filter((id) => !blocks.some((b) => b.id === id))).toEqual([]);
+    // Every example is run: a code fence without a marker above it is one nobody runs.
+    const lines = readFileSync(path.join(ROOT, "README.md"), "utf8").split("\n");
+    const unmarked: number[] = [];
+    for (let i = 0, open = false; i < lines.length; i++) {
+      if (!lines[i].startsWith("```")) continue;
+      if (!open && !/^<!-- readme-test: [\w-]+ -->$/.test(lines[i - 1]?.trim() ?? "")) unmarked.push(i + 1);
+      open = !open;
+    }
+    expect(unmarked, "README lines of code blocks without a readme-test marker").toEqual([]);
   });
 
   for (const b of blocks.filter((b) => RUNNERS[b.id])) {

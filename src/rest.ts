@@ -103,6 +103,41 @@ function normalised(request: Request): Request {
   return new Request(url, request);
 }
 
+/**
+ * The query parameters each route takes: its field's arguments, less those in its path. SOFA
+ * drops any other name, so a misspelt filter (`scope_ref=`, `tags_=`) widened a listing to the
+ * whole tenant instead of failing as GraphQL does for an unknown argument.
+ */
+function routeParameters(schema: GraphQLSchema) {
+  const routes = Object.entries(ROUTES).map(([field, route]) => {
+    const [type, name] = field.split(".");
+    const root = type === "Query" ? schema.getQueryType() : schema.getMutationType();
+    const inPath = new Set(route.path.split("/").filter((part) => part.startsWith(":")).map((part) => part.slice(1)));
+    const args = root!.getFields()[name].args.map((arg) => arg.name).filter((arg) => !inPath.has(arg));
+    return { ...route, inPath: inPath.size, args: new Set(args) };
+  });
+  /**
+   * The route a request takes: its method's path that matches, a fixed path before one with
+   * `:id` (as SOFA's router picks); none for the OpenAPI document, which SOFA serves itself.
+   */
+  return (method: string, pathname: string) =>
+    method === "GET" && pathname === `${REST_BASE}/openapi.json`
+      ? undefined
+      : routes.filter((route) => route.method === method && pathMatches(route.path, pathname)).sort((a, b) => a.inPath - b.inPath)[0];
+}
+
+/** A query parameter the route does not take, as BAD_USER_INPUT naming those it does; null when all are its own. */
+function unknownParameter(route: { method: string; path: string; args: Set<string> }, url: URL): Response | null {
+  for (const key of new Set(url.searchParams.keys())) {
+    // `tags[]=a` and `tags[0]=a` are qs's array forms of `tags`.
+    if (route.args.has(key.split("[")[0])) continue;
+    const takes = route.args.size ? `it takes ${[...route.args].sort().join(", ")}` : "it takes none";
+    const message = `Unknown query parameter \`${key}\` on ${route.method} ${route.path}; ${takes}: see ${REST_BASE}/openapi.json.`;
+    return Response.json({ errors: [{ message, extensions: { code: "BAD_USER_INPUT" } }] }, { status: 400 });
+  }
+  return null;
+}
+
 /** A yoga plugin serving the REST paths and their OpenAPI document at /memory/openapi.json (both behind the key check, useKeyFirst). */
 export function restApi(schema: GraphQLSchema): Plugin {
   let getEnveloped: (context: unknown) => { contextFactory(context?: unknown): unknown; execute(args: unknown): unknown };
@@ -128,12 +163,16 @@ export function restApi(schema: GraphQLSchema): Plugin {
     },
     execute: ((args: { contextValue: object }) => envelopedByContext.get(args.contextValue)!.execute(args)) as never,
   });
+  const routeOf = routeParameters(restSchema(schema));
   return {
     onYogaInit({ yoga }) {
       getEnveloped = yoga.getEnveloped as never;
     },
     onRequest({ request, url, endResponse, serverContext }) {
       if (url.pathname !== REST_BASE && !url.pathname.startsWith(`${REST_BASE}/`)) return;
+      const route = routeOf(request.method, url.pathname);
+      const refused = route && unknownParameter(route, url);
+      if (refused) return endResponse(refused);
       // Nothing under REST_BASE falls through: yoga would take /memory/…/graphql as its endpoint.
       return Promise.resolve(sofa.handleRequest(normalised(request), serverContext as never)).then((response) => {
         endResponse(response ?? unrouted(request, url));

@@ -110,6 +110,48 @@ describe("raw events: /memory/events", () => {
   });
 });
 
+describe("query parameters", () => {
+  it("refuses a name the route does not take, instead of dropping it and widening the answer", async () => {
+    const event = (scopeRef: string) => ({ input: { scope: "ENTITY", scopeRef, kind: "decision", body: `About ${scopeRef}.`, source: "params-test" } });
+    await rest("POST", "/memory/events", { body: event("ent_mine") });
+    await rest("POST", "/memory/events", { body: event("ent_theirs") });
+    const before = await engram.services.db.memoryEntry.count();
+
+    // snake_case as the seed's columns are named, and a misspelt tag filter: each listed the whole tenant (200) before.
+    for (const [method, path, body] of [
+      ["GET", "/memory/events?scope=entity&scope_ref=ent_mine"],
+      ["GET", "/memory?scope=entity&scopeRef=ent_acme&tagz=decision"],
+      ["GET", "/memory/some-entry?include=events"],
+      ["POST", "/memory?dryRun=true", entry()],
+      ["PUT", "/memory/some-entry?id=other", { input: { importance: 2 } }],
+      ["DELETE", "/memory/some-entry?force=1"],
+    ] as const) {
+      const refused = await rest(method, path, { body });
+      expect(refused.status, `${method} ${path}`).toBe(400);
+      expect(refused.body.errors[0].extensions.code).toBe("BAD_USER_INPUT");
+      expect(refused.body.errors[0].message).toContain(`Unknown query parameter \``);
+    }
+    const misspelt = await rest("GET", "/memory/events?scope=entity&scope_ref=ent_mine");
+    expect(misspelt.body.errors[0].message).toContain("it takes after, before, first, includeCompressed, kind, last, scope, scopeRef");
+    expect(await engram.services.db.memoryEntry.count()).toBe(before);
+
+    // The route's own names still work, qs's array forms of tags included.
+    const mine = await rest("GET", "/memory/events?scope=entity&scopeRef=ent_mine&kind=decision&first=5");
+    expect(mine.status).toBe(200);
+    expect(mine.body.edges.map((e: any) => e.node.scopeRef)).toEqual(["ent_mine"]);
+    for (const tags of ["tags=decision", "tags[]=decision", "tags[0]=decision", "tag=decision"]) {
+      expect((await rest("GET", `/memory?scope=entity&${tags}`)).status, tags).toBe(200);
+    }
+    // The OpenAPI document is no route's `:id` (a viewer may add a cache-buster).
+    expect((await rest("GET", "/memory/openapi.json?v=2")).status).toBe(200);
+  });
+
+  it("are checked only once the key is: no key is 401 whatever the parameters", async () => {
+    const anonymous = await rest("GET", "/memory/events?scope_ref=x", { key: null });
+    expect(anonymous.status).toBe(401);
+  });
+});
+
 describe("paths under /memory that no route takes", () => {
   it("answer 401 without a key and a JSON 404 or 405 with one; none reaches the GraphQL endpoint", async () => {
     const typo = JSON.stringify({ query: "{ entrie { id } }" });
@@ -218,10 +260,14 @@ describe("limits on the generated operations", () => {
         source: "seed", sourceRef: `folded-${i}`, occurredAt: new Date(Date.now() - 1e10 - i), compressedAt: new Date(), entryId: created.body.id,
       })),
     });
-    // The parameters that nested 100 × 100 events in one answer (13.6 MB) before.
+    // The parameters that nested 100 × 100 events in one answer (13.6 MB) before: now no parameter of the route.
     const nested = ["entries_edges_edges_node_node_events_first", "entries_edges_edges_node_node_events_events_edges_edges_node_node_entry_entry_events_first"];
-    const query = new URLSearchParams({ scope: "entity", scopeRef: "ent_folded", first: "100", ...Object.fromEntries(nested.map((name) => [name, "100"])) });
-    const response = await fetch(`${url}/memory?${query}`, { headers: { authorization: `Bearer ${engram.tenant.reader}` } });
+    for (const name of nested) {
+      const refused = await rest("GET", `/memory?scope=entity&scopeRef=ent_folded&first=100&${name}=100`, { key: engram.tenant.reader });
+      expect(refused.status, name).toBe(400);
+      expect(refused.body.errors[0].extensions.code).toBe("BAD_USER_INPUT");
+    }
+    const response = await fetch(`${url}/memory?scope=entity&scopeRef=ent_folded&first=100`, { headers: { authorization: `Bearer ${engram.tenant.reader}` } });
     const text = await response.text();
     expect(response.status).toBe(200);
     expect(JSON.parse(text).edges.map((e: any) => e.node.title)).toEqual(["Compacted"]);

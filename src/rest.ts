@@ -1,5 +1,5 @@
 import { filterSchema, pruneSchema } from "@graphql-tools/utils";
-import type { GraphQLError, GraphQLSchema } from "graphql";
+import { getNamedType, type GraphQLError, type GraphQLSchema } from "graphql";
 import type { Plugin } from "graphql-yoga";
 import { useSofa } from "sofa-api";
 
@@ -94,13 +94,26 @@ export function restSofaOptions(schema: GraphQLSchema) {
   return { basePath: "", schema: restSchema(schema), routes: ROUTES, depthLimit: 1 };
 }
 
-/** REST clients write `scope=entity` as the seed does; GraphQL's enum values are upper case. */
-function normalised(request: Request): Request {
+/**
+ * REST clients write `scope=entity` as the seed does; GraphQL's enum values are upper case. A
+ * flag's `TRUE` is lower-cased too: SOFA takes only the exact string `true` as true.
+ */
+function normalised(request: Request, flags: Set<string>): Request {
   const url = new URL(request.url);
+  let changed = false;
   const scope = url.searchParams.get("scope");
-  if (!scope || scope === scope.toUpperCase()) return request;
-  url.searchParams.set("scope", scope.toUpperCase());
-  return new Request(url, request);
+  if (scope && scope !== scope.toUpperCase()) {
+    url.searchParams.set("scope", scope.toUpperCase());
+    changed = true;
+  }
+  for (const flag of flags) {
+    const value = url.searchParams.get(flag);
+    if (value && value !== value.toLowerCase()) {
+      url.searchParams.set(flag, value.toLowerCase());
+      changed = true;
+    }
+  }
+  return changed ? new Request(url, request) : request;
 }
 
 /**
@@ -113,8 +126,9 @@ function routeParameters(schema: GraphQLSchema) {
     const [type, name] = field.split(".");
     const root = type === "Query" ? schema.getQueryType() : schema.getMutationType();
     const inPath = new Set(route.path.split("/").filter((part) => part.startsWith(":")).map((part) => part.slice(1)));
-    const args = root!.getFields()[name].args.map((arg) => arg.name).filter((arg) => !inPath.has(arg));
-    return { ...route, inPath: inPath.size, args: new Set(args) };
+    const args = root!.getFields()[name].args.filter((arg) => !inPath.has(arg.name));
+    const flags = args.filter((arg) => getNamedType(arg.type).name === "Boolean").map((arg) => arg.name);
+    return { ...route, inPath: inPath.size, args: new Set(args.map((arg) => arg.name)), flags: new Set(flags) };
   });
   /**
    * The route a request takes: its method's path that matches, a fixed path before one with
@@ -133,6 +147,21 @@ function unknownParameter(route: { method: string; path: string; args: Set<strin
     if (route.args.has(key.split("[")[0])) continue;
     const takes = route.args.size ? `it takes ${[...route.args].sort().join(", ")}` : "it takes none";
     const message = `Unknown query parameter \`${key}\` on ${route.method} ${route.path}; ${takes}: see ${REST_BASE}/openapi.json.`;
+    return Response.json({ errors: [{ message, extensions: { code: "BAD_USER_INPUT" } }] }, { status: 400 });
+  }
+  return null;
+}
+
+/**
+ * A flag that is neither true nor false (any case) nor empty (left out, as any parameter), as
+ * BAD_USER_INPUT. SOFA reads every value but `true` as false, so `includeCompressed=1` (or `yes`,
+ * `on`, `TRUE`) quietly left compressed events out.
+ */
+function unreadableFlag(route: { flags: Set<string> }, url: URL): Response | null {
+  for (const flag of route.flags) {
+    const value = url.searchParams.getAll(flag).find((value) => value !== "" && !/^(true|false)$/i.test(value));
+    if (value === undefined) continue;
+    const message = `Query parameter \`${flag}\` is \`true\` or \`false\`, not \`${value}\`.`;
     return Response.json({ errors: [{ message, extensions: { code: "BAD_USER_INPUT" } }] }, { status: 400 });
   }
   return null;
@@ -171,10 +200,10 @@ export function restApi(schema: GraphQLSchema): Plugin {
     onRequest({ request, url, endResponse, serverContext }) {
       if (url.pathname !== REST_BASE && !url.pathname.startsWith(`${REST_BASE}/`)) return;
       const route = routeOf(request.method, url.pathname);
-      const refused = route && unknownParameter(route, url);
+      const refused = route && (unknownParameter(route, url) ?? unreadableFlag(route, url));
       if (refused) return endResponse(refused);
       // Nothing under REST_BASE falls through: yoga would take /memory/…/graphql as its endpoint.
-      return Promise.resolve(sofa.handleRequest(normalised(request), serverContext as never)).then((response) => {
+      return Promise.resolve(sofa.handleRequest(normalised(request, route?.flags ?? new Set()), serverContext as never)).then((response) => {
         endResponse(response ?? unrouted(request, url));
       });
     },

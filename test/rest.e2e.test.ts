@@ -146,6 +146,27 @@ describe("query parameters", () => {
     expect((await rest("GET", "/memory/openapi.json?v=2")).status).toBe(200);
   });
 
+  it("read a flag as true or false in any case, and refuse any other value instead of reading it as false", async () => {
+    const created = await rest("POST", "/memory/events", { body: { input: { scope: "ENTITY", scopeRef: "ent_flags", kind: "k", body: "Fresh.", source: "flags-test" } } });
+    await engram.services.db.memoryEvent.create({
+      data: { tenantId: engram.tenant.tenantId, scope: "ENTITY", scopeRef: "ent_flags", kind: "k", body: "Folded.", source: "flags-test", occurredAt: new Date(Date.now() - 1e10), compressedAt: new Date() },
+    });
+    const listed = async (flag: string) => {
+      const answer = await rest("GET", `/memory/events?scope=entity&scopeRef=ent_flags${flag}`, { key: engram.tenant.reader });
+      return answer.status === 200 ? answer.body.edges.map((e: any) => e.node.body) : answer;
+    };
+    for (const flag of ["&includeCompressed=true", "&includeCompressed=TRUE", "&includeCompressed=True"]) expect(await listed(flag), flag).toEqual(["Fresh.", "Folded."]);
+    for (const flag of ["", "&includeCompressed=false", "&includeCompressed=FALSE", "&includeCompressed="]) expect(await listed(flag), flag).toEqual(["Fresh."]);
+    // Each of these listed only "Fresh." (200) before: read as false.
+    for (const flag of ["&includeCompressed=1", "&includeCompressed=yes", "&includeCompressed=on", "&includeCompressed=true&includeCompressed=1"]) {
+      const refused = await listed(flag);
+      expect(refused.status, flag).toBe(400);
+      expect(refused.body.errors[0]).toMatchObject({ extensions: { code: "BAD_USER_INPUT" } });
+      expect(refused.body.errors[0].message).toMatch(/^Query parameter `includeCompressed` is `true` or `false`, not `(1|yes|on)`\.$/);
+    }
+    expect(created.status).toBe(200);
+  });
+
   it("are checked only once the key is: no key is 401 whatever the parameters", async () => {
     const anonymous = await rest("GET", "/memory/events?scope_ref=x", { key: null });
     expect(anonymous.status).toBe(401);

@@ -117,7 +117,8 @@ function normalised(request: Request, flags: Set<string>): Request {
 }
 
 /**
- * The query parameters each route takes: its field's arguments, less those in its path. SOFA
+ * The query parameters each route takes: a read's field's arguments, less those in its path; a
+ * write takes none (its input is the body). SOFA
  * drops any other name, so a misspelt filter (`scope_ref=`, `tags_=`) widened a listing to the
  * whole tenant instead of failing as GraphQL does for an unknown argument.
  */
@@ -126,7 +127,8 @@ function routeParameters(schema: GraphQLSchema) {
     const [type, name] = field.split(".");
     const root = type === "Query" ? schema.getQueryType() : schema.getMutationType();
     const inPath = new Set(route.path.split("/").filter((part) => part.startsWith(":")).map((part) => part.slice(1)));
-    const args = root!.getFields()[name].args.filter((arg) => !inPath.has(arg.name));
+    // A write's input is its JSON body: SOFA would take an `input` in the query string over it.
+    const args = route.method === "GET" ? root!.getFields()[name].args.filter((arg) => !inPath.has(arg.name)) : [];
     const flags = args.filter((arg) => getNamedType(arg.type).name === "Boolean").map((arg) => arg.name);
     return { ...route, inPath: inPath.size, args: new Set(args.map((arg) => arg.name)), flags: new Set(flags) };
   });
@@ -145,7 +147,11 @@ function unknownParameter(route: { method: string; path: string; args: Set<strin
   for (const key of new Set(url.searchParams.keys())) {
     // `tags[]=a` and `tags[0]=a` are qs's array forms of `tags`.
     if (route.args.has(key.split("[")[0])) continue;
-    const takes = route.args.size ? `it takes ${[...route.args].sort().join(", ")}` : "it takes none";
+    const takes = route.args.size
+      ? `it takes ${[...route.args].sort().join(", ")}`
+      : route.method === "GET"
+        ? "it takes none"
+        : "it takes none (its input is the JSON body)";
     const message = `Unknown query parameter \`${key}\` on ${route.method} ${route.path}; ${takes}: see ${REST_BASE}/openapi.json.`;
     return Response.json({ errors: [{ message, extensions: { code: "BAD_USER_INPUT" } }] }, { status: 400 });
   }

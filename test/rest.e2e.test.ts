@@ -79,6 +79,8 @@ describe("curated entries: /memory", () => {
     expect(bad.body.errors[0].extensions.code).toBe("BAD_USER_INPUT");
     expect((await rest("POST", "/memory", { raw: "{not json" })).status).toBe(400);
     expect(await engram.services.db.memoryEntry.count()).toBe(before);
+    expect(await engram.services.db.memoryEvent.count({ where: { scopeRef: { in: ["ent_q", "ent_body"] } } })).toBe(0);
+    expect((await rest("DELETE", "/memory/some-entry?force=1")).body.errors[0].message).toContain("it takes none (its input is the JSON body)");
 
     const anonymous = await rest("GET", "/memory", { key: null });
     expect(anonymous.status).toBe(401);
@@ -125,6 +127,9 @@ describe("query parameters", () => {
       ["POST", "/memory?dryRun=true", entry()],
       ["PUT", "/memory/some-entry?id=other", { input: { importance: 2 } }],
       ["DELETE", "/memory/some-entry?force=1"],
+      // SOFA read a query-string input over the JSON body's.
+      ["PUT", `/memory/some-entry?input=${encodeURIComponent('{"importance":1}')}`, { input: { importance: 5 } }],
+      ["POST", `/memory/events?input=${encodeURIComponent(JSON.stringify(event("ent_q").input))}`, event("ent_body")],
     ] as const) {
       const refused = await rest(method, path, { body });
       expect(refused.status, `${method} ${path}`).toBe(400);

@@ -353,6 +353,29 @@ describe("entries(search)", () => {
 });
 
 describe("entryChanged over graphql-ws", () => {
+  it("announces no CORRECTED for a correction that changes nothing, and keeps its updatedAt", async () => {
+    const client = wsClient(await serverUrl(), engram.tenant.reader);
+    const sub = collect(client, `subscription { entryChanged(scope: ENTITY, scopeRef: "same") { change entry { importance } } }`);
+    await settle();
+    const original = await create({ scopeRef: "same", tags: ["a"], importance: 2 });
+    await sub.next(1);
+    for (const input of [{}, { title: original.title, tags: ["a"] }, { importance: 2, summary: null }]) {
+      const same = await engram.gql(CORRECT, { id: original.id, input }, engram.tenant.writer);
+      expect(same.errors, JSON.stringify(input)).toBeUndefined();
+      expect(same.data.correctEntry.updatedAt, JSON.stringify(input)).toBe(original.updatedAt);
+    }
+    const changed = await engram.gql(CORRECT, { id: original.id, input: { importance: 3 } }, engram.tenant.writer);
+    expect(changed.data.correctEntry.updatedAt).not.toBe(original.updatedAt);
+    await sub.next(2);
+    await settle();
+    expect(sub.received.map((r) => r.data?.entryChanged)).toEqual([
+      { change: "CREATED", entry: { importance: 2 } },
+      { change: "CORRECTED", entry: { importance: 3 } },
+    ]);
+    sub.dispose();
+    await client.dispose();
+  });
+
   it("delivers CREATED, CORRECTED and FORGOTTEN for the scope asked for, with the entry as a query would see it", async () => {
     const url = await serverUrl();
     const client = wsClient(url, engram.tenant.reader);

@@ -1,3 +1,4 @@
+import { isDeepStrictEqual } from "node:util";
 import { z } from "zod";
 import type { TenantDb } from "../../db.ts";
 import type { Deps } from "../../deps.ts";
@@ -61,6 +62,11 @@ export async function correctEntry(
   input: z.input<typeof correctEntryInput>,
 ): Promise<MemoryEntry> {
   const data = parseInput(correctEntryInput, input);
+  // Saving it unchanged (or with nothing given) changes nothing: no new updatedAt, no CORRECTED
+  // announced to the entry's subscribers.
+  const stored = await db.memoryEntry.findUnique({ where: { id } });
+  if (!stored) throw notFound("Entry", id);
+  if (Object.entries(data).every(([field, value]) => isDeepStrictEqual(stored[field as keyof MemoryEntry], value))) return stored;
   const { count } = await db.memoryEntry.updateMany({ where: { id }, data });
   if (count === 0) throw notFound("Entry", id);
   const entry = await db.memoryEntry.findUniqueOrThrow({ where: { id } });

@@ -23,6 +23,8 @@ const USAGE = `Usage: engram <command>
   retention --now                         run the nightly retention now, for every tenant
   export-user <endUserExternalId> [--tenant <id>]
                                           everything held about one person, as JSON on stdout
+                                          (by external id; by Engram's id when no one has that
+                                          external id)
   import <file.jsonl> [--tenant <id>]     backfill conversations, one JSON object per line:
                                           {agentExternalId, endUserExternalId, conversationExternalId,
                                            messages: [{role, content, occurredAt}]}
@@ -246,10 +248,10 @@ async function run(command: CommandName, args: string[]) {
     const parsed = parseCommand(command, args, { tenant: { type: "string" } }, one);
     if (!parsed) return;
     const [who] = parsed.positionals;
-    const [{ forTenant }, { auditExport, userExport, writeExport }] = await Promise.all([import("./db.ts"), import("./memory/export.ts")]);
+    const [{ forTenant }, { auditExport, endUserNamed, userExport, writeExport }] = await Promise.all([import("./db.ts"), import("./memory/export.ts")]);
     await withServices(async (services) => {
       const db = forTenant(services.db, await resolveTenantId(services.db, parsed.values.tenant));
-      const user = await db.endUser.findFirst({ where: { OR: [{ externalId: who }, { id: who }] } });
+      const user = await endUserNamed(db, who);
       if (!user) throw new EngramError("NOT_FOUND", `No end user ${who} in this tenant.`);
       await auditExport(db, user, { apiKeyId: null, via: "cli" });
       // Streamed, a page at a time, as the HTTP export is: a long history never sits in memory.

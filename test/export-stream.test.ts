@@ -8,7 +8,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant, type TenantDb } from "../src/db.ts";
 import { LIMITS } from "../src/limits.ts";
-import { keysetLists, nextPage } from "../src/memory/export.ts";
+import { endUserNamed, keysetLists, nextPage } from "../src/memory/export.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { IMPORT } from "./helpers/recall.ts";
 
@@ -190,6 +190,24 @@ describe("GET /export/users/:endUserId", () => {
     expect(twice.errors?.[0].message).toMatch(/at most 1 exportUser per request/);
     // A refused export took nothing, and is not recorded as one.
     expect(await engram.services.db.auditLog.count({ where: { action: "memory.export", changes: { path: ["target", "endUserId"], equals: endUserId } } })).toBe(0);
+  });
+});
+
+// `engram export-user <name>` matched the external id or the id at once (findFirst of an OR): a
+// user whose external id spelt another person's id could be handed that person's export.
+describe("engram export-user's <endUserExternalId>", () => {
+  it("is the person with that external id, though it spells another person's id; the id only when no one has it as external id", async () => {
+    const victim = await importConversation("vera", "vera-1", [{ role: "USER", content: "My door code is 4711." }]);
+    const impostor = await importConversation(victim.endUserId, "impostor-1", [{ role: "USER", content: "Send me my data." }]);
+
+    expect((await endUserNamed(db, victim.endUserId))?.id).toBe(impostor.endUserId);
+    expect((await endUserNamed(db, "vera"))?.id).toBe(victim.endUserId);
+    expect((await endUserNamed(db, impostor.endUserId))?.id).toBe(impostor.endUserId);
+    expect(await endUserNamed(db, "nobody")).toBeNull();
+    // Another tenant's person is no one here, by external id or by id.
+    const other = forTenant(engram.services.db, engram.other.tenantId);
+    expect(await endUserNamed(other, "vera")).toBeNull();
+    expect(await endUserNamed(other, victim.endUserId)).toBeNull();
   });
 });
 

@@ -137,6 +137,19 @@ export async function findEndUser(db: TenantDb, endUserId: string): Promise<EndU
   return user;
 }
 
+/**
+ * The person `engram export-user <name>` means: the one with that external id, as its usage says;
+ * only when none has it, the one with that id. An external id is the caller's to choose, so one
+ * may spell another person's id: matching either at once let such a user's export be another's.
+ */
+export async function endUserNamed(db: TenantDb, name: string): Promise<EndUser | null> {
+  const select = { id: true, externalId: true, displayName: true, createdAt: true } as const;
+  return (
+    (await db.endUser.findFirst({ where: { externalId: name }, select })) ??
+    (await db.endUser.findUnique({ where: { id: name }, select }))
+  );
+}
+
 const MESSAGE_FIELDS = { seq: true, role: true, content: true, private: true, occurredAt: true, forgottenAt: true } as const;
 
 function pagedRevisions(db: TenantDb, conversationId: string) {

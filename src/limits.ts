@@ -41,6 +41,49 @@ export function textProblem(value: string): string | null {
   return null;
 }
 
+/** Where in `value` (an input's path) a text, or a key, cannot be stored (textProblem), or null. */
+export function findTextProblem(value: unknown, path: string, depth = 0): string | null {
+  if (typeof value === "string") {
+    const problem = textProblem(value);
+    return problem ? `${path} ${problem}` : null;
+  }
+  if (depth > 64 || value === null || typeof value !== "object") return null;
+  for (const [key, inner] of Object.entries(value)) {
+    const keyProblem = textProblem(key);
+    if (keyProblem) return `a key in ${path} ${keyProblem}`;
+    const problem = findTextProblem(inner, Array.isArray(value) ? `${path}[${key}]` : `${path}.${key}`, depth + 1);
+    if (problem) return problem;
+  }
+  return null;
+}
+
+// A four-digit year, a date, and optionally a time and an offset: what ISO-8601 and the store agree on.
+const ISO_DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})(?:([T ])(\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)(Z|[+-]\d{2}(?::?\d{2})?)?)?$/i;
+
+const daysIn = (year: number, month: number) =>
+  month === 2 ? (year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0) ? 29 : 28) : [4, 6, 9, 11].includes(month) ? 30 : 31;
+
+export const DATE_TIME_RULE = "an ISO-8601 date-time string between the years 0001 and 9999 (UTC when it has no offset)";
+
+/**
+ * An ISO-8601 date-time as the API takes it (the DateTime scalar, `engram import`), or null. A
+ * time without an offset is UTC, not the local time of whichever machine reads it; a day the
+ * month does not have is refused (Date reads 2026-02-30 as 2 March).
+ */
+export function isoDateTime(value: unknown): Date | null {
+  let date: Date | null = null;
+  if (value instanceof Date) date = value;
+  else if (typeof value === "string") {
+    const match = ISO_DATE_TIME.exec(value);
+    if (!match) return null;
+    const [, year, month, day, , time, offset] = match;
+    if (+month < 1 || +month > 12 || +day < 1 || +day > daysIn(+year, +month)) return null;
+    date = new Date(time ? `${year}-${month}-${day}T${time}${offset ?? "Z"}` : value);
+  }
+  if (!date || Number.isNaN(date.getTime()) || date.getUTCFullYear() < 1 || date.getUTCFullYear() > 9999) return null;
+  return date;
+}
+
 /** A fact's text, as the API takes it (addFact, correctFact) and MCP's remember checks it before writing anything. */
 export const factTextSchema = z.string().trim().min(3).max(500);
 

@@ -1,28 +1,13 @@
 import { getNamedType, GraphQLError, Kind, type ASTVisitor, type DocumentNode, type GraphQLSchema, type TypeNode, type ExecutionResult, type ValidationContext } from "graphql";
 import type { Plugin } from "graphql-yoga";
 import { getComplexity, simpleEstimator, type ComplexityEstimator } from "graphql-query-complexity";
-import { textProblem } from "../limits.ts";
+import { findTextProblem, textProblem } from "../limits.ts";
 
 /**
  * Typed errors for what a request gets wrong before any resolver runs, and text checks at the
  * edge: every such failure answers with an `extensions.code` and its message, and nothing is
  * half-written because nothing runs.
  */
-
-function findTextProblem(value: unknown, path: string, depth = 0): string | null {
-  if (typeof value === "string") {
-    const problem = textProblem(value);
-    return problem ? `${path} ${problem}` : null;
-  }
-  if (depth > 64 || value === null || typeof value !== "object") return null;
-  for (const [key, inner] of Object.entries(value)) {
-    const keyProblem = textProblem(key);
-    if (keyProblem) return `a key in ${path} ${keyProblem}`;
-    const problem = findTextProblem(inner, Array.isArray(value) ? `${path}[${key}]` : `${path}.${key}`, depth + 1);
-    if (problem) return problem;
-  }
-  return null;
-}
 
 const badInput = (message: string) => new GraphQLError(message, { extensions: { code: "BAD_USER_INPUT" } });
 

@@ -1,23 +1,16 @@
 import { GraphQLError, Kind } from "graphql";
 import { GraphQLSafeInt } from "graphql-scalars";
 import { builder } from "../builder.ts";
-
-// A four-digit year, a date, and optionally a time and an offset: what ISO-8601 and the store agree on.
-const ISO_DATE_TIME = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?$/i;
+import { DATE_TIME_RULE, isoDateTime } from "../limits.ts";
 
 function toDate(value: unknown): Date {
-  const date =
-    value instanceof Date ? value : typeof value === "string" && ISO_DATE_TIME.test(value) ? new Date(value) : null;
-  if (!date || Number.isNaN(date.getTime()) || date.getUTCFullYear() < 1 || date.getUTCFullYear() > 9999) {
-    throw new GraphQLError("DateTime must be an ISO-8601 date-time string between the years 0001 and 9999.", {
-      extensions: { code: "BAD_USER_INPUT" },
-    });
-  }
+  const date = isoDateTime(value);
+  if (!date) throw new GraphQLError(`DateTime must be ${DATE_TIME_RULE}.`, { extensions: { code: "BAD_USER_INPUT" } });
   return date;
 }
 
 builder.scalarType("DateTime", {
-  description: "An ISO-8601 date-time, always returned in UTC.",
+  description: "An ISO-8601 date-time (UTC when given without an offset), always returned in UTC.",
   serialize: (value) => toDate(value).toISOString(),
   parseValue: toDate,
   parseLiteral: (ast) => toDate(ast.kind === Kind.STRING ? ast.value : null),

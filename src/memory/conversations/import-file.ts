@@ -1,6 +1,8 @@
 import { createReadStream } from "node:fs";
 import { createInterface } from "node:readline";
 import type { TenantDb } from "../../db.ts";
+import { badInput } from "../../errors.ts";
+import { DATE_TIME_RULE, findTextProblem, isoDateTime } from "../../limits.ts";
 import { importConversation } from "./turns.ts";
 
 export type ImportLineResult = { line: number; conversationId?: string; messages?: number; error?: string };
@@ -22,6 +24,31 @@ export async function countLines(file: string): Promise<number> {
 }
 
 /**
+ * One line as importConversation takes it, read as the API reads its input: roles in any case,
+ * each occurredAt an ISO-8601 date-time (UTC without an offset) or absent, and no text the store
+ * cannot hold (the API's edge refuses these before importConversation: edge.ts, scalars.ts).
+ * Anything else is the line's error, before anything is written.
+ */
+function importOfLine(text: string): Parameters<typeof importConversation>[1] {
+  const raw: unknown = JSON.parse(text);
+  if (raw === null || typeof raw !== "object" || Array.isArray(raw)) throw badInput("a line must be one JSON object");
+  const textProblem = findTextProblem(raw, "the line");
+  if (textProblem) throw badInput(textProblem);
+  const line = raw as Record<string, unknown>;
+  const messages = (Array.isArray(line.messages) ? line.messages : []).map((m: unknown, i) => {
+    if (m === null || typeof m !== "object" || Array.isArray(m)) throw badInput(`messages[${i}] must be an object`);
+    const message = m as Record<string, unknown>;
+    let occurredAt: Date | null = null;
+    if (message.occurredAt != null) {
+      occurredAt = isoDateTime(message.occurredAt);
+      if (!occurredAt) throw badInput(`messages[${i}].occurredAt must be ${DATE_TIME_RULE}, not ${JSON.stringify(message.occurredAt)}`);
+    }
+    return { ...message, role: typeof message.role === "string" ? message.role.toUpperCase() : message.role, occurredAt };
+  });
+  return { ...line, messages } as never;
+}
+
+/**
  * Backfills conversations from a JSONL file, one conversation per line:
  * {agentExternalId, endUserExternalId, conversationExternalId, messages: [{role, content, occurredAt}]}.
  * A bad line is reported and skipped; the others are imported (each into a new conversation).
@@ -33,15 +60,10 @@ export async function* importJsonl(
 ): AsyncGenerator<ImportLineResult> {
   for await (const { n, text } of lines(file)) {
     try {
-      const raw = JSON.parse(text) as Record<string, unknown> & { messages?: Record<string, unknown>[] };
-      const messages = (Array.isArray(raw.messages) ? raw.messages : []).map((m) => ({
-        ...m,
-        role: typeof m.role === "string" ? m.role.toUpperCase() : m.role,
-        occurredAt: m.occurredAt ? new Date(String(m.occurredAt)) : null,
-      }));
-      const imported = await importConversation(tenantDb, { ...raw, messages } as never);
+      const input = importOfLine(text);
+      const imported = await importConversation(tenantDb, input);
       await after(imported);
-      yield { line: n, conversationId: imported.conversation.id, messages: messages.length };
+      yield { line: n, conversationId: imported.conversation.id, messages: input.messages.length };
     } catch (error) {
       yield { line: n, error: (error as Error).message };
     }

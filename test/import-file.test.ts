@@ -1,0 +1,100 @@
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { forTenant, type TenantDb } from "../src/db.ts";
+import { importJsonl, type ImportLineResult } from "../src/memory/conversations/import-file.ts";
+import { afterTurnRecorded } from "../src/work/after-turn.ts";
+import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+
+// `engram import` reads a JSONL file into importConversation, one conversation a line, as the
+// API's importConversation takes one: what the API refuses, a line is refused for, and says why.
+
+let engram: TestEngram;
+let db: TenantDb;
+let dir: string;
+
+beforeAll(async () => {
+  engram = await startTestEngram();
+  db = forTenant(engram.services.db, engram.tenant.tenantId);
+  dir = mkdtempSync(path.join(tmpdir(), "engram-import-"));
+}, 120_000);
+afterAll(async () => {
+  rmSync(dir, { recursive: true, force: true });
+  await engram?.stop();
+});
+
+/** Imports `lines` (each an object, or a raw line) as `engram import` does; its results. */
+async function importLines(name: string, lines: unknown[]): Promise<ImportLineResult[]> {
+  const file = path.join(dir, `${name}.jsonl`);
+  writeFileSync(file, lines.map((line) => (typeof line === "string" ? line : JSON.stringify(line))).join("\n"));
+  const results: ImportLineResult[] = [];
+  for await (const result of importJsonl(db, file, (imported) => afterTurnRecorded(db, engram.services.deps, imported))) results.push(result);
+  return results;
+}
+
+const line = (conversation: string, messages: unknown[]) => ({ agentExternalId: "mover", endUserExternalId: "dana", conversationExternalId: conversation, messages });
+
+const storedDates = async (conversation: string) =>
+  (await db.message.findMany({ where: { conversation: { externalId: conversation } }, orderBy: { seq: "asc" }, select: { occurredAt: true } })).map((m) =>
+    m.occurredAt.toISOString(),
+  );
+
+describe("engram import's dates", () => {
+  // The file's dates went through `new Date(String(x))`: 01/12/2025 was 12 January in the CLI's
+  // time zone, 2026-02-30 was 2 March, 0 was now, and a naive time was the CLI machine's local time.
+  it("takes ISO-8601 only, UTC without an offset, and refuses a day the month does not have, naming the line and the message", async () => {
+    const results = await importLines("dates", [
+      line("dates-ok", [
+        { role: "user", content: "Zoned.", occurredAt: "2025-12-01T10:00:00+02:00" },
+        { role: "assistant", content: "Naive.", occurredAt: "2025-12-01T10:00:05" },
+        { role: "user", content: "Spaced.", occurredAt: "2025-12-01 10:00:09" },
+        { role: "assistant", content: "A leap day.", occurredAt: "2024-02-29" },
+      ]),
+      line("dates-us", [{ role: "user", content: "Which day?", occurredAt: "01/12/2025" }]),
+      line("dates-feb30", [{ role: "user", content: "No such day.", occurredAt: "2026-02-30T00:00:00Z" }]),
+      line("dates-zero", [{ role: "user", content: "Epoch or now?", occurredAt: 0 }]),
+      line("dates-far", [{ role: "user", content: "Too far.", occurredAt: "+275760-09-13T00:00:00Z" }]),
+    ]);
+    expect(results[0].error).toBeUndefined();
+    expect(await storedDates("dates-ok")).toEqual(["2025-12-01T08:00:00.000Z", "2025-12-01T10:00:05.000Z", "2025-12-01T10:00:09.000Z", "2024-02-29T00:00:00.000Z"]);
+    expect(results.slice(1).map((r) => [r.line, r.error])).toEqual([
+      [2, expect.stringMatching(/^messages\[0\]\.occurredAt must be an ISO-8601 date-time .*, not "01\/12\/2025"$/)],
+      [3, expect.stringMatching(/^messages\[0\]\.occurredAt must be .*, not "2026-02-30T00:00:00Z"$/)],
+      [4, expect.stringMatching(/^messages\[0\]\.occurredAt must be .*, not 0$/)],
+      [5, expect.stringMatching(/^messages\[0\]\.occurredAt must be .* between the years 0001 and 9999/)],
+    ]);
+    expect(await db.conversation.count({ where: { externalId: { startsWith: "dates-" } } })).toBe(1);
+  });
+
+  it("is the rule the API's DateTime takes", async () => {
+    const IMPORT = `mutation($input: ImportConversationInput!) { importConversation(input: $input) { id messages(first: 1) { edges { node { occurredAt } } } } }`;
+    const naive = await engram.gql(IMPORT, { input: line("api-naive", [{ role: "USER", content: "Naive.", occurredAt: "2025-12-01T10:00:05" }]) });
+    expect(naive.errors).toBeUndefined();
+    expect(naive.data.importConversation.messages.edges[0].node.occurredAt).toBe("2025-12-01T10:00:05.000Z");
+    const feb30 = await engram.gql(IMPORT, { input: line("api-feb30", [{ role: "USER", content: "No such day.", occurredAt: "2026-02-30T00:00:00Z" }]) });
+    expect(feb30.errors?.[0]).toMatchObject({ extensions: { code: "BAD_USER_INPUT" } });
+  });
+});
+
+describe("engram import's text", () => {
+  // The API's edge refuses these; the file's went to the store, which answered with its own
+  // errors ("invalid byte sequence for encoding UTF8: 0x00", Prisma's "JSON Error: unexpected end of hex escape").
+  it("refuses a NUL or a lone surrogate in any text of a line, saying where, and writes nothing of it", async () => {
+    const results = await importLines("text", [
+      line("text-nul", [{ role: "user", content: "a\u0000b" }]),
+      '{"agentExternalId": "mover", "endUserExternalId": "dana", "conversationExternalId": "text-surrogate", "messages": [{"role": "user", "content": "ok"}, {"role": "user", "content": "half \\ud800"}]}',
+      { ...line("text-id", [{ role: "user", content: "ok" }]), endUserExternalId: "dan\u0000a" },
+      "null",
+      line("text-null-message", [null]),
+    ]);
+    expect(results.map((r) => r.error)).toEqual([
+      "the line.messages[0].content holds a NUL character (\\u0000)",
+      "the line.messages[1].content holds a lone UTF-16 surrogate",
+      "the line.endUserExternalId holds a NUL character (\\u0000)",
+      "a line must be one JSON object",
+      "messages[0] must be an object",
+    ]);
+    expect(await db.conversation.count({ where: { externalId: { startsWith: "text-" } } })).toBe(0);
+  });
+});

@@ -103,6 +103,7 @@ async function importFile(services: Services, file: string, tenant?: string): Pr
   let done = 0;
   let messages = 0;
   let failed = 0;
+  let already = 0;
   const draw = () => {
     const width = 30;
     const filled = total ? Math.round((done / total) * width) : width;
@@ -117,15 +118,17 @@ async function importFile(services: Services, file: string, tenant?: string): Pr
     if (result.error) {
       failed++;
       process.stderr.write(`${tty ? "\n" : ""}line ${result.line}: ${result.error}\n`);
-    } else messages += result.messages ?? 0;
+    } else if (result.already) already++;
+    else messages += result.messages ?? 0;
     draw();
   }
   if (tty && done) process.stderr.write("\n");
-  const imported = done - failed;
+  const imported = done - failed - already;
+  const before = already ? `${already} of ${done} conversations were imported before and are left as they were` : "";
   process.stdout.write(
     imported
-      ? `imported ${imported} of ${done} conversations (${messages} messages); summaries, fact extraction and recall indexing are queued\n`
-      : `nothing imported: ${done ? `all ${done} conversations failed` : "the file has no conversations"}\n`,
+      ? `imported ${imported} of ${done} conversations (${messages} messages); summaries, fact extraction and recall indexing are queued${before ? `; ${before}` : ""}\n`
+      : `nothing imported: ${before || (done ? `all ${done} conversations failed` : "the file has no conversations")}${before && failed ? `, ${failed} failed` : ""}\n`,
   );
   return failed;
 }

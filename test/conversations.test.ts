@@ -205,11 +205,16 @@ describe("importConversation", () => {
     expect(data.importConversation.messages.edges.map((e: any) => e.node.content)).toEqual(messages.map((m) => m.content));
   });
 
-  it("refuses to import into a conversation that has messages", async () => {
+  it("refuses to import other messages into a conversation that has messages; the same import again returns the first", async () => {
+    const other = await engram.gql(IMPORT, {
+      input: { agentExternalId: "support-bot", endUserExternalId: "user-9", conversationExternalId: "imported-1", messages: messages.slice(1) },
+    });
+    expect(other.errors?.[0].extensions?.code).toBe("CONFLICT");
     const again = await engram.gql(IMPORT, {
       input: { agentExternalId: "support-bot", endUserExternalId: "user-9", conversationExternalId: "imported-1", messages },
     });
-    expect(again.errors?.[0].extensions?.code).toBe("CONFLICT");
+    expect(again.errors).toBeUndefined();
+    expect(again.data.importConversation.lastSeq).toBe(12);
   });
 });
 

@@ -98,3 +98,42 @@ describe("engram import's text", () => {
     expect(await db.conversation.count({ where: { externalId: { startsWith: "text-" } } })).toBe(0);
   });
 });
+
+describe("importing again", () => {
+  // A second run of the same file (after a crash, a killed command) failed every line it had
+  // already imported with CONFLICT and exited 1; a retried importConversation whose answer was
+  // lost was CONFLICT too, so the caller could not tell its import had landed.
+  it("leaves a line imported before as it was, and still refuses other messages for its conversation", async () => {
+    const file = [
+      line("again-1", [{ role: "user", content: "First." }, { role: "assistant", content: "Noted." }]),
+      line("again-2", [{ role: "user", content: "Second.", occurredAt: "2025-03-01T10:00:00Z" }]),
+    ];
+    const first = await importLines("again", file);
+    expect(first.map((r) => [r.messages, r.already, r.error])).toEqual([[2, undefined, undefined], [1, undefined, undefined]]);
+    // A turn recorded since does not make the import another one.
+    await engram.gql(`mutation { recordTurn(input: {agentExternalId: "mover", endUserExternalId: "dana", conversationExternalId: "again-1", clientTurnId: "again-1-later", userMessage: "Later."}) { id } }`);
+
+    const again = await importLines("again", [...file, line("again-3", [{ role: "user", content: "Third." }])]);
+    expect(again.map((r) => [r.line, r.already, r.error])).toEqual([[1, true, undefined], [2, true, undefined], [3, undefined, undefined]]);
+    expect(again[0].conversationId).toBe(first[0].conversationId);
+    const seqs = await db.message.findMany({ where: { conversation: { externalId: "again-1" } }, select: { seq: true, content: true }, orderBy: { seq: "asc" } });
+    expect(seqs.map((m) => m.content)).toEqual(["First.", "Noted.", "Later."]);
+    expect(await db.turn.count({ where: { conversation: { externalId: { startsWith: "again-" } } } })).toBe(4);
+
+    const changed = await importLines("again-changed", [line("again-2", [{ role: "user", content: "Second, edited." }])]);
+    expect(changed[0].error).toBe("Conversation again-2 already has messages other than these; import only into a new one.");
+
+    const IMPORT = `mutation($input: ImportConversationInput!) { importConversation(input: $input) { id lastSeq } }`;
+    const retried = await engram.gql(IMPORT, { input: { ...file[1], messages: [{ role: "USER", content: "Second.", occurredAt: "2025-03-01T10:00:00Z" }] } });
+    expect(retried.errors).toBeUndefined();
+    expect(retried.data.importConversation).toEqual({ id: first[1].conversationId, lastSeq: 1 });
+
+    // Nor does the file bring back what was forgotten since.
+    const user = await db.endUser.findFirstOrThrow({ where: { externalId: "dana" } });
+    const forgot = await engram.gql(`mutation($id: ID!) { forgetUser(endUserId: $id) { messages } }`, { id: user.id });
+    expect(forgot.errors).toBeUndefined();
+    const afterForget = await importLines("again", file);
+    expect(afterForget.map((r) => [r.already, r.error])).toEqual([[true, undefined], [true, undefined]]);
+    expect(await db.message.count({ where: { conversation: { endUserId: user.id }, forgottenAt: null } })).toBe(0);
+  });
+});

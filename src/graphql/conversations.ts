@@ -215,7 +215,8 @@ builder.mutationFields((t) => ({
   importConversation: t.prismaField({
     type: "Conversation",
     authScopes: { writer: true },
-    description: "Backfills a whole past conversation into a new one, for moving from another memory system.",
+    description:
+      "Backfills a whole past conversation into a new one, for moving from another memory system. The same import again returns the first; other messages into a conversation that has some are CONFLICT.",
     args: { input: t.arg({ type: ImportConversationInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
       const imported = await importConversation(ctx.db, input);

@@ -5,7 +5,14 @@ import { badInput } from "../../errors.ts";
 import { DATE_TIME_RULE, findTextProblem, isoDateTime } from "../../limits.ts";
 import { importConversation } from "./turns.ts";
 
-export type ImportLineResult = { line: number; conversationId?: string; messages?: number; error?: string };
+export type ImportLineResult = {
+  line: number;
+  conversationId?: string;
+  messages?: number;
+  /** The line had been imported before, with these messages: nothing was written again. */
+  already?: boolean;
+  error?: string;
+};
 
 async function* lines(file: string) {
   const reader = createInterface({ input: createReadStream(file, "utf8"), crlfDelay: Infinity });
@@ -51,7 +58,8 @@ function importOfLine(text: string): Parameters<typeof importConversation>[1] {
 /**
  * Backfills conversations from a JSONL file, one conversation per line:
  * {agentExternalId, endUserExternalId, conversationExternalId, messages: [{role, content, occurredAt}]}.
- * A bad line is reported and skipped; the others are imported (each into a new conversation).
+ * A bad line is reported and skipped; the others are imported (each into a new conversation). A
+ * line imported before is left as it is, so a file can be imported again after an interruption.
  */
 export async function* importJsonl(
   tenantDb: TenantDb,
@@ -63,7 +71,9 @@ export async function* importJsonl(
       const input = importOfLine(text);
       const imported = await importConversation(tenantDb, input);
       await after(imported);
-      yield { line: n, conversationId: imported.conversation.id, messages: input.messages.length };
+      yield imported.created
+        ? { line: n, conversationId: imported.conversation.id, messages: input.messages.length }
+        : { line: n, conversationId: imported.conversation.id, already: true };
     } catch (error) {
       yield { line: n, error: (error as Error).message };
     }

@@ -351,7 +351,9 @@ export async function recordTurn(
 
 /**
  * Backfills a whole past conversation in one call (for users moving from another memory
- * system). The conversation must be new or empty, so an import cannot be doubled.
+ * system). The conversation must be new or empty, so an import cannot be doubled; the same
+ * import again (a retry whose answer was lost, a file imported again after a crash) returns the
+ * first one's turn, `created: false`, as recordTurn answers a retried turn.
  */
 export async function importConversation(db: TenantDb, input: z.input<typeof importConversationInput>) {
   const parsed = parseInput(importConversationInput, input);
@@ -359,18 +361,20 @@ export async function importConversation(db: TenantDb, input: z.input<typeof imp
   const now = new Date();
   return db.$transaction(async (tx) => {
     const conversation = await conversationFor(tx as TenantDb, tenantId, parsed);
-    if (conversation.lastSeq > 0) {
-      throw new EngramError(
-        "CONFLICT",
-        `Conversation ${parsed.conversationExternalId} already has messages; import only into a new one.`,
-      );
-    }
     const messages = parsed.messages.map((m) => ({
       role: m.role,
       content: m.content,
       private: m.private ?? false,
       occurredAt: m.occurredAt ?? now,
     }));
+    if (conversation.lastSeq > 0) {
+      const earlier = await tx.turn.findFirst({ where: { conversationId: conversation.id, clientTurnId: `import:${conversation.id}` } });
+      if (earlier && (await sameMessages(tx as TenantDb, earlier, messages))) return { turn: earlier, conversation, created: false };
+      throw new EngramError(
+        "CONFLICT",
+        `Conversation ${parsed.conversationExternalId} already has messages${earlier ? " other than these" : ""}; import only into a new one.`,
+      );
+    }
     const range = await appendMessages(tx as TenantDb, tenantId, conversation.id, messages);
     // The whole import is one turn: its follow-ups (snippets, summary, extraction) go through the
     // same outbox as a recorded turn's.

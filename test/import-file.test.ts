@@ -99,6 +99,18 @@ describe("engram import's text", () => {
   });
 });
 
+describe("engram import's file", () => {
+  // A file saved with a byte-order mark (Notepad's "UTF-8 with BOM", PowerShell 5's Out-File)
+  // lost its first conversation: "Unexpected token '\uFEFF' ... is not valid JSON".
+  it("reads a first line after a byte-order mark, and lines ending in CRLF", async () => {
+    const results = await importLines("bom", [
+      `\uFEFF${JSON.stringify(line("bom-1", [{ role: "user", content: "From Windows." }]))}\r`,
+      `${JSON.stringify(line("bom-2", [{ role: "user", content: "Second line." }]))}\r`,
+    ]);
+    expect(results.map((r) => [r.line, r.messages, r.error])).toEqual([[1, 1, undefined], [2, 1, undefined]]);
+  });
+});
+
 describe("importing again", () => {
   // A second run of the same file (after a crash, a killed command) failed every line it had
   // already imported with CONFLICT and exited 1; a retried importConversation whose answer was

@@ -17,8 +17,10 @@ export type ImportLineResult = {
 async function* lines(file: string) {
   const reader = createInterface({ input: createReadStream(file, "utf8"), crlfDelay: Infinity });
   let n = 0;
-  for await (const text of reader) {
+  for await (const read of reader) {
     n++;
+    // A byte-order mark, as Windows editors and PowerShell's Out-File write one, is not the first line's JSON.
+    const text = n === 1 && read.startsWith("\uFEFF") ? read.slice(1) : read;
     if (text.trim()) yield { n, text };
   }
 }

@@ -77,6 +77,31 @@ describe("engram import's dates", () => {
   });
 });
 
+describe("a moment in the future", () => {
+  // Retention removes snippets older than the window by their occurredAt: one dated years ahead
+  // (a typo: 2062 for 2026) was accepted and would have outlived any window until then.
+  it("is refused for an import's message and a recorded turn, beyond a day of clock skew", async () => {
+    const ahead = (ms: number) => new Date(Date.now() + ms).toISOString();
+    const results = await importLines("future", [
+      line("future-typo", [{ role: "user", content: "Dated 2062.", occurredAt: "2062-01-05T10:00:00Z" }]),
+      line("future-skew", [{ role: "user", content: "A clock a minute fast.", occurredAt: ahead(60_000) }]),
+    ]);
+    expect(results.map((r) => r.error)).toEqual([
+      "Invalid input: messages.0.occurredAt: is in the future: a message is recorded once it has happened",
+      undefined,
+    ]);
+    const IMPORT = `mutation($input: ImportConversationInput!) { importConversation(input: $input) { id } }`;
+    const imported = await engram.gql(IMPORT, { input: line("future-api", [{ role: "USER", content: "Ahead.", occurredAt: ahead(2 * 86_400_000) }]) });
+    expect(imported.errors?.[0]).toMatchObject({ extensions: { code: "BAD_USER_INPUT" } });
+    const RECORD = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id } }`;
+    const recorded = await engram.gql(RECORD, {
+      input: { agentExternalId: "mover", endUserExternalId: "dana", conversationExternalId: "future-turn", clientTurnId: "future-1", userMessage: "Ahead.", occurredAt: "9999-01-01T00:00:00Z" },
+    });
+    expect(recorded.errors?.[0]).toMatchObject({ extensions: { code: "BAD_USER_INPUT" } });
+    expect(await db.conversation.count({ where: { externalId: { in: ["future-typo", "future-api", "future-turn"] }, lastSeq: { gt: 0 } } })).toBe(0);
+  });
+});
+
 describe("engram import's text", () => {
   // The API's edge refuses these; the file's went to the store, which answered with its own
   // errors ("invalid byte sequence for encoding UTF8: 0x00", Prisma's "JSON Error: unexpected end of hex escape").

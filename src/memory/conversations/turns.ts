@@ -8,6 +8,19 @@ import { MESSAGE_LIMITS } from "../../limits.ts";
 
 const content = z.string().min(1).max(MESSAGE_LIMITS.messageMaxChars);
 
+/** How far ahead of this server's clock a caller's clock may be. */
+export const OCCURRED_AT_SKEW_MS = 86_400_000;
+
+/**
+ * When a message happened, for a backfill: not later than now (give or take a day of clock skew).
+ * Retention removes what is older than its window by this time, so a moment dated years ahead
+ * (a typo, a clock gone wrong) would be kept until then, whatever the window.
+ */
+const occurredAt = z
+  .date()
+  .refine((date) => date.getTime() <= Date.now() + OCCURRED_AT_SKEW_MS, "is in the future: a message is recorded once it has happened")
+  .nullish();
+
 const participants = {
   agentExternalId: externalIdSchema,
   endUserExternalId: externalIdSchema,
@@ -21,7 +34,7 @@ export const recordTurnInput = z.object({
   assistantMessage: content.nullish(),
   /** The agent's private steps (tool calls, scratchpad): kept, never shared memory. */
   privateSteps: z.array(content).max(MESSAGE_LIMITS.privateStepsMax).nullish(),
-  occurredAt: z.date().nullish(),
+  occurredAt,
   /** The verdict of the caller's own model on the user's message (gateInstructions): no gate call then. */
   gate: callerVerdictSchema.nullish(),
 });
@@ -33,7 +46,7 @@ export const importConversationInput = z.object({
       z.object({
         role: z.enum(["USER", "ASSISTANT", "SYSTEM", "TOOL"]),
         content,
-        occurredAt: z.date().nullish(),
+        occurredAt,
         private: z.boolean().nullish(),
       }),
     )

@@ -124,6 +124,37 @@ describe("engram import's text", () => {
   });
 });
 
+describe("messages forgotten but kept as a record", () => {
+  // Compared with an import again, their text answered yes or no (the first conversation, or
+  // CONFLICT) to a writer's guess, though no writer or reader may read them back.
+  it("answer no guess at their text: any import again returns the first conversation", async () => {
+    const settings = await engram.gql(`mutation { updateTenantSettings(input: {forgetDeletesMessages: false}) { forgetDeletesMessages } }`);
+    expect(settings.errors).toBeUndefined();
+    try {
+      const [imported] = await importLines("kept", [{ ...line("kept-1", [{ role: "user", content: "My PIN is 4711." }]), endUserExternalId: "kim" }]);
+      const RECORD = `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { id } }`;
+      const turn = (pin: string) => ({ agentExternalId: "mover", endUserExternalId: "kim", conversationExternalId: "kept-2", clientTurnId: "kept-2-1", userMessage: `My PIN is ${pin}.` });
+      expect((await engram.gql(RECORD, { input: turn("4711") })).errors).toBeUndefined();
+      const user = await db.endUser.findFirstOrThrow({ where: { externalId: "kim" } });
+      const forgot = await engram.gql(`mutation($id: ID!) { forgetUser(endUserId: $id) { messages } }`, { id: user.id });
+      expect(forgot.errors).toBeUndefined();
+      expect(await db.message.count({ where: { conversationId: imported.conversationId, forgottenAt: { not: null } } })).toBe(1);
+
+      const IMPORT = `mutation($input: ImportConversationInput!) { importConversation(input: $input) { id } }`;
+      const guess = (pin: string) =>
+        engram.gql(IMPORT, { input: { ...line("kept-1", [{ role: "USER", content: `My PIN is ${pin}.` }]), endUserExternalId: "kim" } }, engram.tenant.writer);
+      const [right, wrong] = [await guess("4711"), await guess("1234")];
+      expect(right.errors).toBeUndefined();
+      expect(wrong.errors).toBeUndefined();
+      expect(await db.message.count({ where: { conversationId: imported.conversationId } })).toBe(1);
+      // A recorded turn's retry is compared the same way.
+      expect((await engram.gql(RECORD, { input: turn("1234") }, engram.tenant.writer)).errors).toBeUndefined();
+    } finally {
+      await engram.gql(`mutation { updateTenantSettings(input: {forgetDeletesMessages: true}) { forgetDeletesMessages } }`);
+    }
+  });
+});
+
 describe("engram import's file", () => {
   // A file saved with a byte-order mark (Notepad's "UTF-8 with BOM", PowerShell 5's Out-File)
   // lost its first conversation: "Unexpected token '\uFEFF' ... is not valid JSON".

@@ -105,15 +105,17 @@ async function appendMessages(tx: TenantDb, tenantId: string, conversationId: st
 /**
  * Whether a retry carries the messages its turn was first recorded with (role, text, private, in
  * order). A turn whose messages were forgotten or aged out since cannot be compared, and counts
- * as the same: refusing a real retry is worse than returning its turn.
+ * as the same: refusing a real retry is worse than returning its turn. That includes messages
+ * forgotten but kept as a record (forgetDeletesMessages off): compared, a caller could guess their
+ * text by retrying until the answer is not CONFLICT.
  */
 async function sameMessages(tx: TenantDb, turn: Pick<Turn, "conversationId" | "firstSeq" | "lastSeq">, messages: NewMessage[]) {
   const stored = await tx.message.findMany({
     where: { conversationId: turn.conversationId, seq: { gte: turn.firstSeq, lte: turn.lastSeq } },
-    select: { role: true, content: true, private: true },
+    select: { role: true, content: true, private: true, forgottenAt: true },
     orderBy: { seq: "asc" },
   });
-  if (stored.length !== turn.lastSeq - turn.firstSeq + 1) return true;
+  if (stored.length !== turn.lastSeq - turn.firstSeq + 1 || stored.some((m) => m.forgottenAt)) return true;
   return (
     stored.length === messages.length &&
     stored.every((m, i) => m.role === messages[i].role && m.content === messages[i].content && m.private === messages[i].private)

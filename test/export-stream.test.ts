@@ -217,11 +217,11 @@ describe("a long history", () => {
   let conversations: string[];
 
   beforeAll(async () => {
-    // Exactly LIMITS.exportRowsMax rows of history: 3,290 messages in three long conversations
-    // (each read in pages of its own), 200 in forty short ones (read together) whose 510 summary
-    // revisions are more than a page (so read per conversation), 700 snippets and 300 events.
+    // Exactly LIMITS.exportRowsMax rows: 3,247 messages in three long conversations (each read in
+    // pages of its own), 200 in forty short ones (read together) whose 510 summary revisions are
+    // more than a page (so read per conversation), the 43 conversations, 700 snippets and 300 events.
     conversations = [];
-    for (const [i, size] of [1_000, 1_500, 790].entries()) {
+    for (const [i, size] of [1_000, 1_457, 790].entries()) {
       const imported = await importConversation(user, `${user}-long-${i}`, [{ role: "USER", content: "Hi." }]);
       endUserId = imported.endUserId;
       conversations.push(imported.conversationId);
@@ -263,7 +263,7 @@ describe("a long history", () => {
     // Pages of 500 by seq: every message once, in order, across page boundaries (1,000 is two full pages and an empty one).
     const upTo = (size: number) => Array.from({ length: size }, (_, i) => i + 1);
     const seqs = document.conversations.map((c: any) => c.messages.map((m: any) => m.seq));
-    expect(seqs).toEqual([upTo(1_000), upTo(1_500), upTo(1_791), ...Array(40).fill(upTo(5))]);
+    expect(seqs).toEqual([upTo(1_000), upTo(1_457), upTo(1_791), ...Array(40).fill(upTo(5))]);
     expect(document.conversations[2].messages[1_790].content).toBe("Message 1791 of a long history: the order for table 6.");
     const revisions = await db.summaryRevision.findMany({ where: { conversation: { endUserId } }, orderBy: [{ createdAt: "asc" }, { id: "asc" }], select: { conversationId: true, text: true } });
     expect(document.conversations.map((c: any) => c.revisions.map((r: any) => r.text))).toEqual(

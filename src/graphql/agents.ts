@@ -115,7 +115,7 @@ builder.queryFields((t) => ({
     description:
       "Everything Engram holds about one person (facts with history, conversations with summaries and revisions, " +
       "recall snippets' text, entries of their scope) as JSON: the right-of-access twin of forgetUser. Up to " +
-      `${LIMITS.exportRowsMax} rows of history (messages, summary revisions, snippets, events); above that EXPORT_TOO_LARGE, and ` +
+      `${LIMITS.exportRowsMax} rows (conversations, messages, summary revisions, snippets, fact versions, entries, events); above that EXPORT_TOO_LARGE, and ` +
       `GET ${EXPORT_PATH}/<endUserId> (admin key) streams the same document at any size.`,
     args: endUserArgs(t.arg),
     resolve: async (_root, args, ctx) => exportUser(ctx.db, await endUserIdOf(ctx.db, args), { apiKeyId: ctx.principal.apiKeyId, via: "graphql" }),

@@ -270,12 +270,15 @@ export function userExport(db: TenantDb, user: EndUser) {
   };
 }
 
-/** The rows of history an export holds beside facts and entries: messages, summary revisions, snippets, events. */
+/** The rows an export holds: conversations, messages, summary revisions, snippets, fact versions, entries and events (live facts are at most 50, each with its versions). */
 export async function historyRows(db: TenantDb, user: EndUser): Promise<number> {
   const counts = await Promise.all([
+    db.conversation.count({ where: { endUserId: user.id } }),
     db.message.count({ where: { conversation: { endUserId: user.id } } }),
     db.summaryRevision.count({ where: { conversation: { endUserId: user.id } } }),
     db.recallSnippet.count({ where: { endUserId: user.id } }),
+    db.factVersion.count({ where: { fact: { endUserId: user.id } } }),
+    db.memoryEntry.count({ where: aboutThePerson(user.externalId) }),
     db.memoryEvent.count({ where: aboutThePerson(user.externalId) }),
   ]);
   return counts.reduce((sum, count) => sum + count, 0);
@@ -294,11 +297,6 @@ async function gathered(value: unknown): Promise<unknown> {
   return Object.fromEntries(entries);
 }
 
-/**
- * The export as one JSON value, for a person whose history fits one answer: above
- * LIMITS.exportRowsMax rows (counted first, nothing else read) it is EXPORT_TOO_LARGE, naming
- * the streaming path that takes any size.
- */
 /** How an export was asked for, for its audit row: the key (none from the CLI) and the way. */
 export type ExportWho = { apiKeyId: string | null; via: "graphql" | "stream" | "cli" };
 
@@ -317,6 +315,11 @@ export async function auditExport(db: TenantDb, user: EndUser, who: ExportWho) {
   });
 }
 
+/**
+ * The export as one JSON value, for a person whose history fits one answer: above
+ * LIMITS.exportRowsMax rows (counted first, nothing else read) it is EXPORT_TOO_LARGE, naming
+ * the streaming path that takes any size.
+ */
 export async function exportUser(db: TenantDb, endUserId: string, who: ExportWho) {
   const user = await findEndUser(db, endUserId);
   const rows = await historyRows(db, user);
@@ -324,7 +327,7 @@ export async function exportUser(db: TenantDb, endUserId: string, who: ExportWho
     const path = exportPathOf(user.id);
     throw new EngramError(
       "EXPORT_TOO_LARGE",
-      `End user ${user.id} has ${rows} messages, summary revisions, snippets and events, over the ${LIMITS.exportRowsMax} one answer holds: stream the export with GET ${path} (an admin key).`,
+      `End user ${user.id} has ${rows} rows (conversations, messages, summary revisions, snippets, fact versions, entries and events), over the ${LIMITS.exportRowsMax} one answer holds: stream the export with GET ${path} (an admin key).`,
       { rows, limit: LIMITS.exportRowsMax, path },
     );
   }

@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import net from "node:net";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DESKTOP, ensureInspectorBuilt, launchChromium, poll, ROOT, signIn } from "./helpers/browser.ts";
@@ -40,6 +41,37 @@ function cli(args: string[]) {
     child.once("error", reject);
     child.once("close", (code) => resolve({ code, stderr }));
   });
+}
+
+/**
+ * A TCP link between the browser and Engram that can go down like a network does: every open
+ * connection cut and new ones refused, while Engram itself stays up and keeps writing.
+ */
+async function startLink(target: string) {
+  const { hostname, port } = new URL(target);
+  const open = new Set<net.Socket>();
+  let down = false;
+  const server = net.createServer((client) => {
+    if (down) return client.destroy();
+    const upstream = net.connect(Number(port), hostname);
+    const close = () => {
+      for (const socket of [client, upstream]) open.delete(socket), socket.destroy();
+    };
+    for (const socket of [client, upstream]) open.add(socket), socket.on("error", close).on("close", close);
+    client.pipe(upstream).pipe(client);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`,
+    cut() {
+      down = true;
+      for (const socket of open) socket.destroy();
+    },
+    restore() {
+      down = false;
+    },
+    stop: () => new Promise<void>((resolve) => (server.close(() => resolve()), [...open].forEach((s) => s.destroy()))),
+  };
 }
 
 const FORGET = `mutation($id: ID!) { forgetUser(endUserId: $id) { facts messages activity } }`;
@@ -142,6 +174,43 @@ describe("the feed's history", () => {
     expect(await record.textContent()).not.toMatch(/balcony|bedrooms/i);
     // Ada's history is untouched.
     expect((await engram.gql(HISTORY, { user: ada.endUserId }, engram.tenant.reader)).data.memoryFeed.items).toHaveLength(2);
+  });
+
+  it("after a lost connection, shows what happened while it was away, on the feed and on a conversation", async () => {
+    const link = await startLink(url);
+    try {
+      const who = { user: "cy", conversation: "gap", agent: "concierge" };
+      const { conversationId } = await say(engram, who, "Before the drop.", "Noted.", engram.tenant.writer);
+      await signIn(page, link.url, engram.tenant.reader);
+      const status = () => page.getByTestId("live-status").textContent();
+      await page.locator(".feed-item", { hasText: "Before the drop." }).waitFor();
+      await poll(status).toBe("Live");
+
+      link.cut();
+      await poll(status).toBe("Reconnecting…");
+      await say(engram, who, "During the drop.", "Noted.", engram.tenant.writer);
+      link.restore();
+      await poll(status).toBe("Live");
+      // No reload: the page reads again what it missed (it stayed missing until a reload before).
+      await page.locator(".feed-item", { hasText: "During the drop." }).waitFor({ timeout: 20_000 });
+      await say(engram, who, "After the drop.", "Noted.", engram.tenant.writer);
+      await page.locator(".feed-item", { hasText: "After the drop." }).waitFor();
+      const order = await page.locator('[data-kind="turn"]').allTextContents();
+      const at = (text: string) => order.findIndex((t) => t.includes(text));
+      expect([at("After the drop."), at("During the drop."), at("Before the drop.")]).toEqual([0, 1, 2]);
+
+      // A conversation's page: its messages too.
+      await page.goto(`${link.url}/inspector/conversations/${conversationId}`);
+      await page.getByRole("cell", { name: "After the drop." }).waitFor();
+      await poll(status).toBe("Live");
+      link.cut();
+      await poll(status).toBe("Reconnecting…");
+      await say(engram, who, "Said while the page was away.", "Noted.", engram.tenant.writer);
+      link.restore();
+      await page.getByRole("cell", { name: "Said while the page was away." }).waitFor({ timeout: 20_000 });
+    } finally {
+      await link.stop();
+    }
   });
 
   it("says 'Not listening', not 'Reconnecting…', on a view without a subscription while the server is up", async () => {

@@ -64,7 +64,10 @@ export class Engram {
   private ws: Client;
   private status: LiveStatus = "idle";
   private listeners = new Set<(status: LiveStatus) => void>();
+  private resyncListeners = new Set<() => void>();
   private everConnected = false;
+  /** The socket went away while subscriptions were open: what was announced meanwhile never reached the page. */
+  private lost = false;
   /** Subscriptions open now: with none, a closed socket is the lazy close, not a lost server. */
   private active = 0;
 
@@ -90,9 +93,13 @@ export class Engram {
         connected: () => {
           this.everConnected = true;
           this.setStatus("live");
+          if (!this.lost) return;
+          this.lost = false;
+          for (const listener of this.resyncListeners) listener();
         },
         closed: (event) => {
           if (isRefusal(event)) return this.onRefused();
+          if (this.active > 0) this.lost = true;
           this.setStatus(this.active === 0 ? "idle" : this.everConnected ? "reconnecting" : "connecting");
         },
       },
@@ -111,6 +118,15 @@ export class Engram {
   onLiveStatus(listener: (status: LiveStatus) => void) {
     this.listeners.add(listener);
     return () => void this.listeners.delete(listener);
+  }
+
+  /**
+   * Called when the socket is back after it was lost while subscriptions were open (a server
+   * restart, a network drop): announcements of the gap are gone, so views read again.
+   */
+  onResync(listener: () => void) {
+    this.resyncListeners.add(listener);
+    return () => void this.resyncListeners.delete(listener);
   }
 
   async request<T, V>(document: TypedDocumentNode<T, V>, variables?: V): Promise<T> {

@@ -60,6 +60,14 @@ export function useSubscription<T, V>(
   );
 }
 
+/** Calls `fn` when the live socket is back after a loss: what it announced meanwhile must be read again. */
+export function useResync(fn: () => void) {
+  const { engram } = useSession();
+  const latest = useRef(fn);
+  latest.current = fn;
+  useEffect(() => engram.onResync(() => latest.current()), [engram]);
+}
+
 export function useLiveStatus(): LiveStatus {
   const { engram } = useSession();
   return useSyncExternalStore(

@@ -10,7 +10,7 @@ import {
 import { useEffect, useState, type FormEvent } from "react";
 import type { ApiError } from "../api.ts";
 import { Diff, Empty, Failure, LineChart, Link, Loading, time } from "../components.tsx";
-import { canWrite, useQuery, useSearchParams, useSession, useThrottled } from "../hooks.ts";
+import { canWrite, useQuery, useResync, useSearchParams, useSession, useThrottled } from "../hooks.ts";
 import { FeedList, FilterBar, useFeed, type FeedFilter } from "./Feed.tsx";
 
 export function ConversationsView({ id }: { id?: string }) {
@@ -424,6 +424,7 @@ function ConversationPage({
     setRefresh((n) => n + 1);
   }, 500);
   const { items } = useFeed({ conversationId: id }, reload);
+  useResync(reload);
   if (conversation.error && !conversation.data) return <Failure error={conversation.error} retry={conversation.refetch} />;
   if (!conversation.data) return <Loading />;
   const { conversation: c, contextTimeline } = conversation.data;

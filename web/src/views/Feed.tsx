@@ -6,10 +6,10 @@ import {
   type FeedKind,
   type InspectorFeedItemFragment,
 } from "@gql/graphql.ts";
-import { useCallback, useEffect, useState } from "react";
+import { useCallback, useEffect, useRef, useState } from "react";
 import type { ApiError } from "../api.ts";
 import { clip, Empty, Failure, Link, Prose, time } from "../components.tsx";
-import { useFilterInUrl, useQuery, useSession, useSubscription } from "../hooks.ts";
+import { useFilterInUrl, useQuery, useResync, useSession, useSubscription } from "../hooks.ts";
 
 type Item = InspectorFeedItemFragment;
 const PAGE = 50;
@@ -297,13 +297,45 @@ export function useFeed(filter: FeedFilter, onItem?: (item: Item) => void) {
     void load(null, current);
     return () => void (current[0] = false);
   }, [load]);
+  // What is on screen, and the live items that arrive while a resync reads the newest page.
+  const shown = useRef(items);
+  shown.current = items;
+  const arriving = useRef<Item[] | null>(null);
+  const filterKey = useRef(key);
+  filterKey.current = key;
+  // The socket was lost and is back: what it announced meanwhile never arrived, so the newest page
+  // is read again and put above what was shown (older pages stay when the new page reaches them).
+  useResync(async () => {
+    const arrived: Item[] = [];
+    arriving.current = arrived;
+    const asked = key;
+    try {
+      const { memoryFeed } = await engram.request(MemoryFeedHistoryDocument, { ...variables, after: null });
+      if (filterKey.current !== asked) return;
+      const page = memoryFeed.items;
+      const last = page.at(-1);
+      const reached = last ? shown.current.findIndex((i) => i.id === last.id) : -1;
+      const older = reached >= 0 ? shown.current.slice(reached + 1) : [];
+      setItems(merge(merge(arrived, page), older));
+      if (reached < 0) setCursor({ after: memoryFeed.endCursor ?? null, hasMore: memoryFeed.hasMore });
+      setError(undefined);
+    } catch (failure) {
+      if (filterKey.current === asked) setError(failure as ApiError);
+    } finally {
+      if (arriving.current === arrived) arriving.current = null;
+    }
+  });
   useSubscription(
     MemoryFeedDocument,
     { agentId: variables.agentId, endUserId: variables.endUserId, conversationId: variables.conversationId },
     ({ memoryFeed }) => {
       setError(undefined);
       const wanted = (!filter.kinds?.length || filter.kinds.includes(KIND_OF[memoryFeed.__typename])) && !filter.until;
-      if (wanted) setItems((current) => [memoryFeed, ...current.filter((i) => i.id !== memoryFeed.id)]);
+      if (wanted) {
+        const arrived = arriving.current;
+        if (arrived) arrived.splice(0, arrived.length, memoryFeed, ...arrived.filter((i) => i.id !== memoryFeed.id));
+        setItems((current) => [memoryFeed, ...current.filter((i) => i.id !== memoryFeed.id)]);
+      }
       onItem?.(memoryFeed);
     },
     setError,

@@ -14,7 +14,7 @@ import {
 import { useEffect, useState, type FormEvent } from "react";
 import type { ApiError } from "../api.ts";
 import { Empty, Failure, Link, Loading, time } from "../components.tsx";
-import { canWrite, useQuery, useSession, useThrottled } from "../hooks.ts";
+import { canWrite, useQuery, useResync, useSession, useThrottled } from "../hooks.ts";
 import { FeedList, useFeed } from "./Feed.tsx";
 
 export function UsersView({ id }: { id?: string }) {
@@ -452,6 +452,7 @@ function UserDetail({ id }: { id: string }) {
   const { items } = useFeed({ endUserId: id }, (item) => {
     if (item.__typename === "FactFeedItem") reload();
   });
+  useResync(reload);
   if (user.error && !user.data) return <Failure error={user.error} retry={user.refetch} />;
   if (!user.data) return <Loading />;
   const { endUser, facts } = user.data;

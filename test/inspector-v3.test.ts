@@ -201,6 +201,28 @@ describe("banners go when their cause goes (bug 6)", () => {
     await poll(() => page.getByRole("alert").count()).toBe(0);
     expect(await page.getByLabel("New fact").inputValue()).toBe("");
   });
+
+  it("Forget everything says beforehand that the messages go too, and afterwards all that went", async () => {
+    const w = engram.tenant.writer;
+    const dee = await say(engram, { user: "dee", conversation: "move", agent: "concierge" }, "I live in Lyon now.", "Noted.", w);
+    await engram.gql(`mutation($id: ID!) { addFact(input: { endUserId: $id, text: "Lives in Lyon." }) { id } }`, { id: dee.endUserId }, w);
+    await signIn(page, url, w);
+    await page.goto(`${url}/inspector/users/${dee.endUserId}`);
+    await page.getByTestId("fact").first().waitFor();
+    await page.getByRole("button", { name: "Forget everything…" }).click();
+    // It said "Their conversations stay." while the tenant's default deletes the messages.
+    const warning = await page.getByRole("alertdialog").textContent();
+    expect(warning).toContain("their messages");
+    expect(warning).not.toContain("conversations stay.");
+    await page.getByLabel("Confirm the user's id").fill("dee");
+    await page.getByRole("button", { name: "Forget dee" }).click();
+    const done = page.getByRole("status").filter({ hasText: /^Forgot / });
+    await done.waitFor();
+    // It said only "Forgot 1 facts and 0 recall snippets."
+    expect(await done.textContent()).toMatch(/^Forgot 1 facts, .*2 messages/);
+    const left = await engram.gql(`query($id: ID!) { conversation(id: $id) { messages(last: 5) { edges { node { seq } } } } }`, { id: dee.conversationId }, w);
+    expect(left.data.conversation.messages.edges).toEqual([]);
+  });
 });
 
 describe("editing where people expect it", () => {

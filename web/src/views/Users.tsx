@@ -10,6 +10,7 @@ import {
   InspectorUserDocument,
   type ContradictionChoice,
   type InspectorFactFragment,
+  type InspectorForgetReceiptFragment,
 } from "@gql/graphql.ts";
 import { useEffect, useState, type FormEvent } from "react";
 import type { ApiError } from "../api.ts";
@@ -288,7 +289,7 @@ function ForgetUser({ endUserId, name, onForgotten }: { endUserId: string; name:
     e.preventDefault();
     try {
       const { forgetUser } = await engram.request(InspectorForgetUserDocument, { endUserId });
-      setResult(`Forgot ${forgetUser.facts} facts and ${forgetUser.snippets} recall snippets.`);
+      setResult(`Forgot ${receiptText(forgetUser)}.`);
       setError(undefined);
       setConfirming(false);
       setTyped("");
@@ -306,8 +307,10 @@ function ForgetUser({ endUserId, name, onForgotten }: { endUserId: string; name:
       ) : (
         <form onSubmit={forget} role="alertdialog" aria-labelledby="forget-title" className="confirm">
           <p id="forget-title">
-            <strong>Forget everything about {name}?</strong> Every fact and every recall snippet of this user is deleted for good. Their
-            conversations stay.
+            <strong>Forget everything about {name}?</strong> Deleted for good: every fact and its history, recall snippets, the
+            summaries and revisions of their conversations, stored verdicts and job records, events and entries about them (entity scope{" "}
+            <code>{name}</code>), and their messages, unless this tenant keeps forgotten messages as a record. The conversations stay
+            listed, with no messages.
           </p>
           <label>
             Type <code>{name}</code> to confirm
@@ -383,7 +386,7 @@ function ExportUser({ endUserId, name }: { endUserId: string; name: string }) {
   );
 }
 
-const RECEIPT_LABELS: [string, string][] = [
+const RECEIPT_LABELS: [keyof Omit<InspectorForgetReceiptFragment, "__typename">, string][] = [
   ["facts", "facts"],
   ["factVersions", "fact versions"],
   ["snippets", "recall snippets"],
@@ -397,6 +400,12 @@ const RECEIPT_LABELS: [string, string][] = [
   ["entries", "entries"],
   ["activity", "feed history rows"],
 ];
+
+/** A forget's receipt in words: the kinds it deleted, with their counts. */
+const receiptText = (receipt: InspectorForgetReceiptFragment) => {
+  const counts = RECEIPT_LABELS.map(([key, label]) => [label, receipt[key]] as const).filter(([, n]) => n > 0);
+  return counts.length ? counts.map(([label, n]) => `${n} ${label}`).join(", ") : "nothing was held";
+};
 
 /** Each forget of this user as the audit log holds it: who, when, what kinds and how many. */
 function ForgetRecords({ endUserId, refresh }: { endUserId: string; refresh: number }) {
@@ -414,16 +423,12 @@ function ForgetRecords({ endUserId, refresh }: { endUserId: string; refresh: num
         <Empty>Nothing has been forgotten about this user.</Empty>
       ) : (
         <ul className="plain" data-testid="forget-records">
-          {list.map((r) => {
-            const counts = RECEIPT_LABELS.map(([key, label]) => [label, (r.receipt as Record<string, number>)[key]] as const).filter(([, n]) => n > 0);
-            return (
-              <li key={r.id}>
-                <time dateTime={r.at}>{time(r.at)}</time> · {r.kind === "USER" ? "everything" : r.kind.toLowerCase()} · asked by{" "}
-                {r.askedBy ? `key ${r.askedBy.name || r.askedBy.prefix}` : "the user, in a message"}:{" "}
-                {counts.length ? counts.map(([label, n]) => `${n} ${label}`).join(", ") : "nothing was held"}
-              </li>
-            );
-          })}
+          {list.map((r) => (
+            <li key={r.id}>
+              <time dateTime={r.at}>{time(r.at)}</time> · {r.kind === "USER" ? "everything" : r.kind.toLowerCase()} · asked by{" "}
+              {r.askedBy ? `key ${r.askedBy.name || r.askedBy.prefix}` : "the user, in a message"}: {receiptText(r.receipt)}
+            </li>
+          ))}
         </ul>
       )}
     </section>

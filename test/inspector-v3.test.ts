@@ -311,13 +311,20 @@ describe("editing where people expect it", () => {
   });
 
   it("deletes a conversation only after a confirmation, through forgetting, and the user's page records it", async () => {
+    const factId = await extracted(ada.endUserId, scratch.conversationId, "Was only testing.", 1);
     await page.goto(`${url}/inspector/conversations/${scratch.conversationId}`);
     await page.getByRole("button", { name: "Delete conversation…" }).click();
     await page.getByRole("button", { name: "Keep it" }).click();
     expect(await page.getByRole("alertdialog").count()).toBe(0);
     await page.getByRole("button", { name: "Delete conversation…" }).click();
+    // It said "the user's facts stay", and the fact extracted from the conversation went.
+    const warning = await page.getByRole("alertdialog").textContent();
+    expect(warning).toContain("the facts extracted from its messages go");
+    expect(warning).not.toContain("the user's facts stay");
     await page.getByRole("button", { name: "Delete “scratch”" }).click();
-    await page.getByRole("status").filter({ hasText: "Deleted “scratch”: 2 messages" }).waitFor();
+    await page.getByRole("status").filter({ hasText: "Deleted “scratch”: 2 messages, 0 recall snippets and 1 facts extracted from it." }).waitFor();
+    const facts = await engram.gql(`query($id: ID!) { facts(endUserId: $id) { id } }`, { id: ada.endUserId });
+    expect(facts.data.facts.map((f: { id: string }) => f.id)).not.toContain(factId);
     const { errors } = await engram.gql(`query($id: ID!) { conversation(id: $id) { id } }`, { id: scratch.conversationId });
     expect(errors?.[0].extensions?.code).toBe("NOT_FOUND");
     await page.getByRole("link", { name: "Back to the user" }).click();

@@ -311,7 +311,7 @@ function AgentSettingsForm({ agent, saved, setSaved }: { agent: Agent; saved: bo
 }
 
 /** Deleting a conversation, after a confirmation: messages, summary, revisions and recall go, through forgetting. */
-function DeleteConversation({ id, name, onDeleted }: { id: string; name: string; onDeleted(receipt: { messages: number; snippets: number }): void }) {
+function DeleteConversation({ id, name, onDeleted }: { id: string; name: string; onDeleted(receipt: { messages: number; snippets: number; facts: number }): void }) {
   const { engram } = useSession();
   const [confirming, setConfirming] = useState(false);
   const [error, setError] = useState<ApiError>();
@@ -332,8 +332,9 @@ function DeleteConversation({ id, name, onDeleted }: { id: string; name: string;
       ) : (
         <div role="alertdialog" aria-labelledby="delete-conversation-title" className="confirm">
           <p id="delete-conversation-title">
-            <strong>Delete “{name}” for good?</strong> Its messages, summary and revisions, recall snippets and their vectors, verdicts and
-            job records go; the user's facts stay. The forget is recorded (kinds and counts, no content).
+            <strong>Delete “{name}” for good?</strong> Its messages, summary and revisions, recall snippets and their vectors, verdicts,
+            job records, and the facts extracted from its messages go; the user's other facts stay. The forget is recorded (kinds and
+            counts, no content).
           </p>
           <div className="actions">
             <button type="button" className="danger" onClick={remove} autoFocus>
@@ -359,7 +360,7 @@ function DeleteConversation({ id, name, onDeleted }: { id: string; name: string;
 function ConversationDetail({ id }: { id: string }) {
   const { role } = useSession();
   const params = useSearchParams();
-  const [deleted, setDeleted] = useState<{ name: string; endUserId: string; messages: number; snippets: number }>();
+  const [deleted, setDeleted] = useState<{ name: string; endUserId: string; messages: number; snippets: number; facts: number }>();
   if (deleted) {
     return (
       <section aria-labelledby="conversation-title">
@@ -368,7 +369,8 @@ function ConversationDetail({ id }: { id: string }) {
         </p>
         <h1 id="conversation-title">{deleted.name}</h1>
         <p role="status" className="undo">
-          Deleted “{deleted.name}”: {deleted.messages} messages and {deleted.snippets} recall snippets.
+          Deleted “{deleted.name}”: {deleted.messages} messages, {deleted.snippets} recall snippets and {deleted.facts} facts extracted from
+          it.
         </p>
         <p>
           <Link to={`/users/${deleted.endUserId}`}>Back to the user</Link> · <Link to="/conversations">All conversations</Link>
@@ -402,7 +404,7 @@ function ConversationPage({
   writable: boolean;
   /** An admin key: agents' memory settings are the tenant's policy (upsertAgent is admin-only). */
   manages: boolean;
-  onDeleted(what: { name: string; endUserId: string; messages: number; snippets: number }): void;
+  onDeleted(what: { name: string; endUserId: string; messages: number; snippets: number; facts: number }): void;
 }) {
   const [refresh, setRefresh] = useState(0);
   const [settingsSaved, setSettingsSaved] = useState(false);

@@ -12,7 +12,8 @@ export type ErrorCode =
   | "BUDGET_EXHAUSTED"
   | "MODEL_CALL_LIMIT"
   | "REDACTION_FAILED"
-  | "EXPORT_TOO_LARGE";
+  | "EXPORT_TOO_LARGE"
+  | "SUBSCRIBER_TOO_SLOW";
 
 /** An expected failure: reaches the caller with its code; anything else stays masked. */
 export class EngramError extends Error {

@@ -1,5 +1,6 @@
-import { createPubSub } from "graphql-yoga";
+import { createPubSub, Repeater } from "graphql-yoga";
 import { Redis } from "ioredis";
+import { EngramError } from "./errors.ts";
 import type { SnippetKind } from "./generated/prisma/client.ts";
 import type { Logger } from "./log.ts";
 import { withTimeout } from "./timeout.ts";
@@ -239,19 +240,57 @@ function redisStall(log: Quiet): RedisStall {
   };
 }
 
+/** Announcements one subscriber may have waiting (the repeater's own limit is 1,024, past which it throws). */
+export const SUBSCRIBER_BACKLOG_MAX = 1_000;
+
+/**
+ * yoga's subscribe, with a bound on what waits for a subscriber that reads slower than events
+ * come: one more ends that subscription with SUBSCRIBER_TOO_SLOW (after what waits is delivered),
+ * where the repeater's overflow was thrown inside publish and brought the whole process down.
+ */
+function boundedSubscribe(target: EventTarget, log: Quiet): PubSub["subscribe"] {
+  return ((routingKey: string, id?: string) => {
+    const topic = id === undefined ? routingKey : `${routingKey}:${id}`;
+    return new Repeater((push, stop) => {
+      let waiting = 0;
+      const listener = (event: Event) => {
+        if (waiting >= SUBSCRIBER_BACKLOG_MAX) {
+          target.removeEventListener(topic, listener);
+          log.warn("a subscriber fell too far behind; its subscription is ended", { topic: routingKey, waiting });
+          stop(new EngramError("SUBSCRIBER_TOO_SLOW", `This subscription fell ${waiting} events behind and was ended; read what you missed and subscribe again.`));
+          return;
+        }
+        waiting += 1;
+        void push((event as CustomEvent).detail).finally(() => (waiting -= 1));
+      };
+      target.addEventListener(topic, listener);
+      void stop.then(() => target.removeEventListener(topic, listener));
+    });
+  }) as PubSub["subscribe"];
+}
+
 /** In-process, or through Redis so a mutation on one instance reaches subscribers on another. */
 export function createEngramPubSub(redisUrl?: string, log: Quiet = { warn: () => {}, info: () => {} }): PubSub {
   if (!redisUrl) {
-    return Object.assign(createPubSub<Topics>(), { close: async () => {}, settled: async () => {}, mode: () => "local" as const, probe: async (): Promise<RedisProbe> => "answers" });
+    const target = new EventTarget();
+    return Object.assign(createPubSub<Topics>({ eventTarget: target }), {
+      subscribe: boundedSubscribe(target, log),
+      close: async () => {},
+      settled: async () => {},
+      mode: () => "local" as const,
+      probe: async (): Promise<RedisProbe> => "answers",
+    });
   }
   // No offline queue: while Redis is down nothing waits on it, and nothing fails late.
   const options = { lazyConnect: false, enableOfflineQueue: false, maxRetriesPerRequest: 1 };
   const publishClient = new Redis(redisUrl, { ...options, commandTimeout: REDIS_ANSWER_MS });
   const subscribeClient = new Redis(redisUrl, options);
   const stall = redisStall(log);
-  const pubsub = createPubSub<Topics>({ eventTarget: resilientRedisEventTarget(publishClient, subscribeClient, log, stall) });
+  const target = resilientRedisEventTarget(publishClient, subscribeClient, log, stall);
+  const pubsub = createPubSub<Topics>({ eventTarget: target });
   const ready = () => publishClient.status === "ready" && subscribeClient.status === "ready";
   return Object.assign(pubsub, {
+    subscribe: boundedSubscribe(target, log),
     settled: async () => {},
     mode: () => (ready() && !stall.stalled() ? ("redis" as const) : ("degraded" as const)),
     async probe(): Promise<RedisProbe> {

@@ -3,6 +3,7 @@ import net from "node:net";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DESKTOP, ensureInspectorBuilt, launchChromium, poll, ROOT, signIn } from "./helpers/browser.ts";
+import { SUBSCRIBER_BACKLOG_MAX } from "../src/pubsub.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { say } from "./helpers/recall.ts";
 
@@ -212,6 +213,24 @@ describe("the feed's history", () => {
       await link.stop();
     }
   });
+
+  it("keeps listening after a burst its subscription fell behind on", async () => {
+    const append = (body: string) =>
+      engram.gql(`mutation($body: String!) { appendEvent(input: { scope: ENTITY, scopeRef: "burst", kind: "note", body: $body, source: "crm" }) { id } }`, { body }, engram.tenant.writer);
+    const { data } = await append("The burst's event.");
+    await signIn(page, url, engram.tenant.reader);
+    await page.goto(`${url}/inspector/?kinds=EVENT`);
+    await poll(() => page.getByTestId("live-status").textContent()).toBe("Live");
+    // More announcements at once than the server lets wait for one subscriber: it ends the page's.
+    const ref = { id: data.appendEvent.id, scope: "ENTITY", scopeRef: "burst" };
+    for (let n = 0; n <= SUBSCRIBER_BACKLOG_MAX + 50; n++) engram.services.pubsub.publish("eventAppended", engram.tenant.tenantId, ref);
+    await append("After the burst.");
+    // The page subscribed again and read what went by (it showed the error and heard nothing more before).
+    await page.locator(".feed-item", { hasText: "After the burst." }).waitFor({ timeout: 30_000 });
+    expect(await page.getByRole("alert").count()).toBe(0);
+    await append("Live again.");
+    await page.locator(".feed-item", { hasText: "Live again." }).waitFor();
+  }, 90_000);
 
   it("says 'Not listening', not 'Reconnecting…', on a view without a subscription while the server is up", async () => {
     await page.goto(`${url}/inspector/`);

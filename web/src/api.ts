@@ -193,21 +193,34 @@ export class Engram {
   ): () => void {
     this.active += 1;
     let open = true;
-    const unsubscribe = this.ws.subscribe<T>(
-      { query: source(document), variables: variables as Record<string, unknown> },
-      {
-        next: (result) => {
-          if (result.errors?.length) {
-            const failure = failureOf(result.errors as never);
-            if (failure.kind === "unauthenticated") this.onRefused();
+    let unsubscribe = () => {};
+    const start = () => {
+      unsubscribe = this.ws.subscribe<T>(
+        { query: source(document), variables: variables as Record<string, unknown> },
+        {
+          next: (result) => {
+            if (result.errors?.length) {
+              const failure = failureOf(result.errors as never);
+              if (failure.kind === "unauthenticated") this.onRefused();
+              sink.error?.(failure);
+            }
+            else if (result.data) sink.next(result.data as T);
+          },
+          error: (error) => {
+            const failure = Array.isArray(error) ? failureOf(error) : new ApiError("error", String(error));
+            // The server ended it in a burst it could not keep up with: listen again, and read what went by.
+            if (failure.code === "SUBSCRIBER_TOO_SLOW" && open) {
+              start();
+              for (const listener of this.resyncListeners) listener();
+              return;
+            }
             sink.error?.(failure);
-          }
-          else if (result.data) sink.next(result.data as T);
+          },
+          complete: () => {},
         },
-        error: (error) => sink.error?.(Array.isArray(error) ? failureOf(error) : new ApiError("error", String(error))),
-        complete: () => {},
-      },
-    );
+      );
+    };
+    start();
     return () => {
       if (!open) return;
       open = false;

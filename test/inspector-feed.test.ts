@@ -144,6 +144,29 @@ describe("the feed's history", () => {
     expect(second.data.memoryFeed.hasMore).toBe(false);
   });
 
+  it("draws at most 200 items however many arrive live, and shows the rest when asked", async () => {
+    await page.goto(`${url}/inspector/?kinds=EVENT`);
+    await poll(() => page.getByTestId("live-status").textContent()).toBe("Live");
+    await poll(() => page.locator('[data-kind="event"]').count()).toBe(50);
+    for (let n = 1; n <= 230; n++) {
+      const { errors } = await engram.gql(
+        `mutation($body: String!) { appendEvent(input: { scope: ENTITY, scopeRef: "busy", kind: "note", body: $body, source: "crm" }) { id } }`,
+        { body: `Busy ${n}` },
+        engram.tenant.writer,
+      );
+      expect(errors).toBeUndefined();
+    }
+    await page.locator(".feed-item", { hasText: "Busy 230" }).waitFor();
+    // Every item stayed drawn before, so a feed left open on a busy tenant grew without bound.
+    expect(await page.locator(".feed-item").count()).toBe(200);
+    expect(await page.locator(".feed-item").first().textContent()).toContain("Busy 230");
+    await page.getByRole("button", { name: "Show older (80 more)" }).click();
+    await poll(() => page.locator(".feed-item").count()).toBe(280);
+    expect(await page.locator(".feed-item").last().textContent()).toContain("Note 6");
+    await page.getByRole("button", { name: "Load older" }).click();
+    await poll(() => page.locator(".feed-item").count()).toBe(285);
+  }, 120_000);
+
   it("shows a compaction run started from the CLI", async () => {
     const run = await cli(["compact", "--now"]);
     expect(run.code, run.stderr).toBe(0);

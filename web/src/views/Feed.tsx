@@ -6,7 +6,7 @@ import {
   type FeedKind,
   type InspectorFeedItemFragment,
 } from "@gql/graphql.ts";
-import { useCallback, useEffect, useRef, useState } from "react";
+import { memo, useCallback, useEffect, useRef, useState } from "react";
 import type { ApiError } from "../api.ts";
 import { clip, Empty, Failure, Link, Prose, time } from "../components.tsx";
 import { useFilterInUrl, useQuery, useResync, useSession, useSubscription } from "../hooks.ts";
@@ -208,21 +208,51 @@ const KIND_LABEL: Record<Item["__typename"], string> = {
   JobRunFeedItem: "job",
 };
 
-export function FeedList({ items }: { items: Item[] }) {
+// An item is drawn once: a new announcement re-renders the list, not every item's Markdown.
+const FeedRow = memo(function FeedRow({ item }: { item: Item }) {
   return (
-    <ol className="feed" aria-label="Live feed, newest first" data-testid="feed">
-      {items.map((item) => (
-        <li key={item.id} className={`feed-item kind-${KIND_LABEL[item.__typename]}`} data-kind={KIND_LABEL[item.__typename]}>
-          <div className="meta">
-            <span className="kind">{KIND_LABEL[item.__typename]}</span>
-            <time dateTime={item.at}>{time(item.at)}</time>
-          </div>
-          <div className="body">
-            <ItemBody item={item} />
-          </div>
-        </li>
-      ))}
-    </ol>
+    <li className={`feed-item kind-${KIND_LABEL[item.__typename]}`} data-kind={KIND_LABEL[item.__typename]}>
+      <div className="meta">
+        <span className="kind">{KIND_LABEL[item.__typename]}</span>
+        <time dateTime={item.at}>{time(item.at)}</time>
+      </div>
+      <div className="body">
+        <ItemBody item={item} />
+      </div>
+    </li>
+  );
+});
+
+/** How many items are drawn at first, and how many more each "Show older" draws. */
+export const DRAWN = 200;
+
+/**
+ * The newest items, at most `DRAWN` more than the person asked to see, so a busy feed left open
+ * keeps a page of bounded size; the button shows those held back, then (with `loadOlder`) asks the server.
+ */
+export function FeedList({ items, hasMore, loading, loadOlder }: { items: Item[]; hasMore?: boolean; loading?: boolean; loadOlder?(): void }) {
+  const [drawn, setDrawn] = useState(DRAWN);
+  const held = items.length - drawn;
+  return (
+    <>
+      <ol className="feed" aria-label="Live feed, newest first" data-testid="feed">
+        {items.slice(0, drawn).map((item) => (
+          <FeedRow key={item.id} item={item} />
+        ))}
+      </ol>
+      {held > 0 ? (
+        <button type="button" className="more" onClick={() => setDrawn((n) => n + DRAWN)}>
+          Show older ({held} more)
+        </button>
+      ) : (
+        hasMore &&
+        loadOlder && (
+          <button type="button" className="more" onClick={loadOlder} disabled={loading}>
+            {loading ? "Loading…" : "Load older"}
+          </button>
+        )
+      )}
+    </>
   );
 }
 
@@ -417,12 +447,7 @@ export function FeedPaged({ items, loading, hasMore, loadOlder, empty }: { items
       {items.length === 0 ? (
         <Empty>{loading ? "Loading…" : (empty ?? "Nothing matches. Items appear here as agents record turns and memory works on them; this page keeps listening.")}</Empty>
       ) : (
-        <FeedList items={items} />
-      )}
-      {hasMore && (
-        <button type="button" className="more" onClick={loadOlder} disabled={loading}>
-          {loading ? "Loading…" : "Load older"}
-        </button>
+        <FeedList items={items} hasMore={hasMore} loading={loading} loadOlder={loadOlder} />
       )}
     </>
   );

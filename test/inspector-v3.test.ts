@@ -404,3 +404,26 @@ describe("sizes and axe", () => {
     }
   });
 });
+
+describe("many users", () => {
+  it("lists every user, 100 at a time, not only the 100 most recently active", async () => {
+    const upsert = `mutation($e: String!) { upsertEndUser(input: { externalId: $e }) { id } }`;
+    for (let n = 1; n <= 100; n++) {
+      const { errors } = await engram.gql(upsert, { e: `many-${String(n).padStart(3, "0")}` }, engram.tenant.writer);
+      expect(errors).toBeUndefined();
+    }
+    const { data } = await engram.gql(`{ endUsers(first: 100) { edges { node { id } } } }`);
+    const total = 100 + (await engram.services.db.endUser.count({ where: { tenantId: engram.tenant.tenantId, externalId: { not: { startsWith: "many-" } } } }));
+    expect(data.endUsers.edges).toHaveLength(100);
+    await page.goto(`${url}/inspector/users`);
+    const listed = page.getByTestId("users").locator("li");
+    await poll(() => listed.count()).toBe(100);
+    // The page stopped here: ada, the oldest, could not be reached from the list.
+    expect(await page.getByRole("link", { name: "ada", exact: true }).count()).toBe(0);
+    await page.getByRole("button", { name: "More users" }).click();
+    await poll(() => listed.count()).toBe(total);
+    await page.getByRole("link", { name: "ada", exact: true }).click();
+    await poll(() => page.locator("#user-title").textContent()).toBe("ada");
+    expect(await page.getByRole("button", { name: "More users" }).count()).toBe(0);
+  });
+});

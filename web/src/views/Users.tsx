@@ -2,15 +2,16 @@ import {
   InspectorAddFactDocument,
   InspectorCorrectFactDocument,
   InspectorDeleteFactDocument,
-  InspectorDirectoryDocument,
   InspectorFactHistoryDocument,
   InspectorForgetRecordsDocument,
   InspectorForgetUserDocument,
   InspectorResolveContradictionDocument,
   InspectorUserDocument,
+  InspectorUsersDocument,
   type ContradictionChoice,
   type InspectorFactFragment,
   type InspectorForgetReceiptFragment,
+  type InspectorUsersQuery,
 } from "@gql/graphql.ts";
 import { useEffect, useState, type FormEvent } from "react";
 import type { ApiError } from "../api.ts";
@@ -22,25 +23,56 @@ export function UsersView({ id }: { id?: string }) {
   return id ? <UserDetail id={id} /> : <UserList />;
 }
 
+type ListedUser = InspectorUsersQuery["endUsers"]["edges"][number]["node"];
+
+/** Every user, most recently active first, a page of 100 at a time (the list stopped at 100). */
 function UserList() {
-  const directory = useQuery(InspectorDirectoryDocument, {});
-  const users = directory.data?.endUsers.edges ?? [];
+  const first = useQuery(InspectorUsersDocument, { after: null });
+  const { engram } = useSession();
+  const [more, setMore] = useState<{ users: ListedUser[]; endCursor: string | null; hasNextPage: boolean }>();
+  const [loading, setLoading] = useState(false);
+  const [error, setError] = useState<ApiError>();
+  const page = first.data?.endUsers;
+  const users = [...(page?.edges.map((e) => e.node) ?? []), ...(more?.users ?? [])];
+  const next = more ?? (page && { endCursor: page.pageInfo.endCursor ?? null, hasNextPage: page.pageInfo.hasNextPage });
+  const loadMore = async () => {
+    setLoading(true);
+    try {
+      const { endUsers } = await engram.request(InspectorUsersDocument, { after: next?.endCursor ?? null });
+      setMore({
+        users: [...(more?.users ?? []), ...endUsers.edges.map((e) => e.node)],
+        endCursor: endUsers.pageInfo.endCursor ?? null,
+        hasNextPage: endUsers.pageInfo.hasNextPage,
+      });
+      setError(undefined);
+    } catch (failure) {
+      setError(failure as ApiError);
+    } finally {
+      setLoading(false);
+    }
+  };
   return (
     <section aria-labelledby="users-title">
       <h1 id="users-title">Users</h1>
-      <p className="lede">The people agents talk to, and what memory knows about each of them.</p>
-      {directory.error && <Failure error={directory.error} retry={directory.refetch} />}
-      {directory.loading && !directory.data && <Loading />}
-      {directory.data && users.length === 0 && <Empty>No users yet. They appear once an agent records a turn with them.</Empty>}
+      <p className="lede">The people agents talk to, and what memory knows about each of them, most recently active first.</p>
+      {first.error && <Failure error={first.error} retry={first.refetch} />}
+      {first.loading && !first.data && <Loading />}
+      {first.data && users.length === 0 && <Empty>No users yet. They appear once an agent records a turn with them.</Empty>}
       {users.length > 0 && (
-        <ul className="plain">
-          {users.map(({ node: u }) => (
+        <ul className="plain" data-testid="users">
+          {users.map((u) => (
             <li key={u.id}>
               <Link to={`/users/${u.id}`}>{u.displayName ?? u.externalId}</Link>
               {u.displayName && <span className="muted"> · {u.externalId}</span>}
             </li>
           ))}
         </ul>
+      )}
+      {error && <Failure error={error} retry={loadMore} />}
+      {next?.hasNextPage && (
+        <button type="button" className="more" onClick={loadMore} disabled={loading}>
+          {loading ? "Loading…" : "More users"}
+        </button>
       )}
     </section>
   );

@@ -116,9 +116,10 @@ describe("README: Use it from your agent", () => {
     ]);
 
     // The recallIndexStatus query of "Recall of earlier conversations", as printed there.
-    const query = /query \{ recallIndexStatus\(endUserId: "…"\) \{ pending oldestPendingAt \} \}/.exec(README)?.[0];
+    const query = /query \{ recallIndexStatus\(endUserExternalId: "guest-42"\) \{ pending oldestPendingAt \} \}/.exec(README)?.[0];
     expect(query).toBeDefined();
-    const { data, errors } = await engram.gql(query!.replace("…", conversation.endUserId), {}, engram.tenant.reader);
+    const { externalId } = await engram.services.db.endUser.findUniqueOrThrow({ where: { id: conversation.endUserId } });
+    const { data, errors } = await engram.gql(query!.replace("guest-42", externalId), {}, engram.tenant.reader);
     expect(errors).toBeUndefined();
     expect(data.recallIndexStatus).toEqual({ pending: 0, oldestPendingAt: null });
   }, INDEXING_TIMEOUT_MS + 60_000);

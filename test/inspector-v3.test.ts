@@ -82,6 +82,46 @@ afterAll(async () => {
 
 const hits = (p: Page = page) => p.getByTestId("search-hits").locator("li");
 
+describe("a link into a long conversation", () => {
+  it("opens a window around a message 600 back, marked, with older and newer messages a click away", async () => {
+    const messages = Array.from({ length: 650 }, (_, i) => ({ role: i % 2 ? "ASSISTANT" : "USER", content: `Long message ${i + 1}.` }));
+    const imported = await engram.gql(
+      `mutation($input: ImportConversationInput!) { importConversation(input: $input) { id } }`,
+      { input: { agentExternalId: "concierge", endUserExternalId: "dee", conversationExternalId: "long", messages } },
+      engram.tenant.writer,
+    );
+    expect(imported.errors).toBeUndefined();
+    const id = imported.data.importConversation.id;
+    const rows = page.locator("table.messages tbody tr[id^=message-]");
+    const seqs = async () => (await rows.evaluateAll((trs) => trs.map((tr) => Number(tr.id.slice("message-".length))))) as number[];
+
+    // Before, only the newest 200 came, #5 was not among them and nothing was marked.
+    await page.goto(`${url}/inspector/conversations/${id}?message=5`);
+    const focused = page.locator('table.messages tr[aria-current="true"]');
+    await focused.waitFor();
+    expect(await focused.textContent()).toContain("Long message 5.");
+    // Newest first, as the table lists them.
+    expect(await seqs()).toEqual(Array.from({ length: 15 }, (_, i) => 15 - i));
+    expect(await page.getByRole("button", { name: "Load older messages" }).count()).toBe(0);
+    await page.getByRole("button", { name: "Load newer messages" }).click();
+    await poll(async () => (await seqs())[0]).toBe(55);
+
+    // From the newest, "Load older" goes on past the API's page of 500: the window moves back.
+    await page.goto(`${url}/inspector/conversations/${id}`);
+    await poll(async () => (await seqs())[0]).toBe(650);
+    // 11 clicks grow the window to 480 messages (171–650), the next 5 move it back to 1–450.
+    for (let clicks = 0; (await seqs()).at(-1)! > 1; clicks++) {
+      expect(clicks).toBeLessThan(16);
+      const before = (await seqs()).at(-1)!;
+      await page.getByRole("button", { name: "Load older messages" }).click();
+      await poll(async () => (await seqs()).at(-1)).toBeLessThan(before);
+    }
+    expect(await page.getByRole("button", { name: "Load older messages" }).count()).toBe(0);
+    expect((await seqs()).length).toBeLessThanOrEqual(500);
+    await page.getByRole("button", { name: "Load newer messages" }).waitFor();
+  }, 120_000);
+});
+
 describe("memory search across users", () => {
   it("finds facts, entries and events of every user, keeps the search in the URL, and filters by kind and user", async () => {
     await page.getByRole("link", { name: "Search" }).click();

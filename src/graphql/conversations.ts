@@ -61,9 +61,18 @@ builder.prismaObject("Conversation", {
       cursor: "id",
       maxSize: 500,
       description: FORGOTTEN_LEFT_OUT,
-      args: { includePrivate: t.arg.boolean({ defaultValue: false }) },
+      args: {
+        includePrivate: t.arg.boolean({ defaultValue: false }),
+        throughSeq: t.arg.int({
+          description: "Only messages up to this seq: with `last`, a window of the history that ends there (a message's neighbours in a long conversation).",
+        }),
+      },
       query: (args) => ({
-        where: { forgottenAt: null, ...(args.includePrivate ? {} : { private: false }) },
+        where: {
+          forgottenAt: null,
+          ...(args.includePrivate ? {} : { private: false }),
+          ...(args.throughSeq != null ? { seq: { lte: args.throughSeq } } : {}),
+        },
         orderBy: { seq: "asc" },
       }),
     }),

@@ -391,6 +391,13 @@ function ConversationDetail({ id }: { id: string }) {
   );
 }
 
+/** Messages a click on "Load older" or "Load newer" adds. */
+const PAGE_STEP = 40;
+/** The most one read of a conversation's messages returns (the API's page). */
+const MESSAGES_PAGE_MAX = 500;
+/** Messages shown after a linked one that is further back than a page, for its context. */
+const WINDOW_AFTER_FOCUS = 10;
+
 function ConversationPage({
   id,
   focus,
@@ -409,14 +416,24 @@ function ConversationPage({
   const [refresh, setRefresh] = useState(0);
   const [settingsSaved, setSettingsSaved] = useState(false);
   const [shown, setShown] = useState(40);
-  const [through, setThrough] = useState<number>();
-  // A linked message older than the last 40 loads the messages back to it.
-  const wanted = Math.max(shown, through ?? 0);
-  const conversation = useQuery(InspectorConversationDocument, { id, lastMessages: wanted });
-  const lastSeq = conversation.data?.conversation.lastSeq;
+  // The window's last message: the newest unless a linked message is further back than 200.
+  const [upTo, setUpTo] = useState<number>();
+  const [lastSeq, setLastSeq] = useState<number>();
+  // A linked message within the last 200 loads the messages back to it (as turns arrive too);
+  // one further back opens a window around it, with older and newer messages a click away.
+  const through = focus && lastSeq && upTo === undefined ? Math.min(MESSAGES_PAGE_MAX, lastSeq - focus + 1) : 0;
+  const wanted = Math.max(shown, through);
+  const conversation = useQuery(InspectorConversationDocument, { id, lastMessages: wanted, throughSeq: upTo ?? null });
+  const newest = conversation.data?.conversation.lastSeq;
+  // Placed once per linked message: a live turn arriving later does not move the window back.
+  const [placed, setPlaced] = useState<number>();
   useEffect(() => {
-    if (focus && lastSeq) setThrough(Math.min(200, lastSeq - focus + 1));
-  }, [focus, lastSeq]);
+    if (newest === undefined) return;
+    setLastSeq(newest);
+    if (!focus || placed === focus) return;
+    setUpTo(newest - focus < 200 ? undefined : focus + WINDOW_AFTER_FOCUS);
+    setPlaced(focus);
+  }, [focus, newest, placed]);
   useEffect(() => {
     if (!focus) return;
     document.getElementById(`message-${focus}`)?.scrollIntoView({ block: "center" });
@@ -549,9 +566,23 @@ function ConversationPage({
             {conversation.error && <Failure error={conversation.error} retry={conversation.refetch} />}
             {c.messages.pageInfo.hasPreviousPage && (
               // Busy only while older messages are on their way: a live refresh of the newest ones
-              // (any turn, rewrite or fact of this conversation) does not swallow the click.
-              <button type="button" className="more" onClick={() => setShown((n) => Math.max(n, through ?? 0) + 40)} disabled={loadingOlder}>
+              // (any turn, rewrite or fact of this conversation) does not swallow the click. At the
+              // API's page of 500 the window moves back instead of growing.
+              <button
+                type="button"
+                className="more"
+                onClick={() => {
+                  if (wanted + PAGE_STEP <= MESSAGES_PAGE_MAX) setShown(wanted + PAGE_STEP);
+                  else setUpTo((messages[0]?.seq ?? c.lastSeq) - 1 + wanted - PAGE_STEP);
+                }}
+                disabled={loadingOlder}
+              >
                 {loadingOlder ? "Loading…" : "Load older messages"}
+              </button>
+            )}
+            {upTo !== undefined && upTo < c.lastSeq && (
+              <button type="button" className="more" onClick={() => setUpTo(upTo + PAGE_STEP >= c.lastSeq ? undefined : upTo + PAGE_STEP)}>
+                Load newer messages
               </button>
             )}
           </section>

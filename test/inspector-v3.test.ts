@@ -467,3 +467,41 @@ describe("many users", () => {
     expect(await page.getByRole("button", { name: "More users" }).count()).toBe(0);
   });
 });
+
+describe("many conversations", () => {
+  it("lists every conversation, 100 at a time, and starts again when the filter changes", async () => {
+    const message = [{ role: "USER", content: "Hello." }];
+    const imported = `mutation($input: ImportConversationInput!) { importConversation(input: $input) { id } }`;
+    for (let n = 1; n <= 100; n++) {
+      const input = { agentExternalId: "bulk", endUserExternalId: "bulk-user", conversationExternalId: `bulk-${String(n).padStart(3, "0")}`, messages: message };
+      expect((await engram.gql(imported, { input }, engram.tenant.writer)).errors).toBeUndefined();
+    }
+    const total = await engram.services.db.conversation.count({ where: { tenantId: engram.tenant.tenantId } });
+    expect(total).toBeGreaterThan(100);
+    await page.goto(`${url}/inspector/conversations`);
+    const rows = page.locator("table tbody tr");
+    await poll(() => rows.count()).toBe(100);
+    // The list stopped here: the oldest conversations (ada's trip) could not be reached from it.
+    expect(await page.getByRole("link", { name: "trip", exact: true }).count()).toBe(0);
+    await page.getByRole("button", { name: "More conversations" }).click();
+    await poll(() => rows.count()).toBe(total);
+    expect(await page.getByRole("button", { name: "More conversations" }).count()).toBe(0);
+    // Another filter is another list, from its first page.
+    const concierge = await engram.services.db.agent.findFirstOrThrow({ where: { tenantId: engram.tenant.tenantId, externalId: "concierge" } });
+    await page.getByLabel("Agent").selectOption(concierge.id);
+    await poll(() => rows.count()).toBe(await engram.services.db.conversation.count({ where: { agentId: concierge.id } }));
+    await page.getByRole("link", { name: "trip", exact: true }).waitFor();
+
+    // The user picker lists the 100 most recently active (ada, among the oldest, is not one of
+    // them); anyone is found by their own id.
+    await page.getByLabel("Agent").selectOption("");
+    expect(await page.getByLabel("User").locator("option", { hasText: /^ada$/ }).count()).toBe(0);
+    await page.getByLabel("Find by id").fill("nobody-at-all");
+    await page.getByLabel("Find by id").press("Enter");
+    await page.getByText("No user nobody-at-all.").waitFor();
+    await page.getByLabel("Find by id").fill("ada");
+    await page.getByLabel("Find by id").press("Enter");
+    await poll(() => rows.count()).toBe(await engram.services.db.conversation.count({ where: { endUserId: ada.endUserId } }));
+    expect(await page.getByLabel("User").inputValue()).toBe(ada.endUserId);
+  });
+});

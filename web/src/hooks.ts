@@ -39,6 +39,49 @@ export function useQuery<T, V>(document: TypedDocumentNode<T, V>, variables: V, 
   return { ...state, refetch };
 }
 
+/** A page of a connection, as a list view reads it. */
+export type Page<N> = { nodes: N[]; endCursor: string | null; hasNextPage: boolean };
+
+/**
+ * A list read a page at a time: the first page from `useQuery`, the next ones appended by
+ * `loadMore` (a list that stopped at its first page hid everything after it). Variables other
+ * than the cursor that change start the list again.
+ */
+export function usePaged<T, V extends { after?: string | null }, N extends { id: string }>(
+  document: TypedDocumentNode<T, V>,
+  variables: Omit<V, "after">,
+  pageOf: (data: T) => Page<N>,
+) {
+  const { engram } = useSession();
+  const first = useQuery(document, { ...variables, after: null } as V);
+  const key = JSON.stringify(variables);
+  const [more, setMore] = useState<{ key: string } & Page<N>>();
+  const [loading, setLoading] = useState(false);
+  const [error, setError] = useState<ApiError>();
+  // Pages loaded for other variables are dropped, not kept for when they come back.
+  useEffect(() => setMore((m) => (m?.key === key ? m : undefined)), [key]);
+  const firstPage = first.data ? pageOf(first.data) : undefined;
+  const extra = more?.key === key ? more : undefined;
+  // A row that moved between pages while they were read (its activity reordered the list) is
+  // shown once, where it was first read.
+  const seen = new Set<string>();
+  const nodes = [...(firstPage?.nodes ?? []), ...(extra?.nodes ?? [])].filter((node) => !seen.has(node.id) && seen.add(node.id));
+  const next = extra ?? firstPage;
+  const loadMore = async () => {
+    setLoading(true);
+    try {
+      const page = pageOf(await engram.request(document, { ...variables, after: next?.endCursor ?? null } as V));
+      setMore({ key, nodes: [...(extra?.nodes ?? []), ...page.nodes], endCursor: page.endCursor, hasNextPage: page.hasNextPage });
+      setError(undefined);
+    } catch (failure) {
+      setError(failure as ApiError);
+    } finally {
+      setLoading(false);
+    }
+  };
+  return { first, nodes, hasMore: Boolean(next?.hasNextPage), loadMore, loading, error };
+}
+
 /** Subscribes while mounted (and while the variables stay the same). */
 export function useSubscription<T, V>(
   document: TypedDocumentNode<T, V>,

@@ -10,7 +10,7 @@ import {
 import { useEffect, useState, type FormEvent } from "react";
 import type { ApiError } from "../api.ts";
 import { Diff, Empty, Failure, LineChart, Link, Loading, time } from "../components.tsx";
-import { canWrite, useQuery, useResync, useSearchParams, useSession, useThrottled } from "../hooks.ts";
+import { canWrite, usePaged, useQuery, useResync, useSearchParams, useSession, useThrottled } from "../hooks.ts";
 import { FeedList, FilterBar, useFeed, type FeedFilter } from "./Feed.tsx";
 
 export function ConversationsView({ id }: { id?: string }) {
@@ -19,8 +19,16 @@ export function ConversationsView({ id }: { id?: string }) {
 
 function ConversationList() {
   const [filter, setFilter] = useState<FeedFilter>({});
-  const list = useQuery(InspectorConversationsDocument, { agentId: filter.agentId ?? null, endUserId: filter.endUserId ?? null, first: 100 });
-  const rows = list.data?.conversations.edges ?? [];
+  // A page of 100 at a time, most recently active first (the list stopped at 100).
+  const { first: list, nodes: rows, hasMore, loadMore, loading, error } = usePaged(
+    InspectorConversationsDocument,
+    { agentId: filter.agentId ?? null, endUserId: filter.endUserId ?? null, first: 100 },
+    ({ conversations }) => ({
+      nodes: conversations.edges.map((edge) => edge.node),
+      endCursor: conversations.pageInfo.endCursor ?? null,
+      hasNextPage: conversations.pageInfo.hasNextPage,
+    }),
+  );
   return (
     <section aria-labelledby="conversations-title">
       <h1 id="conversations-title">Conversations</h1>
@@ -40,7 +48,7 @@ function ConversationList() {
             </tr>
           </thead>
           <tbody>
-            {rows.map(({ node: c }) => (
+            {rows.map((c) => (
               <tr key={c.id}>
                 <td>
                   <Link to={`/conversations/${c.id}`}>{c.externalId}</Link>
@@ -55,6 +63,12 @@ function ConversationList() {
             ))}
           </tbody>
         </table>
+      )}
+      {error && <Failure error={error} retry={loadMore} />}
+      {hasMore && (
+        <button type="button" className="more" onClick={loadMore} disabled={loading}>
+          {loading ? "Loading…" : "More conversations"}
+        </button>
       )}
     </section>
   );

@@ -1,4 +1,5 @@
 import {
+  EndUserByExternalIdDocument,
   InspectorConversationsDocument,
   InspectorDirectoryDocument,
   MemoryFeedDocument,
@@ -33,6 +34,19 @@ export function FilterBar({ value, onChange, withConversation = true }: { value:
     !withConversation,
   );
   const set = (patch: FeedFilter) => onChange({ ...value, ...patch });
+  // The picker lists the 100 most recently active users; anyone else is found by their own id.
+  const { engram } = useSession();
+  const listed = directory.data?.endUsers.edges.map((e) => e.node) ?? [];
+  const [found, setFound] = useState<(typeof listed)[number]>();
+  const [notFound, setNotFound] = useState<string>();
+  const chosen = value.endUserId && !listed.some((u) => u.id === value.endUserId) ? (found?.id === value.endUserId ? found : { id: value.endUserId, externalId: value.endUserId, displayName: null }) : undefined;
+  const find = async (externalId: string) => {
+    const { endUserByExternalId: user } = await engram.request(EndUserByExternalIdDocument, { externalId });
+    setNotFound(user ? undefined : externalId);
+    if (!user) return;
+    setFound(user);
+    set({ endUserId: user.id, conversationId: undefined });
+  };
   return (
     <form className="filters" onSubmit={(e) => e.preventDefault()} aria-label="Filters">
       <label>
@@ -50,13 +64,28 @@ export function FilterBar({ value, onChange, withConversation = true }: { value:
         User
         <select value={value.endUserId ?? ""} onChange={(e) => set({ endUserId: e.target.value || undefined, conversationId: undefined })}>
           <option value="">All users</option>
-          {directory.data?.endUsers.edges.map(({ node: u }) => (
+          {chosen && <option value={chosen.id}>{chosen.displayName ?? chosen.externalId}</option>}
+          {listed.map((u) => (
             <option key={u.id} value={u.id}>
               {u.displayName ?? u.externalId}
             </option>
           ))}
         </select>
       </label>
+      {directory.data?.endUsers.pageInfo.hasNextPage && (
+        <label>
+          Find by id
+          <input
+            type="search"
+            placeholder="their id, Enter"
+            onKeyDown={(e) => {
+              const text = e.currentTarget.value.trim();
+              if (e.key === "Enter" && text) void find(text).catch(() => setNotFound(text));
+            }}
+          />
+          {notFound && <span className="muted"> No user {notFound}.</span>}
+        </label>
+      )}
       {withConversation && (
         <label>
           Conversation

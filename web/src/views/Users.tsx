@@ -11,46 +11,24 @@ import {
   type ContradictionChoice,
   type InspectorFactFragment,
   type InspectorForgetReceiptFragment,
-  type InspectorUsersQuery,
 } from "@gql/graphql.ts";
 import { useEffect, useState, type FormEvent } from "react";
 import type { ApiError } from "../api.ts";
 import { Empty, Failure, Link, Loading, time } from "../components.tsx";
-import { canWrite, useQuery, useResync, useSession, useThrottled } from "../hooks.ts";
+import { canWrite, usePaged, useQuery, useResync, useSession, useThrottled } from "../hooks.ts";
 import { FeedList, useFeed } from "./Feed.tsx";
 
 export function UsersView({ id }: { id?: string }) {
   return id ? <UserDetail id={id} /> : <UserList />;
 }
 
-type ListedUser = InspectorUsersQuery["endUsers"]["edges"][number]["node"];
-
 /** Every user, most recently active first, a page of 100 at a time (the list stopped at 100). */
 function UserList() {
-  const first = useQuery(InspectorUsersDocument, { after: null });
-  const { engram } = useSession();
-  const [more, setMore] = useState<{ users: ListedUser[]; endCursor: string | null; hasNextPage: boolean }>();
-  const [loading, setLoading] = useState(false);
-  const [error, setError] = useState<ApiError>();
-  const page = first.data?.endUsers;
-  const users = [...(page?.edges.map((e) => e.node) ?? []), ...(more?.users ?? [])];
-  const next = more ?? (page && { endCursor: page.pageInfo.endCursor ?? null, hasNextPage: page.pageInfo.hasNextPage });
-  const loadMore = async () => {
-    setLoading(true);
-    try {
-      const { endUsers } = await engram.request(InspectorUsersDocument, { after: next?.endCursor ?? null });
-      setMore({
-        users: [...(more?.users ?? []), ...endUsers.edges.map((e) => e.node)],
-        endCursor: endUsers.pageInfo.endCursor ?? null,
-        hasNextPage: endUsers.pageInfo.hasNextPage,
-      });
-      setError(undefined);
-    } catch (failure) {
-      setError(failure as ApiError);
-    } finally {
-      setLoading(false);
-    }
-  };
+  const { first, nodes: users, hasMore, loadMore, loading, error } = usePaged(InspectorUsersDocument, {}, ({ endUsers }) => ({
+    nodes: endUsers.edges.map((e) => e.node),
+    endCursor: endUsers.pageInfo.endCursor ?? null,
+    hasNextPage: endUsers.pageInfo.hasNextPage,
+  }));
   return (
     <section aria-labelledby="users-title">
       <h1 id="users-title">Users</h1>
@@ -69,7 +47,7 @@ function UserList() {
         </ul>
       )}
       {error && <Failure error={error} retry={loadMore} />}
-      {next?.hasNextPage && (
+      {hasMore && (
         <button type="button" className="more" onClick={loadMore} disabled={loading}>
           {loading ? "Loading…" : "More users"}
         </button>

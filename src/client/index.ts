@@ -262,7 +262,8 @@ export class EngramClient {
 
   /**
    * Follows a topic over graphql-ws: `for await (const event of client.subscribe("eventAppended", { scopeRef }))`.
-   * Ends when the signal aborts or the loop breaks; a refused key or bad variables throw an EngramError.
+   * Ends when the signal aborts or the loop breaks; a refused key or bad variables throw an EngramError,
+   * and so does a subscription that fell too far behind (SUBSCRIBER_TOO_SLOW: subscribe again).
    */
   async *subscribe<K extends Topic>(topic: K, variables: TopicVariables<K>, call: { signal?: AbortSignal } = {}): AsyncGenerator<TopicItem<K>> {
     const client = await this.webSocketClient();

@@ -277,6 +277,28 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     await engram.gql(UPDATE, { input: { redaction: { custom: [] } } });
   });
 
+  it("custom patterns match a long text whole: a match where a 20,000-character cut once fell is still redacted", async () => {
+    // Texts used to be matched in pieces of 20,000 characters, cut hard when a line ran on that
+    // long, so a ticket across the cut went to the model as it was.
+    await engram.gql(UPDATE, { input: { redaction: { custom: [{ name: "ticket", pattern: "TCK-\\d{6}" }] } } });
+    const body = "word ".repeat(3_999) + "TCK-123456 was escalated " + "and discussed at length ".repeat(400);
+    await appendOld(engram, engram.tenant.writer, "long-line", [body, "second note", "third note"]);
+    const from = serverA.requests.length;
+    const [run] = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
+    expect(run.status).toBe("SUCCEEDED");
+    const sent = JSON.stringify(serverA.requests.slice(from).filter((r) => JSON.stringify(r).includes("long-line")));
+    expect(sent).toContain("was escalated");
+    expect(sent).not.toContain("TCK-123456");
+    expect(sent).toContain("[TICKET]");
+
+    // `$` means the end of the text, not the end of a piece of it.
+    const rules = { ...DEFAULT_REDACTION, custom: [{ name: "end", pattern: "a+$", flags: "", placeholder: "[END]" }] };
+    const { texts, redactions } = await redactTexts(rules, ["a".repeat(50_000) + "b"]);
+    expect(redactions).toBe(0);
+    expect(texts[0]).toBe("a".repeat(50_000) + "b");
+    await engram.gql(UPDATE, { input: { redaction: { custom: [] } } });
+  });
+
   it("embeds on the tenant's embedding route, redacted and metered under chain embed", async () => {
     serverB.embed((input) => input.map(() => [0.1, 0.2, 0.3]));
     await engram.gql(UPDATE, { input: { modelRouting: { embedding: { baseUrl: serverB.url, model: "b-embed" } } } }, engram.other.admin);

@@ -32,8 +32,6 @@ export const DEFAULT_REDACTION: RedactionRules = {
 
 export type RedactionResult = { texts: string[]; redactions: number };
 
-// Custom patterns run on at most this many characters at a time; longer texts go in line-aligned chunks.
-export const CUSTOM_CHUNK_CHARS = 20_000;
 export const CUSTOM_PATTERN_MAX_LENGTH = 500;
 // Custom patterns over one model call's texts get this long, plus this much per 1,000 characters
 // per pattern (re2js measured ~15 ms per 1,000 characters on the hardest patterns here).
@@ -202,20 +200,6 @@ export function customPatternProblem(pattern: string, flags: string): string | n
   return null;
 }
 
-function chunks(text: string): string[] {
-  if (text.length <= CUSTOM_CHUNK_CHARS) return [text];
-  const parts: string[] = [];
-  let rest = text;
-  while (rest.length > CUSTOM_CHUNK_CHARS) {
-    const cut = rest.lastIndexOf("\n", CUSTOM_CHUNK_CHARS);
-    const at = cut > CUSTOM_CHUNK_CHARS / 2 ? cut + 1 : CUSTOM_CHUNK_CHARS;
-    parts.push(rest.slice(0, at));
-    rest = rest.slice(at);
-  }
-  parts.push(rest);
-  return parts;
-}
-
 // The worker applies patterns to texts and answers with the results; it holds only compiled patterns.
 const WORKER_SOURCE = `
 const { parentPort, workerData } = require("node:worker_threads");
@@ -233,10 +217,10 @@ const compile = (p) => {
 parentPort.on("message", ({ id, patterns, texts }) => {
   try {
     let redactions = 0;
-    const out = texts.map((parts) => parts.map((part) => {
-      for (const p of patterns) part = compile(p).matcher(part).replaceAll(() => (redactions++, p.placeholder));
-      return part;
-    }).join(""));
+    const out = texts.map((text) => {
+      for (const p of patterns) text = compile(p).matcher(text).replaceAll(() => (redactions++, p.placeholder));
+      return text;
+    });
     parentPort.postMessage({ id, texts: out, redactions });
   } catch (error) {
     parentPort.postMessage({ id, error: String(error && error.message || error) });
@@ -247,7 +231,7 @@ parentPort.on("message", ({ id, patterns, texts }) => {
 type Job = {
   tenant: string;
   patterns: CustomPattern[];
-  texts: string[][];
+  texts: string[];
   resolve(r: RedactionResult): void;
   reject(e: Error): void;
 };
@@ -328,14 +312,15 @@ export class CustomPatternPool {
     const perThousand = options.msPerThousandChars ?? DEFAULT_MS_PER_THOUSAND_CHARS;
     // A linear engine's time grows with the text: the limit does too, so only a runaway is cut off.
     const timeoutMs = (job: Job) =>
-      Math.round(base + (perThousand * job.texts.reduce((n, parts) => n + parts.reduce((m, p) => m + p.length, 0), 0) * job.patterns.length) / 1_000);
+      Math.round(base + (perThousand * job.texts.reduce((n, text) => n + text.length, 0) * job.patterns.length) / 1_000);
     this.slots = Array.from({ length: options.workers ?? 2 }, () => new Slot(timeoutMs));
   }
 
   run(tenant: string, patterns: CustomPattern[], texts: string[]): Promise<RedactionResult> {
     return new Promise((resolve, reject) => {
       const queue = this.queues.get(tenant);
-      const job = { tenant, patterns, texts: texts.map(chunks), resolve, reject };
+      // Each text is matched whole (the engine is linear): a cut would let a match that straddles it through.
+      const job = { tenant, patterns, texts, resolve, reject };
       if (queue) queue.push(job);
       else {
         this.queues.set(tenant, [job]);

@@ -67,8 +67,8 @@ export async function openBenchEngram(store: BenchStore, env: Record<string, str
   const parsed = readEnv({ ENGRAM_LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? "error", ENGRAM_JOBS: "off", ...store.vars, ...env });
   const services = await openServices(parsed, { log: createLogger(parsed.ENGRAM_LOG_LEVEL) });
   const { tenant } = await createTenant(services.db, { name: "bench" });
-  const writer = await createApiKey(forTenant(services.db, tenant.id), { role: "WRITER", name: "bench writer" });
-  const reader = await createApiKey(forTenant(services.db, tenant.id), { role: "READER", name: "bench reader" });
+  const writer = await createApiKey(forTenant(services.db, tenant.id), { role: "WRITER", name: "bench writer" }, { apiKeyId: null, via: "cli" });
+  const reader = await createApiKey(forTenant(services.db, tenant.id), { role: "READER", name: "bench reader" }, { apiKeyId: null, via: "cli" });
   return { services, tenantId: tenant.id, writerKey: writer.key, readerKey: reader.key };
 }
 

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import type { Db } from "./db.ts";
 import { parseInput } from "./errors.ts";
-import { hashKey, KEY_PREFIX, newKey, type Principal } from "./governance/keys.ts";
+import { hashKey, KEY_PREFIX, keyAuditRow, newKey, type KeyActor, type Principal } from "./governance/keys.ts";
 import type { PubSub } from "./pubsub.ts";
 
 /**
@@ -14,14 +14,15 @@ const createTenantInput = z.object({ name: z.string().trim().min(1).max(200) });
 /** A tenant with its settings row and first admin key. */
 export async function createTenant(db: Db, input: z.input<typeof createTenantInput>) {
   const { name } = parseInput(createTenantInput, input);
-  return tenantWithAdminKey(db, name);
+  return db.$transaction((tx) => tenantWithAdminKey(tx, name, { apiKeyId: null, via: "cli" }));
 }
 
-/** The rows of a new tenant: itself, its settings and its first admin key (on `db`, or a transaction's client). */
-async function tenantWithAdminKey(db: Pick<Db, "tenant" | "apiKey">, name: string) {
+/** The rows of a new tenant: itself, its settings and its first admin key, audited (in a transaction's client). */
+async function tenantWithAdminKey(db: Pick<Db, "tenant" | "apiKey" | "auditLog">, name: string, actor: KeyActor) {
   const tenant = await db.tenant.create({ data: { name, settings: { create: {} } } });
   const { key, stored } = newKey();
-  await db.apiKey.create({ data: { tenantId: tenant.id, role: "ADMIN", name: "first admin", ...stored } });
+  const row = await db.apiKey.create({ data: { tenantId: tenant.id, role: "ADMIN", name: "first admin", ...stored } });
+  await db.auditLog.create({ data: keyAuditRow("apiKey.create", row, actor) });
   return { tenant, adminKey: key };
 }
 
@@ -37,7 +38,7 @@ export async function bootstrapFirstTenant(db: Db) {
   return db.$transaction(async (tx) => {
     await tx.$executeRaw`SELECT pg_advisory_xact_lock(${FIRST_TENANT_LOCK}::bigint)`;
     if ((await tx.tenant.count()) > 0) return null;
-    return tenantWithAdminKey(tx, "default");
+    return tenantWithAdminKey(tx, "default", { apiKeyId: null, via: "first start" });
   });
 }
 

@@ -229,7 +229,7 @@ async function run(command: CommandName, args: string[]) {
     if (role !== "ADMIN" && role !== "WRITER" && role !== "READER") throw new UsageError(command, "--role must be admin, writer or reader");
     const [{ createApiKey }, { forTenant }] = await Promise.all([import("./governance/keys.ts"), import("./db.ts")]);
     const { key } = await withDb(async (db) =>
-      createApiKey(forTenant(db, await resolveTenantId(db, values.tenant)), { role, name: values.name ?? "" }),
+      createApiKey(forTenant(db, await resolveTenantId(db, values.tenant)), { role, name: values.name ?? "" }, { apiKeyId: null, via: "cli" }),
     );
     process.stdout.write(`${key}\n`);
     return;

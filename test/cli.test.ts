@@ -73,6 +73,18 @@ describe("keys that cannot be lost", () => {
         body: JSON.stringify({ query: "{ viewer { role } }" }),
       });
       expect((await response.json()).data.viewer.role).toBe("ADMIN");
+      // Both admin keys are in the audit log, made by no key: the first start's, then the CLI's.
+      const audit = await fetch(`${next.url}/graphql`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${recovered.stdout.trim()}` },
+        body: JSON.stringify({ query: "{ auditLog { edges { node { action apiKeyId changes } } } }" }),
+      });
+      const rows = (await audit.json()).data.auditLog.edges.map((e: any) => e.node);
+      expect(rows.map((r: any) => [r.action, r.apiKeyId, r.changes.target.role, r.changes.via])).toEqual([
+        ["apiKey.create", null, "ADMIN", "cli"],
+        ["apiKey.create", null, "ADMIN", "first start"],
+      ]);
+      expect(rows[0].changes.target.prefix).toBe(recovered.stdout.trim().slice(0, 10));
     } finally {
       await stopServer(next);
     }

@@ -188,7 +188,7 @@ describe("tenant model routes cannot reach the operator's network", () => {
       expect(errors?.[0].message).not.toContain("pass@");
     }
     expect(await engram.services.db.tenantSettings.findUnique({ where: { tenantId: engram.tenant.tenantId } })).toEqual(before);
-    expect(await engram.services.db.auditLog.count()).toBe(0);
+    expect(await engram.services.db.auditLog.count({ where: { action: "settings.update" } })).toBe(0);
     expect(internal.hits()).toBe(0);
   });
 

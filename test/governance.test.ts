@@ -99,7 +99,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
       const audit = await engram.gql(AUDIT, {}, key);
       expect(audit.errors?.[0].extensions?.code).toBe("FORBIDDEN");
     }
-    expect(await engram.services.db.auditLog.count()).toBe(0);
+    expect(await engram.services.db.auditLog.count({ where: { action: "settings.update" } })).toBe(0);
   });
 
   it("refuses invalid settings with BAD_USER_INPUT and writes nothing", async () => {
@@ -123,7 +123,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     }
     const after = await engram.services.db.tenantSettings.findUniqueOrThrow({ where: { tenantId: engram.tenant.tenantId } });
     expect(after).toEqual(before);
-    expect(await engram.services.db.auditLog.count()).toBe(0);
+    expect(await engram.services.db.auditLog.count({ where: { action: "settings.update" } })).toBe(0);
   });
 
   it("stores a tenant's model API key encrypted, never returns it, and audits changes without it", async () => {
@@ -162,7 +162,8 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     const log = page1.data.auditLog;
     expect(log.pageInfo.hasNextPage).toBe(true);
     const page2 = await engram.gql(AUDIT, { first: 2, after: log.pageInfo.endCursor });
-    const entries = [...log.edges, ...page2.data.auditLog.edges].map((e: any) => e.node);
+    // Newest first: the three changes, then the tenant's keys being made (apiKey.create).
+    const entries = [...log.edges, ...page2.data.auditLog.edges].map((e: any) => e.node).filter((e: any) => e.action !== "apiKey.create");
     expect(entries).toHaveLength(3);
     expect(JSON.stringify(entries)).not.toContain(TENANT_KEY);
     for (const entry of entries) {
@@ -181,8 +182,40 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     });
     // The other tenant sees none of it.
     const theirs = await engram.gql(AUDIT, {}, engram.other.admin);
-    expect(theirs.data.auditLog.edges).toEqual([]);
+    expect(theirs.data.auditLog.edges.map((e: any) => e.node.action)).not.toContain("settings.update");
     await engram.gql(UPDATE, { input: { monthlyTokenBudget: null, redaction: { detectors: { ip: true } } } });
+  });
+
+  it("audits every key made and revoked: which key did it, the key's role, name and prefix, never the key", async () => {
+    const KEY_AUDIT = `{ auditLog(first: 100) { edges { node { action apiKeyId changes } } } }`;
+    const keyRows = async (key?: string) =>
+      (await engram.gql(KEY_AUDIT, {}, key)).data.auditLog.edges.map((e: any) => e.node).filter((n: any) => n.action.startsWith("apiKey."));
+    const before = await keyRows();
+    // The tenant's own keys, made as the CLI makes them: no key did it.
+    expect(before.map((n: any) => [n.action, n.apiKeyId, n.changes.target.role, n.changes.via])).toEqual([
+      ["apiKey.create", null, "READER", "cli"],
+      ["apiKey.create", null, "WRITER", "cli"],
+      ["apiKey.create", null, "ADMIN", "cli"],
+    ]);
+    const refused = await engram.gql(`mutation { createApiKey(role: ADMIN) { key } }`, {}, engram.tenant.writer);
+    expect(refused.errors?.[0].extensions?.code).toBe("FORBIDDEN");
+    expect(await keyRows()).toHaveLength(before.length);
+
+    const admin = (await engram.gql(`{ viewer { apiKeyId } }`)).data.viewer.apiKeyId;
+    const made = await engram.gql(`mutation { createApiKey(role: READER, name: "dashboard") { key id } }`);
+    const { key, id } = made.data.createApiKey;
+    for (let i = 0; i < 2; i++) expect((await engram.gql(`mutation($id: ID!) { revokeApiKey(id: $id) { revokedAt } }`, { id })).errors).toBeUndefined();
+    const rows = (await keyRows()).slice(0, -before.length);
+    const target = { apiKeyId: id, role: "READER", name: "dashboard", prefix: key.slice(0, 10) };
+    // Revoked twice, recorded once: the second changed nothing.
+    expect(rows).toEqual([
+      { action: "apiKey.revoke", apiKeyId: admin, changes: { target, via: "graphql" } },
+      { action: "apiKey.create", apiKeyId: admin, changes: { target, via: "graphql" } },
+    ]);
+    const stored = await engram.services.db.$queryRawUnsafe<{ row: string }[]>(`SELECT row_to_json(a)::text AS row FROM "AuditLog" a`);
+    for (const { row } of stored) expect(row).not.toContain(key);
+    // The other tenant's log has its own keys only.
+    expect(JSON.stringify(await keyRows(engram.other.admin))).not.toContain(id);
   });
 
   it("routes each tenant's compaction to its own model server, per its settings", async () => {
@@ -606,7 +639,7 @@ describe("settings on a server without ENGRAM_SECRET", () => {
     const { data } = await engram.gql(SETTINGS);
     expect(data.tenantSettings.retentionDays).toBe(180);
     expect(data.tenantSettings.modelRouting.cheap.hasApiKey).toBe(false);
-    expect(await engram.services.db.auditLog.count({ where: { tenantId: engram.tenant.tenantId } })).toBe(0);
+    expect(await engram.services.db.auditLog.count({ where: { tenantId: engram.tenant.tenantId, action: "settings.update" } })).toBe(0);
     // Without a key, a route is fine, and the server's own key is not sent to it.
     const routed = await engram.gql(UPDATE, { input: { modelRouting: { cheap: { baseUrl: "http://127.0.0.1:9/v1" } } } });
     expect(routed.errors).toBeUndefined();

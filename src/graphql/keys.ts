@@ -71,10 +71,7 @@ builder.mutationFields((t) => ({
     resolve: async (_root, { role, name }, ctx, info) => {
       // The key is shown only in this answer: one asked for without it would be live and lost.
       if (!selects(info, "key")) throw badInput("Select `key` in createApiKey's answer: the key is shown only there, never again.");
-      const { key, apiKey } = await createApiKey(ctx.db, {
-        role,
-        name: name ?? "",
-      });
+      const { key, apiKey } = await createApiKey(ctx.db, { role, name: name ?? "" }, { apiKeyId: ctx.principal.apiKeyId, via: "graphql" });
       return { key, id: apiKey.id, role: apiKey.role };
     },
   }),
@@ -83,7 +80,7 @@ builder.mutationFields((t) => ({
     authScopes: { admin: true },
     args: { id: t.arg.id({ required: true }) },
     resolve: async (query, _root, { id }, ctx) => {
-      const key = await revokeApiKey(ctx.db, String(id), ctx.deps);
+      const key = await revokeApiKey(ctx.db, String(id), ctx.deps, { apiKeyId: ctx.principal.apiKeyId, via: "graphql" });
       return ctx.db.apiKey.findUniqueOrThrow({ ...query, where: { id: key.id } });
     },
   }),

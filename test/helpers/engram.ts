@@ -44,8 +44,9 @@ export type TestEngram = {
 
 export async function createTenantWithKeys(services: Services, name: string): Promise<TenantKeys> {
   const { tenant, adminKey } = await createTenant(services.db, { name });
-  const writer = await createApiKey(forTenant(services.db, tenant.id), { role: "WRITER" });
-  const reader = await createApiKey(forTenant(services.db, tenant.id), { role: "READER" });
+  // Made as the CLI makes them (no key did), and audited as such.
+  const writer = await createApiKey(forTenant(services.db, tenant.id), { role: "WRITER" }, { apiKeyId: null, via: "cli" });
+  const reader = await createApiKey(forTenant(services.db, tenant.id), { role: "READER" }, { apiKeyId: null, via: "cli" });
   return { tenantId: tenant.id, admin: adminKey, writer: writer.key, reader: reader.key };
 }
 

@@ -13,6 +13,7 @@ import { until } from "./helpers/until.ts";
 import { recordTurn } from "./helpers/turns.ts";
 
 const DAY_MS = 86_400_000;
+const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
 const daysAgo = (days: number) => new Date(Date.now() - days * DAY_MS).toISOString();
 const SECRET = "test-engram-secret-0123456789";
 const TENANT_KEY = "sk-tenant-a-Zx9fQ2LmP8vRt4WkYb7NcA3hJ6sD";
@@ -184,6 +185,28 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     const theirs = await engram.gql(AUDIT, {}, engram.other.admin);
     expect(theirs.data.auditLog.edges.map((e: any) => e.node.action)).not.toContain("settings.update");
     await engram.gql(UPDATE, { input: { monthlyTokenBudget: null, redaction: { detectors: { ip: true } } } });
+  });
+
+  it("keeps both of two changes saved at once, and audits each against what the other wrote", async () => {
+    // Each change used to be computed against the row as read before its write: of two saved
+    // together, the second undid the first (its detector or route), whose audit row said done.
+    const reset = { redaction: { detectors: { ip: true, email: true } }, modelRouting: { cheap: null, embedding: null } };
+    for (let round = 0; round < 6; round++) {
+      expect((await engram.gql(UPDATE, { input: reset })).errors).toBeUndefined();
+      const answers = await Promise.all([
+        engram.gql(UPDATE, { input: { redaction: { detectors: { ip: false } }, modelRouting: { cheap: { model: "x" } } } }),
+        engram.gql(UPDATE, { input: { redaction: { detectors: { email: false } }, modelRouting: { embedding: { model: "y" } } } }),
+      ]);
+      for (const answer of answers) expect(answer.errors).toBeUndefined();
+      const { data } = await engram.gql(SETTINGS);
+      expect(data.tenantSettings.redaction.detectors, `round ${round}`).toMatchObject({ ip: false, email: false });
+      expect(data.tenantSettings.modelRouting.cheap.model, `round ${round}`).toBe("x");
+      expect(data.tenantSettings.modelRouting.embedding.model, `round ${round}`).toBe("y");
+      // One of the two was made from what the other wrote (the rows can share a millisecond, so either order).
+      const [a, b] = (await engram.gql(AUDIT, { first: 2 })).data.auditLog.edges.map((e: any) => e.node.changes.redaction);
+      expect(same(a.from, b.to) || same(b.from, a.to), JSON.stringify([a, b])).toBe(true);
+    }
+    expect((await engram.gql(UPDATE, { input: reset })).errors).toBeUndefined();
   });
 
   it("audits every key made and revoked: which key did it, the key's role, name and prefix, never the key", async () => {

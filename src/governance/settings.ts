@@ -339,102 +339,105 @@ export async function updateTenantSettings(
     if (problem) throw badInput(`Invalid input: modelRouting.${role}.baseUrl: ${problem}`, { path: `modelRouting.${role}.baseUrl` });
   }
   const tenantId = db.$tenantId();
-  // Read afresh: the changes below are computed against it.
-  const current = await readTenantSettings(db);
+  const outcome = await db.$transaction(async (tx) => {
+    // Changes of one tenant's settings take turns, each computed against what the one before it
+    // wrote: two admins saving together (one switching a detector, the other a route) each read
+    // the same row and the second write silently undid the first, whose audit row still said done.
+    await tx.$executeRaw`SELECT pg_advisory_xact_lock(${SETTINGS_LOCK}::int, hashtext(${tenantId}))`;
+    const current = effectiveSettings(await tx.tenantSettings.findUnique({ where: { tenantId } }));
 
-  const data: Prisma.TenantSettingsUncheckedUpdateInput = {};
-  const changes: Record<string, Change> = {};
-  const set = <K extends keyof Prisma.TenantSettingsUncheckedUpdateInput>(
-    column: K,
-    label: string,
-    from: unknown,
-    to: Prisma.TenantSettingsUncheckedUpdateInput[K],
-    shown: unknown = to,
-  ) => {
-    if (same(from, shown)) return;
-    data[column] = to;
-    changes[label] = { from, to: shown };
-  };
-
-  if (input.retentionDays != null) set("retentionDays", "retentionDays", current.retentionDays, input.retentionDays);
-  if (input.forgetDeletesMessages != null) {
-    set("forgetDeletesMessages", "forgetDeletesMessages", current.forgetDeletesMessages, input.forgetDeletesMessages);
-  }
-  if (input.compaction?.minEvents != null)
-    set("compactionMinEvents", "compaction.minEvents", current.compaction.minEvents, input.compaction.minEvents);
-  if (input.compaction?.olderThanDays != null)
-    set("compactionAgeDays", "compaction.olderThanDays", current.compaction.olderThanDays, input.compaction.olderThanDays);
-  if (input.compaction?.schedule != null)
-    set("compactionSchedule", "compaction.schedule", current.compaction.schedule, input.compaction.schedule);
-  if (input.modelCallsPerRequest !== undefined) {
-    set("modelCallsPerRequest", "modelCallsPerRequest", current.modelCallsPerRequest, input.modelCallsPerRequest);
-  }
-  if (input.monthlyTokenBudget !== undefined) {
-    set("monthlyTokenBudget", "monthlyTokenBudget", current.monthlyTokenBudget, input.monthlyTokenBudget);
-  }
-
-  if (input.modelRouting) {
-    const routing = { ...current.modelRouting };
-    for (const role of MODEL_ROLES) {
-      const change = input.modelRouting[role];
-      if (change === undefined) continue;
-      const before = routing[role];
-      if (change === null) {
-        delete routing[role];
-      } else {
-        const next: StoredRoute = { ...before };
-        if (change.baseUrl !== undefined) next.baseUrl = change.baseUrl ?? undefined;
-        if (change.model !== undefined) next.model = change.model ?? undefined;
-        if (change.apiKey === null) delete next.apiKeyEncrypted;
-        else if (change.apiKey !== undefined) {
-          if (!actor.secret) {
-            throw badInput(
-              "Tenant API keys are stored encrypted, and this server has no ENGRAM_SECRET to encrypt them with. Set ENGRAM_SECRET and restart, or leave apiKey out.",
-              { path: `modelRouting.${role}.apiKey` },
-            );
-          }
-          next.apiKeyEncrypted = encryptApiKey(actor.secret, change.apiKey, apiKeyContext(tenantId, role));
-        }
-        const cleaned = Object.fromEntries(Object.entries(next).filter(([, v]) => v !== undefined)) as StoredRoute;
-        if (Object.keys(cleaned).length) routing[role] = cleaned;
-        else delete routing[role];
-      }
-      const after = routing[role];
-      const keyChanged = change !== null && change.apiKey !== undefined && change.apiKey !== null;
-      if (!same(before, after)) {
-        changes[`modelRouting.${role}`] = {
-          from: auditRoute(before),
-          // A new key shows as "[changed]", so the log tells a rotation apart without revealing it.
-          to: after ? { ...auditRoute(after), ...(keyChanged && before?.apiKeyEncrypted ? { apiKey: "[changed]" } : {}) } : null,
-        };
-      }
-    }
-    data.modelRouting = routing as Prisma.InputJsonValue;
-  }
-
-  if (input.redaction) {
-    const next: RedactionRules = {
-      detectors: { ...current.redaction.detectors },
-      custom: input.redaction.custom ?? current.redaction.custom,
+    const data: Prisma.TenantSettingsUncheckedUpdateInput = {};
+    const changes: Record<string, Change> = {};
+    const set = <K extends keyof Prisma.TenantSettingsUncheckedUpdateInput>(
+      column: K,
+      label: string,
+      from: unknown,
+      to: Prisma.TenantSettingsUncheckedUpdateInput[K],
+      shown: unknown = to,
+    ) => {
+      if (same(from, shown)) return;
+      data[column] = to;
+      changes[label] = { from, to: shown };
     };
-    for (const detector of DETECTORS) {
-      const value = input.redaction.detectors?.[detector];
-      if (value != null) next.detectors[detector] = value;
+
+    if (input.retentionDays != null) set("retentionDays", "retentionDays", current.retentionDays, input.retentionDays);
+    if (input.forgetDeletesMessages != null) {
+      set("forgetDeletesMessages", "forgetDeletesMessages", current.forgetDeletesMessages, input.forgetDeletesMessages);
     }
-    set("redaction", "redaction", current.redaction, next as unknown as Prisma.InputJsonValue);
-  }
+    if (input.compaction?.minEvents != null)
+      set("compactionMinEvents", "compaction.minEvents", current.compaction.minEvents, input.compaction.minEvents);
+    if (input.compaction?.olderThanDays != null)
+      set("compactionAgeDays", "compaction.olderThanDays", current.compaction.olderThanDays, input.compaction.olderThanDays);
+    if (input.compaction?.schedule != null)
+      set("compactionSchedule", "compaction.schedule", current.compaction.schedule, input.compaction.schedule);
+    if (input.modelCallsPerRequest !== undefined) {
+      set("modelCallsPerRequest", "modelCallsPerRequest", current.modelCallsPerRequest, input.modelCallsPerRequest);
+    }
+    if (input.monthlyTokenBudget !== undefined) {
+      set("monthlyTokenBudget", "monthlyTokenBudget", current.monthlyTokenBudget, input.monthlyTokenBudget);
+    }
 
-  if (input.prices) {
-    const prices = Object.fromEntries(
-      input.prices.map((p) => [p.model, { inputPerMillion: p.inputPerMillion, outputPerMillion: p.outputPerMillion }]),
-    );
-    set("prices", "prices", current.prices, prices);
-  }
+    if (input.modelRouting) {
+      const routing = { ...current.modelRouting };
+      for (const role of MODEL_ROLES) {
+        const change = input.modelRouting[role];
+        if (change === undefined) continue;
+        const before = routing[role];
+        if (change === null) {
+          delete routing[role];
+        } else {
+          const next: StoredRoute = { ...before };
+          if (change.baseUrl !== undefined) next.baseUrl = change.baseUrl ?? undefined;
+          if (change.model !== undefined) next.model = change.model ?? undefined;
+          if (change.apiKey === null) delete next.apiKeyEncrypted;
+          else if (change.apiKey !== undefined) {
+            if (!actor.secret) {
+              throw badInput(
+                "Tenant API keys are stored encrypted, and this server has no ENGRAM_SECRET to encrypt them with. Set ENGRAM_SECRET and restart, or leave apiKey out.",
+                { path: `modelRouting.${role}.apiKey` },
+              );
+            }
+            next.apiKeyEncrypted = encryptApiKey(actor.secret, change.apiKey, apiKeyContext(tenantId, role));
+          }
+          const cleaned = Object.fromEntries(Object.entries(next).filter(([, v]) => v !== undefined)) as StoredRoute;
+          if (Object.keys(cleaned).length) routing[role] = cleaned;
+          else delete routing[role];
+        }
+        const after = routing[role];
+        const keyChanged = change !== null && change.apiKey !== undefined && change.apiKey !== null;
+        if (!same(before, after)) {
+          changes[`modelRouting.${role}`] = {
+            from: auditRoute(before),
+            // A new key shows as "[changed]", so the log tells a rotation apart without revealing it.
+            to: after ? { ...auditRoute(after), ...(keyChanged && before?.apiKeyEncrypted ? { apiKey: "[changed]" } : {}) } : null,
+          };
+        }
+      }
+      data.modelRouting = routing as Prisma.InputJsonValue;
+    }
 
-  // Only the columns that changed are written; modelRouting is rewritten only when a role did.
-  if (!Object.keys(changes).some((label) => label.startsWith("modelRouting."))) delete data.modelRouting;
-  if (Object.keys(data).length === 0) return current;
-  await db.$transaction(async (tx) => {
+    if (input.redaction) {
+      const next: RedactionRules = {
+        detectors: { ...current.redaction.detectors },
+        custom: input.redaction.custom ?? current.redaction.custom,
+      };
+      for (const detector of DETECTORS) {
+        const value = input.redaction.detectors?.[detector];
+        if (value != null) next.detectors[detector] = value;
+      }
+      set("redaction", "redaction", current.redaction, next as unknown as Prisma.InputJsonValue);
+    }
+
+    if (input.prices) {
+      const prices = Object.fromEntries(
+        input.prices.map((p) => [p.model, { inputPerMillion: p.inputPerMillion, outputPerMillion: p.outputPerMillion }]),
+      );
+      set("prices", "prices", current.prices, prices);
+    }
+
+    // Only the columns that changed are written; modelRouting is rewritten only when a role did.
+    if (!Object.keys(changes).some((label) => label.startsWith("modelRouting."))) delete data.modelRouting;
+    if (Object.keys(data).length === 0) return { current, written: false };
     await tx.tenantSettings.upsert({
       where: { tenantId },
       create: { ...(data as Prisma.TenantSettingsUncheckedCreateInput), tenantId },
@@ -443,10 +446,16 @@ export async function updateTenantSettings(
     await tx.auditLog.create({
       data: { tenantId, apiKeyId: actor.apiKeyId, action: "settings.update", changes: changes as Prisma.InputJsonValue },
     });
+    return { current, written: true };
   });
+  if (!outcome.written) return outcome.current;
   settingsChanged(tenantId);
   return loadTenantSettings(db);
 }
+
+// The first key of the per-tenant advisory lock around a settings change (the second is the
+// tenant's hash); any constant that no other two-key advisory lock uses.
+const SETTINGS_LOCK = 727_361_003;
 
 /** The route a role resolves to for this tenant, with its key decrypted; used only to call models. */
 export function tenantApiKey(

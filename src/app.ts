@@ -218,6 +218,7 @@ export function buildApp(services: Services): App {
   // A person's export of any size, streamed (exportUser answers only small ones).
   const serveExport = exportHandler({
     authenticate: services.keys.authenticate,
+    keyIsLive: async (apiKeyId) => (await liveKeyIds(services.db, [apiKeyId])).length > 0,
     tenantDb: (id) => forTenant(services.db, id),
     cors: (origin) => corsHeaders(cors, origin),
     log: services.log,

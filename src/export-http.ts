@@ -4,7 +4,10 @@ import { EngramError } from "./errors.ts";
 import type { Principal } from "./governance/keys.ts";
 import { textProblem } from "./limits.ts";
 import type { Logger } from "./log.ts";
+import { KEY_SWEEP_MS } from "./sockets.ts";
 import { auditExport, ExportAborted, EXPORT_PATH, findEndUser, userExport, writeExport } from "./memory/export.ts";
+
+class ExportRevoked extends Error {}
 
 export const isExportPath = (pathname: string) => pathname === EXPORT_PATH || pathname.startsWith(`${EXPORT_PATH}/`);
 
@@ -18,6 +21,8 @@ export const isExportPath = (pathname: string) => pathname === EXPORT_PATH || pa
  */
 export function exportHandler(deps: {
   authenticate(authorization: string | null): Promise<Principal | null>;
+  /** Whether a key is still live (not revoked, its tenant active): asked while an export streams. */
+  keyIsLive(apiKeyId: string): Promise<boolean>;
   tenantDb(tenantId: string): TenantDb;
   /** The CORS headers for a request from this origin (only Vary for one not listed). */
   cors(origin: string | undefined): Record<string, string>;
@@ -73,11 +78,21 @@ export function exportHandler(deps: {
       "cache-control": "no-store",
       "content-disposition": `attachment; filename="engram-export-${user.id}.json"`,
     });
+    // A key revoked while its export streams stops it at the next chunk, as a revocation ends a
+    // subscription: looked up at most every KEY_SWEEP_MS, so within about a second of it.
+    const apiKeyId = caller.apiKeyId;
+    let checkedAt = performance.now();
+    const keyStillLive = async () => {
+      if (performance.now() - checkedAt < KEY_SWEEP_MS) return;
+      checkedAt = performance.now();
+      if (!(await deps.keyIsLive(apiKeyId))) throw new ExportRevoked();
+    };
     try {
-      await writeExport(userExport(db, user), res);
+      await writeExport(userExport(db, user), res, keyStillLive);
       res.end();
     } catch (error) {
-      if (error instanceof ExportAborted) deps.log.info("export ended early: its client went away", { endUserId });
+      if (error instanceof ExportRevoked) deps.log.info("export cut short: its API key was revoked", { endUserId, apiKeyId });
+      else if (error instanceof ExportAborted) deps.log.info("export ended early: its client went away", { endUserId });
       else deps.log.error("export failed while streaming; its response was cut short", { endUserId, error });
       res.destroy();
     }

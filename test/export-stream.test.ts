@@ -195,6 +195,57 @@ describe("GET /export/users/:endUserId", () => {
 
 // `engram export-user <name>` matched the external id or the id at once (findFirst of an OR): a
 // user whose external id spelt another person's id could be handed that person's export.
+describe("a key revoked while its export streams", () => {
+  it("cuts the export short within about a second: what is read after that never parses as a whole document", async () => {
+    // 720 messages of 50,000 characters: 36 MB, far more than the loopback socket's buffers hold
+    // (about 12 MB went into them here), so the server is still writing when its paused reader goes on.
+    const { conversationId, endUserId } = await importConversation("rio", "rio-big", [{ role: "USER", content: "Hi." }]);
+    const long = "x".repeat(50_000);
+    await db.message.createMany({
+      data: Array.from({ length: 720 }, (_, i) => ({
+        tenantId: db.$tenantId(),
+        conversationId,
+        seq: i + 2,
+        role: "USER" as const,
+        content: `${i} ${long}`,
+        occurredAt: new Date(Date.UTC(2025, 1, 1) + i * 60_000),
+      })),
+    });
+    await db.conversation.update({ where: { id: conversationId }, data: { lastSeq: 721 } });
+    const made = await engram.gql(`mutation { createApiKey(role: ADMIN, name: "exporter") { key id } }`);
+    const { key, id } = made.data.createApiKey;
+
+    // Whole while the key is live.
+    const whole = await (await streamed(endUserId, key)).text();
+    expect(JSON.parse(whole).conversations[0].messages).toHaveLength(721);
+
+    const read = await new Promise<{ body: string; cut: boolean }>((resolve, reject) => {
+      const chunks: Buffer[] = [];
+      const request = http.get(`${base}/export/users/${endUserId}`, { headers: { authorization: `Bearer ${key}` } }, (response) => {
+        response.once("data", (first: Buffer) => {
+          chunks.push(first);
+          response.pause();
+          void engram
+            .gql(`mutation($id: ID!) { revokeApiKey(id: $id) { revokedAt } }`, { id })
+            .then(() => new Promise((r) => setTimeout(r, 1_500)))
+            .then(() => {
+              response.on("data", (chunk: Buffer) => chunks.push(chunk));
+              response.resume();
+            });
+        });
+        response.on("end", () => resolve({ body: Buffer.concat(chunks).toString(), cut: false }));
+        response.on("aborted", () => resolve({ body: Buffer.concat(chunks).toString(), cut: true }));
+        response.on("error", () => resolve({ body: Buffer.concat(chunks).toString(), cut: true }));
+      });
+      request.on("error", (error) => ((error as NodeJS.ErrnoException).code === "ECONNRESET" ? resolve({ body: Buffer.concat(chunks).toString(), cut: true }) : reject(error)));
+    });
+    expect(read.cut).toBe(true);
+    expect(read.body.length).toBeLessThan(whole.length - 5_000_000);
+    expect(() => JSON.parse(read.body)).toThrow();
+    expect((await fetch(`${base}/healthz`)).status).toBe(200);
+  }, 120_000);
+});
+
 describe("engram export-user's <endUserExternalId>", () => {
   it("is the person with that external id, though it spells another person's id; the id only when no one has it as external id", async () => {
     const victim = await importConversation("vera", "vera-1", [{ role: "USER", content: "My door code is 4711." }]);

@@ -367,12 +367,14 @@ function drained(out: Writable): Promise<void> {
  * Writes an export (userExport) to `out` as the JSON exportUser answers, reading each list a
  * page at a time: the next page is read only once `out` has taken what came before
  * (backpressure), so memory holds a page and a chunk, never the history. Leaves `out` open.
- * Throws ExportAborted when `out` closes first.
+ * Throws ExportAborted when `out` closes first. `beforeWrite` runs before each chunk is written
+ * and may throw to stop the export there (the streamed export's key revoked meanwhile).
  */
-export async function writeExport(document: unknown, out: Writable): Promise<void> {
+export async function writeExport(document: unknown, out: Writable, beforeWrite?: () => Promise<void>): Promise<void> {
   let chunk = "";
   const flush = async () => {
     if (out.destroyed || out.writableEnded) throw new ExportAborted();
+    await beforeWrite?.();
     const text = chunk;
     chunk = "";
     if (!out.write(text)) await drained(out);

@@ -62,7 +62,8 @@ describe("the inspector, issue 16", () => {
       if (request.url().endsWith("/graphql") && request.postData()?.includes("context(input")) contextCalls.push(request.postData()!);
     });
     await page.goto(`${url}/inspector/conversations/${trip.conversationId}`);
-    await page.getByRole("heading", { name: /trip/ }).waitFor();
+    // The conversation's own heading: the Live column's turns name the conversation too.
+    await page.locator("#conversation-title").filter({ hasText: "trip" }).waitFor();
     await page.locator("table.messages tbody tr").first().waitFor();
     expect(contextCalls).toEqual([]);
     expect(await page.getByTestId("block-TAIL").count()).toBe(0);

@@ -74,6 +74,8 @@ async function withDb<T>(work: (db: Db) => Promise<T>): Promise<T> {
 }
 
 async function resolveTenantId(db: Db, given?: string) {
+  // `--tenant=$TENANT` with the variable unset: not "the only tenant", which would act on it silently.
+  if (given !== undefined && !given.trim()) throw new EngramError("BAD_USER_INPUT", "--tenant is empty: give a tenant's id (`engram tenants list` shows them).");
   if (given) {
     if (!(await db.tenant.findUnique({ where: { id: given }, select: { id: true } }))) {
       throw new EngramError("NOT_FOUND", `Tenant ${given} was not found: \`engram tenants list\` shows them.`);

@@ -63,6 +63,11 @@ describe("keys that cannot be lost", () => {
     const unknown = runCli(["keys", "create", "--role", "admin", "--tenant", "00000000-0000-0000-0000-000000000000"], { ENGRAM_DATA_DIR: dir });
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toMatch(/was not found/);
+    // An empty --tenant (a script's unset variable) is refused, not read as "the only tenant".
+    const empty = runCli(["keys", "create", "--role=admin", "--tenant="], { ENGRAM_DATA_DIR: dir });
+    expect(empty.code).toBe(1);
+    expect(empty.stderr).toMatch(/--tenant is empty/);
+    expect(runCli(["tenants", "list"], { ENGRAM_DATA_DIR: dir }).stdout).toContain(`${id}\tdefault\t2 keys`);
 
     // The recovered key opens the API.
     const next = await startServer({ via: "node", dataDir: dir });

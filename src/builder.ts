@@ -1,4 +1,4 @@
-import SchemaBuilder, { type ArgBuilder } from "@pothos/core";
+import SchemaBuilder from "@pothos/core";
 import PrismaPlugin from "@pothos/plugin-prisma";
 import RelayPlugin from "@pothos/plugin-relay";
 import ScopeAuthPlugin from "@pothos/plugin-scope-auth";
@@ -53,15 +53,6 @@ export const builder = new SchemaBuilder<{
       return new GraphQLError(message, { extensions: { code: "FORBIDDEN" } });
     },
   },
-});
-
-/**
- * The two ways a field names the end user it is about, as recordTurn names them: Engram's id or
- * the caller's own. Exactly one is given; `endUserIdOf` resolves them.
- */
-export const endUserArgs = (arg: ArgBuilder<typeof builder.$inferSchemaTypes>) => ({
-  endUserId: arg.id({ description: "Engram's id of the end user." }),
-  endUserExternalId: arg.string({ description: "Your own id of the end user, as recordTurn takes it." }),
 });
 
 builder.queryType({});

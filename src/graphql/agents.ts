@@ -1,8 +1,18 @@
-import { builder, endUserArgs } from "../builder.ts";
+import type { ArgBuilder } from "@pothos/core";
+import { builder } from "../builder.ts";
 import { notFound, parseInput } from "../errors.ts";
 import { agentSettings, endUserIdOf, externalIdSchema, upsertAgent, upsertEndUser } from "../memory/conversations/agents.ts";
 import { LIMITS } from "../limits.ts";
 import { EXPORT_PATH, exportUser } from "../memory/export.ts";
+
+/**
+ * The two ways a field names the end user it is about, as recordTurn names them: Engram's id or
+ * the caller's own. Exactly one is given; `endUserIdOf` resolves them.
+ */
+export const endUserArgs = (arg: ArgBuilder<typeof builder.$inferSchemaTypes>) => ({
+  endUserId: arg.id({ description: "Engram's id of the end user." }),
+  endUserExternalId: arg.string({ description: "Your own id of the end user, as recordTurn takes it." }),
+});
 
 const AgentSettings = builder.objectRef<ReturnType<typeof agentSettings>>("AgentSettings").implement({
   description: "An agent's memory settings, defaults filled in.",

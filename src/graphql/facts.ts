@@ -1,5 +1,6 @@
 import { filter, pipe } from "graphql-yoga";
-import { builder, endUserArgs, type GraphQLContext } from "../builder.ts";
+import { builder, type GraphQLContext } from "../builder.ts";
+import { endUserArgs } from "./agents.ts";
 import { EngramError, notFound } from "../errors.ts";
 import { endUserIdOf } from "../memory/conversations/agents.ts";
 import { CONTRADICTION_CHOICES, resolveContradiction, type ContradictionResolution } from "../memory/facts/contradictions.ts";

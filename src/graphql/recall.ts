@@ -1,5 +1,6 @@
 import { filter, pipe } from "graphql-yoga";
-import { builder, endUserArgs } from "../builder.ts";
+import { builder } from "../builder.ts";
+import { endUserArgs } from "./agents.ts";
 import { badInput } from "../errors.ts";
 import { MESSAGE_LIMITS } from "../limits.ts";
 import { endUserIdOf, requireEndUser } from "../memory/conversations/agents.ts";

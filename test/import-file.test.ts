@@ -204,4 +204,16 @@ describe("importing again", () => {
     expect(afterForget.map((r) => [r.already, r.error])).toEqual([[true, undefined], [true, undefined]]);
     expect(await db.message.count({ where: { conversation: { endUserId: user.id }, forgottenAt: null } })).toBe(0);
   });
+
+  // The README said "nothing forgotten since comes back"; a deleted conversation leaves no row to
+  // compare with, so its line is a new import: the README now says so and to take such lines out.
+  it("imports a conversation deleted since as a new one, as the README warns", async () => {
+    const file = [line("deleted-1", [{ role: "user", content: "Delete me later." }])];
+    const [first] = await importLines("deleted", file);
+    const deleted = await engram.gql(`mutation($id: ID!) { deleteConversation(id: $id) { messages } }`, { id: first.conversationId });
+    expect(deleted.errors).toBeUndefined();
+    const [again] = await importLines("deleted", file);
+    expect([again.messages, again.already, again.error]).toEqual([1, undefined, undefined]);
+    expect(again.conversationId).not.toBe(first.conversationId);
+  });
 });

@@ -6,6 +6,7 @@ import { DEFAULT_TIMEOUT_MS } from "../src/client/transport.ts";
 import { readEnv } from "../src/env.ts";
 import { startFlakyProxy } from "./helpers/flaky-proxy.ts";
 import { allIndexed, INDEXING_TIMEOUT_MS } from "./helpers/recall.ts";
+import { collect, settle, wsClient } from "./helpers/ws.ts";
 
 // The typed client against a real Engram on port 0, over real HTTP and WebSocket.
 let engram: TestEngram;
@@ -113,6 +114,42 @@ describe("conversations, facts and recall", () => {
     const receipt = await writer.forgetUser({ externalId: "dee" });
     expect(receipt).toMatchObject({ facts: 1, messages: 2 });
     expect(await writer.facts({ externalId: "dee" })).toEqual([]);
+  });
+
+  // 68c0254 gave these fields endUserExternalId too, and its tests ran facts, recallIndexStatus
+  // and forgetUser by it only: here the subscription, the forget records and the export.
+  it("takes your own id on the factChanged subscription, forgetRecords and exportUser too, for this tenant's user only", async () => {
+    const writer = client(engram.tenant.writer);
+    const turn = await writer.recordTurn({
+      agentExternalId: "shop",
+      endUserExternalId: "eli",
+      conversationExternalId: "eli-1",
+      userMessage: "I collect stamps.",
+      assistantMessage: "Stamps, noted.",
+    });
+    const eli = turn.conversation.endUser.id;
+    const ws = wsClient(url, engram.tenant.reader);
+    const live = collect(ws, `subscription { factChanged(endUserExternalId: " eli ") { change text } }`);
+    const stranger = collect(ws, `subscription { factChanged(endUserExternalId: "nobody") { change } }`);
+    await settle();
+    await writer.addFact({ endUserExternalId: "eli", text: "Eli collects stamps." });
+    await live.next(1);
+    expect(live.received.map((r) => r.data?.factChanged)).toEqual([{ change: "ADDED", text: "Eli collects stamps." }]);
+    await stranger.next(1).catch(() => undefined);
+    expect(stranger.received[0]?.errors?.[0]?.extensions?.code ?? (stranger.failure as any)?.[0]?.extensions?.code).toBe("NOT_FOUND");
+
+    const exported = await engram.gql(`{ exportUser(endUserExternalId: "eli") }`, {}, engram.tenant.admin);
+    expect(exported.errors).toBeUndefined();
+    expect(exported.data.exportUser.endUser).toMatchObject({ id: eli, externalId: "eli" });
+    const elsewhere = await engram.gql(`{ exportUser(endUserExternalId: "eli") }`, {}, engram.other.admin);
+    expect(elsewhere.errors?.[0].extensions?.code).toBe("NOT_FOUND");
+
+    await writer.forgetUser({ externalId: "eli" });
+    const records = await engram.gql(`{ forgetRecords(endUserExternalId: "eli") { kind receipt { facts } } }`, {}, engram.tenant.reader);
+    expect(records.data.forgetRecords).toEqual([{ kind: "USER", receipt: { facts: 1 } }]);
+    live.dispose();
+    stranger.dispose();
+    await ws.dispose();
   });
 
   it("recalls the user's earlier conversations", async () => {

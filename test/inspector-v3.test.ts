@@ -105,6 +105,10 @@ describe("a link into a long conversation", () => {
     expect(await page.getByRole("button", { name: "Load older messages" }).count()).toBe(0);
     await page.getByRole("button", { name: "Load newer messages" }).click();
     await poll(async () => (await seqs())[0]).toBe(55);
+    // Newer messages are added, as older ones are: the linked message stays in view, marked
+    // (the window slid to 16–55 before, and #5 left the page).
+    expect(await seqs()).toEqual(Array.from({ length: 55 }, (_, i) => 55 - i));
+    expect(await focused.textContent()).toContain("Long message 5.");
 
     // From the newest, "Load older" goes on past the API's page of 500: the window moves back.
     await page.goto(`${url}/inspector/conversations/${id}`);

@@ -435,7 +435,8 @@ function ConversationPage({
   const [lastSeq, setLastSeq] = useState<number>();
   // A linked message within the last 200 loads the messages back to it (as turns arrive too);
   // one further back opens a window around it, with older and newer messages a click away.
-  const through = focus && lastSeq && upTo === undefined ? Math.min(MESSAGES_PAGE_MAX, lastSeq - focus + 1) : 0;
+  const [near, setNear] = useState(false);
+  const through = focus && lastSeq && near && upTo === undefined ? Math.min(MESSAGES_PAGE_MAX, lastSeq - focus + 1) : 0;
   const wanted = Math.max(shown, through);
   const conversation = useQuery(InspectorConversationDocument, { id, lastMessages: wanted, throughSeq: upTo ?? null });
   const newest = conversation.data?.conversation.lastSeq;
@@ -445,6 +446,7 @@ function ConversationPage({
     if (newest === undefined) return;
     setLastSeq(newest);
     if (!focus || placed === focus) return;
+    setNear(newest - focus < 200);
     setUpTo(newest - focus < 200 ? undefined : focus + WINDOW_AFTER_FOCUS);
     setPlaced(focus);
   }, [focus, newest, placed]);
@@ -595,7 +597,16 @@ function ConversationPage({
               </button>
             )}
             {upTo !== undefined && upTo < c.lastSeq && (
-              <button type="button" className="more" onClick={() => setUpTo(upTo + PAGE_STEP >= c.lastSeq ? undefined : upTo + PAGE_STEP)}>
+              <button
+                type="button"
+                className="more"
+                onClick={() => {
+                  // Grows the window as "Load older" does (up to the API's page), so the linked
+                  // message stays in view; past that the window moves on.
+                  if (wanted + PAGE_STEP <= MESSAGES_PAGE_MAX) setShown(wanted + PAGE_STEP);
+                  setUpTo(upTo + PAGE_STEP >= c.lastSeq ? undefined : upTo + PAGE_STEP);
+                }}
+              >
                 Load newer messages
               </button>
             )}

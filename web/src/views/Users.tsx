@@ -22,7 +22,7 @@ export function UsersView({ id }: { id?: string }) {
   return id ? <UserDetail id={id} /> : <UserList />;
 }
 
-/** Every user, most recently active first, a page of 100 at a time (the list stopped at 100). */
+/** Every user, most recently added or updated first (endUsers' order), a page of 100 at a time (the list stopped at 100). */
 function UserList() {
   const { first, nodes: users, hasMore, loadMore, loading, error } = usePaged(InspectorUsersDocument, {}, ({ endUsers }) => ({
     nodes: endUsers.edges.map((e) => e.node),
@@ -32,7 +32,7 @@ function UserList() {
   return (
     <section aria-labelledby="users-title">
       <h1 id="users-title">Users</h1>
-      <p className="lede">The people agents talk to, and what memory knows about each of them, most recently active first.</p>
+      <p className="lede">The people agents talk to, and what memory knows about each of them, the most recently added first.</p>
       {first.error && <Failure error={first.error} retry={first.refetch} />}
       {first.loading && !first.data && <Loading />}
       {first.data && users.length === 0 && <Empty>No users yet. They appear once an agent records a turn with them.</Empty>}

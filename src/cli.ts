@@ -256,7 +256,8 @@ async function run(command: CommandName, args: string[]) {
     const [{ forTenant }, { auditExport, endUserNamed, userExport, writeExport }] = await Promise.all([import("./db.ts"), import("./memory/export.ts")]);
     await withServices(async (services) => {
       const db = forTenant(services.db, await resolveTenantId(services.db, parsed.values.tenant));
-      const user = await endUserNamed(db, who);
+      // Trimmed as recordTurn takes an external id, so " bob" is the bob it recorded.
+      const user = await endUserNamed(db, who.trim());
       if (!user) throw new EngramError("NOT_FOUND", `No end user ${who} in this tenant.`);
       await auditExport(db, user, { apiKeyId: null, via: "cli" });
       // Streamed, a page at a time, as the HTTP export is: a long history never sits in memory.

@@ -450,10 +450,15 @@ function ConversationPage({
     setUpTo(newest - focus < 200 ? undefined : focus + WINDOW_AFTER_FOCUS);
     setPlaced(focus);
   }, [focus, newest, placed]);
+  // Scrolled to once, when its row first appears: not again on every refresh, live turn or click.
+  const [scrolledTo, setScrolledTo] = useState<number>();
   useEffect(() => {
-    if (!focus) return;
-    document.getElementById(`message-${focus}`)?.scrollIntoView({ block: "center" });
-  }, [focus, conversation.data]);
+    if (!focus || scrolledTo === focus) return;
+    const row = document.getElementById(`message-${focus}`);
+    if (!row) return;
+    row.scrollIntoView({ block: "center" });
+    setScrolledTo(focus);
+  }, [focus, conversation.data, scrolledTo]);
   const reload = useThrottled(() => {
     conversation.refetch();
     setRefresh((n) => n + 1);

@@ -34,7 +34,7 @@ export function FilterBar({ value, onChange, withConversation = true }: { value:
     !withConversation,
   );
   const set = (patch: FeedFilter) => onChange({ ...value, ...patch });
-  // The picker lists the 100 most recently active users; anyone else is found by their own id.
+  // The picker lists the 100 most recently added or updated users; anyone else is found by their own id.
   const { engram } = useSession();
   const listed = directory.data?.endUsers.edges.map((e) => e.node) ?? [];
   const [found, setFound] = useState<(typeof listed)[number]>();

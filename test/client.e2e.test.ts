@@ -25,6 +25,10 @@ afterAll(async () => {
   await engram?.stop();
 });
 
+/** A shop turn of one user, in their conversation "<user>-1". */
+const shopTurn = (engramClient: EngramClient, user: string, userMessage: string, assistantMessage: string) =>
+  engramClient.recordTurn({ agentExternalId: "shop", endUserExternalId: user, conversationExternalId: `${user}-1`, userMessage, assistantMessage });
+
 const expectCode = async (promise: Promise<unknown>, code: string) => {
   const error = await promise.then(
     () => undefined,
@@ -63,13 +67,7 @@ describe("the event log and curated entries", () => {
 describe("conversations, facts and recall", () => {
   it("records turns, reads context and works with the user's facts", async () => {
     const writer = client(engram.tenant.writer);
-    const turn = await writer.recordTurn({
-      agentExternalId: "shop",
-      endUserExternalId: "ana",
-      conversationExternalId: "ana-1",
-      userMessage: "I ordered the blue trail running shoes in size 42.",
-      assistantMessage: "Noted: blue trail runners, size 42.",
-    });
+    const turn = await shopTurn(writer, "ana", "I ordered the blue trail running shoes in size 42.", "Noted: blue trail runners, size 42.");
     expect(turn.clientTurnId).toMatch(/^[0-9a-f-]{36}$/);
     const endUserId = turn.conversation.endUser.id;
 
@@ -88,13 +86,7 @@ describe("conversations, facts and recall", () => {
 
   it("names the end user by your own id where it names them by Engram's: facts, index status, forgetUser", async () => {
     const writer = client(engram.tenant.writer);
-    const turn = await writer.recordTurn({
-      agentExternalId: "shop",
-      endUserExternalId: "dee",
-      conversationExternalId: "dee-1",
-      userMessage: "My dog is called Miso.",
-      assistantMessage: "Miso, noted.",
-    });
+    const turn = await shopTurn(writer, "dee", "My dog is called Miso.", "Miso, noted.");
     await writer.addFact({ endUserExternalId: "dee", text: "Dee has a dog called Miso." });
     // Trimmed as recordTurn takes it.
     expect((await writer.facts({ externalId: " dee " })).map((f) => f.text)).toEqual(["Dee has a dog called Miso."]);
@@ -120,13 +112,7 @@ describe("conversations, facts and recall", () => {
   // and forgetUser by it only: here the subscription, the forget records and the export.
   it("takes your own id on the factChanged subscription, forgetRecords and exportUser too, for this tenant's user only", async () => {
     const writer = client(engram.tenant.writer);
-    const turn = await writer.recordTurn({
-      agentExternalId: "shop",
-      endUserExternalId: "eli",
-      conversationExternalId: "eli-1",
-      userMessage: "I collect stamps.",
-      assistantMessage: "Stamps, noted.",
-    });
+    const turn = await shopTurn(writer, "eli", "I collect stamps.", "Stamps, noted.");
     const eli = turn.conversation.endUser.id;
     const ws = wsClient(url, engram.tenant.reader);
     const live = collect(ws, `subscription { factChanged(endUserExternalId: " eli ") { change text } }`);
@@ -154,13 +140,7 @@ describe("conversations, facts and recall", () => {
 
   it("recalls the user's earlier conversations", async () => {
     const writer = client(engram.tenant.writer);
-    const turn = await writer.recordTurn({
-      agentExternalId: "shop",
-      endUserExternalId: "bo",
-      conversationExternalId: "bo-1",
-      userMessage: "Please send the invoice for the kayak paddles to my office.",
-      assistantMessage: "Done: the kayak paddle invoice goes to your office.",
-    });
+    const turn = await shopTurn(writer, "bo", "Please send the invoice for the kayak paddles to my office.", "Done: the kayak paddle invoice goes to your office.");
     await allIndexed(engram, undefined, INDEXING_TIMEOUT_MS);
     const recall = await writer.recall({ endUserId: turn.conversation.endUser.id, text: "Where did my kayak invoice go?" });
     expect(recall.candidates[0]).toMatchObject({ conversationId: turn.conversation.id, kind: "TURN" });
@@ -189,13 +169,7 @@ describe("retries, timeouts and aborts (through a faulty proxy)", () => {
 
   it("retries a turn whose answer was lost: the same turn, recorded once", async () => {
     proxy.fail("drop-answer", "503");
-    const turn = await viaProxy().recordTurn({
-      agentExternalId: "shop",
-      endUserExternalId: "cy",
-      conversationExternalId: "cy-1",
-      userMessage: "Hello there",
-      assistantMessage: "Hi!",
-    });
+    const turn = await shopTurn(viaProxy(), "cy", "Hello there", "Hi!");
     expect(proxy.seen.slice(-3).map((r) => r.fault)).toEqual(["drop-answer", "503", undefined]);
     const turns = await engram.services.db.turn.findMany({ where: { conversationId: turn.conversation.id } });
     expect(turns.map((t) => t.id)).toEqual([turn.id]);

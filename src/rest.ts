@@ -173,6 +173,24 @@ function unreadableFlag(route: { flags: Set<string> }, url: URL): Response | nul
   return null;
 }
 
+/**
+ * A write's body that is JSON but not an object (`null`, a list, a number), as BAD_USER_INPUT
+ * saying what the body is: SOFA read `.input` of it and answered JavaScript's own words
+ * ("Cannot read properties of null"). Malformed JSON and a missing input stay SOFA's to refuse.
+ */
+async function bodyNotAnObject(route: { method: string }, request: Request): Promise<Response | null> {
+  if (route.method === "GET" || route.method === "DELETE") return null;
+  let body: unknown;
+  try {
+    body = JSON.parse(await request.clone().text());
+  } catch {
+    return null;
+  }
+  if (body !== null && typeof body === "object" && !Array.isArray(body)) return null;
+  const message = `The body of ${route.method} is a JSON object, {"input": {…}}; this one is ${body === null ? "null" : Array.isArray(body) ? "a list" : `a ${typeof body}`}.`;
+  return Response.json({ errors: [{ message, extensions: { code: "BAD_USER_INPUT" } }] }, { status: 400 });
+}
+
 /** A yoga plugin serving the REST paths and their OpenAPI document at /memory/openapi.json (both behind the key check, useKeyFirst). */
 export function restApi(schema: GraphQLSchema): Plugin {
   let getEnveloped: (context: unknown) => { contextFactory(context?: unknown): unknown; execute(args: unknown): unknown };
@@ -203,10 +221,10 @@ export function restApi(schema: GraphQLSchema): Plugin {
     onYogaInit({ yoga }) {
       getEnveloped = yoga.getEnveloped as never;
     },
-    onRequest({ request, url, endResponse, serverContext }) {
+    async onRequest({ request, url, endResponse, serverContext }) {
       if (url.pathname !== REST_BASE && !url.pathname.startsWith(`${REST_BASE}/`)) return;
       const route = routeOf(request.method, url.pathname);
-      const refused = route && (unknownParameter(route, url) ?? unreadableFlag(route, url));
+      const refused = route && (unknownParameter(route, url) ?? unreadableFlag(route, url) ?? (await bodyNotAnObject(route, request)));
       if (refused) return endResponse(refused);
       // Nothing under REST_BASE falls through: yoga would take /memory/…/graphql as its endpoint.
       return Promise.resolve(sofa.handleRequest(normalised(request, route?.flags ?? new Set()), serverContext as never)).then((response) => {

@@ -78,9 +78,14 @@ describe("curated entries: /memory", () => {
     expect(bad.status).toBe(400);
     expect(bad.body.errors[0].extensions.code).toBe("BAD_USER_INPUT");
     expect((await rest("POST", "/memory", { raw: "{not json" })).status).toBe(400);
+    // A body that is JSON but no object: a typed error that says what the body is, not JavaScript's words.
+    for (const raw of ["null", "[]", "42", '"input"']) {
+      const notAnObject = await rest("POST", "/memory", { raw });
+      expect(notAnObject.status, raw).toBe(400);
+      expect(notAnObject.body.errors[0].extensions.code).toBe("BAD_USER_INPUT");
+      expect(notAnObject.body.errors[0].message, raw).toContain('{"input": {');
+    }
     expect(await engram.services.db.memoryEntry.count()).toBe(before);
-    expect(await engram.services.db.memoryEvent.count({ where: { scopeRef: { in: ["ent_q", "ent_body"] } } })).toBe(0);
-    expect((await rest("DELETE", "/memory/some-entry?force=1")).body.errors[0].message).toContain("it takes none (its input is the JSON body)");
 
     const anonymous = await rest("GET", "/memory", { key: null });
     expect(anonymous.status).toBe(401);
@@ -139,6 +144,8 @@ describe("query parameters", () => {
     const misspelt = await rest("GET", "/memory/events?scope=entity&scope_ref=ent_mine");
     expect(misspelt.body.errors[0].message).toContain("it takes after, before, first, includeCompressed, kind, last, scope, scopeRef");
     expect(await engram.services.db.memoryEntry.count()).toBe(before);
+    expect(await engram.services.db.memoryEvent.count({ where: { scopeRef: { in: ["ent_q", "ent_body"] } } })).toBe(0);
+    expect((await rest("DELETE", "/memory/some-entry?force=1")).body.errors[0].message).toContain("it takes none (its input is the JSON body)");
 
     // The route's own names still work, qs's array forms of tags included.
     const mine = await rest("GET", "/memory/events?scope=entity&scopeRef=ent_mine&kind=decision&first=5");

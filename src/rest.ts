@@ -48,6 +48,11 @@ function errorResponse(errors: readonly unknown[]): Response {
   return Response.json({ errors: shaped.map(({ status: _, ...error }) => error) }, { status });
 }
 
+/** One typed error, in the shape errorResponse answers with, for what is refused before SOFA runs. */
+function refusal(status: number, code: string, message: string, extra: { extensions?: Record<string, unknown>; headers?: Record<string, string> } = {}) {
+  return Response.json({ errors: [{ message, extensions: { code, ...extra.extensions } }] }, { status, headers: extra.headers });
+}
+
 /** Whether a route's path ("/memory/:id": `:id` is any one segment) takes `pathname`. */
 function pathMatches(route: string, pathname: string): boolean {
   const want = route.split("/");
@@ -64,10 +69,10 @@ function unrouted(request: Request, url: URL): Response {
   const allowed = [...new Set(paths.filter((route) => pathMatches(route.path, url.pathname)).map((route) => route.method))];
   if (allowed.length > 0) {
     const message = `${request.method} is not allowed on ${url.pathname}; it takes ${allowed.join(", ")}: see ${REST_BASE}/openapi.json.`;
-    return Response.json({ errors: [{ message, extensions: { code: "METHOD_NOT_ALLOWED", allowed } }] }, { status: 405, headers: { allow: allowed.join(", ") } });
+    return refusal(405, "METHOD_NOT_ALLOWED", message, { extensions: { allowed }, headers: { allow: allowed.join(", ") } });
   }
   const message = `No REST path ${request.method} ${url.pathname}: see ${REST_BASE}/openapi.json.`;
-  return Response.json({ errors: [{ message, extensions: { code: "NOT_FOUND" } }] }, { status: 404 });
+  return refusal(404, "NOT_FOUND", message);
 }
 
 /**
@@ -118,9 +123,9 @@ function normalised(request: Request, flags: Set<string>): Request {
 
 /**
  * The query parameters each route takes: a read's field's arguments, less those in its path; a
- * write takes none (its input is the body). SOFA
- * drops any other name, so a misspelt filter (`scope_ref=`, `tags_=`) widened a listing to the
- * whole tenant instead of failing as GraphQL does for an unknown argument.
+ * write takes none (its input is the body). SOFA drops any other name, so a misspelt filter
+ * (`scope_ref=`, `tags_=`) widened a listing to the whole tenant instead of failing as GraphQL
+ * does for an unknown argument.
  */
 function routeParameters(schema: GraphQLSchema) {
   const routes = Object.entries(ROUTES).map(([field, route]) => {
@@ -153,7 +158,7 @@ function unknownParameter(route: { method: string; path: string; args: Set<strin
         ? "it takes none"
         : "it takes none (its input is the JSON body)";
     const message = `Unknown query parameter \`${key}\` on ${route.method} ${route.path}; ${takes}: see ${REST_BASE}/openapi.json.`;
-    return Response.json({ errors: [{ message, extensions: { code: "BAD_USER_INPUT" } }] }, { status: 400 });
+    return refusal(400, "BAD_USER_INPUT", message);
   }
   return null;
 }
@@ -168,7 +173,7 @@ function unreadableFlag(route: { flags: Set<string> }, url: URL): Response | nul
     const value = url.searchParams.getAll(flag).find((value) => value !== "" && !/^(true|false)$/i.test(value));
     if (value === undefined) continue;
     const message = `Query parameter \`${flag}\` is \`true\` or \`false\`, not \`${value}\`.`;
-    return Response.json({ errors: [{ message, extensions: { code: "BAD_USER_INPUT" } }] }, { status: 400 });
+    return refusal(400, "BAD_USER_INPUT", message);
   }
   return null;
 }
@@ -188,17 +193,18 @@ async function bodyNotAnObject(route: { method: string }, request: Request): Pro
   }
   if (body !== null && typeof body === "object" && !Array.isArray(body)) return null;
   const message = `The body of ${route.method} is a JSON object, {"input": {…}}; this one is ${body === null ? "null" : Array.isArray(body) ? "a list" : `a ${typeof body}`}.`;
-  return Response.json({ errors: [{ message, extensions: { code: "BAD_USER_INPUT" } }] }, { status: 400 });
+  return refusal(400, "BAD_USER_INPUT", message);
 }
 
 /** A yoga plugin serving the REST paths and their OpenAPI document at /memory/openapi.json (both behind the key check, useKeyFirst). */
 export function restApi(schema: GraphQLSchema): Plugin {
   let getEnveloped: (context: unknown) => { contextFactory(context?: unknown): unknown; execute(args: unknown): unknown };
   const envelopedByContext = new WeakMap<object, ReturnType<typeof getEnveloped>>();
+  const options = restSofaOptions(schema);
   const sofa = useSofa({
     // Routes carry their full paths (basePath ""; the OpenAPI document then shows them);
     // onRequest below hands SOFA only requests under REST_BASE.
-    ...restSofaOptions(schema),
+    ...options,
     customScalars: { DateTime: { type: "string", format: "date-time" }, JSON: {} },
     errorHandler: errorResponse as never,
     openAPI: {
@@ -216,7 +222,7 @@ export function restApi(schema: GraphQLSchema): Plugin {
     },
     execute: ((args: { contextValue: object }) => envelopedByContext.get(args.contextValue)!.execute(args)) as never,
   });
-  const routeOf = routeParameters(restSchema(schema));
+  const routeOf = routeParameters(options.schema);
   return {
     onYogaInit({ yoga }) {
       getEnveloped = yoga.getEnveloped as never;

@@ -433,22 +433,21 @@ function ConversationPage({
   // The window's last message: the newest unless a linked message is further back than 200.
   const [upTo, setUpTo] = useState<number>();
   const [lastSeq, setLastSeq] = useState<number>();
-  // A linked message within the last 200 loads the messages back to it (as turns arrive too);
-  // one further back opens a window around it, with older and newer messages a click away.
-  const [near, setNear] = useState(false);
-  const through = focus && lastSeq && near && upTo === undefined ? Math.min(MESSAGES_PAGE_MAX, lastSeq - focus + 1) : 0;
+  // Placed once per linked message (a live turn arriving later does not move the window back):
+  // one within the last 200 loads the messages back to it (as turns arrive too); one further back
+  // opens a window around it, with older and newer messages a click away.
+  const [placed, setPlaced] = useState<{ focus: number; near: boolean }>();
+  const through = focus && lastSeq && placed?.near && upTo === undefined ? Math.min(MESSAGES_PAGE_MAX, lastSeq - focus + 1) : 0;
   const wanted = Math.max(shown, through);
   const conversation = useQuery(InspectorConversationDocument, { id, lastMessages: wanted, throughSeq: upTo ?? null });
   const newest = conversation.data?.conversation.lastSeq;
-  // Placed once per linked message: a live turn arriving later does not move the window back.
-  const [placed, setPlaced] = useState<number>();
   useEffect(() => {
     if (newest === undefined) return;
     setLastSeq(newest);
-    if (!focus || placed === focus) return;
-    setNear(newest - focus < 200);
-    setUpTo(newest - focus < 200 ? undefined : focus + WINDOW_AFTER_FOCUS);
-    setPlaced(focus);
+    if (!focus || placed?.focus === focus) return;
+    const near = newest - focus < 200;
+    setUpTo(near ? undefined : focus + WINDOW_AFTER_FOCUS);
+    setPlaced({ focus, near });
   }, [focus, newest, placed]);
   // Scrolled to once, when its row first appears: not again on every refresh, live turn or click.
   const [scrolledTo, setScrolledTo] = useState<number>();

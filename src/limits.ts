@@ -84,6 +84,19 @@ export function isoDateTime(value: unknown): Date | null {
   return date;
 }
 
+/** How far ahead of this server's clock a caller's clock may be. */
+export const CLOCK_SKEW_MS = 86_400_000;
+
+/**
+ * When something happened (a message, an event), for a backfill: not later than now, give or take
+ * a day of clock skew. Retention and compaction act on what is older than their window by this
+ * time, so a moment dated years ahead (a typo, a clock gone wrong) would be kept until then,
+ * whatever the window.
+ */
+export const pastMomentSchema = z
+  .date()
+  .refine((date) => date.getTime() <= Date.now() + CLOCK_SKEW_MS, "is in the future: more than a day ahead of this server's clock");
+
 /** A fact's text, as the API takes it (addFact, correctFact) and MCP's remember checks it before writing anything. */
 export const factTextSchema = z.string().trim().min(3).max(500);
 

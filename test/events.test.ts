@@ -63,6 +63,25 @@ describe("appendEvent", () => {
     expect(await engram.services.db.memoryEvent.count()).toBe(before);
   });
 
+  it("refuses a moment more than a day ahead, which would escape compaction and retention, and so does recordTurn", async () => {
+    const ahead = new Date(Date.now() + 2 * 86_400_000).toISOString();
+    const before = await engram.services.db.memoryEvent.count();
+    const bad = await engram.gql(APPEND, { input: event({ sourceRef: "ahead-1", occurredAt: ahead }) });
+    expect(bad.errors?.[0].extensions?.code).toBe("BAD_USER_INPUT");
+    expect(bad.errors?.[0].message).toMatch(/occurredAt: is in the future/);
+    expect(await engram.services.db.memoryEvent.count()).toBe(before);
+    const turn = await engram.gql(
+      `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { firstSeq } }`,
+      { input: { agentExternalId: "a", endUserExternalId: "u", conversationExternalId: "ahead", clientTurnId: "t1", userMessage: "hi", occurredAt: ahead } },
+    );
+    expect(turn.errors?.[0].extensions?.code).toBe("BAD_USER_INPUT");
+    expect(turn.errors?.[0].message).toMatch(/occurredAt: is in the future/);
+    // Within a day of clock skew is taken.
+    const skewed = new Date(Date.now() + 3_600_000).toISOString();
+    const ok = await engram.gql(APPEND, { input: event({ sourceRef: "ahead-2", occurredAt: skewed }) });
+    expect(ok.errors).toBeUndefined();
+  });
+
   it("sends appends that arrive together as one insert, and a row the store refuses fails alone", async () => {
     const db = forTenant(engram.services.db, engram.tenant.tenantId);
     const deps = { pubsub: engram.services.pubsub };

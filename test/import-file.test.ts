@@ -87,7 +87,7 @@ describe("a moment in the future", () => {
       line("future-skew", [{ role: "user", content: "A clock a minute fast.", occurredAt: ahead(60_000) }]),
     ]);
     expect(results.map((r) => r.error)).toEqual([
-      "Invalid input: messages.0.occurredAt: is in the future: a message is recorded once it has happened",
+      "Invalid input: messages.0.occurredAt: is in the future: more than a day ahead of this server's clock",
       undefined,
     ]);
     const IMPORT = `mutation($input: ImportConversationInput!) { importConversation(input: $input) { id } }`;

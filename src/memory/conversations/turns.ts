@@ -4,22 +4,11 @@ import { EngramError, notFound, parseInput } from "../../errors.ts";
 import { Prisma, type Agent, type Conversation, type EndUser, type MessageRole, type Turn } from "../../generated/prisma/client.ts";
 import { callerVerdictSchema, storeCallerVerdict } from "../gate/gate.ts";
 import { externalIdSchema } from "./agents.ts";
-import { MESSAGE_LIMITS } from "../../limits.ts";
+import { MESSAGE_LIMITS, pastMomentSchema } from "../../limits.ts";
 
 const content = z.string().min(1).max(MESSAGE_LIMITS.messageMaxChars);
 
-/** How far ahead of this server's clock a caller's clock may be. */
-export const OCCURRED_AT_SKEW_MS = 86_400_000;
-
-/**
- * When a message happened, for a backfill: not later than now (give or take a day of clock skew).
- * Retention removes what is older than its window by this time, so a moment dated years ahead
- * (a typo, a clock gone wrong) would be kept until then, whatever the window.
- */
-const occurredAt = z
-  .date()
-  .refine((date) => date.getTime() <= Date.now() + OCCURRED_AT_SKEW_MS, "is in the future: a message is recorded once it has happened")
-  .nullish();
+const occurredAt = pastMomentSchema.nullish();
 
 const participants = {
   agentExternalId: externalIdSchema,

@@ -4,7 +4,7 @@ import { isRefusedData, type TenantDb } from "../../db.ts";
 import type { Deps } from "../../deps.ts";
 import { parseInput } from "../../errors.ts";
 import type { MemoryEvent, Prisma } from "../../generated/prisma/client.ts";
-import { LIMITS, scopeRefSchema, scopeSchema } from "../../limits.ts";
+import { LIMITS, pastMomentSchema, scopeRefSchema, scopeSchema } from "../../limits.ts";
 
 export const appendEventInput = z.object({
   scope: scopeSchema,
@@ -13,7 +13,7 @@ export const appendEventInput = z.object({
   body: z.string().min(1).max(LIMITS.bodyMaxChars),
   source: z.string().trim().min(1).max(LIMITS.sourceMaxChars),
   sourceRef: z.string().trim().min(1).max(LIMITS.sourceRefMaxChars).nullish(),
-  occurredAt: z.date().nullish(),
+  occurredAt: pastMomentSchema.nullish(),
 });
 
 export type AppendEventInput = z.input<typeof appendEventInput>;

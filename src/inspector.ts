@@ -1,4 +1,4 @@
-import { createReadStream, existsSync, statSync } from "node:fs";
+import { createReadStream, existsSync, readFileSync, statSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import path from "node:path";
 import { fromRoot } from "./paths.ts";
@@ -36,21 +36,35 @@ function securityHeaders(req: IncomingMessage) {
   };
 }
 
-function sendFile(req: IncomingMessage, res: ServerResponse, file: string, cache: string) {
+function sendFile(req: IncomingMessage, res: ServerResponse, file: string, cache: string, body?: Buffer) {
   const type = CONTENT_TYPES[path.extname(file)] ?? "application/octet-stream";
   res.writeHead(200, {
     "content-type": type,
-    "content-length": statSync(file).size,
+    "content-length": body?.length ?? statSync(file).size,
     "cache-control": cache,
     ...securityHeaders(req),
   });
   if (req.method === "HEAD") res.end();
+  else if (body) res.end(body);
   else createReadStream(file).pipe(res);
 }
 
 /**
+ * The page for a path `relative` below the inspector's root. Its assets are linked relatively
+ * (`./assets/…`, so that a proxy may serve Engram under a prefix it strips), which from a deeper
+ * path such as `users/<id>` must climb back to the root first.
+ */
+function pageAt(index: string, relative: string): Buffer {
+  const depth = relative.split("/").length - 1;
+  const html = readFileSync(index, "utf8");
+  return Buffer.from(depth === 0 ? html : html.replaceAll('="./assets/', `="${"../".repeat(depth)}assets/`));
+}
+
+/**
  * Serves the inspector's static build under /inspector: hashed assets as they are, any other
- * path the page itself (it routes on the client). Returns false for requests it does not own.
+ * path the page itself (it routes on the client). Nothing in it names /inspector or the server's
+ * root, so a reverse proxy may serve it under a path prefix. Returns false for requests it does
+ * not own.
  */
 export function serveInspector(req: IncomingMessage, res: ServerResponse, dist = INSPECTOR_DIST): boolean {
   const pathname = (req.url ?? "/").split("?")[0];
@@ -60,7 +74,8 @@ export function serveInspector(req: IncomingMessage, res: ServerResponse, dist =
     return true;
   }
   if (pathname === INSPECTOR_PATH) {
-    res.writeHead(308, { location: `${INSPECTOR_PATH}/` }).end();
+    // Relative, so that it also holds under a proxy's path prefix.
+    res.writeHead(308, { location: `${INSPECTOR_PATH.slice(1)}/` }).end();
     return true;
   }
   const index = path.join(dist, "index.html");
@@ -88,6 +103,6 @@ export function serveInspector(req: IncomingMessage, res: ServerResponse, dist =
     res.writeHead(404, { "content-type": "text/plain; charset=utf-8" }).end("Not found\n");
     return true;
   }
-  sendFile(req, res, index, "no-cache");
+  sendFile(req, res, index, "no-cache", pageAt(index, relative));
   return true;
 }

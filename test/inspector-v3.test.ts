@@ -5,6 +5,7 @@ import { forTenant } from "../src/db.ts";
 import { applyCandidate } from "../src/memory/facts/facts.ts";
 import { axeViolations, DESKTOP, ensureInspectorBuilt, horizontalOverflow, launchChromium, PHONE, poll, signIn } from "./helpers/browser.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
+import { startPrefixProxy } from "./helpers/prefix-proxy.ts";
 import { say } from "./helpers/recall.ts";
 
 // Issue 16's additions in Chromium: memory search across users, contradiction resolution,
@@ -221,6 +222,36 @@ describe("on the user's page", () => {
     expect(exported.conversations.map((c: { externalId: string }) => c.externalId).sort()).toEqual(["scratch", "trip"]);
     expect(exported.entries.map((e: { title: string }) => e.title)).toEqual(["Harbour hotels"]);
     await signIn(page, url, engram.tenant.writer);
+  });
+});
+
+describe("behind a reverse proxy that serves Engram under a path prefix", () => {
+  it("loads, reads, listens, follows its links and exports, all under the prefix", async () => {
+    const proxy = await startPrefixProxy(url, "/engram");
+    const behind = await context.newPage();
+    const outside: string[] = [];
+    behind.on("request", (request) => {
+      if (!new URL(request.url()).pathname.startsWith("/engram/")) outside.push(request.url());
+    });
+    try {
+      await signIn(behind, proxy.url, engram.tenant.admin);
+      // A deep link: its page climbs back to the assets, and the API is found under the prefix.
+      await behind.goto(`${proxy.url}/inspector/users/${bea.endUserId}`);
+      const fact = behind.getByTestId("fact").filter({ hasText: "Found the harbour flat too loud." });
+      await fact.getByText(/Said on .* \(message #1\)/).click();
+      await fact.getByRole("link", { name: "Open message #1 in its conversation" }).click();
+      await behind.locator('table.messages tr[aria-current="true"]').waitFor();
+      expect(new URL(behind.url()).pathname).toBe(`/engram/inspector/conversations/${bea.conversationId}`);
+      // The conversation listens for new messages over the WebSocket, through the proxy too.
+      await poll(() => behind.getByTestId("live-status").textContent()).toBe("Live");
+      await behind.goto(`${proxy.url}/inspector/users/${bea.endUserId}`);
+      const [download] = await Promise.all([behind.waitForEvent("download"), behind.getByRole("button", { name: "Export as JSON" }).click()]);
+      expect(JSON.parse(readFileSync((await download.path())!, "utf8")).endUser.externalId).toBe("bea");
+      expect(outside).toEqual([]);
+    } finally {
+      await behind.close();
+      await proxy.stop();
+    }
   });
 });
 

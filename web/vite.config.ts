@@ -7,7 +7,8 @@ const here = (path: string) => fileURLToPath(new URL(path, import.meta.url));
 /** The inspector: built into web/dist and served by Engram at /inspector. */
 export default defineConfig({
   root: here("."),
-  base: "/inspector/",
+  // Relative, so the page works under any prefix; the server points a deep path's page at them.
+  base: "./",
   plugins: [react()],
   // The typed documents that codegen writes for schema/operations/*.graphql.
   resolve: { alias: { "@gql": here("../src/gql") } },

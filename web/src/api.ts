@@ -1,9 +1,9 @@
 import type { TypedDocumentNode } from "@graphql-typed-document-node/core";
 import { print } from "graphql";
 import { createClient, type Client } from "graphql-ws";
+import { SERVER_ROOT } from "./root.ts";
 
 const KEY_STORAGE = "engram.inspector.key";
-const GRAPHQL_PATH = "/graphql";
 
 export type FailureKind = "unauthenticated" | "unreachable" | "forbidden" | "not-found" | "error";
 
@@ -76,10 +76,10 @@ export class Engram {
 
   constructor(
     readonly key: string,
-    readonly origin = window.location.origin,
+    readonly server = SERVER_ROOT,
   ) {
     this.ws = createClient({
-      url: `${origin.replace(/^http/, "ws")}${GRAPHQL_PATH}`,
+      url: new URL("graphql", server).href.replace(/^http/, "ws"),
       connectionParams: () => ({ authorization: `Bearer ${this.key}` }),
       lazy: true,
       keepAlive: 10_000,
@@ -132,13 +132,13 @@ export class Engram {
   async request<T, V>(document: TypedDocumentNode<T, V>, variables?: V): Promise<T> {
     let response: Response;
     try {
-      response = await fetch(`${this.origin}${GRAPHQL_PATH}`, {
+      response = await fetch(new URL("graphql", this.server), {
         method: "POST",
         headers: { "content-type": "application/json", authorization: `Bearer ${this.key}` },
         body: JSON.stringify({ query: source(document), variables: variables ?? {} }),
       });
     } catch {
-      throw new ApiError("unreachable", `Engram is not reachable at ${this.origin}.`);
+      throw new ApiError("unreachable", `Engram is not reachable at ${this.server.href}.`);
     }
     let body: { data?: T; errors?: { message: string; extensions?: { code?: string } }[] };
     try {
@@ -156,15 +156,15 @@ export class Engram {
   }
 
   /**
-   * A file the server streams (a person's export, GET /export/users/<id>), as a Blob, with the
+   * A file the server streams (a person's export, `export/users/<id>` below the server's root), as a Blob, with the
    * same failures as a query: the server answers typed errors in GraphQL's shape there too.
    */
   async download(path: string): Promise<Blob> {
     let response: Response;
     try {
-      response = await fetch(`${this.origin}${path}`, { headers: { authorization: `Bearer ${this.key}` } });
+      response = await fetch(new URL(path, this.server), { headers: { authorization: `Bearer ${this.key}` } });
     } catch {
-      throw new ApiError("unreachable", `Engram is not reachable at ${this.origin}.`);
+      throw new ApiError("unreachable", `Engram is not reachable at ${this.server.href}.`);
     }
     if (response.ok) {
       try {

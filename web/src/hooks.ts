@@ -2,6 +2,7 @@ import type { TypedDocumentNode } from "@graphql-typed-document-node/core";
 import { createContext, useCallback, useContext, useEffect, useRef, useState, useSyncExternalStore } from "react";
 import type { ApiError, Engram, LiveStatus } from "./api.ts";
 import type { Role } from "@gql/graphql.ts";
+import { INSPECTOR_ROOT } from "./root.ts";
 
 export type Session = { engram: Engram; role: Role; tenantName: string; signOut(): void };
 
@@ -134,9 +135,9 @@ export function useThrottled(fn: () => void, ms: number) {
   }, [ms]);
 }
 
-// Path routing under /inspector/, so links can be opened and shared; the server falls back to
-// index.html for any path below it.
-const BASE = "/inspector";
+// Path routing under the inspector's root (/inspector/, or below a proxy's prefix), so links can
+// be opened and shared; the server falls back to index.html for any path below it.
+const BASE = INSPECTOR_ROOT.pathname.replace(/\/$/, "");
 const listeners = new Set<() => void>();
 window.addEventListener("popstate", () => listeners.forEach((l) => l()));
 

@@ -371,7 +371,7 @@ function ExportUser({ endUserId, name }: { endUserId: string; name: string }) {
   const download = async () => {
     setBusy(true);
     try {
-      const file = await engram.download(`/export/users/${encodeURIComponent(endUserId)}`);
+      const file = await engram.download(`export/users/${encodeURIComponent(endUserId)}`);
       const url = URL.createObjectURL(new Blob([file], { type: "application/json" }));
       const link = document.createElement("a");
       link.href = url;

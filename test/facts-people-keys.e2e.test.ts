@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant } from "../src/db.ts";
 import { forgetSnippets } from "../src/memory/forget.ts";
+import { indexSnippets, syncFactKeys } from "../src/memory/recall/snippets.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import { bagOfWords } from "./helpers/fake-embeddings.ts";
 import type { ModelServer } from "./helpers/model-server.ts";
@@ -96,6 +97,46 @@ describe("facts about the people the user names", () => {
       engram.tenant.writer,
     );
     expect(cleared.data.correctFact).toEqual({ subject: null, text: "Tom, the user's son, plays the cello." });
+  });
+});
+
+describe("a key rewritten while it is being indexed", () => {
+  it("ends with the vector of its new text, not of the text the index job read", async () => {
+    const tenantId = engram.tenant.tenantId;
+    const db = forTenant(engram.services.db, tenantId);
+    const { deps } = engram.services;
+    const fact = await db.fact.findFirstOrThrow({ where: { endUserId, text: "The user is vegetarian." } });
+    // An extraction updates the fact: its key is rewritten, to be embedded again.
+    await db.fact.update({ where: { id: fact.id }, data: { text: "The user is vegan now." } });
+    await syncFactKeys(db, deps, endUserId);
+    const key = await db.recallSnippet.findFirstOrThrow({ where: { factId: fact.id } });
+    expect(key).toMatchObject({ text: "The user is vegan now.", indexedAt: null });
+    // An index job embeds that text; while it does, the next extraction updates the fact again.
+    const latest = "The user eats salmon on Fridays.";
+    const racing = {
+      ...deps,
+      embeddings: {
+        ...deps.embeddings,
+        forTenant: async (id: string) => {
+          const route = await deps.embeddings.forTenant(id);
+          const embedDocuments = async (texts: string[]) => {
+            const vectors = await route.embeddings.embedDocuments(texts);
+            await db.fact.update({ where: { id: fact.id }, data: { text: latest } });
+            await syncFactKeys(db, deps, endUserId);
+            return vectors;
+          };
+          return { ...route, embeddings: { embedDocuments } as unknown as typeof route.embeddings };
+        },
+      },
+    };
+    await indexSnippets(db, racing, [key.id]);
+    // The index job the second rewrite queued.
+    await indexSnippets(db, deps, [key.id]);
+    const { model } = await deps.embeddings.forTenant(tenantId);
+    const [stored] = await deps.vectors.vectorsByIds({ tenantId, model }, [key.id]);
+    const cosine = (a: number[], b: number[]) => a.reduce((sum, x, i) => sum + x * b[i], 0) / (Math.hypot(...a) * Math.hypot(...b));
+    expect(cosine(stored.vector, bagOfWords(latest))).toBeGreaterThan(0.99);
+    expect(await db.recallSnippet.findUniqueOrThrow({ where: { id: key.id } })).toMatchObject({ text: latest, indexedAt: expect.any(Date) });
   });
 });
 

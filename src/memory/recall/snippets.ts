@@ -367,16 +367,24 @@ export async function indexSnippets(db: TenantDb, deps: SnippetDeps, snippetIds:
     })),
   );
   // One statement: Prisma's updateMany wraps its UPDATE in BEGIN/COMMIT, three round trips that on
-  // the embedded store hold its one session.
-  const count = await db.$executeRaw`
-    UPDATE "RecallSnippet" SET "indexedAt" = ${appNow()}, "embeddingModel" = ${model}
-    WHERE "tenantId" = ${tenantId} AND "id" = ANY(${snippets.map((s) => s.id)}::text[])`;
-  if (count < snippets.length) {
+  // the embedded store hold its one session. A key rewritten since it was read (syncFactKeys: a
+  // new text, another turn) got a stale vector here, maybe over the one a later job stored for
+  // its new text: it is left (or put back) unindexed, for its own job or the reconcile sweep.
+  const read = snippets.map((s) => ({ id: s.id, text: s.text, conversationId: s.conversationId, occurredAt: s.occurredAt }));
+  const unchanged = Prisma.sql`s."text" = r."text" AND s."conversationId" = r."conversationId" AND s."occurredAt" = r."occurredAt"`;
+  const marked = await db.$queryRaw<{ id: string; indexed: boolean }[]>`
+    UPDATE "RecallSnippet" s
+    SET "indexedAt" = CASE WHEN ${unchanged} THEN ${appNow()} END,
+        "embeddingModel" = CASE WHEN ${unchanged} THEN ${model} ELSE s."embeddingModel" END
+    FROM jsonb_to_recordset(${JSON.stringify(read)}::jsonb) AS r("id" text, "text" text, "conversationId" text, "occurredAt" timestamp(3))
+    WHERE s."tenantId" = ${tenantId} AND s."id" = r."id"
+    RETURNING s."id", s."indexedAt" IS NOT NULL AS "indexed"`;
+  if (marked.length < snippets.length) {
     // Forgotten between the read and the upsert: take their vectors back out.
     const left = new Set((await db.recallSnippet.findMany({ where: { id: { in: snippetIds } }, select: { id: true } })).map((s) => s.id));
     await deps.vectors.delete(tenantId, { ids: snippets.filter((s) => !left.has(s.id)).map((s) => s.id) });
   }
-  return { indexed: count };
+  return { indexed: marked.filter((m) => m.indexed).length };
 }
 
 /**

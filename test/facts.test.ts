@@ -436,6 +436,22 @@ describe("forgetting", () => {
     for (const text of ["tomatoes", "Rome", "Oslo"]) expect(audited).not.toContain(text);
   });
 
+  it("a message the provider refuses (413: too long for its context) is judged by the keyword gate, and the conversation goes on", async () => {
+    const script = factsScript(sayFacts);
+    // The provider takes no request that holds the long message: no retry can change that.
+    model.respond((request) => (request.chain === "triage" && JSON.stringify(request.messages).includes("TOO-LONG") ? { status: 413 } : script(request)));
+    await turn("ros", "I am a night owl.", { conversation: "ros-refused" });
+    const refused = await turn("ros", "Forget everything about me. TOO-LONG", { conversation: "ros-refused" });
+    expect(refused.work).toMatchObject({ status: "FORGOT", verdict: { decidedBy: "KEYWORDS", forget: "ALL" } });
+    expect(await facts(refused.endUserId)).toEqual([]);
+    // The next turn is the model's to judge again.
+    const after = await turn("ros", "I am a morning person now.", { conversation: "ros-refused" });
+    expect(after.work).toMatchObject({ verdict: { decidedBy: "MODEL" } });
+    // A provider's outage (500) is not a refusal: the work throws, and its job retries.
+    model.respond((request) => (request.chain === "triage" ? { status: 500 } : script(request)));
+    await expect(turn("ros", "I am a cyclist.", { conversation: "ros-refused" })).rejects.toThrow(/model provider answered 500/);
+  });
+
   it("without a model, the keyword gate still honours 'forget everything'", async () => {
     const offline = await startTestEngram();
     try {

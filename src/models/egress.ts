@@ -22,7 +22,10 @@ export type EgressPolicy = {
 export class ModelCallError extends EngramError {
   constructor(
     reason: string,
-    /** "refused": the route is not allowed, retrying cannot help; "failed": the call went wrong. */
+    /**
+     * "refused": retrying the same call cannot help (the route is not allowed, or the provider
+     * refused this request as it is: 400, 413, 422); "failed": the call went wrong.
+     */
     readonly kind: "refused" | "failed" = "failed",
   ) {
     super("MODEL_UNAVAILABLE", reason);
@@ -231,6 +234,12 @@ const CHECKED_AGENTS = { "http:": new http.Agent({ keepAlive: true }), "https:":
 const NULL_BODY = new Set([101, 204, 205, 304]);
 
 /**
+ * What a provider answers to a request it will never take as it is (malformed, too large for the
+ * model's context, unprocessable), as against an outage, a limit or a key that may yet change.
+ */
+const REFUSED_REQUEST = new Set([400, 413, 422]);
+
+/**
  * Any failed model call as a ModelCallError with a short reason: provider bodies and internal
  * messages stay out of job runs, logs and GraphQL errors.
  */
@@ -240,7 +249,9 @@ export function asModelCallError(error: unknown): ModelCallError {
     if (cause instanceof ModelCallError) return cause;
   }
   const e = error as { status?: unknown; name?: string; code?: string; message?: string };
-  if (typeof e?.status === "number") return new ModelCallError(`model provider answered ${e.status}`);
+  if (typeof e?.status === "number") {
+    return new ModelCallError(`model provider answered ${e.status}`, REFUSED_REQUEST.has(e.status) ? "refused" : "failed");
+  }
   const name = `${e?.name ?? ""} ${e?.code ?? ""} ${e?.message ?? ""}`;
   if (/timeout|timed out|AbortError/i.test(name)) return new ModelCallError("model provider did not answer in time");
   if (/ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ECONNRESET|EHOSTUNREACH|ENETUNREACH|Connection error/i.test(name)) {

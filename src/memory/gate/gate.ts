@@ -127,8 +127,10 @@ export async function gateMessage(
     try {
       verdict = { ...(await deps.triage.invoke({ message: input.message })), decidedBy: "MODEL" };
     } catch (error) {
-      // An unreadable answer, a spent budget or a broken route: the keyword gate decides, so a
-      // "forget" request is never held back by the model. An outage throws, and the job retries.
+      // An unreadable answer, a spent budget, a broken route or a request the provider refuses
+      // (a message too long for a small model's context): the keyword gate decides, so a "forget"
+      // request is never held back by the model, nor the conversation's later turns, which are
+      // judged in order, by one message. An outage throws, and the job retries.
       const outage = error instanceof ModelCallError && error.kind === "failed";
       if (outage || (!(error instanceof OutputParserException) && !(error instanceof EngramError))) throw error;
       const unread = error instanceof OutputParserException;

@@ -4,6 +4,7 @@ import { settingsChanged } from "../src/governance/settings.ts";
 import { forTenant } from "../src/db.ts";
 import { forgetConversation, forgetSnippets, forgetUser } from "../src/memory/forget.ts";
 import { runIndexSnippets } from "../src/work/index-snippets.ts";
+import { retentionJob } from "../src/queue.ts";
 import { retentionSweep } from "../src/work/retention.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { allIndexed, chromaOf, RECALL, say } from "./helpers/recall.ts";
@@ -222,6 +223,28 @@ describe("nightly retention", () => {
 
     const jobRuns = await engram.gql(`{ jobRuns { name status } }`).catch(() => null);
     if (jobRuns?.data) expect(jobRuns.data.jobRuns.some((r: any) => r.name === "memory.retention")).toBe(true);
+  });
+
+  it("tries a tenant whose run failed again on its own a minute later, not the next night", async () => {
+    const tenantId = engram.tenant.tenantId; // 30 days since the test above
+    const old = await sayAt("ivo", "ivo-old", 31, "My old order was a grey scarf.");
+    await allIndexed(engram);
+    const { deps } = engram.services;
+    // The store refuses this tenant's reads, as when it is away or its disk is full.
+    const storeAway = (db: ReturnType<typeof deps.tenants.scoped>) =>
+      new Proxy(db, { get: (target, key) => (key === "tenantSettings" ? { findUnique: () => Promise.reject(new Error("the store is away")) } : Reflect.get(target, key)) });
+    const failing = { ...deps, tenants: { ...deps.tenants, scoped: (id: string) => (id === tenantId ? storeAway(deps.tenants.scoped(id)) : deps.tenants.scoped(id)) } };
+    const runs = await retentionSweep(failing, {}, now);
+    expect(runs.map((r) => r.tenantId)).not.toContain(tenantId);
+    expect((await deps.queue.waiting(retentionJob, "tenantId", [tenantId, engram.other.tenantId])).has(tenantId)).toBe(true);
+    expect((await deps.queue.waiting(retentionJob, "tenantId", [engram.other.tenantId])).size).toBe(0);
+    // That run throws while it fails, so the queue retries it with its backoff; then it does the work.
+    await expect(retentionSweep(failing, { tenantId }, now)).rejects.toThrow(/retention of the tenant failed/);
+    const [retried] = await retentionSweep(deps, { tenantId }, now);
+    expect(retried).toMatchObject({ tenantId, status: "SUCCEEDED", result: { snippetsDeleted: 1 } });
+    expect(await snippetIds({ conversationId: old.id })).toEqual([]);
+    const failedRuns = await engram.services.db.jobRun.count({ where: { tenantId, name: "memory.retention", status: "FAILED" } });
+    expect(failedRuns).toBe(2);
   });
 
   it("drops the queue's records of jobs that finished more than a day before, whatever the window", async () => {

@@ -1,6 +1,6 @@
 import type { Deps } from "../deps.ts";
 import { forgetExpired, pruneFinishedJobs } from "../memory/forget.ts";
-import type { retentionJob } from "../queue.ts";
+import { retentionJob } from "../queue.ts";
 import type { z } from "zod";
 import { recordJobRun } from "./job-runs.ts";
 import { forEachTenant } from "./tenants.ts";
@@ -36,9 +36,18 @@ export async function applyRetention(
   return { retentionDays, cutoff: cutoff.toISOString(), snippetsDeleted: snippets, factsDeleted: facts, verdictsDeleted: verdicts };
 }
 
-/** Nightly retention across tenants, each tenant's run recorded (a failure as its FAILED run) and visible in jobRuns. */
-export function retentionSweep(deps: RetentionDeps, payload: z.infer<typeof retentionJob.schema>, now = new Date()) {
-  return forEachTenant(
+/** How soon a tenant's failed run is tried again (then on the job's backoff), rather than the next night. */
+export const RETENTION_RETRY_MS = 60_000;
+
+/**
+ * Nightly retention across tenants, each tenant's run recorded (a failure as its FAILED run) and
+ * visible in jobRuns. A tenant whose run failed (the store away, a full disk, Chroma down) gets a
+ * run of its own a minute later, retried with the backoff until it works; such a run throws on
+ * failure for that.
+ */
+export async function retentionSweep(deps: RetentionDeps, payload: z.infer<typeof retentionJob.schema>, now = new Date()) {
+  const failed: string[] = [];
+  const runs = await forEachTenant(
     deps,
     "retention",
     (tenant, db) =>
@@ -52,7 +61,13 @@ export function retentionSweep(deps: RetentionDeps, payload: z.infer<typeof rete
         const finishedJobsDeleted = await pruneFinishedJobs(db, new Date(now.getTime() - FINISHED_JOBS_KEPT_MS));
         deps.log.info("retention finished", { tenantId: tenant.id, ...result, finishedJobsDeleted });
         return { status: "SUCCEEDED" as const, result: { ...result, finishedJobsDeleted } };
+      }).catch((error: unknown) => {
+        failed.push(tenant.id);
+        throw error;
       }),
     payload.tenantId,
   );
+  if (payload.tenantId && failed.length) throw new Error("retention of the tenant failed; it is tried again");
+  for (const tenantId of failed) await deps.queue.enqueue(retentionJob, { tenantId }, { delayMs: RETENTION_RETRY_MS });
+  return runs;
 }

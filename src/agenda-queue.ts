@@ -11,6 +11,11 @@ export type AgendaQueue = JobQueue & {
   agenda: Agenda;
   /** Resolves when the queue's database answers (for /healthz). */
   ping(): Promise<void>;
+  /**
+   * The jobs due more than `overMs` ago that no worker has started (for /healthz): none while
+   * some worker takes work; a retry waiting on its backoff is not due.
+   */
+  late(overMs: number): Promise<{ jobs: number; dueSince: Date | null }>;
   /** Gives up connecting, if it still is (shutdown, before it waits for a worker that is starting). */
   stopConnecting(): void;
   /** Starts running the defined jobs in this process. */
@@ -340,6 +345,14 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
     },
     async ping() {
       await pool.query("SELECT 1");
+    },
+    async late(overMs) {
+      const { rows } = await pool.query<{ jobs: number; dueSince: Date | null }>(
+        `SELECT count(*)::int AS "jobs", min("next_run_at") AS "dueSince" FROM "agenda_jobs"
+         WHERE "next_run_at" < now() - $1 * interval '1 millisecond' AND "locked_at" IS NULL AND "disabled" IS NOT TRUE`,
+        [overMs],
+      );
+      return rows[0];
     },
     stopConnecting() {
       closed = true;

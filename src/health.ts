@@ -8,13 +8,17 @@ export type ComponentHealth = { status: "ok" | "down"; detail?: string };
 
 export type Health = {
   /**
-   * ok: everything answers; degraded: recall vectors are unavailable (context still answers) or
-   * Redis is (subscriptions reach this instance's subscribers only); down: the store or the queue does not.
+   * ok: everything answers; degraded: recall vectors are unavailable (context still answers),
+   * Redis is (subscriptions reach this instance's subscribers only), or due work waits for a worker;
+   * down: the store or the queue does not answer.
    */
   status: "ok" | "degraded" | "down";
   /** redis only when REDIS_URL is set. */
-  components: { store: ComponentHealth; queue: ComponentHealth; chroma: ComponentHealth; redis?: ComponentHealth };
+  components: { store: ComponentHealth; queue: ComponentHealth; work?: ComponentHealth; chroma: ComponentHealth; redis?: ComponentHealth };
 };
+
+/** How late a due job may start before /healthz says the work is not being done (degraded). */
+export const WORK_LATE_MS = 5 * 60_000;
 
 const CHECK_TIMEOUT_MS = 3_000;
 
@@ -38,7 +42,8 @@ export type HealthParts = {
   store: Pick<Store, "state" | "kind">;
   /** A trivial query through the API's own database pool. */
   query(): Promise<unknown>;
-  queue: { ping(): Promise<void> };
+  /** `late`: due jobs no worker has started (the work component; absent without it). */
+  queue: { ping(): Promise<void>; late?(overMs: number): Promise<{ jobs: number; dueSince: Date | null }> };
   chroma: { health(): Promise<ComponentHealth> };
   /** The pubsub's connection to Redis ("local" without one); optional for callers that have none. */
   pubsub?: { mode(): "local" | "redis" | "degraded"; probe(): Promise<RedisProbe> };
@@ -58,9 +63,32 @@ async function redisHealth(pubsub: HealthParts["pubsub"]): Promise<ComponentHeal
   }
 }
 
-/** Asks each component, in parallel: the store with a query, the queue on its own pool, Chroma by heartbeat; Redis as the pubsub sees it. */
+/**
+ * Whether the queue's due work is being done, by whichever worker: jobs due more than
+ * WORK_LATE_MS ago and not started mean that no worker takes work (none running, or one stuck),
+ * and turns, summaries and vectors wait. The API still answers: degraded.
+ */
+async function workHealth(queue: HealthParts["queue"], log: HealthParts["log"]): Promise<ComponentHealth | undefined> {
+  const late = queue.late;
+  if (!late) return undefined;
+  return timed(
+    "work check",
+    async () => {
+      const { jobs, dueSince } = await late(WORK_LATE_MS);
+      if (jobs === 0) return { status: "ok" };
+      const minutes = Math.round((Date.now() - (dueSince?.getTime() ?? Date.now())) / 60_000);
+      return {
+        status: "down",
+        detail: `${jobs} job(s) due for up to ${minutes} min have not started: no job worker is taking work (is one running?)`,
+      };
+    },
+    log,
+  );
+}
+
+/** Asks each component, in parallel: the store with a query, the queue on its own pool and for late work, Chroma by heartbeat; Redis as the pubsub sees it. */
 export async function checkHealth(services: HealthParts): Promise<Health> {
-  const [store, queue, chroma, redis] = await Promise.all([
+  const [store, queue, work, chroma, redis] = await Promise.all([
     timed("store", async () => {
       const state = services.store.state();
       if (state !== "up") return { status: "down", detail: `embedded database ${state}` };
@@ -71,10 +99,11 @@ export async function checkHealth(services: HealthParts): Promise<Health> {
       await services.queue.ping();
       return { status: "ok" };
     }, services.log),
+    workHealth(services.queue, services.log),
     timed("Chroma", () => services.chroma.health(), services.log),
     redisHealth(services.pubsub),
   ]);
-  const status =
-    store.status === "down" || queue.status === "down" ? "down" : chroma.status === "down" || redis?.status === "down" ? "degraded" : "ok";
-  return { status, components: { store, queue, chroma, ...(redis && { redis }) } };
+  const degraded = [chroma, redis, work].some((part) => part?.status === "down");
+  const status = store.status === "down" || queue.status === "down" ? "down" : degraded ? "degraded" : "ok";
+  return { status, components: { store, queue, ...(work && { work }), chroma, ...(redis && { redis }) } };
 }

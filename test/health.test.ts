@@ -2,6 +2,7 @@ import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import { checkHealth } from "../src/health.ts";
+import { summarizeJob } from "../src/queue.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { RECALL, say } from "./helpers/recall.ts";
 import { processTree } from "./helpers/server-process.ts";
@@ -48,7 +49,7 @@ describe("/healthz and /readyz", () => {
     const ok = await get(`${url}/healthz`);
     expect(ok.status).toBe(200);
     expect(ok.body.status).toBe("ok");
-    expect(Object.keys(ok.body.components).sort()).toEqual(["chroma", "queue", "store"]);
+    expect(Object.keys(ok.body.components).sort()).toEqual(["chroma", "queue", "store", "work"]);
     expect((await get(`${url}/readyz`)).body.ready).toBe(true);
     if (engram.store.kind !== "embedded") return;
 
@@ -74,6 +75,28 @@ describe("/healthz and /readyz", () => {
     // It answers without a key: it says which part, never the address.
     expect(health.body.components.chroma.detail).toBe("no heartbeat from the external Chroma (CHROMA_URL)");
     expect(JSON.stringify(health.body)).not.toContain("127.0.0.1");
+  });
+
+  it("say degraded while due work waits more than 5 minutes for a worker, and ok once it is taken", async () => {
+    const { engram, url } = await start();
+    const conversationId = `late-${Date.now()}`;
+    await engram.services.queue.enqueue(summarizeJob, { tenantId: engram.tenant.tenantId, conversationId });
+    const late = (minutes: number) =>
+      engram.services.db.$executeRawUnsafe(
+        `UPDATE "agenda_jobs" SET "next_run_at" = now() - $1 * interval '1 minute' WHERE "data"->>'conversationId' = $2`,
+        minutes,
+        conversationId,
+      );
+    await late(2); // late, but within the 5 minutes a busy queue may take
+    expect((await get(`${url}/healthz`)).body).toMatchObject({ status: "ok", components: { work: { status: "ok" } } });
+    await late(12);
+    const health = await get(`${url}/healthz`);
+    expect(health.status).toBe(200); // the API answers: degraded, not down
+    expect(health.body).toMatchObject({ status: "degraded", components: { work: { status: "down", detail: expect.stringMatching(/^1 job\(s\) due for up to 12 min have not started/) } } });
+    expect((await get(`${url}/readyz`)).body).toMatchObject({ ready: true, status: "degraded" });
+    // A worker took it (its lock): nothing is late.
+    await engram.services.db.$executeRawUnsafe(`UPDATE "agenda_jobs" SET "locked_at" = now() WHERE "data"->>'conversationId' = $1`, conversationId);
+    expect((await get(`${url}/healthz`)).body).toMatchObject({ status: "ok", components: { work: { status: "ok" } } });
   });
 
   it("say that a check failed, not the failure's own words, which the log has", async () => {

@@ -383,7 +383,18 @@ describe("keywordGate: only requests forget", () => {
     ["Can you please forget my phone number?", "SOME"],
     ["I said hi. Forget the address I gave you!", "SOME"],
     ["Forget everything you know about me", "ALL"],
+    ["Please forget everything about me, thanks!", "ALL"],
+    ["Forget everything I told you.", "ALL"],
+    ["Can you forget everything about me?", "ALL"],
   ])("%s → %s", (message, forget) => {
     expect(keywordGate(message).forget).toBe(forget);
+  });
+
+  // "All" and "everything" before what is named are not a request to forget everything.
+  it.each([
+    ["Please forget all my old addresses.", ["my old addresses"]],
+    ["Forget everything about my ex.", ["my ex"]],
+  ])("%s → SOME %j", (message, targets) => {
+    expect(keywordGate(message)).toMatchObject({ forget: "SOME", forgetTargets: targets });
   });
 });

@@ -283,3 +283,30 @@ describe("nightly retention", () => {
     expect(mine[0].n).toBeGreaterThan(0);
   });
 });
+
+describe("a forget request read by the keyword gate (no model)", () => {
+  const writer = () => engram.tenant.writer;
+  /** The user's turn, then its work (the gate, and what it asks to forget) done. */
+  async function ask(user: string, message: string) {
+    const asked = await say(engram, { user, conversation: `${user}-ask` }, message, "Done.");
+    const db = forTenant(engram.services.db, engram.tenant.tenantId);
+    await until("the forget request to be judged", async () => (await db.turn.count({ where: { id: asked.turnId, gatedAt: { not: null } } })) === 1, 60_000);
+    return db;
+  }
+
+  it("forgets only what \"forget all my X\" or \"forget everything about my X\" names, not everything about the user", async () => {
+    for (const [user, request] of [
+      ["hugo", "Please forget all my old addresses."],
+      ["hilde", "Forget everything about my old address."],
+    ]) {
+      const old = await say(engram, { user, conversation: `${user}-1` }, "My old address was 9 Birch Road.", "Noted.");
+      await say(engram, { user, conversation: `${user}-2` }, "I love green tea.", "Noted.");
+      const fact = await engram.gql(`mutation($input: AddFactInput!) { addFact(input: $input) { id } }`, { input: { endUserExternalId: user, text: "The user is vegetarian." } }, writer());
+      const db = await ask(user, request);
+      expect(await db.message.count({ where: { conversationId: old.conversationId, content: { contains: "Birch" } } })).toBe(0);
+      expect(await db.message.count({ where: { conversation: { endUserId: old.endUserId }, content: { contains: "green tea" } } })).toBe(1);
+      expect(await db.fact.count({ where: { id: fact.data.addFact.id } })).toBe(1);
+    }
+  }, 180_000);
+
+});

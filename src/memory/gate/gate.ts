@@ -73,10 +73,14 @@ export const messageHashOf = (message: string) => createHash("sha256").update(me
 
 // Without a model, only a request phrased as one counts: "forget" opening a sentence (after an
 // optional "please"/"can you"), never "don't forget …" or "did you forget …?". Then
-// "forget everything (about me)" forgets all and "forget my X" forgets X.
+// "forget everything (about me)" forgets all and "forget my X" forgets X. "Forget all" is all only
+// as the whole request (courtesies aside): "forget all my old addresses" and "forget everything
+// about my ex" name what to forget.
 const REQUEST = String.raw`(?:^|[.!;:\n]\s*)(?:(?:please|pls|ok|okay|now|and|so)[,\s]+)*(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?)?forget\s+`;
-const FORGET_ALL = new RegExp(`${REQUEST}(?:everything|all)(?:\\s+(?:about\\s+me|you\\s+know(?:\\s+about\\s+me)?))?\\b`, "i");
-const FORGET_SOME = new RegExp(`${REQUEST}(?:that\\s+|about\\s+)?((?:my|the|that)\\b[^.!?\\n]{1,120})`, "i");
+const COURTESIES = String.raw`(?:[,\s]+(?:please|pls|thanks|thank\s+you|now|ok|okay))*`;
+const ABOUT_ME = String.raw`(?:\s+(?:about\s+me|you\s+know(?:\s+about\s+me)?|(?:that\s+)?i(?:\s+have|'ve)?\s+(?:told|given|gave|shared\s+with|said\s+to)\s+you))?`;
+const FORGET_ALL = new RegExp(`${REQUEST}(?:everything|all)${ABOUT_ME}${COURTESIES}\\s*(?:[.!?;\\n]|$)`, "i");
+const FORGET_SOME = new RegExp(`${REQUEST}(?:that\\s+|about\\s+)?(?:all\\s+(?:of\\s+)?|everything\\s+(?:about\\s+)?)?((?:my|the|that)\\b[^.!?\\n]{1,120})`, "i");
 
 /**
  * The keyword gate used when no model is configured (or the model's answer is unreadable):

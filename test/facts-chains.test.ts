@@ -390,10 +390,14 @@ describe("keywordGate: only requests forget", () => {
     expect(keywordGate(message).forget).toBe(forget);
   });
 
-  // "All" and "everything" before what is named are not a request to forget everything.
+  // "All" and "everything" before what is named are not a request to forget everything; and a
+  // phrase takes only what holds all its words: "thanks" or "gave" in it would match nothing.
   it.each([
     ["Please forget all my old addresses.", ["my old addresses"]],
     ["Forget everything about my ex.", ["my ex"]],
+    ["Please forget my home address, thanks.", ["my home address"]],
+    ["I said hi. Forget the address I gave you!", ["the address"]],
+    ["Please forget my address and my phone number.", ["my address", "my phone number"]],
   ])("%s → SOME %j", (message, targets) => {
     expect(keywordGate(message)).toMatchObject({ forget: "SOME", forgetTargets: targets });
   });

@@ -309,4 +309,16 @@ describe("a forget request read by the keyword gate (no model)", () => {
     }
   }, 180_000);
 
+  it("forgets what it names when the request goes on with courtesies, or names what was given, or several things", async () => {
+    for (const [user, said, request] of [
+      ["ines", ["My home address is 4 Elm Street."], "Please forget my home address, thanks."],
+      ["jon", ["My door code is 5521."], "Forget the door code I gave you!"],
+      ["kai", ["My address is 7 Oak Lane.", "My phone number is 555 0199."], "Please forget my address and my phone number."],
+    ] as const) {
+      const turns = [];
+      for (const [n, message] of said.entries()) turns.push(await say(engram, { user, conversation: `${user}-${n}` }, message, "Noted."));
+      const db = await ask(user, request);
+      for (const turn of turns) expect(await db.message.count({ where: { conversationId: turn.conversationId, role: "USER" } })).toBe(0);
+    }
+  }, 180_000);
 });

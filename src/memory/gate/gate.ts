@@ -81,6 +81,15 @@ const COURTESIES = String.raw`(?:[,\s]+(?:please|pls|thanks|thank\s+you|now|ok|o
 const ABOUT_ME = String.raw`(?:\s+(?:about\s+me|you\s+know(?:\s+about\s+me)?|(?:that\s+)?i(?:\s+have|'ve)?\s+(?:told|given|gave|shared\s+with|said\s+to)\s+you))?`;
 const FORGET_ALL = new RegExp(`${REQUEST}(?:everything|all)${ABOUT_ME}${COURTESIES}\\s*(?:[.!?;\\n]|$)`, "i");
 const FORGET_SOME = new RegExp(`${REQUEST}(?:that\\s+|about\\s+)?(?:all\\s+(?:of\\s+)?|everything\\s+(?:about\\s+)?)?((?:my|the|that)\\b[^.!?\\n]{1,120})`, "i");
+// A phrase takes only what holds every one of its words (forget.ts): the words a request goes on
+// with that name nothing ("…, thanks", "the code I gave you") are left out, and a list ("my
+// address and my phone number") is one phrase per thing.
+const NAMING_NOTHING = /\b(?:please|pls|thanks|thank|kindly|i|you|told|gave|given|said|mentioned|shared|sent|earlier|before|previously|yesterday|now|again|too|also|anymore|ok|okay)\b/gi;
+const thingsNamed = (named: string) =>
+  named
+    .split(/\s*(?:[,;&]|\band\b|\bor\b)\s*/i)
+    .map((thing) => thing.replace(NAMING_NOTHING, " ").replace(/\s+/g, " ").trim())
+    .filter(Boolean);
 
 /**
  * The keyword gate used when no model is configured (or the model's answer is unreadable):
@@ -96,11 +105,11 @@ export function keywordGate(message: string): TriageVerdict {
     return { remember: false, forget: "NONE", forgetTargets: [], needsRecall: needsRecallByKeywords(message) };
   }
   if (FORGET_ALL.test(request)) return { remember: false, forget: "ALL", forgetTargets: [], needsRecall: false };
-  const some = FORGET_SOME.exec(request);
+  const named = thingsNamed(FORGET_SOME.exec(request)?.[1] ?? "");
   return {
     remember: false,
-    forget: some ? "SOME" : "NONE",
-    forgetTargets: some ? [some[1].trim()] : [],
+    forget: named.length ? "SOME" : "NONE",
+    forgetTargets: named,
     needsRecall: needsRecallByKeywords(message),
   };
 }

@@ -395,6 +395,27 @@ describe("deleteConversation", () => {
   });
 });
 
+describe("deleteConversation and a summary accepted just before it", () => {
+  it("leaves no vector of the summary's keys when they are written and indexed while it runs", async () => {
+    const turn = await say(engram, { user: "uma", conversation: "uma-1" }, "My PIN is 8642.", "Saved.");
+    await createTurnSnippets(db, turn.conversationId, { firstSeq: 1, lastSeq: 2 });
+    // A rewrite accepted before the delete, whose job syncs and indexes the summary's keys after
+    // its verbatim judge has answered: by then the delete has taken the messages and their snippets.
+    await db.conversation.update({ where: { id: turn.conversationId }, data: { summary: "The user's PIN is 8642.", summaryThroughSeq: 2 } });
+    let reads = 0;
+    const meanwhile = afterFactsRead(async () => {
+      if (++reads !== 2) return; // the second look, once the messages are gone
+      const keys = await syncSummaryKeys(db, engram.services.deps, turn.conversationId);
+      expect(keys).toHaveLength(1);
+      await indexSnippets(db, engram.services.deps, keys);
+    });
+    await forgetConversation(meanwhile, engram.services.deps, turn.conversationId, reason);
+    expect(reads).toBeGreaterThanOrEqual(2);
+    expect(await snippetsOf(turn.endUserId)).toEqual([]);
+    expect(await vectorsOf(turn.endUserId)).toEqual([]);
+  });
+});
+
 describe("another fact's history", () => {
   /** Two facts of a user, the second's history quoting the first (as a contradiction's does). */
   async function quotingPair(user: string) {

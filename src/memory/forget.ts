@@ -631,7 +631,12 @@ async function pendingVerdictHashes(db: TenantDb, who: ForgetWho) {
   return said.map((m) => messageHashOf(m.content));
 }
 
-/** Deletes a conversation with everything derived from it; the vectors go first (rows cascade, vectors would not). */
+/**
+ * Deletes a conversation with everything derived from it. The vectors go first, and again once
+ * the conversation's row is gone (rows cascade, vectors would not): a summary accepted before the
+ * delete may have its keys written and indexed while it runs (they need the summary, not the
+ * messages), and a conversation's id is never used again.
+ */
 export async function forgetConversation(db: TenantDb, deps: ForgetDeps, conversationId: string, who: ForgetWho) {
   const conversation = await db.conversation.findUnique({ where: { id: conversationId } });
   if (!conversation) throw notFound("Conversation", conversationId);
@@ -639,7 +644,6 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
   const tenantId = db.$tenantId();
   const took = await deleteVectors(deps, tenantId, { conversationId });
   receipt.snippets = (await db.recallSnippet.deleteMany({ where: { conversationId } })).count;
-  if (took) await deleteVectors(deps, tenantId, { conversationId });
   receipt.summaryRevisions = await db.summaryRevision.count({ where: { conversationId } });
   receipt.summaries = conversation.summary ? 1 : 0;
   receipt.gateVerdicts = (await db.gateVerdict.deleteMany({ where: { conversationId } })).count;
@@ -675,6 +679,8 @@ export async function forgetConversation(db: TenantDb, deps: ForgetDeps, convers
   await deps.pubsub.settled();
   receipt.activity = (await db.activityLog.deleteMany({ where: { conversationId } })).count;
   await db.conversation.deleteMany({ where: { id: conversationId } });
+  // Not owed twice: a delete the store did not take is owed as a job, which runs after this anyway.
+  if (took) await deleteVectors(deps, tenantId, { conversationId });
   await audit(db, who, { kind: "CONVERSATION", conversationId, endUserId: conversation.endUserId }, receipt);
   return { conversation, receipt };
 }

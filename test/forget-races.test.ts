@@ -23,6 +23,8 @@ import { deleteOwedVectors, reconcileRecall } from "../src/work/reconcile.ts";
 import { deleteVectorsJob } from "../src/queue.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { chromaOf, RECALL, say, vectorIds } from "./helpers/recall.ts";
+import { serverUrl } from "./helpers/store.ts";
+import { until } from "./helpers/until.ts";
 
 // Forgetting while other work runs: a snippet, a key or a fact planned from what is being
 // forgotten and written after the forget's first sweep must not survive it. The interleavings
@@ -397,7 +399,7 @@ describe("deleteConversation", () => {
 
 describe("deleteConversation and a summary accepted just before it", () => {
   it("leaves no vector of the summary's keys when they are written and indexed while it runs", async () => {
-    const turn = await say(engram, { user: "uma", conversation: "uma-1" }, "My PIN is 8642.", "Saved.");
+    const turn = await say(engram, { user: "ursa", conversation: "ursa-1" }, "My PIN is 8642.", "Saved.");
     await createTurnSnippets(db, turn.conversationId, { firstSeq: 1, lastSeq: 2 });
     // A rewrite accepted before the delete, whose job syncs and indexes the summary's keys after
     // its verbatim judge has answered: by then the delete has taken the messages and their snippets.
@@ -413,6 +415,39 @@ describe("deleteConversation and a summary accepted just before it", () => {
     expect(reads).toBeGreaterThanOrEqual(2);
     expect(await snippetsOf(turn.endUserId)).toEqual([]);
     expect(await vectorsOf(turn.endUserId)).toEqual([]);
+  });
+});
+
+describe("deleteFact and a summary rewrite committing at the same time", () => {
+  // On the embedded store one session runs every statement in turn: no rewrite can commit while
+  // the delete's clearing statement waits for the conversation's row.
+  it.skipIf(!serverUrl)("leaves no revision of the rewrite that folded on from a summary holding the fact", async () => {
+    const turn = await turnWithFactKey("vita", "My locker code is 7731.", "The user's locker code is 7731.");
+    await say(engram, { user: "vita", conversation: "vita-1" }, "I also like tea.", "Noted.");
+    const tenantId = engram.tenant.tenantId;
+    const folded = "The user's locker code is 7731.";
+    await db.conversation.update({ where: { id: turn.conversationId }, data: { summary: folded, summaryThroughSeq: 2 } });
+    await db.summaryRevision.create({ data: { tenantId, conversationId: turn.conversationId, text: folded, words: 5, coveredThroughSeq: 2, accepted: true } });
+    // A rewrite that started from that summary and folds the next turn: its transaction (summary.ts)
+    // has moved the summary and written its revision, and commits once the delete waits for the row.
+    let deleting: Promise<unknown> | undefined;
+    await engram.services.db.$transaction(
+      async (tx) => {
+        const rewritten = `${folded} The user likes tea.`;
+        await tx.conversation.updateMany({ where: { id: turn.conversationId, summary: folded }, data: { summary: rewritten, summaryThroughSeq: 4 } });
+        await tx.summaryRevision.create({ data: { tenantId, conversationId: turn.conversationId, text: rewritten, words: 9, coveredThroughSeq: 4, accepted: true } });
+        deleting = forgetFact(db, engram.services.deps, turn.factId, reason);
+        await until("the delete to wait for the conversation's row", async () => {
+          const [{ waiting }] = await engram.services.db.$queryRaw<{ waiting: number }[]>`
+            SELECT count(*)::int AS "waiting" FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`;
+          return waiting > 0;
+        });
+      },
+      { timeout: 60_000 },
+    );
+    await deleting;
+    expect(await db.conversation.findUniqueOrThrow({ where: { id: turn.conversationId } })).toMatchObject({ summary: null });
+    expect(await db.summaryRevision.count({ where: { conversationId: turn.conversationId, text: { contains: "7731" } } })).toBe(0);
   });
 });
 

@@ -759,28 +759,33 @@ export async function forgetFact(db: TenantDb, deps: ForgetDeps, factId: string,
 async function clearSummariesFolding(db: TenantDb, deps: VectorDeps, messageIds: string[], receipt: ForgetReceipt) {
   if (messageIds.length === 0) return;
   const tenantId = db.$tenantId();
-  const [{ cleared, revisions }] = await db.$queryRaw<{ cleared: string[]; revisions: number }[]>`
-    WITH "folded" AS (
-      SELECT m."conversationId", min(m."seq") AS "seq" FROM "Message" m
-      WHERE m."tenantId" = ${tenantId} AND m."id" = ANY(${messageIds}::text[])
-      GROUP BY m."conversationId"
-    ), "holding" AS (
-      SELECT c."id" FROM "Conversation" c JOIN "folded" f ON f."conversationId" = c."id"
-      WHERE c."tenantId" = ${tenantId} AND c."summary" IS NOT NULL AND c."summaryThroughSeq" >= f."seq"
-      ORDER BY c."id"
-      FOR NO KEY UPDATE OF c
-    ), "cleared" AS (
+  const folded = Prisma.sql`
+    SELECT m."conversationId", min(m."seq") AS "seq" FROM "Message" m
+    WHERE m."tenantId" = ${tenantId} AND m."id" = ANY(${messageIds}::text[])
+    GROUP BY m."conversationId"`;
+  // Two statements of one transaction (read committed): the revisions' delete takes its snapshot
+  // once the clear holds the conversations' rows, so it sees the revision of a rewrite that
+  // committed while the clear waited for them (which moved the summary on from one that folded a
+  // marked message). In one statement that revision was not seen, and stayed.
+  const [cleared, revisions] = await db.$transaction([
+    db.$queryRaw<{ id: string }[]>`
+      WITH "folded" AS (${folded}), "holding" AS (
+        SELECT c."id" FROM "Conversation" c JOIN "folded" f ON f."conversationId" = c."id"
+        WHERE c."tenantId" = ${tenantId} AND c."summary" IS NOT NULL AND c."summaryThroughSeq" >= f."seq"
+        ORDER BY c."id"
+        FOR NO KEY UPDATE OF c
+      )
       UPDATE "Conversation" c SET "summary" = NULL FROM "holding" h WHERE c."id" = h."id"
-      RETURNING c."id"
-    ), "revisions" AS (
-      DELETE FROM "SummaryRevision" r USING "folded" f
-      WHERE r."tenantId" = ${tenantId} AND r."conversationId" = f."conversationId" AND r."coveredThroughSeq" >= f."seq"
-      RETURNING 1
-    )
-    SELECT coalesce((SELECT array_agg("id") FROM "cleared"), '{}') AS "cleared", (SELECT count(*) FROM "revisions")::int AS "revisions"`;
+      RETURNING c."id"`,
+    db.$executeRaw`
+      DELETE FROM "SummaryRevision" r USING (${folded}) f
+      WHERE r."tenantId" = ${tenantId} AND r."conversationId" = f."conversationId" AND r."coveredThroughSeq" >= f."seq"`,
+  ]);
   receipt.summaries += cleared.length;
   receipt.summaryRevisions += revisions;
-  if (cleared.length) receipt.snippets += await forgetSnippetsWhere(db, deps, { kind: "SUMMARY", conversationId: { in: cleared } });
+  if (cleared.length) {
+    receipt.snippets += await forgetSnippetsWhere(db, deps, { kind: "SUMMARY", conversationId: { in: cleared.map((c) => c.id) } });
+  }
 }
 
 const BATCH = 500;

@@ -7,6 +7,9 @@ import { forTenant, type TenantDb } from "../src/db.ts";
 import type { VerbatimScores } from "../src/chains/verbatim-judge.ts";
 import { rewriteSummary } from "../src/memory/conversations/summary.ts";
 import { applyCandidate } from "../src/memory/facts/facts.ts";
+import { extractFacts } from "../src/memory/facts/extraction.ts";
+import type { CandidateFact } from "../src/chains/extractor.ts";
+import type { FactJudgment } from "../src/chains/fact-judge.ts";
 import { forgetConversation, forgetExpired, forgetFact, forgetPhrases, forgetUser } from "../src/memory/forget.ts";
 import {
   createTurnSnippets,
@@ -448,6 +451,30 @@ describe("deleteFact and a summary rewrite committing at the same time", () => {
     await deleting;
     expect(await db.conversation.findUniqueOrThrow({ where: { id: turn.conversationId } })).toMatchObject({ summary: null });
     expect(await db.summaryRevision.count({ where: { conversationId: turn.conversationId, text: { contains: "7731" } } })).toBe(0);
+  });
+});
+
+describe("an extraction shown a fact that a forget deletes during its model call", () => {
+  it("does not write that fact back from another message the batch holds, and reads the batch again", async () => {
+    const said = await turnWithFactKey("rhea", "My address is 12 Quay Road.", "Rhea lives at 12 Quay Road.");
+    await db.conversation.update({ where: { id: said.conversationId }, data: { extractedThroughSeq: 2 } });
+    const later = await say(engram, { user: "rhea", conversation: "rhea-2" }, "Same building, but we are in flat 5 now.", "Noted.");
+    const shown: string[][] = [];
+    // The extractor combines what it was shown with the new message, as an update would; the
+    // user asked to forget the address while it was asked.
+    const extractor = RunnableLambda.from(async (input: { known: string[] }): Promise<CandidateFact[]> => {
+      shown.push(input.known);
+      if (shown.length === 1) await forgetPhrases(db, engram.services.deps, said.endUserId, ["Quay Road"], reason);
+      return input.known.length ? [{ text: "Rhea lives at 12 Quay Road, flat 5.", core: true, seq: 1 }] : [];
+    });
+    const judge = RunnableLambda.from(async (): Promise<FactJudgment> => ({ durability: "durable", relation: "none", relatedFactId: null, sensitivity: null }));
+    const deps = { ...engram.services.deps, extractor, judge };
+    expect(await extractFacts(db, deps, later.conversationId, { now: true })).toMatchObject({ status: "BUSY" });
+    expect(await db.fact.count({ where: { endUserId: said.endUserId } })).toBe(0);
+    // Read again, with what is known now.
+    expect(await extractFacts(db, deps, later.conversationId, { now: true })).toMatchObject({ status: "EXTRACTED" });
+    expect(shown).toEqual([["Rhea lives at 12 Quay Road."], []]);
+    expect(await db.fact.count({ where: { endUserId: said.endUserId } })).toBe(0);
   });
 });
 

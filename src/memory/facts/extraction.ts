@@ -40,7 +40,8 @@ async function skipExtractionThrough(db: TenantDb, conversationId: string, seq: 
  * gate said the turn is worth remembering. Progress is stored per conversation; a candidate the
  * user already has is only refreshed, so running the same batch twice keeps nothing twice.
  * `beforeSeq`: read no message from this seq on (a turn the gate has not judged yet, such as a
- * forget request its round may still write).
+ * forget request its round may still write). BUSY: another extraction holds the lease, or a fact
+ * it was shown was deleted while the extractor ran (nothing kept: it is read again).
  */
 export async function extractFacts(
   db: TenantDb,
@@ -85,6 +86,14 @@ async function extractUnderLease(
     if (!(error instanceof OutputParserException)) throw error;
     deps.log.warn("extraction: the model's answer could not be read; nothing kept", { conversationId, ...unreadable(error) });
     return { status: "UNPARSABLE" };
+  }
+  // A fact it was shown was deleted during the call (a forget, deleteFact): a candidate may say it
+  // again from a message that stays ("flat 5 now" updating a forgotten address), and no forget
+  // would look for it once done. Nothing is kept; the batch is read again soon, with what is known
+  // then (BUSY: the job runs again in a few seconds).
+  if (known.length && (await db.fact.count({ where: { id: { in: known.map((f) => f.id) } } })) < known.length) {
+    deps.log.info("extraction: a fact it was shown was deleted meanwhile; reading the batch again", { conversationId });
+    return { status: "BUSY" };
   }
 
   const bySeq = new Map(batch.map((m) => [m.seq, m]));

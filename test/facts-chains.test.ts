@@ -386,6 +386,9 @@ describe("keywordGate: only requests forget", () => {
     ["Please forget everything about me, thanks!", "ALL"],
     ["Forget everything I told you.", "ALL"],
     ["Can you forget everything about me?", "ALL"],
+    ["Please forget everything about me and my wife.", "ALL"],
+    ["Forget all about me", "ALL"],
+    ["Forget everything about meetings.", "NONE"], // not ALL: "me" is not "meetings"
   ])("%s → %s", (message, forget) => {
     expect(keywordGate(message).forget).toBe(forget);
   });

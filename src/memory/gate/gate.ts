@@ -79,7 +79,9 @@ export const messageHashOf = (message: string) => createHash("sha256").update(me
 const REQUEST = String.raw`(?:^|[.!;:\n]\s*)(?:(?:please|pls|ok|okay|now|and|so)[,\s]+)*(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?)?forget\s+`;
 const COURTESIES = String.raw`(?:[,\s]+(?:please|pls|thanks|thank\s+you|now|ok|okay))*`;
 const ABOUT_ME = String.raw`(?:\s+(?:about\s+me|you\s+know(?:\s+about\s+me)?|(?:that\s+)?i(?:\s+have|'ve)?\s+(?:told|given|gave|shared\s+with|said\s+to)\s+you))?`;
-const FORGET_ALL = new RegExp(`${REQUEST}(?:everything|all)${ABOUT_ME}${COURTESIES}\\s*(?:[.!?;\\n]|$)`, "i");
+// "About me" says whose: everything about them, whatever the sentence goes on to add ("… about
+// me and my wife" is no narrower).
+const FORGET_ALL = new RegExp(`${REQUEST}(?:everything|all)(?:\\s+about\\s+me\\b|${ABOUT_ME}${COURTESIES}\\s*(?:[.!?;\\n]|$))`, "i");
 const FORGET_SOME = new RegExp(`${REQUEST}(?:that\\s+|about\\s+)?(?:all\\s+(?:of\\s+)?|everything\\s+(?:about\\s+)?)?((?:my|the|that)\\b[^.!?\\n]{1,120})`, "i");
 // A phrase takes only what holds every one of its words (forget.ts): the words a request goes on
 // with that name nothing ("…, thanks", "the code I gave you") are left out, and a list ("my

@@ -12,11 +12,15 @@ export const modelInteger = z
   .union([z.number(), z.string().regex(/^\d+$/).transform(Number)])
   .pipe(z.number().int());
 
-/** The balanced JSON-looking span starting at `start`, ignoring brackets inside strings. */
-function balancedFrom(text: string, start: number): string | null {
+/**
+ * Where the balanced JSON-looking span starting at `start` ends (its closing bracket), ignoring
+ * brackets inside strings; -1 when it is not balanced before `end`. `scanned`: how far it read.
+ */
+function balancedFrom(text: string, start: number, end: number): { close: number; scanned: number } {
   const stack: string[] = [];
   let inString = false;
-  for (let i = start; i < text.length; i++) {
+  let i = start;
+  for (; i < end; i++) {
     const char = text[i];
     if (inString) {
       if (char === "\\") i++;
@@ -24,26 +28,37 @@ function balancedFrom(text: string, start: number): string | null {
     } else if (char === '"') inString = true;
     else if (char === "{" || char === "[") stack.push(char === "{" ? "}" : "]");
     else if (char === "}" || char === "]") {
-      if (stack.pop() !== char) return null;
-      if (stack.length === 0) return text.slice(start, i + 1);
+      if (stack.pop() !== char) return { close: -1, scanned: i - start + 1 };
+      if (stack.length === 0) return { close: i, scanned: i - start + 1 };
     }
   }
-  return null;
+  return { close: -1, scanned: i - start };
 }
+
+/**
+ * How many times over its length reading an answer may scan it. Each bracket starts a try that
+ * can run to the end, so an answer of thousands of unclosed braces (a model in a loop, or a
+ * hostile endpoint) took time growing with its length squared, on the event loop that answers
+ * every request; past this many passes the rest is not tried.
+ */
+const SCAN_PASSES = 8;
 
 /** Every parseable JSON object or array in a text, in order (prose may hold stray brackets). */
 function* jsonValues(text: string): Generator<unknown> {
-  for (let start = text.search(/[[{]/); start >= 0; ) {
-    const span = balancedFrom(text, start);
-    if (span) {
+  let budget = SCAN_PASSES * text.length;
+  const opener = /[[{]/g;
+  for (let found = opener.exec(text); found && budget > 0; found = opener.exec(text)) {
+    const start = found.index;
+    const { close, scanned } = balancedFrom(text, start, Math.min(text.length, start + budget));
+    budget -= scanned;
+    if (close >= 0) {
       try {
-        yield JSON.parse(span);
+        yield JSON.parse(text.slice(start, close + 1));
       } catch {
         // not JSON after all: look further on
       }
     }
-    const next = text.slice(start + 1).search(/[[{]/);
-    start = next < 0 ? -1 : start + 1 + next;
+    opener.lastIndex = start + 1;
   }
 }
 

@@ -103,7 +103,7 @@ describe("address ranges", () => {
     if (!resolved || !isPrivateAddress(resolved.address)) return; // this machine's name is public: nothing to prove
     const target = await startHttp((res) => res.end("{}"));
     try {
-      const error = await guardedFetch({ allowed: [] }, { idleTimeoutMs: 5_000 })(`http://${name}:${target.port}/v1/chat/completions`, { method: "POST", body: "{}" }).catch((e) => e);
+      const error = await guardedFetch({ allowed: [] }, { idleTimeoutMs: 5_000, maxBodyBytes: 1_000_000 })(`http://${name}:${target.port}/v1/chat/completions`, { method: "POST", body: "{}" }).catch((e) => e);
       expect(error).toBeInstanceOf(ModelCallError);
       expect(error.kind).toBe("refused");
       expect(target.hits()).toBe(0);
@@ -141,7 +141,7 @@ describe("names on the operator's network", () => {
       // Another part of the process talks to that host through Node's shared (keep-alive) agent.
       await new Promise<void>((resolve, reject) => httpGet(`http://localhost:${target.port}/`, (res) => res.resume().on("end", resolve)).on("error", reject));
       expect(target.hits()).toBe(1);
-      const error = await guardedFetch({ allowed: [] }, { idleTimeoutMs: 5_000 })(`http://localhost:${target.port}/v1/embeddings`, { method: "POST", body: "{}" }).catch((e) => e);
+      const error = await guardedFetch({ allowed: [] }, { idleTimeoutMs: 5_000, maxBodyBytes: 1_000_000 })(`http://localhost:${target.port}/v1/embeddings`, { method: "POST", body: "{}" }).catch((e) => e);
       expect(error).toBeInstanceOf(ModelCallError);
       expect(error.kind).toBe("refused");
       expect(target.hits()).toBe(1);
@@ -223,20 +223,26 @@ describe("allow-listed hosts: no redirects, no provider bodies", () => {
   let internal: Awaited<ReturnType<typeof startHttp>>;
   let target: ModelServer;
   let redirector: Awaited<ReturnType<typeof startHttp>>;
+  let huge: Awaited<ReturnType<typeof startHttp>>;
 
   beforeAll(async () => {
+    // A chat completion whose answer is 3 MB: read whole, it was held in memory however large.
+    huge = await startHttp((res) => {
+      const answer = { id: "x", object: "chat.completion", created: 0, model: "m", choices: [{ index: 0, finish_reason: "stop", message: { role: "assistant", content: "x".repeat(3_000_000) } }] };
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(answer));
+    });
     internal = await startHttp((res) => res.writeHead(403, { "content-type": "text/plain" }).end(LEAK));
     target = await startModelServer();
     target.respond(compactAnswer);
     redirector = await startHttp((res) => res.writeHead(302, { location: `${target.url}/chat/completions` }).end(LEAK));
     ({ model, engram } = await startEngramWithModel({
       respond: compactAnswer,
-      env: { ENGRAM_EMBEDDINGS: "offline", ENGRAM_MODEL_HOST_ALLOWLIST: `127.0.0.1:${internal.port}, 127.0.0.1:${redirector.port}` },
+      env: { ENGRAM_EMBEDDINGS: "offline", ENGRAM_MODEL_HOST_ALLOWLIST: `127.0.0.1:${internal.port}, 127.0.0.1:${redirector.port}, 127.0.0.1:${huge.port}` },
     }));
   });
   afterAll(async () => {
     await engram?.stop();
-    await Promise.all([model?.stop(), target?.stop(), internal?.stop(), redirector?.stop()]);
+    await Promise.all([model?.stop(), target?.stop(), internal?.stop(), redirector?.stop(), huge?.stop()]);
   });
 
   it("only allow-listed hosts pass", async () => {
@@ -263,6 +269,46 @@ describe("allow-listed hosts: no redirects, no provider bodies", () => {
     expect(run).toMatch(/answered 302 \(a redirect, which is not followed\)/);
     expect(run).not.toContain("hunter2");
   });
+
+  it("does not read an answer past its size limit", async () => {
+    await engram.gql(UPDATE, { input: { modelRouting: { compaction: { baseUrl: huge.url } } } });
+    const run = await compactionErrors(engram, "huge");
+    expect(huge.hits()).toBeGreaterThan(0);
+    expect(run).toMatch(/answer is larger than 2097152 bytes/);
+  });
+});
+
+describe("a provider that keeps sending", () => {
+  it("has the exchange cut with a typed error once its body passes the limit, declared or not", async () => {
+    let sent = 0;
+    const endless = await startHttp((res) => {
+      res.writeHead(200, { "content-type": "application/json" });
+      const chunk = Buffer.alloc(64 * 1024, "x");
+      // Up to 200 MB, as fast as the reader takes it (without a limit, all of it is read).
+      const pump = () => {
+        while (sent < 200_000_000 && !res.destroyed) {
+          sent += chunk.length;
+          if (!res.write(chunk)) return void res.once("drain", pump);
+        }
+        res.end();
+      };
+      pump();
+    });
+    const declared = await startHttp((res) => res.writeHead(200, { "content-type": "application/json", "content-length": "5000000" }).end("x".repeat(5_000_000)));
+    try {
+      const fetch = guardedFetch({ allowed: [`127.0.0.1:${endless.port}`, `127.0.0.1:${declared.port}`] }, { idleTimeoutMs: 5_000, maxBodyBytes: 1_000_000 });
+      const response = await fetch(`${endless.url}/chat/completions`, { method: "POST", body: "{}" });
+      const error = await response.text().catch((e) => e);
+      expect(error).toBeInstanceOf(ModelCallError);
+      expect(error.message).toMatch(/larger than 1000000 bytes/);
+      expect(sent).toBeLessThan(50_000_000);
+      const refused = await fetch(`${declared.url}/chat/completions`, { method: "POST", body: "{}" }).catch((e) => e);
+      expect(refused).toBeInstanceOf(ModelCallError);
+      expect(refused.message).toMatch(/larger than 1000000 bytes/);
+    } finally {
+      await Promise.all([endless.stop(), declared.stop()]);
+    }
+  });
 });
 
 describe("a provider that stalls in its body", () => {
@@ -270,7 +316,7 @@ describe("a provider that stalls in its body", () => {
     const stalling = await startHttp((res) => res.writeHead(200, { "content-type": "application/json" }).write('{"choices":['));
     const answering = await startHttp((res) => res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}'));
     try {
-      const fetch = guardedFetch({ allowed: [`127.0.0.1:${stalling.port}`, `127.0.0.1:${answering.port}`] }, { idleTimeoutMs: 300 });
+      const fetch = guardedFetch({ allowed: [`127.0.0.1:${stalling.port}`, `127.0.0.1:${answering.port}`] }, { idleTimeoutMs: 300, maxBodyBytes: 1_000_000 });
       // The headers arrive, so the response resolves; its body never ends.
       const response = await fetch(`${stalling.url}/chat/completions`, { method: "POST", body: "{}" });
       expect(response.status).toBe(200);

@@ -261,13 +261,22 @@ export function asModelCallError(error: unknown): ModelCallError {
 }
 
 /**
+ * The most a model answer may hold. The client reads an answer whole before parsing it, so a
+ * provider that keeps sending (a tenant's own endpoint can) filled the server's memory until the
+ * call's deadline. The longest chat answer a chain asks for is a few KB; an embeddings answer is
+ * at most 64 texts (the indexer's batch) of a few thousand floats, about 6 MB.
+ */
+export const MODEL_ANSWER_MAX_BYTES = { chat: 2 * 1024 * 1024, embeddings: 32 * 1024 * 1024 };
+
+/**
  * fetch for the OpenAI client: checks the host (and every address it resolves to) against the
- * policy, never follows a redirect, replaces an error response's body with its status, and ends
- * an exchange that receives nothing for `idleTimeoutMs`, its body included.
+ * policy, never follows a redirect, replaces an error response's body with its status, ends an
+ * exchange that receives nothing for `idleTimeoutMs`, its body included, and one whose body
+ * passes `maxBodyBytes`.
  */
 export function guardedFetch(
   policy: EgressPolicy,
-  bounds: { idleTimeoutMs: number },
+  bounds: { idleTimeoutMs: number; maxBodyBytes: number },
   /** Told, for the operator's log, why a host's name was refused (the call's error does not say). */
   log?: (host: string, why: string) => void,
 ): typeof fetch {
@@ -318,6 +327,17 @@ export function guardedFetch(
             resolve(new Response(JSON.stringify({ error: { message: reason } }), { status, headers: responseHeaders }));
             return;
           }
+          const tooLarge = () => new ModelCallError(`model provider's answer is larger than ${bounds.maxBodyBytes} bytes`);
+          if (Number(incoming.headers["content-length"]) > bounds.maxBodyBytes) {
+            incoming.destroy();
+            reject(tooLarge());
+            return;
+          }
+          let bytes = 0;
+          incoming.on("data", (chunk: Buffer) => {
+            bytes += chunk.length;
+            if (bytes > bounds.maxBodyBytes) incoming.destroy(tooLarge());
+          });
           const stream = NULL_BODY.has(status) ? null : (Readable.toWeb(incoming) as ReadableStream<Uint8Array>);
           if (!stream) incoming.resume();
           resolve(new Response(stream, { status, headers: responseHeaders }));

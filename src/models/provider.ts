@@ -9,7 +9,7 @@ import { budgetStatus, releaseBudget, reserveBudget, type BudgetStatus } from ".
 import { redactTexts, type RedactionResult } from "../governance/redaction.ts";
 import { loadTenantSettings, tenantApiKey, type EffectiveSettings } from "../governance/settings.ts";
 import { countTokens } from "../memory/tokens.ts";
-import { egressPolicy, guardedFetch, asModelCallError, modelCallDeadlineMs, replySignal, withinDeadline } from "./egress.ts";
+import { egressPolicy, guardedFetch, asModelCallError, MODEL_ANSWER_MAX_BYTES, modelCallDeadlineMs, replySignal, withinDeadline } from "./egress.ts";
 import { recordModelUsage, recordModelUsages } from "../governance/usage.ts";
 import {
   defaultModelName,
@@ -211,10 +211,13 @@ export function createModelProvider(deps: {
   log: Pick<Logger, "warn">;
 }): ModelProvider {
   const { tenants, env } = deps;
-  // Every OpenAI client, chat and embeddings, connects through this.
-  const fetch = guardedFetch(egressPolicy(env), { idleTimeoutMs: env.ENGRAM_MODEL_TIMEOUT_MS }, (host, why) =>
-    deps.log.warn("model call refused: its host's name did not resolve to public addresses", { host, why }),
-  );
+  // Every OpenAI client, chat and embeddings, connects through these.
+  const guarded = (maxBodyBytes: number) =>
+    guardedFetch(egressPolicy(env), { idleTimeoutMs: env.ENGRAM_MODEL_TIMEOUT_MS, maxBodyBytes }, (host, why) =>
+      deps.log.warn("model call refused: its host's name did not resolve to public addresses", { host, why }),
+    );
+  const fetch = guarded(MODEL_ANSWER_MAX_BYTES.chat);
+  const embeddingsFetch = guarded(MODEL_ANSWER_MAX_BYTES.embeddings);
   const deadlineMs = modelCallDeadlineMs(env);
   const createModel =
     deps.createModel ??
@@ -263,7 +266,7 @@ export function createModelProvider(deps: {
       embedder = new ReportingOpenAIEmbeddings({
         model: route.model,
         apiKey: route.apiKey ?? "not-needed",
-        configuration: { baseURL: route.baseUrl, fetch },
+        configuration: { baseURL: route.baseUrl, fetch: embeddingsFetch },
         // The openai client asks for base64 by default; OpenAI-compatible servers that ignore the
         // field answer floats, which it then decodes to empty vectors. Floats work everywhere.
         encodingFormat: "float",

@@ -8,6 +8,7 @@ import { compactTenants } from "../src/work/compact-tenants.ts";
 import { baseUrlProblem, guardedFetch, guardedLookup, isPrivateAddress, ModelCallError } from "../src/models/egress.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import { startModelServer, type ModelServer } from "./helpers/model-server.ts";
+import { until } from "./helpers/until.ts";
 
 const DAY_MS = 86_400_000;
 const LEAK = "INTERNAL-ONLY: db_password=hunter2";
@@ -307,6 +308,33 @@ describe("a provider that keeps sending", () => {
       expect(refused.message).toMatch(/larger than 1000000 bytes/);
     } finally {
       await Promise.all([endless.stop(), declared.stop()]);
+    }
+  });
+
+  it("stops draining an error body that never ends", async () => {
+    let sent = 0;
+    let closed = false;
+    const endlessError = await startHttp((res) => {
+      res.writeHead(500, { "content-type": "text/plain" });
+      res.on("close", () => (closed = true));
+      const chunk = Buffer.alloc(64 * 1024, "x");
+      const pump = () => {
+        while (!res.destroyed && sent < 500_000_000) {
+          sent += chunk.length;
+          if (!res.write(chunk)) return void res.once("drain", pump);
+        }
+        res.end();
+      };
+      pump();
+    });
+    try {
+      const fetch = guardedFetch({ allowed: [`127.0.0.1:${endlessError.port}`] }, { idleTimeoutMs: 5_000, maxBodyBytes: 1_000_000 });
+      const response = await fetch(`${endlessError.url}/chat/completions`, { method: "POST", body: "{}" });
+      expect(response.status).toBe(500);
+      await until("the provider's connection closed", async () => closed, 5_000);
+      expect(sent).toBeLessThan(50_000_000);
+    } finally {
+      await endlessError.stop();
     }
   });
 });

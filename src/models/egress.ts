@@ -315,6 +315,16 @@ export function guardedFetch(
             if (value === undefined || name === "content-length" || name === "content-encoding") continue;
             for (const v of Array.isArray(value) ? value : [value]) responseHeaders.append(name, v);
           }
+          const tooLarge = () => new ModelCallError(`model provider's answer is larger than ${bounds.maxBodyBytes} bytes`);
+          // Counted on every answer, an error body that is drained unread too: one that never
+          // ends would otherwise keep its connection pumping after the call is over.
+          let bytes = 0;
+          let handedOn = false;
+          incoming.on("data", (chunk: Buffer) => {
+            bytes += chunk.length;
+            // Only a body handed on has a reader to hear why it was cut.
+            if (bytes > bounds.maxBodyBytes) incoming.destroy(handedOn ? tooLarge() : undefined);
+          });
           if (status >= 300 && status < 400) {
             incoming.resume();
             reject(new ModelCallError(`model provider answered ${status} (a redirect, which is not followed)`));
@@ -327,17 +337,12 @@ export function guardedFetch(
             resolve(new Response(JSON.stringify({ error: { message: reason } }), { status, headers: responseHeaders }));
             return;
           }
-          const tooLarge = () => new ModelCallError(`model provider's answer is larger than ${bounds.maxBodyBytes} bytes`);
           if (Number(incoming.headers["content-length"]) > bounds.maxBodyBytes) {
             incoming.destroy();
             reject(tooLarge());
             return;
           }
-          let bytes = 0;
-          incoming.on("data", (chunk: Buffer) => {
-            bytes += chunk.length;
-            if (bytes > bounds.maxBodyBytes) incoming.destroy(tooLarge());
-          });
+          handedOn = true;
           const stream = NULL_BODY.has(status) ? null : (Readable.toWeb(incoming) as ReadableStream<Uint8Array>);
           if (!stream) incoming.resume();
           resolve(new Response(stream, { status, headers: responseHeaders }));

@@ -174,6 +174,15 @@ export type MeteringHooks = {
   record: (usage: ModelUsageRecord) => Promise<void>;
 };
 
+/**
+ * A provider's token figure, when a usage row can hold it (a whole number from 0 to 2^31 - 1);
+ * else undefined and the call is counted by the tokenizer. A tenant's own endpoint reports what it
+ * likes: a negative figure lowered what its budget counts as spent, and one past 32 bits failed
+ * the usage row after the call was made.
+ */
+export const reportedTokens = (n: unknown): number | undefined =>
+  typeof n === "number" && Number.isInteger(n) && n >= 0 && n < 2 ** 31 ? n : undefined;
+
 const promptTokens = (input: BaseLanguageModelInput) => countTokens(toMessages(input).map(messageText).join("\n"));
 
 /**
@@ -205,8 +214,8 @@ export function meteredModel(
       const usage = output.usage_metadata;
       await record({
         ...meta,
-        inputTokens: usage?.input_tokens ?? promptTokens(sent),
-        outputTokens: usage?.output_tokens ?? countTokens(messageText(output)),
+        inputTokens: reportedTokens(usage?.input_tokens) ?? promptTokens(sent),
+        outputTokens: reportedTokens(usage?.output_tokens) ?? countTokens(messageText(output)),
         redactions,
       });
       return output;

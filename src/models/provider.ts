@@ -16,6 +16,7 @@ import {
   defaultRoute,
   meteredModel,
   openAIChatModel,
+  reportedTokens,
   type ChatModel,
   type ChatRole,
   type MeteringHooks,
@@ -103,9 +104,9 @@ class ReportingOpenAIEmbeddings extends OpenAIEmbeddings {
     });
     if (call) {
       call.usage.responses += 1;
-      const tokens = response.usage?.prompt_tokens;
+      const tokens = reportedTokens(response.usage?.prompt_tokens);
       // Some compatible servers answer 0 for "not counted": that would meter embeddings as free.
-      if (typeof tokens === "number" && tokens > 0) {
+      if (tokens !== undefined && tokens > 0) {
         call.usage.reported += 1;
         call.usage.promptTokens += tokens;
       }

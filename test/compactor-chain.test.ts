@@ -136,13 +136,12 @@ describe("parseJsonAnswer", () => {
 
   // A model's answer is read on the server's event loop (rerank runs inside the context query):
   // one that repeats an unclosed brace 30,000 times took 8 s to reject, and the time grew with
-  // the square of its length and more.
+  // the square of its length and more. No timed assertion (shared machines): at 200,000 the old
+  // reading would take minutes, past the test's timeout; a few passes take milliseconds.
   it("reads a long broken answer in a few passes over it, and still finds JSON after stray brackets", () => {
-    const n = 30_000;
+    const n = 200_000;
     for (const text of ["{".repeat(n), '{"name":'.repeat(n), "[".repeat(n) + "]".repeat(n), `${"{ [ ".repeat(n)}{"name": "a"`]) {
-      const started = performance.now();
       expect(() => parseJsonAnswer(text, shape)).toThrow(OutputParserException);
-      expect(performance.now() - started, text.slice(0, 20)).toBeLessThan(1_000);
     }
     expect(parseJsonAnswer(`${"[1] {x} ".repeat(2_000)}{"name": "found", "n": 3}`, shape)).toEqual({ name: "found", n: 3 });
   });

@@ -12,6 +12,7 @@ const OUTAGES = 2;
 let model: ModelServer;
 let engram: TestEngram;
 let summaryCalls = 0;
+let refusedCalls = 0;
 beforeAll(async () => {
   // Everything else answers well (the triage, extraction and judges), so only the summary gives up.
   const memory = factsScript({}, memoryScript());
@@ -19,6 +20,14 @@ beforeAll(async () => {
     worker: true,
     env: { ENGRAM_EMBEDDINGS: "offline" },
     respond: (request) => {
+      // A provider that refuses any extraction holding one message (413: past its context).
+      if (request.chain === "extract" && JSON.stringify(request.messages).includes("TOO-LONG")) {
+        refusedCalls++;
+        return { status: 413 };
+      }
+      if (request.chain === "triage" && JSON.stringify(request.messages).includes("TOO-LONG")) {
+        return JSON.stringify({ remember: true, forget: "NONE", forgetTargets: [], needsRecall: false });
+      }
       if (request.chain !== "summary") return memory(request);
       summaryCalls++;
       if (summaryCalls <= OUTAGES) return { status: 503, message: "overloaded" };
@@ -58,5 +67,26 @@ describe("work whose model answers cannot be read", () => {
     // Summary requests of turns still arriving may add a run each; none comes sooner than this.
     expect(summaryCalls).toBeGreaterThanOrEqual(OUTAGES + UNREADABLE_TRIES);
     expect((await engram.services.db.conversation.findUniqueOrThrow({ where: { id: conversationId } })).summary).toBeNull();
+  }, 240_000);
+
+  it(`counts an extraction the provider refuses as it is (413) the same way: ${UNREADABLE_TRIES} tries, then a dead letter, not a call a minute for ever`, async () => {
+    const turn = await engram.gql(
+      `mutation($input: RecordTurnInput!) { recordTurn(input: $input) { conversation { id } } }`,
+      { input: { agentExternalId: "dl", endUserExternalId: "dl-413", conversationExternalId: "dl-413", clientTurnId: "dl-413-1", userMessage: "I keep bees. TOO-LONG", assistantMessage: "Noted." } },
+    );
+    const conversationId = turn.data.recordTurn.conversation.id;
+    const runs = await until(
+      "the extraction's dead letter",
+      async () => {
+        const { data } = await engram.gql(`{ jobRuns(first: 50) { name status result } }`);
+        const dead = data.jobRuns.filter((r: any) => r.result?.deadLetter && r.result.conversationId === conversationId);
+        return dead.length ? dead : null;
+      },
+      180_000,
+    );
+    expect(runs[0]).toMatchObject({ status: "FAILED", result: { deadLetter: true, tries: UNREADABLE_TRIES, reason: "model provider answered 413" } });
+    expect(refusedCalls).toBeGreaterThanOrEqual(UNREADABLE_TRIES);
+    // Nothing was read past it: the batch waits for a model that takes it.
+    expect((await engram.services.db.conversation.findUniqueOrThrow({ where: { id: conversationId } })).extractedThroughSeq).toBe(0);
   }, 240_000);
 });

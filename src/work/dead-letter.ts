@@ -1,5 +1,6 @@
 import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
+import { ModelCallError } from "../models/egress.ts";
 import { recordJobRun } from "./job-runs.ts";
 
 /** How often work whose model answer could not be read is tried before it is dead-lettered. */
@@ -17,14 +18,25 @@ export class UnreadableAnswer extends Error {
   }
 }
 
+/**
+ * Whether a failure counts towards the work's dead letter: an unreadable answer, or a call that
+ * no retry can change (ModelCallError "refused": the provider refused the request as it is, 400,
+ * 413 or 422, say a batch too long for a small model's context; or a route that is not allowed).
+ * Retried for ever, such a call made a model call a minute for ever and held the conversation's
+ * extraction or summary behind it without a word in jobRuns. An outage (5xx, a timeout, 429)
+ * does not count: it only delays.
+ */
+export const countsTowardsDeadLetter = (error: unknown): error is Error =>
+  error instanceof UnreadableAnswer || (error instanceof ModelCallError && error.kind === "refused");
+
 /** Records the dead letter as a job run; its result names the work by ids only, never content. */
 export async function deadLetter(
   db: TenantDb,
   deps: Pick<Deps, "pubsub" | "log">,
   job: { name: string; payload: Record<string, unknown>; tries: number },
-  error: UnreadableAnswer,
+  error: Error,
 ) {
-  deps.log.error("work dead-lettered after unreadable model answers", { job: job.name, tries: job.tries, payload: job.payload });
+  deps.log.error("work dead-lettered after model answers it could not use", { job: job.name, tries: job.tries, reason: error.message, payload: job.payload });
   const ids = Object.fromEntries(Object.entries(job.payload).filter(([key]) => key.endsWith("Id")));
   await recordJobRun(db, deps.pubsub, job.name, async () => ({
     status: "FAILED",

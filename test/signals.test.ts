@@ -1,13 +1,18 @@
-import { existsSync, readFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import http from "node:http";
 import path from "node:path";
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import {
   adminKeyOf,
   ensureCompiled,
+  freePort,
   killAll,
   processTree,
+  ROOT,
   startServer,
+  survivors,
+  tempDataDir,
   waitAllGone,
   type ServerProcess,
 } from "./helpers/server-process.ts";
@@ -175,6 +180,31 @@ describe("stopping under a supervisor", () => {
       return components.chroma.status === "ok" && components.chroma.detail === "embedded";
     }, 60_000);
     expect(processTree(server.child.pid!)).toHaveLength(2);
+  });
+
+  it("a store's child whose Engram exits while the child is still loading ends by itself, and opens nothing", async () => {
+    // The parent forks the child and exits at once, before the child's code has run: its IPC
+    // channel's end and its new parent both come before the child watches for them.
+    const dataDir = tempDataDir("engram-early-exit-");
+    const forkAndExit = (script: string, args: string[]) => {
+      const parent = `const { fork } = require("node:child_process");
+const child = fork(${JSON.stringify(path.join(ROOT, "src", "embedded", script))}, ${JSON.stringify(args)},
+  { stdio: "ignore", env: { ...process.env, ENGRAM_STORE_PASSWORD: "p".repeat(32) } });
+process.stdout.write(String(child.pid));
+process.exit(0);`;
+      const run = spawnSync(process.execPath, ["-e", parent], { encoding: "utf8" });
+      expect(run.status, run.stderr).toBe(0);
+      return Number(run.stdout);
+    };
+    const pids = [
+      forkAndExit("pglite-child.mjs", [path.join(dataDir, "pg"), "32", "0", "15000", "120000"]),
+      forkAndExit("chroma-child.mjs", [ROOT, path.join(dataDir, "chroma"), String(await freePort())]),
+    ];
+    current = { server: { dataDir } as ServerProcess, pids };
+    // Before the fix both ran for good, re-parented to init: PGlite serving the folder, Chroma its port.
+    await waitAllGone(pids, dataDir, 30_000);
+    expect(survivors(pids, dataDir)).toEqual([]);
+    expect(readdirSync(dataDir)).toEqual([]);
   });
 
   // SIGKILL to node under write load (children exit by themselves, the next start works): test/faults/server-kill.test.ts.

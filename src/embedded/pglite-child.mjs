@@ -113,6 +113,8 @@ const BATCH_END = new Set(["S", "Q", "H", "X"]);
 // compiler only (--liftoff-only): it runs once, and optimising its code cost more memory and time
 // than it saved. Its peak RSS, measured: initdb 887 MB with the defaults, 795 with the shared
 // buffers, 670 with both (6.8 -> 5.3 s); the template, 288 MB (1.8 s).
+// Engram gone (or asking to stop) before the folder is opened: there is nothing to close.
+if (stopRequested) process.exit(0);
 if (!existsSync(path.join(dataDir, "PG_VERSION"))) {
   const code = await new Promise((resolve, reject) => {
     const args = ["--liftoff-only", fileURLToPath(new URL("./pglite-init.mjs", import.meta.url)), dataDir];
@@ -124,6 +126,7 @@ if (!existsSync(path.join(dataDir, "PG_VERSION"))) {
     throw new Error(`creating the embedded database in ${dataDir} failed (exit code ${code})`);
   }
 }
+if (stopRequested) process.exit(0);
 db = await PGlite.create(dataDir, START_OPTIONS);
 
 /** @type {{ conn: Connection, batch: Buffer }[]} */

@@ -301,7 +301,7 @@ main(process.argv.slice(2)).catch((error) => {
     process.stderr.write(`engram ${error.command}: ${error.message}\n${usageOf(error.command)}\n`);
     process.exit(2);
   }
-  if (error instanceof EnvError || error instanceof EngramError || ["StoreBusyError", "StoreSecretError"].includes(error?.name)) {
+  if (error instanceof EnvError || error instanceof EngramError || ["StoreBusyError", "StoreSecretError", "DataFolderError"].includes(error?.name)) {
     process.stderr.write(`${error.message}\n`);
   } else {
     process.stderr.write(`${(error as Error).stack ?? error}\n`);

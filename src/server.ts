@@ -1,5 +1,5 @@
 import { buildApp, type App } from "./app.ts";
-import { StoreBusyError } from "./embedded/embedded.ts";
+import { DataFolderError, StoreBusyError } from "./embedded/embedded.ts";
 import { EnvError, ignoredNames, modelsConfigured, readEnv } from "./env.ts";
 import { createLogger, type Logger } from "./log.ts";
 import { bootstrapFirstTenant } from "./auth.ts";
@@ -42,7 +42,7 @@ function shownUrl(url: string): string {
  * whether the failure came while opening the store or while listening.
  */
 function startFailure(error: unknown, env?: { HOST: string; PORT: number; DATABASE_URL?: string }, step?: "store" | "listen"): string {
-  if (error instanceof EnvError || error instanceof StoreBusyError) return error.message;
+  if (error instanceof EnvError || error instanceof StoreBusyError || error instanceof DataFolderError) return error.message;
   const code = String((error as NodeJS.ErrnoException)?.code ?? "");
   const message = (error as Error)?.message ?? String(error);
   if (code === "EADDRINUSE" && env) {

@@ -50,6 +50,24 @@ export class StoreBusyError extends Error {
   }
 }
 
+/** The data folder cannot be used as it is (not writable, not a folder, its disk full); or its database did not start. */
+export class DataFolderError extends Error {
+  override name = "DataFolderError";
+}
+
+/** What the file system says when a folder is not ours to write, or has no room. */
+const FOLDER_FAILURES = new Set(["EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "ENOTDIR", "ENOENT", "EEXIST", "EISDIR"]);
+
+/** A file system failure in the data folder as one line that says what to do; any other error as it is. */
+function folderFailure(dir: string, error: unknown): unknown {
+  const code = (error as NodeJS.ErrnoException)?.code;
+  if (!code || !FOLDER_FAILURES.has(code)) return error;
+  return new DataFolderError(
+    `The data folder ${dir} (ENGRAM_DATA_DIR) cannot be used: ${(error as Error).message}. ` +
+      "Give Engram a folder this user can write, on a disk with free space.",
+  );
+}
+
 /** A command found the folder's server running, but not the password its database takes. */
 export class StoreSecretError extends Error {
   override name = "StoreSecretError";
@@ -97,8 +115,13 @@ function storePassword(dir: string): string {
   // renamed into place), so the port never goes without.
   const file = secretFile(dir);
   const aside = `${file}.${process.pid}.tmp`;
-  writeFileSync(aside, randomBytes(24).toString("base64url"), { mode: 0o600 });
-  renameSync(aside, file);
+  try {
+    writeFileSync(aside, randomBytes(24).toString("base64url"), { mode: 0o600 });
+    renameSync(aside, file);
+  } catch (error) {
+    rmSync(aside, { force: true });
+    throw error;
+  }
   return readStorePassword(dir);
 }
 
@@ -179,7 +202,13 @@ function forkChild(pgDir: string, port: number, password: string, options: Embed
     if (partial && !CHROMA_NOTICE.test(partial)) process.stderr.write(`${partial}\n`);
   });
   const ready = new Promise<number>((resolve, reject) => {
-    const onExit = (code: number | null) => reject(new Error(`The embedded database exited during start-up (code ${code}).`));
+    // Its own lines on stderr, passed on above, say why (a full disk, a folder it cannot write…).
+    const onExit = (code: number | null, signal: NodeJS.Signals | null) =>
+      reject(
+        new DataFolderError(
+          `The embedded database in ${pgDir} ${signal ? `was killed (${signal}) during start-up` : `exited during start-up (code ${code}); its lines above say why`}.`,
+        ),
+      );
     child.once("exit", onExit);
     child.once("error", reject);
     child.once("message", (message: { port?: number }) => {
@@ -200,24 +229,29 @@ function forkChild(pgDir: string, port: number, password: string, options: Embed
 export async function startEmbeddedStore(dataDir: string, options: EmbeddedStoreOptions = {}): Promise<Store> {
   const dir = path.resolve(dataDir);
   const pgDir = path.join(dir, "pg");
-  ownFolder(dir);
-  await claimOwnership(dir, options.orphanWaitMs ?? 10_000);
-  const password = storePassword(dir);
-  // The folder's owner died (SIGKILL) with its embedded Chroma: that Chroma's record goes too.
-  clearStaleOwnerFile(path.join(dir, "chroma.owner.json"));
+  let password: string;
+  try {
+    ownFolder(dir);
+    await claimOwnership(dir, options.orphanWaitMs ?? 10_000);
+    password = storePassword(dir);
+    // The folder's owner died (SIGKILL) with its embedded Chroma: that Chroma's record goes too.
+    clearStaleOwnerFile(path.join(dir, "chroma.owner.json"));
+  } catch (error) {
+    throw folderFailure(dir, error);
+  }
 
   let { child, ready, output } = forkChild(pgDir, 0, password, options);
-  // The child is named as soon as it exists: it opens the folder, and can outlive this process.
-  writeOwnerFile(ownerFile(dir), 0, { child: child.pid });
   let port: number;
   try {
+    // The child is named as soon as it exists: it opens the folder, and can outlive this process.
+    writeOwnerFile(ownerFile(dir), 0, { child: child.pid });
     port = await ready;
+    writeOwnerFile(ownerFile(dir), port, { child: child.pid });
   } catch (error) {
     child.kill("SIGKILL");
     rmSync(ownerFile(dir), { force: true });
-    throw error;
+    throw folderFailure(dir, error);
   }
-  writeOwnerFile(ownerFile(dir), port, { child: child.pid });
 
   let state: StoreState = "up";
   let stopping = false;

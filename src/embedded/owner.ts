@@ -98,8 +98,8 @@ function record(pid: number, port: number, child?: number): string {
 /** Creates `file` holding `text` unless it exists; written aside and linked in, so it never exists half-written. */
 function createWhole(file: string, text: string): boolean {
   const aside = `${file}.${process.pid}.new`;
-  writeFileSync(aside, text);
   try {
+    writeFileSync(aside, text);
     linkSync(aside, file);
     return true;
   } catch (error) {
@@ -171,7 +171,12 @@ export function clearStaleOwnerFile(file: string): void {
 export function writeOwnerFile(file: string, port: number, options: { pid?: number; child?: number } = {}): void {
   const pid = options.pid ?? process.pid;
   const aside = `${file}.${process.pid}.new`;
-  writeFileSync(aside, record(pid, port, options.child));
-  renameSync(aside, file);
+  try {
+    writeFileSync(aside, record(pid, port, options.child));
+    renameSync(aside, file);
+  } catch (error) {
+    rmSync(aside, { force: true }); // a full disk leaves it empty
+    throw error;
+  }
   if (pid === process.pid) ownFiles.add(path.resolve(file));
 }

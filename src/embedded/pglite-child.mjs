@@ -123,7 +123,9 @@ if (!existsSync(path.join(dataDir, "PG_VERSION"))) {
     child.once("exit", (exitCode) => resolve(exitCode));
   });
   if (code !== 0 || !existsSync(path.join(dataDir, "PG_VERSION"))) {
-    throw new Error(`creating the embedded database in ${dataDir} failed (exit code ${code})`);
+    // pglite-init.mjs has said why, on the same stderr.
+    process.stderr.write(`embedded database: creating ${dataDir} failed (exit code ${code})\n`);
+    process.exit(1);
   }
 }
 if (stopRequested) process.exit(0);

@@ -55,6 +55,16 @@ function clearLeftovers(target) {
   }
 }
 
+/** PGlite's file system errors carry WASI's errno and no message: the ones an operator can act on, by name. */
+const WASI_ERRNO = { 2: "permission denied (EACCES)", 19: "disk quota exceeded (EDQUOT)", 51: "no space left on device (ENOSPC)", 63: "operation not permitted (EPERM)", 69: "read-only file system (EROFS)" };
+
+/** An error in words: its message, or what PGlite's errno means. */
+function describe(error) {
+  if (error?.message) return error.message;
+  if (error?.name === "ErrnoError") return WASI_ERRNO[error.errno] ?? `file system error (WASI errno ${error.errno})`;
+  return String(error);
+}
+
 /** Builds a new database in a folder beside `folder`; returns that folder and how it was made. */
 async function build(folder, template) {
   const staging = `${folder}.new-${process.pid}`;
@@ -65,14 +75,21 @@ async function build(folder, template) {
       await db.close();
       return { staging, from: "template" };
     } catch (error) {
-      process.stderr.write(`engram: the database template ${template} could not be unpacked (${error?.message ?? error}); running initdb instead\n`);
+      process.stderr.write(`engram: the database template ${template} could not be unpacked (${describe(error)}); running initdb instead\n`);
       rmSync(staging, { recursive: true, force: true });
     }
   } else {
     process.stderr.write(`engram: no database template at ${template} (npm run pglite:template makes it); running initdb\n`);
   }
-  const db = await PGlite.create(staging, START_OPTIONS);
-  await db.close();
+  try {
+    const db = await PGlite.create(staging, START_OPTIONS);
+    await db.close();
+  } catch (error) {
+    // What was written so far goes: on a full disk it is what fills it.
+    rmSync(staging, { recursive: true, force: true });
+    process.stderr.write(`engram: creating the embedded database in ${folder} failed: ${describe(error)}\n`);
+    process.exit(1);
+  }
   return { staging, from: "initdb" };
 }
 
@@ -106,7 +123,7 @@ async function makeTemplate(template) {
     writeFileSync(`${staging}.tar.gz`, Buffer.from(await tarball.arrayBuffer()));
     renameSync(`${staging}.tar.gz`, template);
   } catch (error) {
-    process.stderr.write(`engram: could not make the database template ${template} (${error?.message ?? error}); new data folders will be made by initdb\n`);
+    process.stderr.write(`engram: could not make the database template ${template} (${describe(error)}); new data folders will be made by initdb\n`);
   } finally {
     rmSync(staging, { recursive: true, force: true });
     rmSync(`${staging}.tar.gz`, { force: true });

@@ -1,9 +1,10 @@
 import { spawnSync } from "node:child_process";
-import { closeSync, mkdirSync, mkdtempSync, openSync, rmSync, writeSync } from "node:fs";
+import { closeSync, mkdirSync, mkdtempSync, openSync, readdirSync, rmSync, writeFileSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { expectRecovered, faultLoad, startFaultEngram } from "../helpers/fault-engram.ts";
+import { ensureCompiled, ROOT } from "../helpers/server-process.ts";
 import { serverUrl, type TestStore } from "../helpers/store.ts";
 import { until } from "../helpers/until.ts";
 
@@ -72,5 +73,53 @@ describe.skipIf(!mountable)("a full disk under write load", () => {
     } finally {
       await load.stop();
     }
+  });
+});
+
+// A start that cannot use its data folder says so in one line naming the folder (no stack), exits
+// 1 and leaves nothing half-made behind: a full disk at the first start and before it, a file in the way.
+describe.skipIf(!mountable)("a start on a data folder it cannot use", () => {
+  let mountPoint: string;
+  beforeAll(() => {
+    ensureCompiled();
+    mountPoint = mkdtempSync(path.join(tmpdir(), "engram-small-"));
+    // Room for the data folder's own files, not for a new database (~40 MB).
+    expect(spawnSync("mount", ["-t", "tmpfs", "-o", "size=20m", "tmpfs", mountPoint]).status).toBe(0);
+  });
+  afterAll(() => {
+    spawnSync("umount", ["-l", mountPoint]);
+    rmSync(mountPoint, { recursive: true, force: true });
+  });
+
+  const start = (dataDir: string) =>
+    spawnSync(process.execPath, ["dist/main.js"], {
+      cwd: ROOT,
+      encoding: "utf8",
+      timeout: 120_000,
+      env: { PATH: process.env.PATH, ENGRAM_DATA_DIR: dataDir, PORT: "0", ENGRAM_LOG_LEVEL: "warn" },
+    });
+  const lastLine = (stderr: string) => stderr.trim().split("\n").pop();
+
+  it("says what is wrong and with which folder, in one line", async () => {
+    const fresh = path.join(mountPoint, "fresh");
+    const first = start(fresh);
+    expect(first.status, first.stderr).toBe(1);
+    expect(first.stderr).toMatch(/creating the embedded database in .* failed: no space left on device \(ENOSPC\)/);
+    expect(lastLine(first.stderr)).toBe(`The embedded database in ${fresh}/pg exited during start-up (code 1); its lines above say why.`);
+    expect(first.stderr).not.toMatch(/\[object Object\]|^\s+at /m);
+    // What the database's creation wrote is gone: on a full disk it is what fills it.
+    expect(readdirSync(fresh)).toEqual(["store.secret"]);
+
+    fillDisk(path.join(mountPoint, "filler"));
+    const full = path.join(mountPoint, "full");
+    const before = start(full);
+    expect(before.status, before.stderr).toBe(1);
+    expect(before.stderr.trim()).toMatch(new RegExp(`^The data folder ${full} \\(ENGRAM_DATA_DIR\\) cannot be used: ENOSPC: no space left on device, write\\. Give Engram a folder`));
+    expect(readdirSync(full)).toEqual([]);
+
+    writeFileSync(path.join(mountPoint, "a-file"), "");
+    const inTheWay = start(path.join(mountPoint, "a-file", "data"));
+    expect(inTheWay.status).toBe(1);
+    expect(inTheWay.stderr.trim()).toMatch(/^The data folder .*a-file\/data \(ENGRAM_DATA_DIR\) cannot be used: ENOTDIR: not a directory, mkdir/);
   });
 });

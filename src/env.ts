@@ -8,6 +8,25 @@ const MAX_TIMER_MS = 2_147_483_647;
 /** A duration in ms that Node's timers can wait. */
 const ms = () => z.coerce.number().int().max(MAX_TIMER_MS, `must be at most ${MAX_TIMER_MS} (about 24.8 days): Node's timers wait no longer`);
 
+/** A URL Engram fetches: `localhost:8000` parses as a URL of scheme "localhost:", and would fail only when used. */
+const httpUrl = () => z.string().url().regex(/^https?:\/\//i, "must be an http:// or https:// URL");
+
+/** A comma-separated list whose every entry passes `fits`; an entry that cannot match is refused, not ignored. */
+const listOf = (fits: (entry: string) => boolean, what: string) =>
+  z.string().superRefine((value, context) => {
+    const wrong = value.split(",").map((entry) => entry.trim()).filter((entry) => entry && !fits(entry));
+    if (wrong.length) context.addIssue({ code: "custom", message: `${wrong.map((entry) => `'${entry}'`).join(", ")}: each entry must be ${what}` });
+  });
+
+/** An origin as a browser sends it: scheme, host and port, nothing after. */
+function isOrigin(entry: string): boolean {
+  try {
+    return new URL(entry).origin === entry.replace(/\/+$/, "");
+  } catch {
+    return false;
+  }
+}
+
 const schema = z.object({
   HOST: z.string().min(1).default("127.0.0.1"),
   PORT: z.coerce.number().int().min(0).max(65535).default(4000),
@@ -18,19 +37,19 @@ const schema = z.object({
     .optional(),
   REDIS_URL: z.string().regex(/^rediss?:\/\//, "must be a redis:// or rediss:// URL").optional(),
   OPENAI_API_KEY: z.string().min(1).optional(),
-  OPENAI_BASE_URL: z.string().url().optional(),
+  OPENAI_BASE_URL: httpUrl().optional(),
   /**
    * Hosts (host or host:port, comma-separated) a tenant's model base URL may use even though they
    * are loopback, private or link-local. OPENAI_BASE_URL's own host is always allowed.
    */
-  ENGRAM_MODEL_HOST_ALLOWLIST: z.string().optional(),
+  ENGRAM_MODEL_HOST_ALLOWLIST: listOf((entry) => !/[/@?#]/.test(entry), "a host or host:port, without a scheme or path (e.g. 127.0.0.1:11434)").optional(),
   ENGRAM_CHEAP_MODEL: z.string().min(1).default("gpt-4o-mini"),
   ENGRAM_COMPACTION_MODEL: z.string().min(1).default("gpt-4o"),
   /** Recall embeddings: "auto" uses OpenAI when a key or base URL is set, else the offline encoder. */
   ENGRAM_EMBEDDINGS: z.enum(["auto", "openai", "offline"]).default("auto"),
   ENGRAM_EMBEDDING_MODEL: z.string().min(1).default("text-embedding-3-small"),
   /** An external Chroma server; without it Engram runs its own under ENGRAM_DATA_DIR/chroma. */
-  CHROMA_URL: z.string().url().optional(),
+  CHROMA_URL: httpUrl().optional(),
   /** Encrypts tenants' own model API keys at rest (AES-256-GCM); needed only when a tenant sets one. */
   ENGRAM_SECRET: z.string().min(16, "must be at least 16 characters").optional(),
   ENGRAM_MODEL_TIMEOUT_MS: ms().positive().default(60_000),
@@ -44,7 +63,7 @@ const schema = z.object({
   ENGRAM_WS_MAX_CONNECTIONS_PER_KEY: z.coerce.number().int().positive().default(50),
   ENGRAM_WS_MAX_SUBSCRIPTIONS: z.coerce.number().int().positive().default(100),
   /** Browser origins (comma-separated, e.g. https://app.example.com) allowed to call the API; default none. */
-  ENGRAM_CORS_ORIGINS: z.string().optional(),
+  ENGRAM_CORS_ORIGINS: listOf(isOrigin, "an origin: scheme, host and port only (e.g. https://app.example.com)").optional(),
   /** How long an API key lookup is reused before the database is asked again (at most 1 s; 0 = every request). */
   ENGRAM_KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).max(1_000).default(1_000),
   /**
@@ -75,7 +94,7 @@ const schema = z.object({
   /** Set by npm for `npm start` / `npx engram start`: the server then exits when npm does. */
   npm_execpath: z.string().optional(),
   /** `engram mcp`: the running Engram it talks to, and the API key it uses there. */
-  ENGRAM_URL: z.string().url().default("http://127.0.0.1:4000"),
+  ENGRAM_URL: httpUrl().default("http://127.0.0.1:4000"),
   ENGRAM_API_KEY: z.string().min(1).optional(),
 });
 

@@ -245,6 +245,36 @@ describe("configuration", () => {
   });
 });
 
+describe("settings that name a place", () => {
+  it("refuses a URL Engram could not fetch and a list entry that could never match, naming each", () => {
+    const problems = (vars: Record<string, string>) => {
+      try {
+        readEnv(vars);
+        return [];
+      } catch (error) {
+        return (error as EnvError).problems;
+      }
+    };
+    // `localhost:8000` parsed as a URL of scheme "localhost:": Chroma was then unreachable with no word at start.
+    expect(problems({ CHROMA_URL: "localhost:8000" })).toEqual(["CHROMA_URL: must be an http:// or https:// URL"]);
+    expect(problems({ OPENAI_BASE_URL: "ollama:11434" })).toEqual(["OPENAI_BASE_URL: must be an http:// or https:// URL"]);
+    expect(problems({ ENGRAM_CORS_ORIGINS: "app.example.com, https://ok.example.com, https://a.example.com/app" })).toEqual([
+      "ENGRAM_CORS_ORIGINS: 'app.example.com', 'https://a.example.com/app': each entry must be an origin: scheme, host and port only (e.g. https://app.example.com)",
+    ]);
+    expect(problems({ ENGRAM_MODEL_HOST_ALLOWLIST: "http://127.0.0.1:11434/v1, ollama.internal" })).toEqual([
+      "ENGRAM_MODEL_HOST_ALLOWLIST: 'http://127.0.0.1:11434/v1': each entry must be a host or host:port, without a scheme or path (e.g. 127.0.0.1:11434)",
+    ]);
+    expect(
+      readEnv({
+        CHROMA_URL: "http://chroma:8000",
+        OPENAI_BASE_URL: "http://127.0.0.1:11434/v1",
+        ENGRAM_CORS_ORIGINS: "https://app.example.com/, http://localhost:5173",
+        ENGRAM_MODEL_HOST_ALLOWLIST: "127.0.0.1:11434,[::1]:8080, ollama.internal",
+      }).CHROMA_URL,
+    ).toBe("http://chroma:8000");
+  });
+});
+
 describe("a failure that repeats while the store is away", () => {
   it("is logged at most once per interval, the next line counting those left unsaid", () => {
     vi.useFakeTimers({ now: 0 });

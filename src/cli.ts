@@ -284,8 +284,12 @@ async function main(argv: string[]) {
   }
   const command = COMMANDS.find((name) => name.split(" ").every((word, i) => argv[i] === word));
   if (command) return run(command, argv.slice(command.split(" ").length));
-  process.stderr.write(`${USAGE}\n`);
   const askedForHelp = !argv.length || argv[0] === "help" || argv.includes("--help") || argv.includes("-h");
+  if (!askedForHelp) {
+    const named = argv.slice(0, 2).filter((arg) => !arg.startsWith("-")).join(" ") || argv[0];
+    process.stderr.write(`engram: '${named}' is not a command\n`);
+  }
+  process.stderr.write(`${USAGE}\n`);
   process.exitCode = askedForHelp ? 0 : 2;
 }
 

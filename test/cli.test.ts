@@ -248,6 +248,13 @@ describe("the CLI", () => {
       expect(refused.stderr, args.join(" ")).toMatch(new RegExp(`^engram ${args[0]}.*\nUsage: engram ${args[0]}`));
     }
 
+    // A command that does not exist is named, before the usage (it printed the usage alone).
+    for (const [args, named] of [[["bogus"], "bogus"], [["tenants", "delete", "x"], "tenants delete"], [["--version"], "--version"]] as const) {
+      const refused = runCli([...args], { ENGRAM_DATA_DIR: dir });
+      expect(refused.code, args.join(" ")).toBe(2);
+      expect(refused.stderr.split("\n").slice(0, 2)).toEqual([`engram: '${named}' is not a command`, "Usage: engram <command>"]);
+    }
+
     // Help opens nothing: the data folder it would use is never made.
     const untouched = path.join(dir, "never-opened");
     for (const command of [["export-user", "--help"], ["import", "--help"], ["compact", "--help"], ["keys", "create", "--help"]]) {

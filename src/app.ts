@@ -10,7 +10,7 @@ import type { GraphQLContext } from "./builder.ts";
 import { forTenant } from "./db.ts";
 import { EngramError } from "./errors.ts";
 import { exportHandler, isExportPath } from "./export-http.ts";
-import { checkHealth } from "./health.ts";
+import { checkHealth, freeBytes } from "./health.ts";
 import { isInputValidationError, reportLimitErrors, useQueryCost, useTypedRequestErrors } from "./graphql/edge.ts";
 import { schema } from "./graphql/index.ts";
 import { serveInspector } from "./inspector.ts";
@@ -228,7 +228,11 @@ export function buildApp(services: Services): App {
   const server: Server = createServer({ connectionsCheckingInterval: 1_000 }, (req: IncomingMessage, res) => {
     const pathname = (req.url ?? "/").split("?")[0];
     if (pathname === "/healthz" || pathname === "/readyz") {
-      const parts = { ...services, query: () => services.db.$queryRawUnsafe("SELECT 1") };
+      const parts = {
+        ...services,
+        query: () => services.db.$queryRawUnsafe("SELECT 1"),
+        freeBytes: services.store.kind === "embedded" ? () => freeBytes(services.env.ENGRAM_DATA_DIR) : undefined,
+      };
       void checkHealth(parts).then((health) => {
         const up = pathname === "/readyz" ? ready && health.status !== "down" : health.status !== "down";
         const body = pathname === "/readyz" ? { ready: up, ...health } : health;

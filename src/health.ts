@@ -1,7 +1,14 @@
+import { statfs } from "node:fs/promises";
 import type { Store } from "./embedded/embedded.ts";
 import type { Logger } from "./log.ts";
 import type { RedisProbe } from "./pubsub.ts";
 import { TimedOut, withTimeout } from "./timeout.ts";
+
+/** The free space, in bytes, that this user may write on the disk holding `dir`. */
+export async function freeBytes(dir: string): Promise<number> {
+  const disk = await statfs(dir);
+  return disk.bavail * disk.bsize;
+}
 
 /** One component's state as /healthz reports it. */
 export type ComponentHealth = { status: "ok" | "down"; detail?: string };
@@ -23,6 +30,13 @@ export const WORK_LATE_MS = 5 * 60_000;
 const CHECK_TIMEOUT_MS = 3_000;
 
 /**
+ * Below this much free space on the embedded store's disk, writes fail (seen: every append failed
+ * with "could not extend file … No space left on device" while SELECT 1 answered): PostgreSQL
+ * writes its WAL in segments of 16 MB.
+ */
+const MIN_FREE_BYTES = 16 * 1024 * 1024;
+
+/**
  * Resolves with the check's verdict, or "down" when it throws or takes longer than
  * CHECK_TIMEOUT_MS. /healthz answers without a key, so a failure's own words (a driver's, which
  * may name hosts, ports or paths) go to the log, not into the answer.
@@ -42,6 +56,8 @@ export type HealthParts = {
   store: Pick<Store, "state" | "kind">;
   /** A trivial query through the API's own database pool. */
   query(): Promise<unknown>;
+  /** The embedded store's free disk space, in bytes: a query still answers when no write fits. */
+  freeBytes?(): Promise<number>;
   /** `late`: due jobs no worker has started (the work component; absent without it). */
   queue: { ping(): Promise<void>; late?(overMs: number): Promise<{ jobs: number; dueSince: Date | null }> };
   chroma: { health(): Promise<ComponentHealth> };
@@ -93,6 +109,10 @@ export async function checkHealth(services: HealthParts): Promise<Health> {
       const state = services.store.state();
       if (state !== "up") return { status: "down", detail: `embedded database ${state}` };
       await services.query();
+      const free = await services.freeBytes?.();
+      if (free !== undefined && free < MIN_FREE_BYTES) {
+        return { status: "down", detail: `the data folder's disk has ${Math.floor(free / 1024 / 1024)} MB free: writes fail until space is freed` };
+      }
       return { status: "ok", detail: services.store.kind };
     }, services.log),
     timed("queue", async () => {

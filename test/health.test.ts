@@ -113,6 +113,15 @@ describe("/healthz and /readyz", () => {
     expect(warnings).toEqual([new Error("connect ECONNREFUSED 10.0.4.7:5432")]);
   });
 
+  it("say the embedded store is down when its disk has no room for writes, which a query alone does not show", async () => {
+    const store = { state: () => "up" as const, kind: "embedded" as const };
+    const others = { query: async () => 1, queue: { ping: async () => {} }, chroma: { health: async () => ({ status: "ok" as const }) } };
+    // A disk filled to 4 KB free: every append failed with "No space left on device" while SELECT 1 answered and this said ok.
+    const full = await checkHealth({ store, ...others, freeBytes: async () => 4_096 });
+    expect(full).toMatchObject({ status: "down", components: { store: { status: "down", detail: "the data folder's disk has 0 MB free: writes fail until space is freed" } } });
+    expect(await checkHealth({ store, ...others, freeBytes: async () => 2 ** 30 })).toMatchObject({ status: "ok", components: { store: { status: "ok" } } });
+  });
+
   it("report Redis when REDIS_URL is set: down while the pubsub has no connection, which degrades", async () => {
     const parts = {
       store: { state: () => "up" as const, kind: "postgres" as const },

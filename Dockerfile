@@ -15,6 +15,10 @@ RUN npm ci --ignore-scripts --no-audit --no-fund && npm cache clean --force
 
 COPY --chown=node:node . .
 RUN npm run postinstall && npm prune --omit=dev --ignore-scripts --no-audit --no-fund
+# The embedded store's folder (ENGRAM_DATA_DIR's default, used without DATABASE_URL), made here so
+# that a new volume mounted on it (`-v engram-data:/app/.engram`) starts out owned by `node`:
+# Docker creates a volume for a path the image lacks as root's, which `node` cannot write.
+RUN mkdir -m 700 .engram
 
 # Two malloc arenas per process, not eight per core: the same memory trade (README, "Under a
 # supervisor").

@@ -21,6 +21,7 @@ const USAGE = `Usage: engram <command>
                                           the admin key is lost
   compact --now                           run the daily compaction now, for every tenant
   retention --now                         run the nightly retention now, for every tenant
+                                          (one line a tenant; exit code 1 when a tenant's run failed)
   export-user <endUserExternalId> [--tenant <id>]
                                           everything held about one person, as JSON on stdout
                                           (by external id; by Engram's id when no one has that
@@ -247,6 +248,8 @@ async function run(command: CommandName, args: string[]) {
     for (const run of runs) {
       process.stdout.write(`${run.tenantId} ${run.status} ${JSON.stringify(run.result ?? run.error)}\n`);
     }
+    // A cron line or a script running this learns of a tenant's failed run from the exit code, as from import's.
+    if (runs.some((run) => run.status === "FAILED")) process.exitCode = 1;
     return;
   }
   if (command === "export-user") {

@@ -195,6 +195,38 @@ describe("engram import", () => {
   });
 });
 
+describe("engram compact --now", () => {
+  it("exits 1 when a tenant's compaction failed, so a cron line or script learns of it", async () => {
+    const dir = folder();
+    // A model that cannot be reached: the compaction of a due bucket fails, at once.
+    const env = { OPENAI_BASE_URL: "http://127.0.0.1:9/v1", ENGRAM_MODEL_MAX_RETRIES: "0", ENGRAM_MODEL_TIMEOUT_MS: "2000" };
+    const server = await startServer({ via: "node", dataDir: dir, env: { ...env, ENGRAM_JOBS: "off" } });
+    try {
+      const key = await adminKeyOf(server);
+      for (const n of [1, 2, 3]) {
+        const response = await fetch(`${server.url}/graphql`, {
+          method: "POST",
+          headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+          body: JSON.stringify({
+            query: `mutation($n: String!) { appendEvent(input: { scope: ENTITY, scopeRef: "acme", kind: "call_summary", body: $n, source: "crm", sourceRef: $n, occurredAt: "2020-01-0${n}T00:00:00Z" }) { id } }`,
+            variables: { n: `call ${n}` },
+          }),
+        });
+        expect((await response.json()).errors).toBeUndefined();
+      }
+      const run = runCli(["compact", "--now"], { ...env, ENGRAM_DATA_DIR: dir });
+      // It printed the FAILED line and exited 0 before.
+      expect(run.stdout, run.stderr).toMatch(/^\S+ FAILED /);
+      expect(run.code).toBe(1);
+      const retention = runCli(["retention", "--now"], { ...env, ENGRAM_DATA_DIR: dir });
+      expect(retention.stdout).toMatch(/^\S+ SUCCEEDED /);
+      expect(retention.code).toBe(0);
+    } finally {
+      await stopServer(server);
+    }
+  });
+});
+
 describe("the CLI", () => {
   it("prints its usage, with the recovery path", () => {
     const help = runCli(["--help"], {});

@@ -82,6 +82,7 @@ async function serve(startWorker: StartWorker) {
       else log.info("shutting down", { reason });
       setTimeout(() => {
         log.error(`shutdown took over ${SHUTDOWN_DEADLINE_MS / 1000} s; exiting now`);
+        open.services?.store.kill?.();
         process.exit(code || 1);
       }, SHUTDOWN_DEADLINE_MS).unref();
       try {

@@ -103,6 +103,28 @@ describe("stopping under a supervisor", () => {
     console.log(`SIGTERM to node: every process gone in ${ms} ms`);
   });
 
+  it("SIGTERM with the store's process frozen: the store is killed, and the log and the exit code say it was not closed", async () => {
+    const { server, pids } = await start("node");
+    const [child] = pids.filter((pid) => pid !== server.child.pid);
+    process.kill(child, "SIGSTOP");
+    process.kill(server.child.pid!, "SIGTERM");
+    // It said "store closed; bye" and exited 0 after killing the frozen database process, or, when
+    // the 9 s deadline came first, exited and left that process frozen for good.
+    expect(await server.exited).toEqual({ code: 1, signal: null });
+    await waitAllGone(pids, server.dataDir);
+    await server.drained();
+    // Killed by the store's stop after 8 s, or as the process exits at its 9 s deadline, whichever comes first.
+    expect(server.output()).toMatch(/did not close within 8 s and was killed|shutdown took over 9 s/);
+    expect(server.output()).not.toMatch(/store closed; bye/);
+    // What a killed store leaves behind does not hold the next start.
+    const next = await startServer({ via: "node", dataDir: server.dataDir });
+    current = { server: next, pids: processTree(next.child.pid!) };
+    process.kill(next.child.pid!, "SIGTERM");
+    expect(await next.exited).toEqual({ code: 0, signal: null });
+    await waitAllGone(current.pids, next.dataDir);
+    expect(locks(next.dataDir)).toEqual([]);
+  });
+
   it("SIGTERM to the whole process group stops everything in order", async () => {
     const { server, pids } = await start("npm", { chroma: true });
     process.kill(-server.pgid, "SIGTERM");

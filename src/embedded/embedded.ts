@@ -20,6 +20,8 @@ export type Store = {
   /** Called once if the store cannot be brought back. */
   onFailure(listener: (error: Error) => void): void;
   stop(): Promise<void>;
+  /** Ends an embedded store's process at once, for a shutdown out of time: one frozen or stuck never sees this process go. */
+  kill?(): void;
   /** An embedded store this process started: runs the embedded Chroma's server in the database's process. */
   hostChroma?: ChromaHost;
 };
@@ -173,6 +175,8 @@ const MAX_CONNECTIONS = 32;
  * over its first hundred runs (no optimising compile competing for the cores).
  */
 const CHILD_FLAGS = ["--liftoff-only"];
+/** A child asked to stop that has not exited after this long is killed (it gives itself 5 s to close the database). */
+const STOP_KILL_MS = 8_000;
 /** More unexpected exits than this within RESTART_WINDOW_MS and the store is given up. */
 const MAX_RESTARTS = 5;
 const RESTART_WINDOW_MS = 60_000;
@@ -348,14 +352,20 @@ export async function startEmbeddedStore(dataDir: string, options: EmbeddedStore
     state: () => state,
     onFailure: (listener) => void failureListeners.push(listener),
     hostChroma,
+    kill: () => void child.kill("SIGKILL"),
     stop() {
       stopping = true;
-      stopped ??= new Promise<void>((resolve) => {
+      stopped ??= new Promise<void>((resolve, reject) => {
         if (child.exitCode !== null || child.signalCode !== null) return resolve();
-        child.once("exit", () => resolve());
+        let killed = false;
+        // Killed, it did not close the database: a stop that says so, not "closed" (the next start recovers it).
+        child.once("exit", () => (killed ? reject(new Error(`the embedded database did not close within ${STOP_KILL_MS / 1000} s and was killed`)) : resolve()));
         if (child.connected) child.send("stop");
         else child.kill("SIGTERM");
-        setTimeout(() => child.kill("SIGKILL"), 8_000).unref();
+        setTimeout(() => {
+          killed = child.exitCode === null && child.signalCode === null;
+          child.kill("SIGKILL");
+        }, STOP_KILL_MS).unref();
       }).finally(() => rmSync(ownerFile(dir), { force: true }));
       return stopped;
     },

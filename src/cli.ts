@@ -37,9 +37,26 @@ const quietLog = async (env: Env) => {
   return createLogger(env.ENGRAM_LOG_LEVEL === "info" ? "warn" : env.ENGRAM_LOG_LEVEL);
 };
 
+/**
+ * Refuses a command that reads what a store holds where there is no embedded store: run from
+ * another folder, the default ./.engram is a new, empty one, which would be made only to say
+ * "no tenants yet" (or to take a tenant meant for the real one).
+ */
+async function requireStore(env: Env) {
+  if (env.DATABASE_URL) return;
+  const [{ existsSync }, path] = await Promise.all([import("node:fs"), import("node:path")]);
+  const dir = path.resolve(env.ENGRAM_DATA_DIR);
+  if (existsSync(path.join(dir, "pg"))) return;
+  throw new EngramError(
+    "NOT_FOUND",
+    `No Engram store in ${dir} (ENGRAM_DATA_DIR; its default, ./.engram, is in the current folder): run this in the folder Engram runs in, or set ENGRAM_DATA_DIR.`,
+  );
+}
+
 /** The whole service set (models, jobs, vectors): for commands that do memory work. */
 async function withServices<T>(work: (services: Services) => Promise<T>): Promise<T> {
   const env = readEnv();
+  await requireStore(env);
   const { openServices } = await import("./services.ts");
   const services = await openServices(env, { attach: true, log: await quietLog(env) });
   try {
@@ -49,9 +66,10 @@ async function withServices<T>(work: (services: Services) => Promise<T>): Promis
   }
 }
 
-/** The database alone (the running server's store, or the folder owned for the command). */
-async function withDb<T>(work: (db: Db) => Promise<T>): Promise<T> {
+/** The database alone (the running server's store, or the folder owned for the command); `create`: a new store may be made. */
+async function withDb<T>(work: (db: Db) => Promise<T>, { create = false } = {}): Promise<T> {
   const env = readEnv();
+  if (!create) await requireStore(env);
   const log = await quietLog(env);
   const [{ attachOrStartEmbeddedStore, externalStore }, { migrate }, { createDb }] = await Promise.all([
     import("./embedded/embedded.ts"),
@@ -219,7 +237,7 @@ async function run(command: CommandName, args: string[]) {
     const name = parsed.positionals.join(" ").trim();
     if (!name) throw new UsageError(command, "give the tenant a name");
     const { createTenant } = await import("./auth.ts");
-    const { tenant, adminKey } = await withDb((db) => createTenant(db, { name }));
+    const { tenant, adminKey } = await withDb((db) => createTenant(db, { name }), { create: true });
     process.stderr.write(`tenant ${tenant.id} (${tenant.name}); its admin key:\n`);
     process.stdout.write(`${adminKey}\n`);
     return;

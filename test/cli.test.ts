@@ -54,6 +54,18 @@ describe("keys that cannot be lost", () => {
     expect(name).toBe("default");
     expect(keys).toBe("1 keys");
 
+    // Run from another folder (the default ./.engram is then another one): refused, and nothing is made
+    // there; it made a new, empty store and said "no tenants yet".
+    const elsewhere = path.join(dir, "elsewhere", ".engram");
+    for (const args of [["tenants", "list"], ["keys", "create", "--role", "admin"]]) {
+      const refused = runCli(args, { ENGRAM_DATA_DIR: elsewhere });
+      expect(refused.code, args.join(" ")).toBe(1);
+      expect(refused.stderr.trim()).toBe(
+        `No Engram store in ${elsewhere} (ENGRAM_DATA_DIR; its default, ./.engram, is in the current folder): run this in the folder Engram runs in, or set ENGRAM_DATA_DIR.`,
+      );
+    }
+    expect(existsSync(elsewhere)).toBe(false);
+
     const recovered = runCli(["keys", "create", "--role", "admin", "--tenant", id], { ENGRAM_DATA_DIR: dir });
     expect(recovered.code, recovered.stderr).toBe(0);
     expect(recovered.stdout.trim()).toMatch(KEY);

@@ -61,9 +61,12 @@ export async function retentionSweep(deps: RetentionDeps, payload: z.infer<typeo
         const finishedJobsDeleted = await pruneFinishedJobs(db, new Date(now.getTime() - FINISHED_JOBS_KEPT_MS));
         deps.log.info("retention finished", { tenantId: tenant.id, ...result, finishedJobsDeleted });
         return { status: "SUCCEEDED" as const, result: { ...result, finishedJobsDeleted } };
-      }).catch((error: unknown) => {
+      }).catch(async (error: unknown) => {
+        // Its FAILED run is answered (the CLI prints it and exits 1), and it is tried again below.
         failed.push(tenant.id);
-        throw error;
+        deps.log.error("retention of a tenant failed; it is tried again", { tenantId: tenant.id, error });
+        const run = await db.jobRun.findFirst({ where: { name: "memory.retention", status: "FAILED" }, orderBy: { startedAt: "desc" } }).catch(() => null);
+        return run ?? undefined;
       }),
     payload.tenantId,
   );

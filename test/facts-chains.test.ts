@@ -388,7 +388,10 @@ describe("keywordGate: only requests forget", () => {
     ["Can you forget everything about me?", "ALL"],
     ["Please forget everything about me and my wife.", "ALL"],
     ["Forget all about me", "ALL"],
-    ["Forget everything about meetings.", "NONE"], // not ALL: "me" is not "meetings"
+    ["Forget everything you know about me and my wife.", "ALL"],
+    ["Forget everything I said.", "ALL"],
+    ["Forget everything we talked about.", "ALL"],
+    ["Forget all of it.", "ALL"],
   ])("%s → %s", (message, forget) => {
     expect(keywordGate(message).forget).toBe(forget);
   });
@@ -401,6 +404,13 @@ describe("keywordGate: only requests forget", () => {
     ["Please forget my home address, thanks.", ["my home address"]],
     ["I said hi. Forget the address I gave you!", ["the address"]],
     ["Please forget my address and my phone number.", ["my address", "my phone number"]],
+    // "And"/"or" part things only before a new my/the/that: one word alone would take every
+    // message that says it.
+    ["Forget my work or home address.", ["my work or home address"]],
+    ["Forget the black and white photo, and my address.", ["the black and white photo", "my address"]],
+    // A topic after "everything about" (not "me": "meetings" is not "me").
+    ["Forget everything about meetings.", ["meetings"]],
+    ["Forget everything I said about my job.", ["my job"]],
   ])("%s → SOME %j", (message, targets) => {
     expect(keywordGate(message)).toMatchObject({ forget: "SOME", forgetTargets: targets });
   });

@@ -72,26 +72,29 @@ export async function storeCallerVerdict(
 export const messageHashOf = (message: string) => createHash("sha256").update(message.trim()).digest("hex");
 
 // Without a model, only a request phrased as one counts: "forget" opening a sentence (after an
-// optional "please"/"can you"), never "don't forget …" or "did you forget …?". Then
-// "forget everything (about me)" forgets all and "forget my X" forgets X. "Forget all" is all only
-// as the whole request (courtesies aside): "forget all my old addresses" and "forget everything
-// about my ex" name what to forget.
+// optional "please"/"can you"), never "don't forget …" or "did you forget …?". Then "forget my X"
+// forgets X, "forget everything about X" forgets X (unless X is "me"), and any other "forget
+// everything/all …" ("… about me and my wife", "… I said", "… we talked about") forgets all.
 const REQUEST = String.raw`(?:^|[.!;:\n]\s*)(?:(?:please|pls|ok|okay|now|and|so)[,\s]+)*(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?)?forget\s+`;
-const COURTESIES = String.raw`(?:[,\s]+(?:please|pls|thanks|thank\s+you|now|ok|okay))*`;
-const ABOUT_ME = String.raw`(?:\s+(?:about\s+me|you\s+know(?:\s+about\s+me)?|(?:that\s+)?i(?:\s+have|'ve)?\s+(?:told|given|gave|shared\s+with|said\s+to)\s+you))?`;
-// "About me" says whose: everything about them, whatever the sentence goes on to add ("… about
-// me and my wife" is no narrower).
-const FORGET_ALL = new RegExp(`${REQUEST}(?:everything|all)(?:\\s+about\\s+me\\b|${ABOUT_ME}${COURTESIES}\\s*(?:[.!?;\\n]|$))`, "i");
+const FORGET_ALL = new RegExp(`${REQUEST}(?:everything|all)\\b`, "i");
+// "everything about me" is all: whose, not what.
+const ALL_ABOUT_ME = new RegExp(`${REQUEST}(?:everything|all)(?:\\s+(?:that\\s+)?you\\s+know)?\\s+about\\s+me\\b`, "i");
 const FORGET_SOME = new RegExp(`${REQUEST}(?:that\\s+|about\\s+)?(?:all\\s+(?:of\\s+)?|everything\\s+(?:about\\s+)?)?((?:my|the|that)\\b[^.!?\\n]{1,120})`, "i");
+// "Forget everything (I said) about cycling": a topic, named without my/the/that.
+const FORGET_TOPIC = new RegExp(
+  `${REQUEST}(?:everything|all)(?:\\s+(?:that\\s+)?(?:i|you|we)(?:\\s+[a-z']+){1,2})?\\s+about\\s+(?!me\\b)([^.!?\\n]{1,120})`,
+  "i",
+);
 // A phrase takes only what holds every one of its words (forget.ts): the words a request goes on
 // with that name nothing ("…, thanks", "the code I gave you") are left out, and a list ("my
-// address and my phone number") is one phrase per thing.
+// address and my phone number") is one phrase per thing. "And"/"or" part things only before a
+// new "my/the/that": "my work or home address" is one thing, as is "the black and white photo".
 const NAMING_NOTHING = /\b(?:please|pls|thanks|thank|kindly|i|you|told|gave|given|said|mentioned|shared|sent|earlier|before|previously|yesterday|now|again|too|also|anymore|ok|okay)\b/gi;
 const thingsNamed = (named: string) =>
   named
-    .split(/\s*(?:[,;&]|\band\b|\bor\b)\s*/i)
+    .split(/\s*(?:[,;&]|\b(?:and|or)\b(?=\s+(?:my|the|that)\b))\s*/i)
     .map((thing) => thing.replace(NAMING_NOTHING, " ").replace(/\s+/g, " ").trim())
-    .filter(Boolean);
+    .filter((thing) => thing && !/^(?:and|or)$/i.test(thing));
 
 /**
  * The keyword gate used when no model is configured (or the model's answer is unreadable):
@@ -106,14 +109,12 @@ export function keywordGate(message: string): TriageVerdict {
   if (request.endsWith("?") && !politeRequest) {
     return { remember: false, forget: "NONE", forgetTargets: [], needsRecall: needsRecallByKeywords(message) };
   }
-  if (FORGET_ALL.test(request)) return { remember: false, forget: "ALL", forgetTargets: [], needsRecall: false };
-  const named = thingsNamed(FORGET_SOME.exec(request)?.[1] ?? "");
-  return {
-    remember: false,
-    forget: named.length ? "SOME" : "NONE",
-    forgetTargets: named,
-    needsRecall: needsRecallByKeywords(message),
-  };
+  const all = { remember: false, forget: "ALL" as const, forgetTargets: [], needsRecall: false };
+  if (ALL_ABOUT_ME.test(request)) return all;
+  const named = thingsNamed((FORGET_SOME.exec(request) ?? FORGET_TOPIC.exec(request))?.[1] ?? "");
+  if (named.length) return { remember: false, forget: "SOME", forgetTargets: named, needsRecall: needsRecallByKeywords(message) };
+  if (FORGET_ALL.test(request)) return all;
+  return { remember: false, forget: "NONE", forgetTargets: [], needsRecall: needsRecallByKeywords(message) };
 }
 
 /** The verdict stored for a message of a conversation (the caller's, or an earlier gate's), if any. */

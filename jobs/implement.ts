@@ -4,7 +4,7 @@ import { JOB_CONCURRENCY } from "../src/agenda-queue.ts";
 import type { TenantDb } from "../src/db.ts";
 import type { Deps } from "../src/deps.ts";
 import type { JobDefinition } from "../src/queue.ts";
-import { countsTowardsDeadLetter, deadLetter, UNREADABLE_TRIES } from "../src/work/dead-letter.ts";
+import { deadLetter, UNREADABLE_TRIES, UnreadableAnswer } from "../src/work/dead-letter.ts";
 
 /** What a running job may ask of its queue. */
 export type JobControl = {
@@ -108,10 +108,10 @@ export function implementTenantJob<S extends z.ZodType<{ tenantId: string }>>(
       try {
         return await run(db, deps, payload, control);
       } catch (error) {
-        // Unreadable answers (and requests the provider refuses as they are) are retried with the
-        // backoff, then dead-lettered rather than retried forever. Only they count: runs that
-        // failed on an outage before them are no tries.
-        if (!countsTowardsDeadLetter(error)) throw error;
+        // Unreadable answers (an extraction's or summary's refused request counts as one) are
+        // retried with the backoff, then dead-lettered rather than retried forever. Only they
+        // count: runs that failed on an outage before them are no tries.
+        if (!(error instanceof UnreadableAnswer)) throw error;
         const tries = control.countUnreadable();
         if (tries < UNREADABLE_TRIES) throw error;
         await deadLetter(db, deps, { name: definition.name, payload, tries }, error);

@@ -1,7 +1,7 @@
 import { conversationTurnsJob, extractJob, followUpsJob, quietExtractJob, turnJob } from "../src/queue.ts";
 import { runTurnFollowUps } from "../src/work/follow-ups.ts";
 import { ExtractionBusy, runConversationTurnsWork, runExtractAll, runQuietExtraction, runTurnWork, HAND_OFF_MS, TurnBusy } from "../src/work/turn-work.ts";
-import { countsTowardsDeadLetter } from "../src/work/dead-letter.ts";
+import { UnreadableAnswer } from "../src/work/dead-letter.ts";
 import { untilItWorks } from "./backoff.ts";
 import { implementTenantJob, type JobControl } from "./implement.ts";
 
@@ -50,8 +50,8 @@ export const conversationTurns = implementTenantJob(
   (db, deps, payload, control) =>
     againSoonWhenBusy(control, againWhenLeft(control, runConversationTurnsWork(db, deps, payload, { stillAlive: control.stillAlive, retry: control.attempt > 1 }))).catch(
       async (error: unknown) => {
-        // An unreadable answer (or a refused request) goes the usual way: its tries are counted towards a dead letter.
-        if (countsTowardsDeadLetter(error)) throw error;
+        // An unreadable answer goes the usual way: its tries are counted towards a dead letter.
+        if (error instanceof UnreadableAnswer) throw error;
         if (!(await deps.queue.waiting(conversationTurnsJob, "conversationId", [payload.conversationId], control.jobId)).size) throw error;
         deps.log.warn("gate job failed while another of its conversation waits to run; leaving the turns to it", {
           conversationId: payload.conversationId,

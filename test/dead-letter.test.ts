@@ -84,7 +84,7 @@ describe("work whose model answers cannot be read", () => {
       },
       180_000,
     );
-    expect(runs[0]).toMatchObject({ status: "FAILED", result: { deadLetter: true, tries: UNREADABLE_TRIES, reason: "model provider answered 413" } });
+    expect(runs[0]).toMatchObject({ status: "FAILED", result: { deadLetter: true, tries: UNREADABLE_TRIES, reason: "fact extraction: model provider answered 413: the request is past the model's context" } });
     expect(refusedCalls).toBeGreaterThanOrEqual(UNREADABLE_TRIES);
     // Nothing was read past it: the batch waits for a model that takes it.
     expect((await engram.services.db.conversation.findUniqueOrThrow({ where: { id: conversationId } })).extractedThroughSeq).toBe(0);

@@ -436,10 +436,11 @@ describe("forgetting", () => {
     for (const text of ["tomatoes", "Rome", "Oslo"]) expect(audited).not.toContain(text);
   });
 
-  it("a message the provider refuses (413: too long for its context) is judged by the keyword gate, and the conversation goes on", async () => {
+  it("a message past the model's context (413, or a 400 saying so) is judged by the keyword gate, and the conversation goes on", async () => {
     const script = factsScript(sayFacts);
     // The provider takes no request that holds the long message: no retry can change that.
-    model.respond((request) => (request.chain === "triage" && JSON.stringify(request.messages).includes("TOO-LONG") ? { status: 413 } : script(request)));
+    const overflow = { status: 400, message: "This model's maximum context length is 4096 tokens. However, you requested 9000 tokens." };
+    model.respond((request) => (request.chain === "triage" && JSON.stringify(request.messages).includes("TOO-LONG") ? overflow : script(request)));
     await turn("ros", "I am a night owl.", { conversation: "ros-refused" });
     const refused = await turn("ros", "Forget everything about me. TOO-LONG", { conversation: "ros-refused" });
     expect(refused.work).toMatchObject({ status: "FORGOT", verdict: { decidedBy: "KEYWORDS", forget: "ALL" } });
@@ -447,9 +448,15 @@ describe("forgetting", () => {
     // The next turn is the model's to judge again.
     const after = await turn("ros", "I am a morning person now.", { conversation: "ros-refused" });
     expect(after.work).toMatchObject({ verdict: { decidedBy: "MODEL" } });
-    // A provider's outage (500) is not a refusal: the work throws, and its job retries.
+    model.respond((request) => (request.chain === "triage" && JSON.stringify(request.messages).includes("TOO-LONG") ? { status: 413 } : script(request)));
+    expect((await turn("ros", "Nothing new. TOO-LONG", { conversation: "ros-refused" })).work).toMatchObject({ verdict: { decidedBy: "KEYWORDS" } });
+    // An outage (500), or a 400 that is the route's own fault (a parameter the model does not take),
+    // is not a refusal of this request: the work throws, its job retries, and once the operator
+    // fixes the route the model judges the turn.
     model.respond((request) => (request.chain === "triage" ? { status: 500 } : script(request)));
     await expect(turn("ros", "I am a cyclist.", { conversation: "ros-refused" })).rejects.toThrow(/model provider answered 500/);
+    model.respond((request) => (request.chain === "triage" ? { status: 400, message: "Unsupported parameter: 'temperature'." } : script(request)));
+    await expect(turn("ros", "I am a swimmer.", { conversation: "ros-refused" })).rejects.toThrow(/model provider answered 400$/);
   });
 
   it("without a model, the keyword gate still honours 'forget everything'", async () => {

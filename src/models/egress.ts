@@ -4,6 +4,7 @@ import http from "node:http";
 import https from "node:https";
 import { isIP, type LookupFunction } from "node:net";
 import { Readable } from "node:stream";
+import { ContextOverflowError } from "@langchain/core/errors";
 import { EngramError } from "../errors.ts";
 import { TimedOut, withTimeout } from "../timeout.ts";
 
@@ -23,8 +24,8 @@ export class ModelCallError extends EngramError {
   constructor(
     reason: string,
     /**
-     * "refused": retrying the same call cannot help (the route is not allowed, or the provider
-     * refused this request as it is: 400, 413, 422); "failed": the call went wrong.
+     * "refused": retrying the same call cannot help (the route is not allowed, or the request is
+     * past the model's context: 413, or a 400/422 saying so); "failed": the call went wrong.
      */
     readonly kind: "refused" | "failed" = "failed",
   ) {
@@ -234,10 +235,19 @@ const CHECKED_AGENTS = { "http:": new http.Agent({ keepAlive: true }), "https:":
 const NULL_BODY = new Set([101, 204, 205, 304]);
 
 /**
- * What a provider answers to a request it will never take as it is (malformed, too large for the
- * model's context, unprocessable), as against an outage, a limit or a key that may yet change.
+ * How a provider says that a request is past its model's context (OpenAI, vLLM, LiteLLM, llama.cpp,
+ * Ollama and Anthropic-style wordings): no retry of that request changes it, where any other 400
+ * or 422 may be the route's own fault (a parameter the model does not take, an unknown model),
+ * which the operator fixes and a retry then gets through.
  */
-const REFUSED_REQUEST = new Set([400, 413, 422]);
+const CONTEXT_OVERFLOW =
+  /context_length_exceeded|maximum context length|context window|context length|too many tokens|prompt is too long|input is too long|exceeds? the (?:model'?s? )?(?:maximum|max|configured)|input tokens exceed/i;
+
+/** How much of an error answer is read to tell a context overflow (the rest is drained unread). */
+const ERROR_HEAD_BYTES = 16_384;
+
+/** The client's words for it (OpenAI's error code): it reads them as a ContextOverflowError. */
+const OVERFLOW_CODE = "context_length_exceeded";
 
 /**
  * Any failed model call as a ModelCallError with a short reason: provider bodies and internal
@@ -248,10 +258,12 @@ export function asModelCallError(error: unknown): ModelCallError {
   for (let cause = error, depth = 0; cause && depth < 5; cause = (cause as { cause?: unknown }).cause, depth++) {
     if (cause instanceof ModelCallError) return cause;
   }
-  const e = error as { status?: unknown; name?: string; code?: string; message?: string };
-  if (typeof e?.status === "number") {
-    return new ModelCallError(`model provider answered ${e.status}`, REFUSED_REQUEST.has(e.status) ? "refused" : "failed");
+  const e = error as { status?: unknown; name?: string; code?: string; message?: string; cause?: { status?: unknown } };
+  if (error instanceof ContextOverflowError || e?.code === OVERFLOW_CODE) {
+    const status = typeof e.status === "number" ? e.status : e.cause?.status;
+    return new ModelCallError(`model provider answered ${status ?? 400}: the request is past the model's context`, "refused");
   }
+  if (typeof e?.status === "number") return new ModelCallError(`model provider answered ${e.status}`);
   const name = `${e?.name ?? ""} ${e?.code ?? ""} ${e?.message ?? ""}`;
   if (/timeout|timed out|AbortError/i.test(name)) return new ModelCallError("model provider did not answer in time");
   if (/ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ECONNRESET|EHOSTUNREACH|ENETUNREACH|Connection error/i.test(name)) {
@@ -331,10 +343,26 @@ export function guardedFetch(
             return;
           }
           if (status >= 400) {
-            incoming.resume();
-            responseHeaders.set("content-type", "application/json");
-            const reason = `model provider answered ${status}`;
-            resolve(new Response(JSON.stringify({ error: { message: reason } }), { status, headers: responseHeaders }));
+            // The provider's words stay here: only whether they say the request is past the
+            // model's context goes on, as OpenAI's code for it (413 says so by itself).
+            const head: Buffer[] = [];
+            let headBytes = 0;
+            let answered = false;
+            const answer = () => {
+              if (answered) return;
+              answered = true;
+              const overflow = status === 413 || ((status === 400 || status === 422) && CONTEXT_OVERFLOW.test(Buffer.concat(head).toString("utf8")));
+              const reason = `model provider answered ${status}`;
+              const error = overflow ? { message: `${reason}: ${OVERFLOW_CODE}`, code: OVERFLOW_CODE } : { message: reason };
+              responseHeaders.set("content-type", "application/json");
+              resolve(new Response(JSON.stringify({ error }), { status, headers: responseHeaders }));
+            };
+            incoming.on("data", (chunk: Buffer) => {
+              if (headBytes < ERROR_HEAD_BYTES) head.push(chunk);
+              headBytes += chunk.length;
+              if (headBytes >= ERROR_HEAD_BYTES) answer();
+            });
+            incoming.on("end", answer).on("close", answer).on("error", answer);
             return;
           }
           if (Number(incoming.headers["content-length"]) > bounds.maxBodyBytes) {

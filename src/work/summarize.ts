@@ -5,7 +5,7 @@ import type { Deps } from "../deps.ts";
 import { hasMessagesAfter, hasUnfoldedMessages, rewriteSummary } from "../memory/conversations/summary.ts";
 import { indexJob, summarizeJob } from "../queue.ts";
 import { syncSummaryKeys } from "../memory/recall/snippets.ts";
-import { UnreadableAnswer } from "./dead-letter.ts";
+import { refusalsCounted, UnreadableAnswer } from "./dead-letter.ts";
 
 /** A burst of turns within this window becomes one rewrite covering all of them. */
 export const SUMMARIZE_DEBOUNCE_MS = 1_500;
@@ -35,10 +35,9 @@ export async function runSummarize(
     log.info("summaries are off: no model configured", { conversationId: payload.conversationId });
     return { status: "MODEL_OFF" as const, more: false };
   }
-  const outcome = await rewriteSummary(
-    db,
-    { summarizer, lossJudge, verbatimJudge, pubsub, log },
-    payload.conversationId,
+  const outcome = await refusalsCounted(
+    "the summary rewrite",
+    rewriteSummary(db, { summarizer, lossJudge, verbatimJudge, pubsub, log }, payload.conversationId),
   );
   log.debug("summary rewrite", { conversationId: payload.conversationId, ...outcome });
   if (outcome.status === "ACCEPTED") {

@@ -9,7 +9,7 @@ import { forgetPhrases, forgetUser } from "../memory/forget.ts";
 import { gateMessage, storedGateVerdict, type StoredVerdict } from "../memory/gate/gate.ts";
 import { planSnippetsOfTurns, type TurnRange } from "../memory/recall/snippets.ts";
 import { conversationTurnsJob, extractJob, quietExtractJob, type turnJob } from "../queue.ts";
-import { UnreadableAnswer } from "./dead-letter.ts";
+import { refusalsCounted, UnreadableAnswer } from "./dead-letter.ts";
 import { factKeysOf, indexFactKeys, queueIndexing } from "./index-snippets.ts";
 import { markGated, takeFromOutbox } from "./outbox.ts";
 import { requestSummary } from "./summarize.ts";
@@ -29,7 +29,10 @@ async function runExtraction(db: TenantDb, deps: TurnWorkDeps, conversationId: s
     chainFor(deps.models, tenantId, "fact-judge"),
   ]);
   if (!extractor || !judge) return { status: "MODEL_OFF" as const };
-  const result = await extractFacts(db, { extractor, judge, pubsub: deps.pubsub, vectors: deps.vectors, log: deps.log, queue: deps.queue }, conversationId, options);
+  const result = await refusalsCounted(
+    "fact extraction",
+    extractFacts(db, { extractor, judge, pubsub: deps.pubsub, vectors: deps.vectors, log: deps.log, queue: deps.queue }, conversationId, options),
+  );
   if (result.status === "EXTRACTED" && result.outcomes.some((o) => o.factId && o.change !== "REFRESHED")) {
     await indexFactKeys(db, deps, conversationId);
   }

@@ -12,8 +12,9 @@ export type AgendaQueue = JobQueue & {
   /** Resolves when the queue's database answers (for /healthz). */
   ping(): Promise<void>;
   /**
-   * The jobs due more than `overMs` ago that no worker has started (for /healthz): none while
-   * some worker takes work; a retry waiting on its backoff is not due.
+   * The jobs due more than `overMs` ago that no worker has started, when no job is running and
+   * none finished within `overMs` either (for /healthz): none while some worker takes work, a
+   * backlog included; a retry waiting on its backoff is not due.
    */
   late(overMs: number): Promise<{ jobs: number; dueSince: Date | null }>;
   /** Gives up connecting, if it still is (shutdown, before it waits for a worker that is starting). */
@@ -348,8 +349,11 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
     },
     async late(overMs) {
       const { rows } = await pool.query<{ jobs: number; dueSince: Date | null }>(
+        // Late, and nothing taken meanwhile: a worker busy with a backlog (each job name runs at
+        // most its concurrency at once) has jobs locked or finished within the window.
         `SELECT count(*)::int AS "jobs", min("next_run_at") AS "dueSince" FROM "agenda_jobs"
-         WHERE "next_run_at" < now() - $1 * interval '1 millisecond' AND "locked_at" IS NULL AND "disabled" IS NOT TRUE`,
+         WHERE "next_run_at" < now() - $1 * interval '1 millisecond' AND "locked_at" IS NULL AND "disabled" IS NOT TRUE
+           AND NOT EXISTS (SELECT 1 FROM "agenda_jobs" WHERE "locked_at" IS NOT NULL OR "last_finished_at" > now() - $1 * interval '1 millisecond')`,
         [overMs],
       );
       return rows[0];

@@ -81,8 +81,9 @@ async function redisHealth(pubsub: HealthParts["pubsub"]): Promise<ComponentHeal
 
 /**
  * Whether the queue's due work is being done, by whichever worker: jobs due more than
- * WORK_LATE_MS ago and not started mean that no worker takes work (none running, or one stuck),
- * and turns, summaries and vectors wait. The API still answers: degraded.
+ * WORK_LATE_MS ago and not started, with no job running or finished meanwhile, mean that no
+ * worker takes work (none running, or one stuck), and turns, summaries and vectors wait. The API
+ * still answers: degraded.
  */
 async function workHealth(queue: HealthParts["queue"], log: HealthParts["log"]): Promise<ComponentHealth | undefined> {
   const late = queue.late;
@@ -95,7 +96,7 @@ async function workHealth(queue: HealthParts["queue"], log: HealthParts["log"]):
       const minutes = Math.round((Date.now() - (dueSince?.getTime() ?? Date.now())) / 60_000);
       return {
         status: "down",
-        detail: `${jobs} job(s) due for up to ${minutes} min have not started: no job worker is taking work (is one running?)`,
+        detail: `${jobs} job(s) due for up to ${minutes} min have not started, and no job has run for ${WORK_LATE_MS / 60_000} min: no job worker is taking work (is one running?)`,
       };
     },
     log,

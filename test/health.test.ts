@@ -94,6 +94,15 @@ describe("/healthz and /readyz", () => {
     expect(health.status).toBe(200); // the API answers: degraded, not down
     expect(health.body).toMatchObject({ status: "degraded", components: { work: { status: "down", detail: expect.stringMatching(/^1 job\(s\) due for up to 12 min have not started/) } } });
     expect((await get(`${url}/readyz`)).body).toMatchObject({ ready: true, status: "degraded" });
+    // A worker busy with a backlog (another job finished a minute ago) is taking work.
+    await engram.services.queue.enqueue(summarizeJob, { tenantId: engram.tenant.tenantId, conversationId: `${conversationId}-done` });
+    await engram.services.db.$executeRawUnsafe(
+      `UPDATE "agenda_jobs" SET "next_run_at" = NULL, "last_finished_at" = now() - interval '1 minute' WHERE "data"->>'conversationId' = $1`,
+      `${conversationId}-done`,
+    );
+    expect((await get(`${url}/healthz`)).body).toMatchObject({ status: "ok", components: { work: { status: "ok" } } });
+    await engram.services.db.$executeRawUnsafe(`DELETE FROM "agenda_jobs" WHERE "data"->>'conversationId' = $1`, `${conversationId}-done`);
+    expect((await get(`${url}/healthz`)).body).toMatchObject({ status: "degraded" });
     // A worker took it (its lock): nothing is late.
     await engram.services.db.$executeRawUnsafe(`UPDATE "agenda_jobs" SET "locked_at" = now() WHERE "data"->>'conversationId' = $1`, conversationId);
     expect((await get(`${url}/healthz`)).body).toMatchObject({ status: "ok", components: { work: { status: "ok" } } });

@@ -61,16 +61,15 @@ export async function retentionSweep(deps: RetentionDeps, payload: z.infer<typeo
         const finishedJobsDeleted = await pruneFinishedJobs(db, new Date(now.getTime() - FINISHED_JOBS_KEPT_MS));
         deps.log.info("retention finished", { tenantId: tenant.id, ...result, finishedJobsDeleted });
         return { status: "SUCCEEDED" as const, result: { ...result, finishedJobsDeleted } };
-      }).catch(async (error: unknown) => {
-        // Its FAILED run is answered (the CLI prints it and exits 1), and it is tried again below.
+      }).catch((error: unknown) => {
         failed.push(tenant.id);
-        deps.log.error("retention of a tenant failed; it is tried again", { tenantId: tenant.id, error });
-        const run = await db.jobRun.findFirst({ where: { name: "memory.retention", status: "FAILED" }, orderBy: { startedAt: "desc" } }).catch(() => null);
-        return run ?? undefined;
+        throw error;
       }),
     payload.tenantId,
   );
   if (payload.tenantId && failed.length) throw new Error("retention of the tenant failed; it is tried again");
-  for (const tenantId of failed) await deps.queue.enqueue(retentionJob, { tenantId }, { delayMs: RETENTION_RETRY_MS });
+  // One retry job a tenant: a tenant failing night after night has the one still waiting.
+  const waiting = await deps.queue.waiting(retentionJob, "tenantId", failed);
+  for (const tenantId of failed) if (!waiting.has(tenantId)) await deps.queue.enqueue(retentionJob, { tenantId }, { delayMs: RETENTION_RETRY_MS });
   return runs;
 }

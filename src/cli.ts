@@ -1,7 +1,7 @@
 import { parseArgs } from "node:util";
 import type { Db } from "./db.ts";
 import { EnvError, readEnv, type Env } from "./env.ts";
-import { EngramError } from "./errors.ts";
+import { EngramError, publicReason } from "./errors.ts";
 import type { Services } from "./services.ts";
 
 // Only what a command needs is loaded (dynamic imports), so `engram --help` and the key and
@@ -259,20 +259,16 @@ async function run(command: CommandName, args: string[]) {
     const parsed = parseCommand(command, args, { now: { type: "boolean" } }, none);
     if (!parsed) return;
     if (!parsed.values.now) throw new UsageError(command, "--now is needed (the scheduled run needs no command)");
-    const { runs, tenantIds } = await withServices(async (services) => {
-      const tenantIds = (await services.deps.tenants.active()).map((tenant) => tenant.id);
-      if (command === "compact") return { tenantIds, runs: await (await import("./work/compact-tenants.ts")).compactTenants(services.deps, {}) };
-      return { tenantIds, runs: await (await import("./work/retention.ts")).retentionSweep(services.deps, {}) };
-    });
-    for (const run of runs) {
-      process.stdout.write(`${run.tenantId} ${run.status} ${JSON.stringify(run.result ?? run.error)}\n`);
-    }
-    // A run that threw is FAILED in jobRuns but answers nothing here (its error is in the log).
-    const ran = new Set(runs.map((run) => run.tenantId));
-    const unanswered = tenantIds.filter((id) => !ran.has(id));
-    for (const id of unanswered) process.stdout.write(`${id} FAILED "see jobRuns and the log"\n`);
+    const { done, failed } = await withServices(async (services) =>
+      command === "compact"
+        ? (await import("./work/compact-tenants.ts")).compactTenants(services.deps, {})
+        : (await import("./work/retention.ts")).retentionSweep(services.deps, {}),
+    );
+    for (const run of done) process.stdout.write(`${run.tenantId} ${run.status} ${JSON.stringify(run.result ?? run.error)}\n`);
+    // A run that threw is FAILED in jobRuns too, where one could be written; the whole error is in the log.
+    for (const { tenantId, error } of failed) process.stdout.write(`${tenantId} FAILED ${JSON.stringify(publicReason(error))}\n`);
     // A cron line or a script running this learns of a tenant's failed run from the exit code, as from import's.
-    if (unanswered.length || runs.some((run) => run.status === "FAILED")) process.exitCode = 1;
+    if (failed.length || done.some((run) => run.status === "FAILED")) process.exitCode = 1;
     return;
   }
   if (command === "export-user") {

@@ -114,7 +114,7 @@ describe("daily compaction against an OpenAI-compatible model", () => {
     // The other tenant has its own old bucket under the same scope pair.
     const otherLaunch = await append(engram, engram.other.writer, "PROJECT", "launch-q3", [120, 110, 100], "tenant-b secret");
 
-    const runs = await compactTenants(engram.services.deps, {});
+    const { done: runs } = await compactTenants(engram.services.deps, {});
     expect(runs.map((r) => r.status)).toEqual(["SUCCEEDED", "SUCCEEDED"]);
 
     // One model call per eligible bucket, each for the right events, oldest first.
@@ -202,7 +202,7 @@ describe("daily compaction against an OpenAI-compatible model", () => {
 
     // Nothing is left to do: a second run calls no model and creates nothing.
     const callsBefore = server.requests.length;
-    const again = await compactTenants(engram.services.deps, {});
+    const { done: again } = await compactTenants(engram.services.deps, {});
     expect(again.map((r) => r.result)).toEqual([
       expect.objectContaining({ buckets: 0, compacted: 0 }),
       expect.objectContaining({ buckets: 0, compacted: 0 }),
@@ -220,7 +220,7 @@ describe("daily compaction against an OpenAI-compatible model", () => {
     );
     const calls = server.requests.length;
 
-    const [run] = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
+    const { done: [run] } = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
     expect(run.status).toBe("FAILED");
     expect(run.result).toMatchObject({ buckets: 2, compacted: 1, failed: 1, eventsCompressed: 3 });
     expect((run.result as any).errors).toEqual([
@@ -243,7 +243,7 @@ describe("daily compaction against an OpenAI-compatible model", () => {
     // The model is back: the next run picks the failed bucket up, and only it.
     server.respond((request) => answerFor(bucketOf(request)));
     const callsBeforeRetry = server.requests.length;
-    const [retry] = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
+    const { done: [retry] } = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
     expect(retry.status).toBe("SUCCEEDED");
     expect(retry.result).toMatchObject({ buckets: 1, compacted: 1, failed: 0, eventsCompressed: 3 });
     expect(server.requests.slice(callsBeforeRetry).map(bucketOf)).toEqual(["PROJECT outage"]);
@@ -272,7 +272,7 @@ describe("daily compaction against an OpenAI-compatible model", () => {
     const calls = server.requests.length;
 
     try {
-      const [run] = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
+      const { done: [run] } = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
       expect(run.status).toBe("FAILED");
       expect(run.result).toMatchObject({ buckets: 1, compacted: 0, failed: 1, eventsCompressed: 0, entryIds: [] });
       // The database's own words go to the log, not into the run that readers see.
@@ -289,7 +289,7 @@ describe("daily compaction against an OpenAI-compatible model", () => {
       await db.$executeRawUnsafe(`DROP FUNCTION IF EXISTS engram_test_refuse_compression()`);
     }
 
-    const [rerun] = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
+    const { done: [rerun] } = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
     expect(rerun.status).toBe("SUCCEEDED");
     expect(rerun.result).toMatchObject({ buckets: 1, compacted: 1, eventsCompressed: 3 });
     const [entry] = await entries(engram, "TEAM", "atomic");
@@ -309,7 +309,7 @@ describe("daily compaction without a model", () => {
 
   it("is skipped with the reason and touches nothing", async () => {
     const ids = await append(engram, engram.tenant.writer, "PROJECT", "launch-q3", [200, 150, 120]);
-    const runs = await compactTenants(engram.services.deps, {});
+    const { done: runs } = await compactTenants(engram.services.deps, {});
     expect(runs.map((r) => r.status)).toEqual(["SKIPPED", "SKIPPED"]);
 
     const [run] = await runsOf(engram, engram.tenant.reader);

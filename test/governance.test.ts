@@ -247,7 +247,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     await appendOld(engram, engram.other.writer, "route-b", ["bravo one", "bravo two", "bravo three"]);
     const counts = [fallback, serverA, serverB].map((s) => s.requests.length);
 
-    const runs = await compactTenants(engram.services.deps, {});
+    const { done: runs } = await compactTenants(engram.services.deps, {});
     expect(runs.map((r) => r.status)).toEqual(["SUCCEEDED", "SUCCEEDED"]);
     const [toFallback, toA, toB] = [fallback, serverA, serverB].map((s, i) => s.requests.slice(counts[i]));
     expect(toFallback).toEqual([]);
@@ -286,7 +286,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
       `Ops shared ${planted.aws} and token ${planted.jwt} from ${planted.ipv4} / ${planted.ipv6}.`,
     ]);
     const from = serverA.requests.length;
-    const [run] = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
+    const { done: [run] } = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
     expect(run.status).toBe("SUCCEEDED");
     const sent = JSON.stringify(serverA.requests.slice(from));
     expect(sent).toContain("renewal");
@@ -324,7 +324,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
       "and the \"renewal\" of the plan.",
     ]);
     const from = serverA.requests.length;
-    const [run] = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
+    const { done: [run] } = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
     expect(run.status).toBe("SUCCEEDED");
     const sent = JSON.stringify(serverA.requests.slice(from));
     expect(sent).toContain("renewal");
@@ -340,7 +340,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     const body = "word ".repeat(3_999) + "TCK-123456 was escalated " + "and discussed at length ".repeat(400);
     await appendOld(engram, engram.tenant.writer, "long-line", [body, "second note", "third note"]);
     const from = serverA.requests.length;
-    const [run] = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
+    const { done: [run] } = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
     expect(run.status).toBe("SUCCEEDED");
     const sent = JSON.stringify(serverA.requests.slice(from).filter((r) => JSON.stringify(r).includes("long-line")));
     expect(sent).toContain("was escalated");
@@ -456,7 +456,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     settingsChanged(engram.tenant.tenantId); // written past updateTenantSettings
     await appendOld(engram, engram.tenant.writer, "hostile", ["a".repeat(30) + "!", "b", "c"]);
     const from = serverA.requests.length;
-    const [run] = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
+    const { done: [run] } = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
     expect(run.status).toBe("FAILED");
     expect(JSON.stringify(run.result)).toMatch(/custom redaction pattern failed/);
     expect(serverA.requests.length).toBe(from);
@@ -466,7 +466,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
       data: { redaction: {} },
     });
     settingsChanged(engram.tenant.tenantId); // written past updateTenantSettings
-    const [retry] = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
+    const { done: [retry] } = await compactTenants(engram.services.deps, { tenantId: engram.tenant.tenantId });
     expect(retry.status).toBe("SUCCEEDED");
   });
 
@@ -577,10 +577,10 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     const now = new Date();
     await engram.gql(UPDATE, { input: { compaction: { schedule: "0 * * * *" } } }, engram.other.admin);
     // Both tenants ran compaction moments ago: nothing is due until their schedules come round.
-    expect(await compactTenants(engram.services.deps, { due: true }, now)).toEqual([]);
+    expect((await compactTenants(engram.services.deps, { due: true }, now)).done).toEqual([]);
     // In an hour and a bit, the hourly tenant is due and the daily one (06:17 UTC) may not be.
     const later = new Date(now.getTime() + 65 * 60_000);
-    const runs = await compactTenants(engram.services.deps, { due: true }, later);
+    const { done: runs } = await compactTenants(engram.services.deps, { due: true }, later);
     expect(runs.map((r) => r.tenantId)).toContain(engram.other.tenantId);
     const crossed617 = Math.floor((later.getTime() - 6 * 3_600_000 - 17 * 60_000) / DAY_MS) > Math.floor((now.getTime() - 6 * 3_600_000 - 17 * 60_000) / DAY_MS);
     expect(runs.some((r) => r.tenantId === engram.tenant.tenantId)).toBe(crossed617);
@@ -596,7 +596,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
     const failed = (minutes: number, ended = minutes) =>
       db.jobRun.create({ data: { tenantId: engram.tenant.tenantId, name: "memory.compact", status: "FAILED", startedAt: at(minutes), finishedAt: at(ended) } });
     const due = async (minutes: number) =>
-      (await compactTenants(engram.services.deps, { due: true }, at(minutes))).some((r) => r.tenantId === engram.tenant.tenantId);
+      (await compactTenants(engram.services.deps, { due: true }, at(minutes))).done.some((r) => r.tenantId === engram.tenant.tenantId);
     try {
       await failed(61);
       expect(await due(70)).toBe(false);

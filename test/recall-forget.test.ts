@@ -201,7 +201,7 @@ describe("nightly retention", () => {
       update: { retentionDays: 0 },
     });
     settingsChanged(engram.other.tenantId); // written past updateTenantSettings
-    const runs = await retentionSweep(engram.services.deps, {}, now);
+    const { done: runs } = await retentionSweep(engram.services.deps, {}, now);
     const mine = runs.find((r) => r.tenantId === tenantId)!;
     expect(mine.status).toBe("SUCCEEDED");
     expect(mine.result).toMatchObject({ retentionDays: 30, snippetsDeleted: 1, factsDeleted: 1, verdictsDeleted: 1 });
@@ -234,8 +234,9 @@ describe("nightly retention", () => {
     const storeAway = (db: ReturnType<typeof deps.tenants.scoped>) =>
       new Proxy(db, { get: (target, key) => (key === "tenantSettings" ? { findUnique: () => Promise.reject(new Error("the store is away")) } : Reflect.get(target, key)) });
     const failing = { ...deps, tenants: { ...deps.tenants, scoped: (id: string) => (id === tenantId ? storeAway(deps.tenants.scoped(id)) : deps.tenants.scoped(id)) } };
-    const runs = await retentionSweep(failing, {}, now);
-    expect(runs.map((r) => r.tenantId)).not.toContain(tenantId); // its FAILED run is in jobRuns (below)
+    const { done, failed } = await retentionSweep(failing, {}, now);
+    expect(done.map((r) => r.tenantId)).not.toContain(tenantId); // its FAILED run is in jobRuns (below)
+    expect(failed).toEqual([{ tenantId, error: new Error("the store is away") }]);
     expect((await deps.queue.waiting(retentionJob, "tenantId", [tenantId, engram.other.tenantId])).has(tenantId)).toBe(true);
     expect((await deps.queue.waiting(retentionJob, "tenantId", [engram.other.tenantId])).size).toBe(0);
     // Failing again (the next night) queues no second retry.
@@ -247,7 +248,7 @@ describe("nightly retention", () => {
     expect(retries[0].n).toBe(1);
     // That run throws while it fails, so the queue retries it with its backoff; then it does the work.
     await expect(retentionSweep(failing, { tenantId }, now)).rejects.toThrow(/retention of the tenant failed/);
-    const [retried] = await retentionSweep(deps, { tenantId }, now);
+    const { done: [retried] } = await retentionSweep(deps, { tenantId }, now);
     expect(retried).toMatchObject({ tenantId, status: "SUCCEEDED", result: { snippetsDeleted: 1 } });
     expect(await snippetIds({ conversationId: old.id })).toEqual([]);
     const failedRuns = await engram.services.db.jobRun.count({ where: { tenantId, name: "memory.retention", status: "FAILED" } });
@@ -275,9 +276,9 @@ describe("nightly retention", () => {
 
     // Half a day later nothing has aged enough; two days later every other finished record goes.
     const inDays = (days: number) => new Date(Date.now() + days * DAY);
-    const halfDayLater = await retentionSweep(engram.services.deps, { tenantId }, inDays(0.5));
+    const { done: halfDayLater } = await retentionSweep(engram.services.deps, { tenantId }, inDays(0.5));
     expect(halfDayLater[0].result).toMatchObject({ finishedJobsDeleted: 0 });
-    const later = await retentionSweep(engram.services.deps, { tenantId }, inDays(2));
+    const { done: later } = await retentionSweep(engram.services.deps, { tenantId }, inDays(2));
     // At least those (a job of the tenant still running meanwhile may finish, and be old enough, too).
     expect(later[0].result).toMatchObject({ retentionDays: 0 });
     expect((later[0].result as { finishedJobsDeleted: number }).finishedJobsDeleted).toBeGreaterThanOrEqual(finished.length - 2);

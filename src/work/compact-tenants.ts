@@ -86,8 +86,8 @@ export function compactTenants(deps: CompactDeps, payload: z.infer<typeof compac
  * backoff, until the period rolls over or the budget is raised; nothing it had is marked meanwhile.
  */
 export async function compactTenantsUntilDone(deps: CompactDeps, payload: z.infer<typeof compactJob.schema>) {
-  const runs = await compactTenants(deps, payload);
-  const paused = runs.filter((run) => (run.result as { paused?: boolean } | null)?.paused);
+  const { done } = await compactTenants(deps, payload);
+  const paused = done.filter((run) => (run.result as { paused?: boolean } | null)?.paused);
   if (paused.length === 0) return;
   if (payload.tenantId) throw budgetExhausted(await deps.models.budget(payload.tenantId));
   for (const run of paused) {

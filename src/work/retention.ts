@@ -46,8 +46,7 @@ export const RETENTION_RETRY_MS = 60_000;
  * failure for that.
  */
 export async function retentionSweep(deps: RetentionDeps, payload: z.infer<typeof retentionJob.schema>, now = new Date()) {
-  const failed: string[] = [];
-  const runs = await forEachTenant(
+  const sweep = await forEachTenant(
     deps,
     "retention",
     (tenant, db) =>
@@ -61,15 +60,13 @@ export async function retentionSweep(deps: RetentionDeps, payload: z.infer<typeo
         const finishedJobsDeleted = await pruneFinishedJobs(db, new Date(now.getTime() - FINISHED_JOBS_KEPT_MS));
         deps.log.info("retention finished", { tenantId: tenant.id, ...result, finishedJobsDeleted });
         return { status: "SUCCEEDED" as const, result: { ...result, finishedJobsDeleted } };
-      }).catch((error: unknown) => {
-        failed.push(tenant.id);
-        throw error;
       }),
     payload.tenantId,
   );
-  if (payload.tenantId && failed.length) throw new Error("retention of the tenant failed; it is tried again");
+  if (payload.tenantId && sweep.failed.length) throw new Error("retention of the tenant failed; it is tried again");
   // One retry job a tenant: a tenant failing night after night has the one still waiting.
+  const failed = sweep.failed.map((failure) => failure.tenantId);
   const waiting = await deps.queue.waiting(retentionJob, "tenantId", failed);
   for (const tenantId of failed) if (!waiting.has(tenantId)) await deps.queue.enqueue(retentionJob, { tenantId }, { delayMs: RETENTION_RETRY_MS });
-  return runs;
+  return sweep;
 }

@@ -7,7 +7,7 @@ import { existsSync } from "node:fs";
 
 const entry = new URL(process.argv[2] === "start" ? "../dist/main.js" : "../dist/cli.js", import.meta.url);
 if (!existsSync(entry)) {
-  process.stderr.write("Engram is not built: run `npm run build` (npm ci does it).\n");
+  process.stderr.write("Engram is not built: run `npm run postinstall` (npm ci runs it, unless --ignore-scripts).\n");
   process.exit(1);
 }
 await import(entry.href);

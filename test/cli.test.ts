@@ -1,4 +1,4 @@
-import { existsSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
@@ -178,6 +178,24 @@ describe("one owner per folder", () => {
       expect((await fetch(`${first.url}/healthz`)).status).toBe(200);
     } finally {
       await stopServer(first);
+    }
+  });
+});
+
+describe("not built (npm ci --ignore-scripts)", () => {
+  it("npm start and the CLI say how to build, in one line", () => {
+    // A checkout whose install scripts did not run: package.json and bin/, no dist/.
+    const dir = folder();
+    writeFileSync(path.join(dir, "package.json"), readFileSync(path.join(ROOT, "package.json")));
+    mkdirSync(path.join(dir, "bin"));
+    writeFileSync(path.join(dir, "bin", "engram.mjs"), readFileSync(path.join(ROOT, "bin", "engram.mjs")));
+    const npmStart = spawnSync("npm", ["start", "--silent"], { cwd: dir, encoding: "utf8", timeout: 60_000 });
+    const cli = spawnSync(process.execPath, ["bin/engram.mjs", "tenants", "list"], { cwd: dir, encoding: "utf8", timeout: 60_000 });
+    for (const run of [npmStart, cli]) {
+      expect(run.status).toBe(1);
+      expect(run.stderr.trim().split("\n").filter((line) => !line.startsWith("npm "))).toEqual([
+        "Engram is not built: run `npm run postinstall` (npm ci runs it, unless --ignore-scripts).",
+      ]);
     }
   });
 });

@@ -3,7 +3,7 @@
 // Also runs the compose healthcheck of Chroma (a bash /dev/tcp probe) against a local Chroma.
 // Understands the instructions our Dockerfile uses: FROM, WORKDIR, USER, COPY, RUN, ENV, EXPOSE, HEALTHCHECK, CMD.
 import { spawn, spawnSync } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -54,6 +54,17 @@ const build = mkdtempSync(path.join(tmpdir(), "engram-docker-"));
 let workdir = build;
 const env = { ...process.env };
 for (const key of Object.keys(env)) if (key.startsWith("npm_") || key === "NODE_ENV") delete env[key];
+// An image's build has an npm cache of its own, which its RUN steps may clear (`npm cache clean`):
+// here that is a folder in the build, seeded with hard links to this machine's cache (so nothing
+// is downloaded again, and clearing it unlinks only the build's links, never the machine's cache).
+const npmCache = path.join(build, ".npm-cache");
+const hostCache = spawnSync("npm", ["config", "get", "cache"], { encoding: "utf8" }).stdout.trim();
+if (hostCache && existsSync(path.join(hostCache, "_cacache"))) {
+  mkdirSync(npmCache);
+  const linked = spawnSync("cp", ["-al", path.join(hostCache, "_cacache"), npmCache], { encoding: "utf8" });
+  if (linked.status !== 0) say(`the npm cache is not linked (${linked.stderr.trim()}): packages are downloaded again`);
+}
+env.npm_config_cache = npmCache;
 let cmd;
 let healthcheck;
 

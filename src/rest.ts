@@ -229,13 +229,14 @@ export function restApi(schema: GraphQLSchema): Plugin {
     },
     async onRequest({ request, url, endResponse, serverContext }) {
       if (url.pathname !== REST_BASE && !url.pathname.startsWith(`${REST_BASE}/`)) return;
-      const route = routeOf(request.method, url.pathname);
-      const refused = route && (unknownParameter(route, url) ?? unreadableFlag(route, url) ?? (await bodyNotAnObject(route, request)));
-      if (refused) return endResponse(refused);
+      // HEAD is a GET whose answer has no body (RFC 9110): a probe or a cache sees the GET's status and headers.
+      const head = request.method === "HEAD";
+      const asked = head ? new Request(request.url, { method: "GET", headers: request.headers }) : request;
+      const route = routeOf(asked.method, url.pathname);
+      const refused = route && (unknownParameter(route, url) ?? unreadableFlag(route, url) ?? (await bodyNotAnObject(route, asked)));
       // Nothing under REST_BASE falls through: yoga would take /memory/…/graphql as its endpoint.
-      return Promise.resolve(sofa.handleRequest(normalised(request, route?.flags ?? new Set()), serverContext as never)).then((response) => {
-        endResponse(response ?? unrouted(request, url));
-      });
+      const response = refused ?? (await sofa.handleRequest(normalised(asked, route?.flags ?? new Set()), serverContext as never)) ?? unrouted(asked, url);
+      endResponse(head ? new Response(null, { status: response.status, headers: response.headers }) : response);
     },
   };
 }

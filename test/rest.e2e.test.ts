@@ -223,6 +223,29 @@ describe("paths under /memory that no route takes", () => {
   });
 });
 
+describe("HEAD", () => {
+  it("answers as the GET of the same path would, without a body, and writes nothing", async () => {
+    const head = async (path: string, key: string | null = engram.tenant.reader) => {
+      const response = await fetch(`${url}${path}`, { method: "HEAD", headers: key ? { authorization: `Bearer ${key}` } : {} });
+      return { status: response.status, type: response.headers.get("content-type"), body: await response.text() };
+    };
+    const before = await engram.services.db.memoryEntry.count();
+    for (const [path, status] of [
+      ["/memory/events?scopeRef=ent_acme", 200],
+      ["/memory/openapi.json", 200],
+      ["/memory/no-such-entry", 404],
+      ["/memory/a/b", 404],
+      ["/memory/events?scope_ref=x", 400],
+    ] as const) {
+      const answer = await head(path);
+      expect(answer, path).toMatchObject({ status, body: "" });
+      expect(answer.type, path).toMatch(/^application\/json/);
+    }
+    expect((await head("/memory/events", null)).status).toBe(401);
+    expect(await engram.services.db.memoryEntry.count()).toBe(before);
+  });
+});
+
 describe("the OpenAPI document", () => {
   it("needs a key, as everything does", async () => {
     const anonymous = await rest("GET", "/memory/openapi.json", { key: null });

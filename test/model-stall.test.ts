@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant } from "../src/db.ts";
+import { budgetStatus } from "../src/governance/budget.ts";
 import { ModelCallError } from "../src/models/egress.ts";
 import { runTurnFollowUps } from "../src/work/follow-ups.ts";
 import { runSummarize } from "../src/work/summarize.ts";
@@ -140,5 +141,63 @@ describe("a provider that answers", () => {
     expect(ms).toBeLessThan(BOUND_MS);
     const embeddings = await engram.services.models.embeddings(tenantId());
     expect(await embeddings!.embedDocuments(["a text to embed"])).toEqual([[0.1, 0.2, 0.3]]);
+  });
+});
+
+describe("what a call that got no answer costs", () => {
+  // A provider that never answers whole may still have read the prompt and billed it; a call
+  // that left no usage row let such a provider be called without end under any budget.
+  const BUDGET = `mutation($input: UpdateTenantSettingsInput!) { updateTenantSettings(input: $input) { monthlyTokenBudget } }`;
+  const db = () => forTenant(engram.services.db, tenantId());
+  const rows = (chain: string) => engram.services.db.modelUsage.findMany({ where: { tenantId: tenantId(), chain }, orderBy: { createdAt: "asc" } });
+  const setBudget = async (monthlyTokenBudget: number | null) => {
+    const { errors } = await engram.gql(BUDGET, { input: { monthlyTokenBudget } });
+    expect(errors).toBeUndefined();
+  };
+
+  it("records a stalled chat call's prompt as spent, so the budget pauses the tenant", async () => {
+    await route({ cheap: { baseUrl: stalling.url } });
+    const { spent } = await budgetStatus(db());
+    await setBudget(spent + 1);
+    const before = (await rows("summary")).length;
+    const chat = await engram.services.models.chat(tenantId(), "cheap", "summary");
+    const { error } = await timed(chat!.invoke("a prompt the provider read ".repeat(20)));
+    expectOutage(error, /stalled|did not answer in time/);
+    const recorded = (await rows("summary")).slice(before);
+    expect(recorded).toHaveLength(1);
+    expect(recorded[0].inputTokens).toBeGreaterThan(50);
+    expect(recorded[0].outputTokens).toBe(0);
+    expect((await budgetStatus(db())).paused).toBe(true);
+    // Paused: the next call is refused before anything is sent.
+    const hits = stalling.hits();
+    await expect(chat!.invoke("again")).rejects.toMatchObject({ code: "BUDGET_EXHAUSTED" });
+    expect(stalling.hits()).toBe(hits);
+    await setBudget(null);
+  });
+
+  it("records a stalled embedding call's texts as spent", async () => {
+    await route({ embedding: { baseUrl: stalling.url, model: "stalled-embed" } });
+    const before = (await rows("embed")).length;
+    const embeddings = await engram.services.models.embeddings(tenantId());
+    const { error } = await timed(embeddings!.embedDocuments(["a text the provider read", "and another one"]));
+    expectOutage(error, /stalled|did not answer in time/);
+    const recorded = (await rows("embed")).slice(before);
+    expect(recorded).toHaveLength(1);
+    expect(recorded[0]).toMatchObject({ model: "stalled-embed", outputTokens: 0 });
+    expect(recorded[0].inputTokens).toBeGreaterThan(0);
+  });
+
+  it("records nothing for a call the provider answered with an error status (nothing was billed)", async () => {
+    await route({ cheap: null, embedding: null });
+    model.respond(() => ({ status: 500 }));
+    try {
+      const before = (await rows("summary")).length;
+      const chat = await engram.services.models.chat(tenantId(), "cheap", "summary");
+      const { error } = await timed(chat!.invoke("hello"));
+      expectOutage(error, /answered 500/);
+      expect(await rows("summary")).toHaveLength(before);
+    } finally {
+      model.respond(() => "{}");
+    }
   });
 });

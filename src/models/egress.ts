@@ -28,6 +28,11 @@ export class ModelCallError extends EngramError {
      * past the model's context: 413, or a 400/422 saying so); "failed": the call went wrong.
      */
     readonly kind: "refused" | "failed" = "failed",
+    /**
+     * The request reached the provider and no answer came back whole (it timed out, stalled or
+     * was cut off): the provider may have read the prompt, and billed it, all the same.
+     */
+    readonly unanswered = false,
   ) {
     super("MODEL_UNAVAILABLE", reason);
     this.name = "ModelCallError";
@@ -265,7 +270,7 @@ export function asModelCallError(error: unknown): ModelCallError {
   }
   if (typeof e?.status === "number") return new ModelCallError(`model provider answered ${e.status}`);
   const name = `${e?.name ?? ""} ${e?.code ?? ""} ${e?.message ?? ""}`;
-  if (/timeout|timed out|AbortError/i.test(name)) return new ModelCallError("model provider did not answer in time");
+  if (/timeout|timed out|AbortError/i.test(name)) return new ModelCallError("model provider did not answer in time", "failed", true);
   if (/ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ECONNRESET|EHOSTUNREACH|ENETUNREACH|Connection error/i.test(name)) {
     return new ModelCallError("model provider unreachable");
   }
@@ -327,7 +332,7 @@ export function guardedFetch(
             if (value === undefined || name === "content-length" || name === "content-encoding") continue;
             for (const v of Array.isArray(value) ? value : [value]) responseHeaders.append(name, v);
           }
-          const tooLarge = () => new ModelCallError(`model provider's answer is larger than ${bounds.maxBodyBytes} bytes`);
+          const tooLarge = () => new ModelCallError(`model provider's answer is larger than ${bounds.maxBodyBytes} bytes`, "failed", true);
           // Counted on every answer, an error body that is drained unread too: one that never
           // ends would otherwise keep its connection pumping after the call is over.
           let bytes = 0;
@@ -379,7 +384,8 @@ export function guardedFetch(
       // The client's own timeout stops once the headers are in: a provider that then stalls in
       // its body would otherwise hold the call, and whatever its caller holds, for ever.
       outgoing.on("timeout", () => {
-        const stalled = new ModelCallError(`model provider stalled: nothing received for ${bounds.idleTimeoutMs} ms`);
+        // Unanswered only once the request was sent whole: a connection that never opened cost nothing.
+        const stalled = new ModelCallError(`model provider stalled: nothing received for ${bounds.idleTimeoutMs} ms`, "failed", outgoing.writableFinished);
         received?.destroy(stalled);
         outgoing.destroy(stalled);
       });
@@ -429,7 +435,7 @@ export async function withinDeadline<T>(
   } catch (error) {
     if (!(error instanceof TimedOut)) throw error;
     controller.abort(error);
-    throw new ModelCallError(`model provider did not answer in time (${statedMs} ms ${whose})`);
+    throw new ModelCallError(`model provider did not answer in time (${statedMs} ms ${whose})`, "failed", true);
   } finally {
     outer?.removeEventListener("abort", forward);
   }

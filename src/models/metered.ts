@@ -183,6 +183,11 @@ export type MeteringHooks = {
 export const reportedTokens = (n: unknown): number | undefined =>
   typeof n === "number" && Number.isInteger(n) && n >= 0 && n < 2 ** 31 ? n : undefined;
 
+/** Records a call that got no answer; a failure to record it leaves the call's own error to tell. */
+export async function recordUnanswered(record: MeteringHooks["record"], usage: ModelUsageRecord): Promise<void> {
+  await record(usage).catch(() => undefined);
+}
+
 const promptTokens = (input: BaseLanguageModelInput) => countTokens(toMessages(input).map(messageText).join("\n"));
 
 /**
@@ -209,7 +214,11 @@ export function meteredModel(
         output = (await withinDeadline(deadlineMs, (signal) => model.invoke(sent, { ...config, signal }), config?.signal)) as AIMessage;
       } catch (error) {
         // Only a short reason goes on: a provider's error body can hold what it should not show.
-        throw asModelCallError(error);
+        const failure = asModelCallError(error);
+        // A provider that read the prompt but never answered whole may bill it: counted (its
+        // output unknown, so 0), or a slow or stalled provider could be called past any budget.
+        if (failure.unanswered) await recordUnanswered(record, { ...meta, inputTokens: promptTokens(sent), outputTokens: 0, redactions });
+        throw failure;
       }
       const usage = output.usage_metadata;
       await record({

@@ -16,6 +16,7 @@ import {
   defaultRoute,
   meteredModel,
   openAIChatModel,
+  recordUnanswered,
   reportedTokens,
   type ChatModel,
   type ChatRole,
@@ -152,6 +153,8 @@ export class TenantEmbeddings extends Embeddings {
 
   private async embed(documents: string[]): Promise<{ vectors: number[][]; usage: ModelUsageRecord }> {
     const { texts, redactions } = await this.hooks.redact(documents);
+    const usageOf = (inputTokens: number): ModelUsageRecord => ({ chain: "embed", model: this.model, inputTokens, outputTokens: 0, redactions });
+    const counted = () => texts.reduce((sum, text) => sum + countTokens(text), 0);
     try {
       const usage: EmbedUsage = { responses: 0, reported: 0, promptTokens: 0 };
       const vectors = await withinDeadline(
@@ -161,10 +164,12 @@ export class TenantEmbeddings extends Embeddings {
       );
       // A server that reports no usage (some OpenAI-compatible ones), or 0, is metered by our own count.
       const reported = usage.responses > 0 && usage.reported === usage.responses;
-      const inputTokens = reported ? usage.promptTokens : texts.reduce((sum, text) => sum + countTokens(text), 0);
-      return { vectors, usage: { chain: "embed", model: this.model, inputTokens, outputTokens: 0, redactions } };
+      return { vectors, usage: usageOf(reported ? usage.promptTokens : counted()) };
     } catch (error) {
-      throw asModelCallError(error);
+      const failure = asModelCallError(error);
+      // Sent and never answered whole: the provider may bill the texts (as a chat call's prompt).
+      if (failure.unanswered) await recordUnanswered(this.hooks.record, usageOf(counted()));
+      throw failure;
     }
   }
 

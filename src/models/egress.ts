@@ -28,11 +28,6 @@ export class ModelCallError extends EngramError {
      * past the model's context: 413, or a 400/422 saying so); "failed": the call went wrong.
      */
     readonly kind: "refused" | "failed" = "failed",
-    /**
-     * The request reached the provider and no answer came back whole (it timed out, stalled or
-     * was cut off): the provider may have read the prompt, and billed it, all the same.
-     */
-    readonly unanswered = false,
   ) {
     super("MODEL_UNAVAILABLE", reason);
     this.name = "ModelCallError";
@@ -270,7 +265,7 @@ export function asModelCallError(error: unknown): ModelCallError {
   }
   if (typeof e?.status === "number") return new ModelCallError(`model provider answered ${e.status}`);
   const name = `${e?.name ?? ""} ${e?.code ?? ""} ${e?.message ?? ""}`;
-  if (/timeout|timed out|AbortError/i.test(name)) return new ModelCallError("model provider did not answer in time", "failed", true);
+  if (/timeout|timed out|AbortError/i.test(name)) return new ModelCallError("model provider did not answer in time");
   if (/ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ECONNRESET|EHOSTUNREACH|ENETUNREACH|Connection error/i.test(name)) {
     return new ModelCallError("model provider unreachable");
   }
@@ -284,6 +279,24 @@ export function asModelCallError(error: unknown): ModelCallError {
  * at most 64 texts (the indexer's batch) of a few thousand floats, about 6 MB.
  */
 export const MODEL_ANSWER_MAX_BYTES = { chat: 2 * 1024 * 1024, embeddings: 32 * 1024 * 1024 };
+
+/**
+ * What one model call's requests came to, as a provider bills them: how many reached it whole,
+ * and how many of those it answered with an error status (which providers do not bill).
+ */
+export type Exchanges = { sent: number; refused: number };
+
+const exchanges = new AsyncLocalStorage<Exchanges>();
+
+/** Runs a model call, counting into `noted` its requests that guardedFetch sends. */
+export const noteExchanges = <T>(noted: Exchanges, call: () => Promise<T>): Promise<T> => exchanges.run(noted, call);
+
+/**
+ * Whether a call that failed may be billed all the same: a request of it reached the provider
+ * whole and was not refused (it timed out, stalled, or its answer was cut off). A connection that
+ * never opened, or a request still being written, cost nothing.
+ */
+export const billedUnanswered = (noted: Exchanges) => noted.sent > noted.refused;
 
 /**
  * fetch for the OpenAI client: checks the host (and every address it resolves to) against the
@@ -310,6 +323,7 @@ export function guardedFetch(
     // Node's http client does not decompress: ask for plain bodies.
     delete headers["accept-encoding"];
     request.signal.throwIfAborted();
+    const noted = exchanges.getStore();
     return new Promise<Response>((resolve, reject) => {
       const client = url.protocol === "https:" ? https : http;
       let received: http.IncomingMessage | undefined;
@@ -332,7 +346,7 @@ export function guardedFetch(
             if (value === undefined || name === "content-length" || name === "content-encoding") continue;
             for (const v of Array.isArray(value) ? value : [value]) responseHeaders.append(name, v);
           }
-          const tooLarge = () => new ModelCallError(`model provider's answer is larger than ${bounds.maxBodyBytes} bytes`, "failed", true);
+          const tooLarge = () => new ModelCallError(`model provider's answer is larger than ${bounds.maxBodyBytes} bytes`);
           // Counted on every answer, an error body that is drained unread too: one that never
           // ends would otherwise keep its connection pumping after the call is over.
           let bytes = 0;
@@ -342,6 +356,7 @@ export function guardedFetch(
             // Only a body handed on has a reader to hear why it was cut.
             if (bytes > bounds.maxBodyBytes) incoming.destroy(handedOn ? tooLarge() : undefined);
           });
+          if (status >= 300 && noted) noted.refused++;
           if (status >= 300 && status < 400) {
             incoming.resume();
             reject(new ModelCallError(`model provider answered ${status} (a redirect, which is not followed)`));
@@ -384,12 +399,13 @@ export function guardedFetch(
       // The client's own timeout stops once the headers are in: a provider that then stalls in
       // its body would otherwise hold the call, and whatever its caller holds, for ever.
       outgoing.on("timeout", () => {
-        // Unanswered only once the request was sent whole: a connection that never opened cost nothing.
-        const stalled = new ModelCallError(`model provider stalled: nothing received for ${bounds.idleTimeoutMs} ms`, "failed", outgoing.writableFinished);
+        const stalled = new ModelCallError(`model provider stalled: nothing received for ${bounds.idleTimeoutMs} ms`);
         received?.destroy(stalled);
         outgoing.destroy(stalled);
       });
       outgoing.on("error", reject);
+      // Flushed to the connection whole: from here the provider may read it, and bill it.
+      if (noted) outgoing.on("finish", () => noted.sent++);
       outgoing.end(body);
     });
   };
@@ -435,7 +451,7 @@ export async function withinDeadline<T>(
   } catch (error) {
     if (!(error instanceof TimedOut)) throw error;
     controller.abort(error);
-    throw new ModelCallError(`model provider did not answer in time (${statedMs} ms ${whose})`, "failed", true);
+    throw new ModelCallError(`model provider did not answer in time (${statedMs} ms ${whose})`);
   } finally {
     outer?.removeEventListener("abort", forward);
   }

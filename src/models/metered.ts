@@ -19,7 +19,7 @@ import { defaultModelName, serverRoutes, type ModelRole } from "../governance/se
 export { defaultModelName };
 import { countTokens } from "../memory/tokens.ts";
 import { quoteLiteral } from "../chains/transcript.ts";
-import { asModelCallError, withinDeadline } from "./egress.ts";
+import { asModelCallError, billedUnanswered, noteExchanges, withinDeadline, type Exchanges } from "./egress.ts";
 
 /** What a chain is given: a chat model, already budgeted, redacted and metered for its tenant. */
 export type ChatModel = Runnable<BaseLanguageModelInput, AIMessage>;
@@ -210,15 +210,17 @@ export function meteredModel(
       let redactions = 0;
       if (redact) ({ messages: sent, redactions } = await redactPrompt(input, redact));
       let output: AIMessage;
+      const noted: Exchanges = { sent: 0, refused: 0 };
       try {
-        output = (await withinDeadline(deadlineMs, (signal) => model.invoke(sent, { ...config, signal }), config?.signal)) as AIMessage;
+        output = (await noteExchanges(noted, () =>
+          withinDeadline(deadlineMs, (signal) => model.invoke(sent, { ...config, signal }), config?.signal),
+        )) as AIMessage;
       } catch (error) {
-        // Only a short reason goes on: a provider's error body can hold what it should not show.
-        const failure = asModelCallError(error);
         // A provider that read the prompt but never answered whole may bill it: counted (its
         // output unknown, so 0), or a slow or stalled provider could be called past any budget.
-        if (failure.unanswered) await recordUnanswered(record, { ...meta, inputTokens: promptTokens(sent), outputTokens: 0, redactions });
-        throw failure;
+        if (billedUnanswered(noted)) await recordUnanswered(record, { ...meta, inputTokens: promptTokens(sent), outputTokens: 0, redactions });
+        // Only a short reason goes on: a provider's error body can hold what it should not show.
+        throw asModelCallError(error);
       }
       const usage = output.usage_metadata;
       await record({

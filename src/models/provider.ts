@@ -9,7 +9,18 @@ import { budgetStatus, releaseBudget, reserveBudget, type BudgetStatus } from ".
 import { redactTexts, type RedactionResult } from "../governance/redaction.ts";
 import { loadTenantSettings, tenantApiKey, type EffectiveSettings } from "../governance/settings.ts";
 import { countTokens } from "../memory/tokens.ts";
-import { egressPolicy, guardedFetch, asModelCallError, MODEL_ANSWER_MAX_BYTES, modelCallDeadlineMs, replySignal, withinDeadline } from "./egress.ts";
+import {
+  asModelCallError,
+  billedUnanswered,
+  egressPolicy,
+  guardedFetch,
+  MODEL_ANSWER_MAX_BYTES,
+  modelCallDeadlineMs,
+  noteExchanges,
+  replySignal,
+  withinDeadline,
+  type Exchanges,
+} from "./egress.ts";
 import { recordModelUsage, recordModelUsages } from "../governance/usage.ts";
 import {
   defaultModelName,
@@ -155,21 +166,23 @@ export class TenantEmbeddings extends Embeddings {
     const { texts, redactions } = await this.hooks.redact(documents);
     const usageOf = (inputTokens: number): ModelUsageRecord => ({ chain: "embed", model: this.model, inputTokens, outputTokens: 0, redactions });
     const counted = () => texts.reduce((sum, text) => sum + countTokens(text), 0);
+    const noted: Exchanges = { sent: 0, refused: 0 };
     try {
       const usage: EmbedUsage = { responses: 0, reported: 0, promptTokens: 0 };
-      const vectors = await withinDeadline(
-        this.hooks.deadlineMs,
-        (signal) => embedCall.run({ signal, usage }, () => this.inner.embedDocuments(texts)),
-        replySignal.getStore(),
+      const vectors = await noteExchanges(noted, () =>
+        withinDeadline(
+          this.hooks.deadlineMs,
+          (signal) => embedCall.run({ signal, usage }, () => this.inner.embedDocuments(texts)),
+          replySignal.getStore(),
+        ),
       );
       // A server that reports no usage (some OpenAI-compatible ones), or 0, is metered by our own count.
       const reported = usage.responses > 0 && usage.reported === usage.responses;
       return { vectors, usage: usageOf(reported ? usage.promptTokens : counted()) };
     } catch (error) {
-      const failure = asModelCallError(error);
       // Sent and never answered whole: the provider may bill the texts (as a chat call's prompt).
-      if (failure.unanswered) await recordUnanswered(this.hooks.record, usageOf(counted()));
-      throw failure;
+      if (billedUnanswered(noted)) await recordUnanswered(this.hooks.record, usageOf(counted()));
+      throw asModelCallError(error);
     }
   }
 

@@ -27,6 +27,8 @@ let model: ModelServer;
 let engram: TestEngram;
 let stalling: LoopbackProvider;
 let trickling: LoopbackProvider;
+/** Stalls on every other request, and answers the next. */
+let stallingOnce: LoopbackProvider;
 
 beforeAll(async () => {
   stalling = await startLoopbackProvider(stallAfterHeaders);
@@ -36,6 +38,19 @@ beforeAll(async () => {
     const drip = setInterval(() => res.write(" "), 100);
     res.on("close", () => clearInterval(drip));
   });
+  stallingOnce = await startLoopbackProvider((res) => {
+    if (stallingOnce.hits() % 2 === 1) return stallAfterHeaders(res);
+    res.writeHead(200, { "content-type": "application/json" }).end(
+      JSON.stringify({
+        id: "late",
+        object: "chat.completion",
+        created: 0,
+        model: "late",
+        choices: [{ index: 0, message: { role: "assistant", content: "ok" }, finish_reason: "stop" }],
+        usage: { prompt_tokens: 7, completion_tokens: 1, total_tokens: 8 },
+      }),
+    );
+  });
   ({ model, engram } = await startEngramWithModel({
     respond: () => "{}",
     embed: (input) => input.map(() => [0.1, 0.2, 0.3]),
@@ -43,7 +58,7 @@ beforeAll(async () => {
       ENGRAM_EMBEDDINGS: "openai",
       ENGRAM_MODEL_TIMEOUT_MS: "500",
       ENGRAM_MODEL_MAX_RETRIES: "1",
-      ENGRAM_MODEL_HOST_ALLOWLIST: `${stalling.host},${trickling.host}`,
+      ENGRAM_MODEL_HOST_ALLOWLIST: `${stalling.host},${trickling.host},${stallingOnce.host}`,
     },
   }));
 }, 120_000);
@@ -52,6 +67,7 @@ afterAll(async () => {
   await model?.stop();
   await stalling?.stop();
   await trickling?.stop();
+  await stallingOnce?.stop();
 });
 
 const tenantId = () => engram.tenant.tenantId;
@@ -175,6 +191,21 @@ describe("what a call that got no answer costs", () => {
     expect(recorded).toHaveLength(1);
     expect(recorded[0]).toMatchObject({ model: "stalled-embed", outputTokens: 0 });
     expect(recorded[0].inputTokens).toBeGreaterThan(0);
+  });
+
+  it("adds a try that stalled to the call a later try answered", async () => {
+    await route({ cheap: { baseUrl: stallingOnce.url } });
+    const before = (await rows("summary")).length;
+    const chat = await engram.services.models.chat(tenantId(), "cheap", "summary");
+    const hits = stallingOnce.hits();
+    const { error } = await timed(chat!.invoke("a prompt sent twice ".repeat(20)));
+    expect(error).toBeNull();
+    expect(stallingOnce.hits() - hits).toBe(2);
+    const recorded = (await rows("summary")).slice(before);
+    expect(recorded).toHaveLength(1);
+    // The provider's 7 for the answered try, and the tokenizer's count of the prompt for the stalled one.
+    expect(recorded[0].inputTokens).toBeGreaterThan(7 + 50);
+    expect(recorded[0].outputTokens).toBe(1);
   });
 
   it("records nothing for a call the provider answered with an error status (nothing was billed)", async () => {

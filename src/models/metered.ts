@@ -223,9 +223,11 @@ export function meteredModel(
         throw asModelCallError(error);
       }
       const usage = output.usage_metadata;
+      // Tries before the answered one that were sent and got no answer may be billed too (each the same prompt).
+      const unansweredTries = Math.max(0, noted.sent - noted.refused - 1);
       await record({
         ...meta,
-        inputTokens: reportedTokens(usage?.input_tokens) ?? promptTokens(sent),
+        inputTokens: (reportedTokens(usage?.input_tokens) ?? promptTokens(sent)) + (unansweredTries ? unansweredTries * promptTokens(sent) : 0),
         outputTokens: reportedTokens(usage?.output_tokens) ?? countTokens(messageText(output)),
         redactions,
       });

@@ -6,7 +6,8 @@ import { createFactJudgeChain, type FactJudgeInput, type FactJudgment } from "..
 import { createTriageChain, type TriageVerdict } from "../src/chains/triage.ts";
 import { forTenant } from "../src/db.ts";
 import type { Logger } from "../src/log.ts";
-import { gateMessage, keywordGate } from "../src/memory/gate/gate.ts";
+import { forgetPhrases } from "../src/memory/forget.ts";
+import { gateMessage, keywordGate, unredacted } from "../src/memory/gate/gate.ts";
 import type { ChatModel } from "../src/models/metered.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { itReadsAnswers, renderedPrompt, scriptedModel, thrown } from "./helpers/scripted-model.ts";
@@ -237,6 +238,24 @@ describe("keywordGate", () => {
   });
 });
 
+describe("unredacted: what the model named to forget, in the message's own words", () => {
+  // The gate model sees the message redacted; "[EMAIL]" alone would match every message saying "email".
+  it("puts each built-in placeholder back as what it stood for in the message", () => {
+    expect(unredacted(["my email [EMAIL]"], "Forget my email bob.smith@example.com please")).toEqual(["my email bob.smith@example.com"]);
+    expect(unredacted(["[PHONE]", "my address"], "Forget +44 20 7946 0958 and my address")).toEqual(["+44 20 7946 0958", "my address"]);
+    expect(unredacted(["[EMAIL]"], "Forget a@example.com and b@example.org")).toEqual(["a@example.com", "b@example.org"]);
+    expect(unredacted(["card [CARD]"], "forget card 4111 1111 1111 1111")).toEqual(["card 4111 1111 1111 1111"]);
+  });
+
+  it("leaves out a placeholder that stands for nothing here, and a phrase left empty", () => {
+    expect(unredacted(["[EMPLOYEE_ID] badge", "[EMPLOYEE_ID]"], "forget my badge E-4471")).toEqual(["badge"]);
+    expect(unredacted(["[EMAIL]"], "forget my email")).toEqual([]);
+    // One the user typed is theirs.
+    expect(unredacted(["the [EMAIL] tag"], "forget the [EMAIL] tag")).toEqual(["the [EMAIL] tag"]);
+    expect(unredacted(["my old address"], "forget my old address")).toEqual(["my old address"]);
+  });
+});
+
 // --- gateMessage against a real store ------------------------------------------------------------
 
 let engram: TestEngram;
@@ -297,6 +316,22 @@ describe("gateMessage", () => {
       needsRecall: false,
       decidedBy: "MODEL",
     });
+  });
+
+  it("stores what a redacted message asked to forget in the message's own words, and forgets only that", async () => {
+    const message = "Please forget my email bob.smith@example.com.";
+    const conversationId = await newConversation(message);
+    await recordTurn(engram, { agentExternalId: "gate-bot", endUserExternalId: "ada", conversationExternalId: `gate-${conversationCounter}`, userMessage: "I email my boss every morning.", assistantMessage: "Noted." });
+    // As the model answers having seen the message redacted (the meter's work, not this chain's).
+    const { model } = scriptedModel([JSON.stringify({ remember: false, forget: "SOME", forgetTargets: ["my email [EMAIL]"], needsRecall: false })]);
+    const deps = { triage: createTriageChain(model), log: recordingLog().log };
+    const verdict = await gateMessage(tenantDb(), deps, await judging(conversationId, message));
+    expect(verdict).toMatchObject({ forget: "SOME", forgetTargets: ["my email bob.smith@example.com"], decidedBy: "MODEL" });
+    const { endUserId } = await engram.services.db.conversation.findUniqueOrThrow({ where: { id: conversationId } });
+    await forgetPhrases(tenantDb(), engram.services.deps, endUserId, verdict.forgetTargets, { reason: "test", conversationId });
+    const left = (await engram.services.db.message.findMany({ where: { conversationId, role: "USER" } })).map((m) => m.content);
+    // "[EMAIL]" as a phrase took both: each says "email".
+    expect(left).toEqual(["I email my boss every morning."]);
   });
 
   it("asks again for another message, or the same message in another conversation", async () => {

@@ -116,44 +116,46 @@ const IPV6 = /(?<![0-9A-Fa-f:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{0,4}|(?
 const PHONE = /(?<![\w+.-])(?:\+|00)?\(?\d{1,4}\)?(?:[ .-]?\(?\d{1,4}\)?){2,6}(?!\w)/g;
 const DATE_LIKE = /^\d{4}[-./]\d{1,2}[-./]\d{1,2}|^\d{1,2}[-./]\d{1,2}[-./]\d{2,4}$/;
 
-type Replace = (text: string, count: () => void) => string;
+/** Replaces one detector's finds in a text, telling `found` each value it replaces. */
+type Replace = (text: string, found: (value: string) => void) => string;
 
 const builtIns: Record<Detector, Replace> = {
-  secret: (text, count) =>
+  secret: (text, found) =>
     text
-      .replace(KNOWN_SECRETS, () => (count(), PLACEHOLDERS.secret))
-      .replace(LONG_TOKEN, (token) => (isRandomToken(token) ? (count(), PLACEHOLDERS.secret) : token)),
-  email: (text, count) => text.replace(EMAIL, () => (count(), PLACEHOLDERS.email)),
-  iban: (text, count) =>
+      .replace(KNOWN_SECRETS, (match) => (found(match), PLACEHOLDERS.secret))
+      .replace(LONG_TOKEN, (token) => (isRandomToken(token) ? (found(token), PLACEHOLDERS.secret) : token)),
+  email: (text, found) => text.replace(EMAIL, (match) => (found(match), PLACEHOLDERS.email)),
+  iban: (text, found) =>
     text.replace(IBAN, (match) => {
       // The pattern may run into a following word; the longest prefix of groups that checks out wins.
       const groups = match.split(" ");
       for (let n = groups.length; n >= 1; n--) {
-        if (ibanValid(groups.slice(0, n).join(""))) {
-          count();
+        const iban = groups.slice(0, n).join("");
+        if (ibanValid(iban)) {
+          found(groups.slice(0, n).join(" "));
           return [PLACEHOLDERS.iban, ...groups.slice(n)].join(" ");
         }
       }
       return match;
     }),
-  card: (text, count) =>
+  card: (text, found) =>
     text.replace(CARD, (match) => {
       const digits = match.replace(/\D/g, "");
       if (digits.length < 13 || digits.length > 19 || !luhnValid(digits)) return match;
-      count();
+      found(match);
       return PLACEHOLDERS.card;
     }),
-  ip: (text, count) =>
+  ip: (text, found) =>
     text
-      .replace(IPV6, (match) => (isIP(match) === 6 && /[0-9A-Fa-f]/.test(match) ? (count(), PLACEHOLDERS.ip) : match))
-      .replace(IPV4, () => (count(), PLACEHOLDERS.ip)),
-  phone: (text, count) =>
+      .replace(IPV6, (match) => (isIP(match) === 6 && /[0-9A-Fa-f]/.test(match) ? (found(match), PLACEHOLDERS.ip) : match))
+      .replace(IPV4, (match) => (found(match), PLACEHOLDERS.ip)),
+  phone: (text, found) =>
     text.replace(PHONE, (match) => {
       const digits = match.replace(/\D/g, "");
       const international = /^(?:\+|00)/.test(match);
       if (digits.length > 15 || digits.length < (international ? 7 : 9)) return match;
       if (DATE_LIKE.test(match.trim())) return match;
-      count();
+      found(match.trim());
       return PLACEHOLDERS.phone;
     }),
 };
@@ -164,9 +166,22 @@ const ORDER: Detector[] = ["secret", "email", "iban", "card", "ip", "phone"];
 /** Applies the switched-on built-in detectors to one text. */
 export function redactBuiltIn(text: string, detectors: Record<Detector, boolean>): { text: string; redactions: number } {
   let redactions = 0;
-  const count = () => void redactions++;
-  for (const detector of ORDER) if (detectors[detector]) text = builtIns[detector](text, count);
+  const found = () => void redactions++;
+  for (const detector of ORDER) if (detectors[detector]) text = builtIns[detector](text, found);
   return { text, redactions };
+}
+
+/**
+ * What each built-in placeholder stands for in `text` (every detector on), in the order found:
+ * to read a model's answer about a text it saw redacted back into the text's own words.
+ */
+export function builtInValues(text: string): Map<string, string[]> {
+  const values = new Map<string, string[]>();
+  for (const detector of ORDER) {
+    const placeholder = PLACEHOLDERS[detector];
+    text = builtIns[detector](text, (value) => values.set(placeholder, [...(values.get(placeholder) ?? []), value]));
+  }
+  return values;
 }
 
 // ---------------------------------------------------------------------------------------------

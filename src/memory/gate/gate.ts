@@ -15,6 +15,7 @@ import { appNow, type TenantDb } from "../../db.ts";
 import type { GateVerdict as GateVerdictRow } from "../../generated/prisma/client.ts";
 import { EngramError, parseInput } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
+import { builtInValues } from "../../governance/redaction.ts";
 import { ModelCallError } from "../../models/egress.ts";
 import { liveMessages } from "../conversations/live-messages.ts";
 import { needsRecallByKeywords } from "./keywords.ts";
@@ -117,6 +118,32 @@ export function keywordGate(message: string): TriageVerdict {
   return { remember: false, forget: "NONE", forgetTargets: [], needsRecall: needsRecallByKeywords(message) };
 }
 
+/** A placeholder as redaction writes them: a built-in one, or a tenant's own in its usual form. */
+const PLACEHOLDER = /\[[A-Z][A-Z0-9_ -]{0,40}\]/g;
+/** As many things to forget as the model may name (triage's schema). */
+const MAX_TARGETS = 20;
+
+/**
+ * The model judged the message as redaction left it, so a thing to forget may name a placeholder
+ * ("my email [EMAIL]"), and a phrase holding the word alone would take every message that says
+ * "email". Each built-in placeholder is put back as what it stood for in this message, one phrase
+ * per value; any other placeholder not in the message (a tenant's pattern's) is left out, and a
+ * phrase left with nothing goes.
+ */
+export function unredacted(targets: string[], message: string): string[] {
+  if (!targets.some((target) => target.match(PLACEHOLDER))) return targets;
+  const values = builtInValues(message);
+  const expand = (target: string): string[] => {
+    const placeholder = [...target.matchAll(PLACEHOLDER)].map((m) => m[0]).find((p) => !message.includes(p));
+    if (!placeholder) return [target];
+    const stoodFor = values.get(placeholder) ?? [""];
+    return stoodFor.flatMap((value) => expand(target.replace(placeholder, () => value)));
+  };
+  const phrases = targets.flatMap(expand).map((target) => target.replace(/\s+/g, " ").trim());
+  // A message full of addresses is not a list of thousands.
+  return [...new Set(phrases.filter((phrase) => /[\p{L}\p{N}]/u.test(phrase)))].slice(0, MAX_TARGETS);
+}
+
 /** The verdict stored for a message of a conversation (the caller's, or an earlier gate's), if any. */
 export async function storedGateVerdict(db: TenantDb, input: { conversationId: string; message: string }): Promise<StoredVerdict | null> {
   const row = await db.gateVerdict.findUnique({
@@ -141,7 +168,8 @@ export async function gateMessage(
   let verdict: StoredVerdict = { ...keywordGate(input.message), decidedBy: "KEYWORDS" };
   if (deps.triage) {
     try {
-      verdict = { ...(await deps.triage.invoke({ message: input.message })), decidedBy: "MODEL" };
+      const judged = await deps.triage.invoke({ message: input.message });
+      verdict = { ...normalizeVerdict({ ...judged, forgetTargets: unredacted(judged.forgetTargets, input.message) }), decidedBy: "MODEL" };
     } catch (error) {
       // An unreadable answer, a spent budget, a broken route or a request the provider refuses
       // (a message too long for a small model's context): the keyword gate decides, so a "forget"

@@ -164,3 +164,51 @@ describe("facts as recall keys", () => {
     expect(await engram.services.vectors.count(engram.tenant.tenantId, where)).toBe(0);
   });
 });
+
+describe("a fact a person corrects", () => {
+  it("takes its recall key with it: the turn is no longer found through the wording the person corrected", async () => {
+    const tenantId = engram.tenant.tenantId;
+    const db = forTenant(engram.services.db, tenantId);
+    const said = await engram.gql(
+      RECORD,
+      {
+        input: {
+          agentExternalId: "chef",
+          endUserExternalId: "mia",
+          conversationExternalId: "mia-1",
+          clientTurnId: "m1",
+          userMessage: "My daughter Ana can't have peanuts or any other nuts.",
+          assistantMessage: "Noted, nothing with nuts.",
+        },
+      },
+      engram.tenant.writer,
+    );
+    const mia = said.data.recordTurn.conversation.endUser.id;
+    await until("Mia's facts and their recall keys to be indexed", async () => {
+      const keys = await db.recallSnippet.findMany({ where: { endUserId: mia, kind: "FACT" } });
+      return keys.length === 2 && keys.every((k) => k.indexedAt);
+    });
+    const fact = await db.fact.findFirstOrThrow({ where: { endUserId: mia, text: "Ana, the user's daughter, is allergic to nuts." } });
+    const keyIds = (await db.recallSnippet.findMany({ where: { factId: fact.id } })).map((k) => k.id);
+    expect(keyIds).toHaveLength(1);
+    // "allergic" is in the extracted sentence only: before the correction it finds the turn.
+    const search = { endUserId: mia, text: "Who is allergic?", mode: "KEYWORD" };
+    const before = await engram.gql(RECALL, { input: search }, engram.tenant.reader);
+    expect(before.data.recall.candidates).toHaveLength(1);
+
+    const corrected = await engram.gql(
+      `mutation($id: ID!, $input: CorrectFactInput!) { correctFact(id: $id, input: $input) { text } }`,
+      { id: fact.id, input: { text: "Ana, the user's daughter, avoids nuts by choice." } },
+      engram.tenant.writer,
+    );
+    expect(corrected.data.correctFact.text).toBe("Ana, the user's daughter, avoids nuts by choice.");
+
+    // Neither the key's row (the keyword side) nor its vector (the vector side) is left.
+    expect(await db.recallSnippet.count({ where: { factId: fact.id } })).toBe(0);
+    expect(await engram.services.vectors.count(tenantId, { ids: keyIds })).toBe(0);
+    const after = await engram.gql(RECALL, { input: search }, engram.tenant.reader);
+    expect(after.data.recall.candidates).toEqual([]);
+    // The other fact's key, and the turn, stay.
+    expect(await db.recallSnippet.count({ where: { endUserId: mia, kind: { in: ["FACT", "TURN"] } } })).toBe(2);
+  });
+});

@@ -11,7 +11,7 @@ import type { FactChangeKind, FactChangePayload, PubSub } from "../../pubsub.ts"
 import type { ExtraBlocks } from "../context.ts";
 import { externalIdSchema, requireEndUser, upsertEndUser } from "../conversations/agents.ts";
 import { liveMessages } from "../conversations/live-messages.ts";
-import { deleteFactRows } from "../forget.ts";
+import { deleteFactRows, forgetSnippets } from "../forget.ts";
 import { countTokens } from "../tokens.ts";
 
 /** At most this many facts per user; the least recently confirmed non-core ones go first, core ones never. */
@@ -193,7 +193,10 @@ export const correctFactInput = z.object({
 
 /**
  * A person's correction: the fact changes, its earlier text stays in its history, and the key
- * that corrected it is its author now. Saving it unchanged changes nothing.
+ * that corrected it is its author now. Saving it unchanged changes nothing. The fact is no longer
+ * what a message said, so its recall key (its old sentence, a key of that message's turn) goes,
+ * row and vector, as syncFactKeys keeps keys only for facts read from a message: left in place,
+ * recall found the turn through the very wording the person corrected.
  */
 export async function correctFact(
   db: TenantDb,
@@ -204,6 +207,10 @@ export async function correctFact(
 ) {
   const parsed = parseInput(correctFactInput, input);
   const result = await db.$transaction(async (tx) => {
+    // Locked first, as deleteFactRows locks: a key syncFactKeys writes meanwhile (its statement
+    // holds the fact FOR KEY SHARE) either commits before, and is found below, or waits and then
+    // finds the fact read from no message, and writes nothing.
+    await tx.$queryRaw`SELECT "id" FROM "Fact" WHERE "tenantId" = ${tx.$tenantId()} AND "id" = ${id} FOR UPDATE`;
     const existing = await tx.fact.findUnique({ where: { id } });
     if (!existing) throw notFound("Fact", id);
     const text = parsed.text ?? existing.text;
@@ -226,6 +233,7 @@ export async function correctFact(
     return { fact: updated, changed: true };
   });
   if (result.changed) {
+    await forgetSnippets(db, deps, (await db.recallSnippet.findMany({ where: { factId: id }, select: { id: true } })).map((k) => k.id));
     announce(db, deps, "CORRECTED", { endUserId: result.fact.endUserId, factId: id, text: result.fact.text, reason: "corrected by a person" });
   }
   return result.fact;

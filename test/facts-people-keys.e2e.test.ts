@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forTenant } from "../src/db.ts";
 import { forgetSnippets } from "../src/memory/forget.ts";
+import { applyCandidate } from "../src/memory/facts/facts.ts";
 import { indexSnippets, syncFactKeys } from "../src/memory/recall/snippets.ts";
 import { startEngramWithModel, type TestEngram } from "./helpers/engram.ts";
 import { bagOfWords } from "./helpers/fake-embeddings.ts";
@@ -210,5 +211,41 @@ describe("a fact a person corrects", () => {
     expect(after.data.recall.candidates).toEqual([]);
     // The other fact's key, and the turn, stay.
     expect(await db.recallSnippet.count({ where: { endUserId: mia, kind: { in: ["FACT", "TURN"] } } })).toBe(2);
+  });
+});
+
+describe("a fact the extractor updates", () => {
+  it("drops its old sentence's key with the update: not found through the replaced wording, even before its key is synced", async () => {
+    const tenantId = engram.tenant.tenantId;
+    const db = forTenant(engram.services.db, tenantId);
+    const { deps } = engram.services;
+    const mia = (await db.endUser.findFirstOrThrow({ where: { externalId: "mia" } })).id;
+    const fact = await db.fact.findFirstOrThrow({ where: { endUserId: mia, text: "The user is vegetarian." } });
+    const keyIds = (await db.recallSnippet.findMany({ where: { factId: fact.id, indexedAt: { not: null } } })).map((k) => k.id);
+    expect(keyIds).toHaveLength(1);
+    // "vegetarian" is in the fact's sentence only, not in the turn.
+    const replaced = { endUserId: mia, text: "Is anyone vegetarian?", mode: "KEYWORD" };
+    expect((await engram.gql(RECALL, { input: replaced }, engram.tenant.reader)).data.recall.candidates).toHaveLength(1);
+
+    const message = await db.message.findFirstOrThrow({ where: { conversation: { endUserId: mia }, role: "USER" } });
+    const outcome = await applyCandidate(db, deps, {
+      endUserId: mia,
+      candidate: { text: "The user eats fish on Fridays.", core: true, seq: message.seq },
+      judgment: { durability: "durable", relation: "update", relatedFactId: fact.id, sensitivity: null },
+      allowSensitive: false,
+      sourceMessageId: message.id,
+      conversationId: message.conversationId,
+    });
+    expect(outcome).toMatchObject({ change: "UPDATED", factId: fact.id });
+    // Its key is synced and embedded after the extraction (indexFactKeys, then an index job),
+    // which may fail, or wait on a spent budget: until then the replaced sentence finds nothing.
+    expect(await engram.services.vectors.count(tenantId, { ids: keyIds })).toBe(0);
+    expect((await engram.gql(RECALL, { input: replaced }, engram.tenant.reader)).data.recall.candidates).toEqual([]);
+
+    // Synced and embedded, the new sentence finds the turn.
+    await indexSnippets(db, deps, await syncFactKeys(db, deps, mia));
+    const found = await engram.gql(RECALL, { input: { endUserId: mia, text: "fish on Fridays", mode: "KEYWORD" } }, engram.tenant.reader);
+    expect(found.data.recall.candidates).toHaveLength(1);
+    expect(await engram.services.vectors.count(tenantId, { ids: keyIds })).toBe(0);
   });
 });

@@ -184,6 +184,23 @@ export async function addFact(db: TenantDb, deps: FactDeps, input: z.input<typeo
   return createFact(db, deps, { ...fact, endUserId: endUserId ?? { externalId: endUserExternalId! } }, author, "ADDED", "added by a person");
 }
 
+/**
+ * Inside the transaction that changes what a fact says (a person's correction, the extractor's
+ * update): locks the fact first, as deleteFactRows does, then deletes its recall keys' rows and
+ * returns their ids, whose vectors the caller takes out once it has committed (forgetSnippets). A
+ * key is the fact's sentence as it was: left until syncFactKeys next ran (after an extraction, and
+ * never for a fact a person corrected, which is read from no message), or until its new text was
+ * embedded (a spent budget waits for the month), recall found the turn through the replaced wording.
+ * With the lock, a key syncFactKeys writes meanwhile (its statement holds the fact FOR KEY SHARE)
+ * either committed before and goes here, or waits and then writes from the fact as changed.
+ */
+async function dropKeyRows(tx: TenantDb, factId: string): Promise<string[]> {
+  await tx.$queryRaw`SELECT "id" FROM "Fact" WHERE "tenantId" = ${tx.$tenantId()} AND "id" = ${factId} FOR UPDATE`;
+  const keys = await tx.recallSnippet.findMany({ where: { factId }, select: { id: true } });
+  if (keys.length) await tx.recallSnippet.deleteMany({ where: { id: { in: keys.map((k) => k.id) } } });
+  return keys.map((k) => k.id);
+}
+
 export const correctFactInput = z.object({
   text: factTextSchema.nullish(),
   core: z.boolean().nullish(),
@@ -193,10 +210,9 @@ export const correctFactInput = z.object({
 
 /**
  * A person's correction: the fact changes, its earlier text stays in its history, and the key
- * that corrected it is its author now. Saving it unchanged changes nothing. The fact is no longer
- * what a message said, so its recall key (its old sentence, a key of that message's turn) goes,
- * row and vector, as syncFactKeys keeps keys only for facts read from a message: left in place,
- * recall found the turn through the very wording the person corrected.
+ * that corrected it is its author now. Saving it unchanged changes nothing. It is no longer what
+ * a message said, so its recall key goes (dropKeyRows) and none is made again (syncFactKeys keys
+ * only facts read from a message).
  */
 export async function correctFact(
   db: TenantDb,
@@ -207,16 +223,13 @@ export async function correctFact(
 ) {
   const parsed = parseInput(correctFactInput, input);
   const result = await db.$transaction(async (tx) => {
-    // Locked first, as deleteFactRows locks: a key syncFactKeys writes meanwhile (its statement
-    // holds the fact FOR KEY SHARE) either commits before, and is found below, or waits and then
-    // finds the fact read from no message, and writes nothing.
-    await tx.$queryRaw`SELECT "id" FROM "Fact" WHERE "tenantId" = ${tx.$tenantId()} AND "id" = ${id} FOR UPDATE`;
     const existing = await tx.fact.findUnique({ where: { id } });
     if (!existing) throw notFound("Fact", id);
     const text = parsed.text ?? existing.text;
     const core = parsed.core ?? existing.core;
     const subject = parsed.subject === undefined ? existing.subject : parsed.subject || null;
-    if (text === existing.text && core === existing.core && subject === existing.subject) return { fact: existing, changed: false };
+    if (text === existing.text && core === existing.core && subject === existing.subject) return { fact: existing, changed: false, keyIds: [] };
+    const keyIds = await dropKeyRows(tx as TenantDb, id);
     const updated = await tx.fact.update({
       where: { id },
       data: {
@@ -230,10 +243,10 @@ export async function correctFact(
       },
     });
     await writeVersion(tx as TenantDb, updated, "CORRECTED", "corrected by a person");
-    return { fact: updated, changed: true };
+    return { fact: updated, changed: true, keyIds };
   });
+  await forgetSnippets(db, deps, result.keyIds);
   if (result.changed) {
-    await forgetSnippets(db, deps, (await db.recallSnippet.findMany({ where: { factId: id }, select: { id: true } })).map((k) => k.id));
     announce(db, deps, "CORRECTED", { endUserId: result.fact.endUserId, factId: id, text: result.fact.text, reason: "corrected by a person" });
   }
   return result.fact;
@@ -291,8 +304,10 @@ async function applyJudgedCandidate(db: TenantDb, deps: FactDeps, input: Candida
   }
   if (judgment.relation === "update" && related) {
     const reason = `replaces: ${related.text}`;
-    const updated = await db.$transaction(async (tx) => {
+    const { updated, keyIds } = await db.$transaction(async (tx) => {
       await requireSourceStillSaid(tx as TenantDb, input.sourceMessageId, input.readMessageIds);
+      // syncFactKeys (indexFactKeys, after the extraction) makes the key of its new sentence.
+      const keyIds = await dropKeyRows(tx as TenantDb, related.id);
       const fact = await tx.fact.update({
         where: { id: related.id },
         data: {
@@ -307,8 +322,9 @@ async function applyJudgedCandidate(db: TenantDb, deps: FactDeps, input: Candida
         },
       });
       await writeVersion(tx as TenantDb, fact, "UPDATED", reason);
-      return fact;
+      return { updated: fact, keyIds };
     });
+    await forgetSnippets(db, deps, keyIds);
     announce(db, deps, "UPDATED", { endUserId, factId: updated.id, text: updated.text, reason, conversationId });
     return { change: "UPDATED", reason, factId: updated.id };
   }

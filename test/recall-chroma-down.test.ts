@@ -87,6 +87,32 @@ describe("with Chroma down", () => {
     await until("the owed deletes", async () => (await left()).length === 0, 30_000);
   });
 
+  it("forgets a user while Chroma hangs, and its worker deletes the vectors owed once Chroma answers", { timeout: 240_000 }, async () => {
+    const turn = await say(engram, { user: "petra", conversation: "p-1" }, "My safe's combination is 31-7-22.", "Noted.");
+    await allIndexed(engram);
+    const port = Number(new URL(chroma.url).port);
+    const left = () => vectorIds(new ChromaClient({ host: "127.0.0.1", port }), engram.tenant.tenantId, { endUserId: turn.endUserId });
+    expect(await left()).not.toEqual([]);
+
+    // Stopped, not ended: Chroma takes the connection and never answers.
+    process.kill(chroma.pid!, "SIGSTOP");
+    try {
+      let answer: { data: any; errors?: unknown[] } | undefined;
+      void engram.gql(`mutation($id: ID!) { forgetUser(endUserId: $id) { messages snippets } }`, { id: turn.endUserId }).then((a) => (answer = a));
+      await until("forgetUser to answer while Chroma hangs", async () => answer, 60_000);
+      expect(answer!.errors).toBeUndefined();
+      expect(answer!.data.forgetUser).toMatchObject({ messages: 2, snippets: 1 });
+      const [{ owed }] = await engram.services.db.$queryRaw<{ owed: number }[]>`
+        SELECT count(*)::int AS "owed" FROM "agenda_jobs" WHERE "name" = 'recall.delete-vectors' AND "data"->>'tenantId' = ${engram.tenant.tenantId}
+          AND "next_run_at" IS NOT NULL`;
+      expect(owed).toBeGreaterThan(0);
+    } finally {
+      process.kill(chroma.pid!, "SIGCONT");
+    }
+    // The job retries with growing delays (a minute apart by then).
+    await until("the owed deletes", async () => (await left()).length === 0, 150_000);
+  });
+
   it("reconcile re-indexes a snippet a crash left without its vector", async () => {
     const turn = await say(engram, { user: "ivan", conversation: "i-3" }, "My bike is a green Brompton.", "Nice.");
     await allIndexed(engram);

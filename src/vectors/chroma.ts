@@ -44,6 +44,9 @@ const VECTOR_PAGE = 250;
 const OPEN_TIMEOUT_MS = 45_000;
 // After a search ran out of time, how many search timeouts pass before Chroma is searched again.
 const QUIET_TIMEOUTS = 3;
+// How long a delete waits for Chroma (a delete by metadata takes about 90 ms at 10,000 vectors),
+// and, once one has run out, how long the deletes after it are refused at once.
+const DELETE_TIMEOUT_MS = 10_000;
 
 function whereOf(selector: Omit<VectorSelector, "ids">): Where | undefined {
   const clauses: Where[] = [
@@ -75,6 +78,7 @@ export function createChromaVectorStore(
   // Per collection: one tenant's collection that does not answer leaves the others searched.
   const quiet = new Map<string, { until: number; trying: boolean }>();
   let client: { url: string; chroma: ChromaClient } | undefined;
+  let deletesQuietUntil = 0;
   const collections = new Map<string, Collection>();
   // Opens under way, by collection: the searches, loads and writes that need one share it.
   const opening = new Map<string, Promise<Collection>>();
@@ -238,13 +242,35 @@ export function createChromaVectorStore(
       return (await withCollection(space, (c) => c.get({ offset, limit, include: [] }))).ids;
     },
 
+    // Bounded, as a search is: a forget (and a correction, which drops a key) deletes vectors on
+    // the caller's request, and owes them to a job when the store does not take them; a Chroma
+    // that hangs instead of refusing held every such request for as long as it hung.
     async delete(tenantId, selector) {
       const where = whereOf(selector);
       if (!where && !selector.ids) throw new Error("Refusing to delete every vector of a tenant without a selector.");
       if (selector.ids && selector.ids.length === 0) return;
-      for (const c of await tenantCollections(tenantId)) {
-        await c.delete({ ...(selector.ids ? { ids: [...new Set(selector.ids)] } : {}), ...(where ? { where } : {}) });
-        log.debug("deleted vectors", { collection: c.name, ...selector, ids: selector.ids?.length });
+      const hung = `Chroma gave no answer to a delete within ${DELETE_TIMEOUT_MS / 1000} s`;
+      if (Date.now() < deletesQuietUntil) throw new TimedOut(`${hung} just before; not asked again yet`);
+      const deleteAll = async () => {
+        for (const c of await tenantCollections(tenantId)) {
+          await c.delete({ ...(selector.ids ? { ids: [...new Set(selector.ids)] } : {}), ...(where ? { where } : {}) });
+          log.debug("deleted vectors", { collection: c.name, ...selector, ids: selector.ids?.length });
+        }
+      };
+      const work = deleteAll();
+      try {
+        await withTimeout(work, DELETE_TIMEOUT_MS, hung);
+      } catch (error) {
+        if (error instanceof TimedOut) {
+          // The forget's other deletes are not held as long again: they are owed at once, until
+          // this one is answered after all (Chroma is back) or the quiet period ends.
+          const quietUntil = (deletesQuietUntil = Date.now() + DELETE_TIMEOUT_MS);
+          void work.then(
+            () => deletesQuietUntil === quietUntil && (deletesQuietUntil = 0),
+            () => undefined,
+          );
+        }
+        throw error;
       }
     },
 

@@ -79,6 +79,11 @@ const schema = z.object({
    * hung Chroma never holds a reply.
    */
   ENGRAM_VECTOR_SEARCH_TIMEOUT_MS: ms().positive().default(5_000),
+  /**
+   * The most tokens (input plus output, chat and embeddings) any tenant's model calls may spend in
+   * a calendar month (UTC); a tenant may set a lower monthlyTokenBudget, never a higher one.
+   */
+  ENGRAM_MONTHLY_TOKEN_BUDGET: z.coerce.number().int().min(0).max(2 ** 31 - 1).optional(),
   /** Model calls (chat + embeddings) one GraphQL operation or REST call may make, over all its fields. */
   ENGRAM_MODEL_CALLS_PER_REQUEST: z.coerce.number().int().min(1).max(1_000).default(10),
   ENGRAM_JOBS: z.enum(["on", "off"]).default("on"),

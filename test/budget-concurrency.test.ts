@@ -69,20 +69,20 @@ describe("the monthly budget under concurrent model calls", () => {
   }
 
   it("lets one of 8 concurrent calls through when the budget has room for one; the rest get BUDGET_EXHAUSTED", async () => {
-    await setLimit((await budgetStatus(db())).spent + 1);
+    await setLimit((await budgetStatus(db(), null)).spent + 1);
     const model8 = await chat();
     const result = await callTogether(Array.from({ length: 8 }, () => model8));
     expect(result).toEqual({ sent: 1, answered: 1, codes: Array(7).fill("BUDGET_EXHAUSTED") });
     expect(await holds()).toBe(0);
     // The one call spent the rest: the tenant is paused, and the next call is refused unsent.
-    expect((await budgetStatus(db())).paused).toBe(true);
+    expect((await budgetStatus(db(), null)).paused).toBe(true);
     const before = model.requests.length;
     await expect(model8.invoke(PROMPT)).rejects.toMatchObject({ code: "BUDGET_EXHAUSTED" });
     expect(model.requests.length).toBe(before);
   });
 
   it("holds across processes: calls from two instances on one store still make only one request", async () => {
-    await setLimit((await budgetStatus(db())).spent + 1);
+    await setLimit((await budgetStatus(db(), null)).spent + 1);
     const [here, there] = [await chat(), await chat(second.services)];
     const result = await callTogether(Array.from({ length: 8 }, (_, i) => (i % 2 ? here : there)));
     expect(result).toEqual({ sent: 1, answered: 1, codes: Array(7).fill("BUDGET_EXHAUSTED") });
@@ -90,7 +90,7 @@ describe("the monthly budget under concurrent model calls", () => {
   });
 
   it("lets concurrent calls through together under a budget with room, and gives back every hold", async () => {
-    const spent = (await budgetStatus(db())).spent;
+    const spent = (await budgetStatus(db(), null)).spent;
     await setLimit(spent + 1_000_000);
     const model8 = await chat();
     // Each call's hold (its prompt and 2,000 output tokens) fits: all 8 reach the server at once.
@@ -98,11 +98,11 @@ describe("the monthly budget under concurrent model calls", () => {
     expect(result).toEqual({ sent: 8, answered: 8, codes: [] });
     expect(await holds()).toBe(0);
     const usage = await engram.services.db.modelUsage.findMany({ where: { tenantId: engram.tenant.tenantId }, orderBy: { createdAt: "desc" }, take: 8 });
-    expect((await budgetStatus(db())).spent).toBe(spent + usage.reduce((sum, row) => sum + row.inputTokens + row.outputTokens, 0));
+    expect((await budgetStatus(db(), null)).spent).toBe(spent + usage.reduce((sum, row) => sum + row.inputTokens + row.outputTokens, 0));
   });
 
   it("gives back a failed call's hold, so the next call is made", async () => {
-    await setLimit((await budgetStatus(db())).spent + 1);
+    await setLimit((await budgetStatus(db(), null)).spent + 1);
     const model1 = await chat();
     script = () => ({ status: 500 });
     open();
@@ -115,7 +115,7 @@ describe("the monthly budget under concurrent model calls", () => {
   });
 
   it("counts another process's hold until it lapses, so a crashed call never pauses the tenant for good", async () => {
-    await setLimit((await budgetStatus(db())).spent + 1);
+    await setLimit((await budgetStatus(db(), null)).spent + 1);
     const model1 = await chat();
     open();
     const hold = { tenantId: engram.tenant.tenantId, tokens: 5_000 };

@@ -48,7 +48,7 @@ describe("embeddings on a paid route and the monthly token budget", () => {
   const tenantId = () => engram.tenant.tenantId;
   const db = () => forTenant(engram.services.db, tenantId());
   const setLimit = async (limit: number | null) => expect((await engram.gql(UPDATE, { input: { monthlyTokenBudget: limit } })).errors).toBeUndefined();
-  const spent = async () => (await budgetStatus(db())).spent;
+  const spent = async () => (await budgetStatus(db(), null)).spent;
   const holds = () => engram.services.db.budgetReservation.count({ where: { tenantId: tenantId() } });
   const pending = async (endUserId: string) => (await engram.gql(STATUS, { endUserId })).data.recallIndexStatus.pending as number;
   const embedUsage = () => engram.services.db.modelUsage.findMany({ where: { tenantId: tenantId(), chain: "embed" }, orderBy: { createdAt: "asc" } });
@@ -121,7 +121,7 @@ describe("embeddings on a paid route and the monthly token budget", () => {
     expect(model.embeddingRequests.length).toBe(calls);
     expect(await holds()).toBe(0);
     // Spend passed the limit by the one call let through alone, and no more.
-    const status = await budgetStatus(db());
+    const status = await budgetStatus(db(), null);
     expect(status.paused).toBe(true);
     expect(status.spent).toBeLessThanOrEqual(status.limit! + lone.inputTokens);
 

@@ -472,7 +472,7 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
 
   it("pauses compaction when the budget is spent, marks nothing, and resumes when it is raised", async () => {
     const db = forTenant(engram.services.db, engram.tenant.tenantId);
-    const spent = (await budgetStatus(db)).spent;
+    const spent = (await budgetStatus(db, null)).spent;
     await engram.gql(UPDATE, { input: { monthlyTokenBudget: spent } });
     const status = await engram.gql(BUDGET);
     expect(status.data.budgetStatus).toMatchObject({ spent, limit: spent, paused: true });
@@ -504,11 +504,11 @@ describe("tenant settings, routing, budgets, redaction and cost", () => {
       data: { tenantId: engram.other.tenantId, purpose: "memory:x", chain: "summary", model: "x", inputTokens: 900_000, outputTokens: 0, createdAt: lastMonth },
     });
     await engram.gql(UPDATE, { input: { monthlyTokenBudget: 500_000 } }, engram.other.admin);
-    const status = await budgetStatus(db, now);
+    const status = await budgetStatus(db, null, now);
     expect(status.paused).toBe(false);
     expect(status.periodStart.toISOString()).toBe(new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1)).toISOString());
     // Seen from last month, the same usage had spent it.
-    expect((await budgetStatus(db, lastMonth)).paused).toBe(true);
+    expect((await budgetStatus(db, null, lastMonth)).paused).toBe(true);
     await engram.gql(UPDATE, { input: { monthlyTokenBudget: null } }, engram.other.admin);
   });
 
@@ -725,5 +725,47 @@ describe("budget pause and resume of queued summary work", () => {
     const resumed = await engram.gql(BUDGET);
     expect(resumed.data.budgetStatus.paused).toBe(false);
     expect(resumed.data.budgetStatus.spent).toBeGreaterThan(0);
+  });
+});
+
+describe("the operator's ceiling on a tenant's month (ENGRAM_MONTHLY_TOKEN_BUDGET)", () => {
+  // A tenant's admin sets its own budget, and may route calls on the server's key: the operator
+  // needs a limit no tenant setting lifts.
+  let engram: TestEngram;
+  let model: ModelServer;
+  beforeAll(async () => {
+    ({ model, engram } = await startEngramWithModel({ apiKey: "k", respond: () => "{}", env: { ENGRAM_MONTHLY_TOKEN_BUDGET: "1000" } }));
+  });
+  afterAll(async () => {
+    await engram?.stop();
+    await model?.stop();
+  });
+
+  it("holds a tenant with no budget, or a larger one, to the ceiling, and a lower budget to itself", async () => {
+    const limit = async (monthlyTokenBudget: number | null) => {
+      const set = await engram.gql(UPDATE, { input: { monthlyTokenBudget } });
+      expect(set.errors).toBeUndefined();
+      expect(set.data.updateTenantSettings.monthlyTokenBudget).toBe(monthlyTokenBudget); // the tenant's own, as set
+      return (await engram.gql(BUDGET)).data.budgetStatus.limit;
+    };
+    expect(await limit(null)).toBe(1000);
+    expect(await limit(5_000_000)).toBe(1000);
+    expect(await limit(400)).toBe(400);
+    expect(await limit(null)).toBe(1000);
+  });
+
+  it("refuses a tenant's calls once the ceiling is spent, before anything is sent", async () => {
+    const db = forTenant(engram.services.db, engram.tenant.tenantId);
+    const chat = await engram.services.models.chat(engram.tenant.tenantId, "cheap", "summary");
+    expect(await chat!.invoke("hello")).toBeDefined();
+    await recordModelUsage(db, { chain: "summary", model: "cheap-m", inputTokens: 1_000, outputTokens: 0 });
+    const status = (await engram.gql(BUDGET)).data.budgetStatus;
+    expect(status).toMatchObject({ limit: 1000, paused: true });
+    const sent = model.requests.length;
+    await expect(chat!.invoke("hello again")).rejects.toMatchObject({ code: "BUDGET_EXHAUSTED" });
+    expect(model.requests.length).toBe(sent);
+    expect(await engram.services.models.budgetSpent(engram.tenant.tenantId)).toBe(true);
+    // The other tenant spent nothing: the ceiling is each tenant's own.
+    expect(await engram.services.models.budgetSpent(engram.other.tenantId)).toBe(false);
   });
 });

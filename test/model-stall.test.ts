@@ -163,7 +163,7 @@ describe("what a call that got no answer costs", () => {
 
   it("records a stalled chat call's prompt as spent, so the budget pauses the tenant", async () => {
     await route({ cheap: { baseUrl: stalling.url } });
-    const { spent } = await budgetStatus(db());
+    const { spent } = await budgetStatus(db(), null);
     await setBudget(spent + 1);
     const before = (await rows("summary")).length;
     const chat = await engram.services.models.chat(tenantId(), "cheap", "summary");
@@ -173,7 +173,7 @@ describe("what a call that got no answer costs", () => {
     expect(recorded).toHaveLength(1);
     expect(recorded[0].inputTokens).toBeGreaterThan(50);
     expect(recorded[0].outputTokens).toBe(0);
-    expect((await budgetStatus(db())).paused).toBe(true);
+    expect((await budgetStatus(db(), null)).paused).toBe(true);
     // Paused: the next call is refused before anything is sent.
     const hits = stalling.hits();
     await expect(chat!.invoke("again")).rejects.toMatchObject({ code: "BUDGET_EXHAUSTED" });

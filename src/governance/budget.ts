@@ -13,6 +13,7 @@ export function budgetPeriod(now = new Date()) {
 export type BudgetStatus = {
   /** Input plus output tokens of this tenant's model usage in the current period. */
   spent: number;
+  /** The lower of the tenant's monthlyTokenBudget and the server's ceiling (ENGRAM_MONTHLY_TOKEN_BUDGET). */
   limit: number | null;
   periodStart: Date;
   periodEnd: Date;
@@ -30,15 +31,26 @@ export async function tokensSpent(db: TenantDb, since: Date): Promise<number> {
 }
 
 /**
+ * The limit a tenant's calls are held to: its own monthlyTokenBudget, or the server's ceiling
+ * (ENGRAM_MONTHLY_TOKEN_BUDGET, the operator's, whose key tenants may spend) where that is lower
+ * or the tenant set none.
+ */
+export function tokenLimit(settings: Pick<EffectiveSettings, "monthlyTokenBudget">, ceiling: number | null): number | null {
+  const own = settings.monthlyTokenBudget;
+  if (own === null) return ceiling;
+  return ceiling === null ? own : Math.min(own, ceiling);
+}
+
+/**
  * Where the tenant stands against its monthly token budget. When the limit is reached for the
  * first time in a period, that moment is stored, so `pausedSince` survives until the period
  * rolls over or the limit is raised.
  */
-export async function budgetStatus(db: TenantDb, now = new Date(), settings?: EffectiveSettings): Promise<BudgetStatus> {
+export async function budgetStatus(db: TenantDb, ceiling: number | null, now = new Date(), settings?: EffectiveSettings): Promise<BudgetStatus> {
   settings ??= await loadTenantSettings(db);
   const { start, end } = budgetPeriod(now);
   const spent = await tokensSpent(db, start);
-  const limit = settings.monthlyTokenBudget;
+  const limit = tokenLimit(settings, ceiling);
   const paused = limit !== null && spent >= limit;
   let pausedSince = settings.budgetPausedSince && settings.budgetPausedSince >= start ? settings.budgetPausedSince : null;
   if (paused && !pausedSince) {
@@ -60,10 +72,10 @@ export const isBudgetExhausted = (error: unknown): error is EngramError => error
  * Whether the tenant has spent its budget this period (budgetStatus's `paused`), without a
  * statement when it has no limit.
  */
-export async function budgetSpent(db: TenantDb, now = new Date()): Promise<boolean> {
+export async function budgetSpent(db: TenantDb, ceiling: number | null, now = new Date()): Promise<boolean> {
   const settings = await loadTenantSettings(db);
-  if (settings.monthlyTokenBudget === null) return false;
-  return (await budgetStatus(db, now, settings)).paused;
+  if (tokenLimit(settings, ceiling) === null) return false;
+  return (await budgetStatus(db, ceiling, now, settings)).paused;
 }
 
 /** Refuses a call: the budget is spent, or what is left of it is held by calls in flight (`reserved`). */
@@ -101,9 +113,9 @@ const BUDGET_LOCK = 727_361_002;
  * during the model call. The hold is a row every process counts, until releaseBudget deletes it
  * or, if its process died, it lapses after holdMs.
  */
-export async function reserveBudget(db: TenantDb, expected: () => number, holdMs: number): Promise<string | null> {
+export async function reserveBudget(db: TenantDb, ceiling: number | null, expected: () => number, holdMs: number): Promise<string | null> {
   const settings = await loadTenantSettings(db);
-  const limit = settings.monthlyTokenBudget;
+  const limit = tokenLimit(settings, ceiling);
   if (limit === null) return null;
   const tokens = expected();
   const now = new Date();
@@ -132,7 +144,7 @@ export async function reserveBudget(db: TenantDb, expected: () => number, holdMs
       )
       SELECT spent.tokens AS spent, held.tokens AS reserved, (SELECT count(*) FROM made)::int AS made FROM spent, held`,
   ]);
-  if (row.made === 0) throw budgetExhausted(await budgetStatus(db, now, settings), row.reserved);
+  if (row.made === 0) throw budgetExhausted(await budgetStatus(db, ceiling, now, settings), row.reserved);
   return id;
 }
 

@@ -1,5 +1,4 @@
 import { builder } from "../builder.ts";
-import { budgetStatus } from "../governance/budget.ts";
 import { loadTenantSettings } from "../governance/settings.ts";
 import { modelUsageReport, USAGE_GROUPS } from "../governance/usage.ts";
 
@@ -75,6 +74,6 @@ builder.queryFields((t) => ({
   budgetStatus: t.field({
     type: BudgetStatusRef,
     authScopes: { reader: true },
-    resolve: (_root, _args, ctx) => budgetStatus(ctx.db),
+    resolve: (_root, _args, ctx) => ctx.deps.models.budget(ctx.db.$tenantId()),
   }),
 }));

@@ -5,7 +5,7 @@ import { OpenAIClient, OpenAIEmbeddings, getHeadersWithUserAgent, wrapOpenAIClie
 import type { TenantDirectory } from "../db.ts";
 import type { Env } from "../env.ts";
 import type { Logger } from "../log.ts";
-import { budgetStatus, releaseBudget, reserveBudget, type BudgetStatus } from "../governance/budget.ts";
+import { budgetSpent, budgetStatus, releaseBudget, reserveBudget, type BudgetStatus } from "../governance/budget.ts";
 import { redactTexts, type RedactionResult } from "../governance/redaction.ts";
 import { loadTenantSettings, tenantApiKey, type EffectiveSettings } from "../governance/settings.ts";
 import { countTokens } from "../memory/tokens.ts";
@@ -59,7 +59,10 @@ export type ModelProvider = {
   redactForTenant(tenantId: string, texts: string[]): Promise<RedactionResult>;
   /** Records a model call made outside `chat` (e.g. embeddings) under memory:<model>. */
   recordUsage(tenantId: string, usage: ModelUsageRecord): Promise<void>;
+  /** Where the tenant stands against its monthly token limit (its own budget, or the server's lower ceiling). */
   budget(tenantId: string): Promise<BudgetStatus>;
+  /** Whether the tenant has spent that limit this month, without a statement when there is none. */
+  budgetSpent(tenantId: string): Promise<boolean>;
   /** Resolves once the usage rows written after a search's reply are stored (shutdown, tests). */
   settled(): Promise<void>;
 };
@@ -299,6 +302,8 @@ export function createModelProvider(deps: {
     return embedder;
   };
 
+  // The operator's ceiling on any tenant's month, whatever budget the tenant sets itself.
+  const ceiling = env.ENGRAM_MONTHLY_TOKEN_BUDGET ?? null;
   // A hold outlives the longest a call can take: every try timing out, and LangChain's backoff
   // between tries (at most 2 s, doubling each time). Only a call whose process died outlives its
   // hold, so a crash never keeps a tenant's budget held for longer than this.
@@ -307,7 +312,7 @@ export function createModelProvider(deps: {
   // `outputTokens`: what the call holds besides its input (OUTPUT_TOKENS_HELD for chat, 0 for embeddings).
   const reserveFor = (tenantId: string, outputTokens: number): Reserve => async (prompt) => {
     const tenantDb = tenants.scoped(tenantId);
-    const held = await reserveBudget(tenantDb, () => prompt.inputTokens() + outputTokens, holdMs);
+    const held = await reserveBudget(tenantDb, ceiling, () => prompt.inputTokens() + outputTokens, holdMs);
     if (!held) return undefined;
     return () =>
       releaseBudget(tenantDb, held).catch((error) =>
@@ -352,7 +357,8 @@ export function createModelProvider(deps: {
       return redactWith(await loadTenantSettings(tenants.scoped(tenantId)), tenantId)(texts);
     },
     recordUsage: (tenantId, usage) => recordFor(tenantId)(usage),
-    budget: (tenantId) => budgetStatus(tenants.scoped(tenantId)),
+    budget: (tenantId) => budgetStatus(tenants.scoped(tenantId), ceiling),
+    budgetSpent: (tenantId) => budgetSpent(tenants.scoped(tenantId), ceiling),
     async settled() {
       // Rows gathered or writes started while waiting (a job finishing during shutdown) are waited for too.
       do {

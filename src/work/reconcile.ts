@@ -1,7 +1,6 @@
 import type { z } from "zod";
 import type { TenantDb } from "../db.ts";
 import type { Deps } from "../deps.ts";
-import { budgetSpent } from "../governance/budget.ts";
 import { snippetsToReindex, unmarkLostVectors } from "../memory/recall/snippets.ts";
 import type { deleteVectorsJob } from "../queue.ts";
 import { withTimeout } from "../timeout.ts";
@@ -32,7 +31,7 @@ const orphanOffset = new Map<string, number>();
  * no longer uses, and deletes vectors whose snippet is gone (removeOrphanVectors).
  */
 export async function reconcileRecall(
-  deps: Pick<Deps, "tenants" | "embeddings" | "vectors" | "queue" | "log">,
+  deps: Pick<Deps, "tenants" | "embeddings" | "vectors" | "queue" | "log" | "models">,
   payload: { tenantId?: string },
   options: { graceMs?: number } = {},
 ) {
@@ -47,7 +46,7 @@ export async function reconcileRecall(
       await removeOrphanVectors(deps, db, tenantId, model);
       // A remote route's embeddings wait while the budget is spent (their jobs would only be
       // refused); the offline encoder costs no tokens.
-      if (!offline && (await budgetSpent(db))) return;
+      if (!offline && (await deps.models.budgetSpent(tenantId))) return;
       const waiting = await snippetsToReindex(db, model, {
         olderThan: new Date(Date.now() - (options.graceMs ?? GRACE_MS)),
         limit: MAX_PER_TENANT,

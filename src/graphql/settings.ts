@@ -109,7 +109,8 @@ const TenantSettingsRef = builder.objectRef<EffectiveSettings>("TenantSettings")
     compaction: t.field({ type: CompactionSettings, resolve: (s) => s.compaction }),
     monthlyTokenBudget: t.int({
       nullable: true,
-      description: "Input plus output tokens of memory work per calendar month (UTC); null: no limit.",
+      description:
+        "Input plus output tokens of memory work per calendar month (UTC), as the tenant set it; null: none of its own. The server's ENGRAM_MONTHLY_TOKEN_BUDGET caps it either way (budgetStatus.limit is what applies).",
       resolve: (s) => s.monthlyTokenBudget,
     }),
     modelCallsPerRequest: t.int({
@@ -194,7 +195,7 @@ const UpdateTenantSettingsInput = builder.inputType("UpdateTenantSettingsInput",
     retentionDays: t.int(),
     forgetDeletesMessages: t.boolean(),
     compaction: t.field({ type: CompactionSettingsInput }),
-    monthlyTokenBudget: t.int({ description: "null removes the limit." }),
+    monthlyTokenBudget: t.int({ description: "null removes the tenant's own limit (the server's ENGRAM_MONTHLY_TOKEN_BUDGET, when set, still applies)." }),
     modelCallsPerRequest: t.int({ description: "1–1000; null goes back to the server's limit (which caps it either way)." }),
     modelRouting: t.field({ type: ModelRoutingInput }),
     redaction: t.field({ type: RedactionSettingsInput }),

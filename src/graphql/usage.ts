@@ -46,7 +46,7 @@ const BudgetStatusRef = builder.simpleObject("BudgetStatus", {
   description: "This tenant against its monthly token budget (calendar month, UTC).",
   fields: (t) => ({
     spent: t.field({ type: "SafeInt", description: "Input plus output tokens of memory work this period." }),
-    limit: t.int({ nullable: true, description: "Null: no limit." }),
+    limit: t.int({ nullable: true, description: "The limit that applies: the lower of the tenant's monthlyTokenBudget and the server's ENGRAM_MONTHLY_TOKEN_BUDGET. Null: no limit." }),
     periodStart: t.field({ type: "DateTime" }),
     periodEnd: t.field({ type: "DateTime" }),
     paused: t.boolean({ description: "Background memory work is paused until the period rolls over or the limit is raised." }),

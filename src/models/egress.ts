@@ -291,12 +291,15 @@ const exchanges = new AsyncLocalStorage<Exchanges>();
 /** Runs a model call, counting into `noted` its requests that guardedFetch sends. */
 export const noteExchanges = <T>(noted: Exchanges, call: () => Promise<T>): Promise<T> => exchanges.run(noted, call);
 
+/** How many of a call's requests reached the provider whole and got no answer, each of which it may bill. */
+export const unansweredRequests = (noted: Exchanges) => Math.max(0, noted.sent - noted.refused);
+
 /**
  * Whether a call that failed may be billed all the same: a request of it reached the provider
  * whole and was not refused (it timed out, stalled, or its answer was cut off). A connection that
  * never opened, or a request still being written, cost nothing.
  */
-export const billedUnanswered = (noted: Exchanges) => noted.sent > noted.refused;
+export const billedUnanswered = (noted: Exchanges) => unansweredRequests(noted) > 0;
 
 /**
  * fetch for the OpenAI client: checks the host (and every address it resolves to) against the

@@ -19,7 +19,7 @@ import { defaultModelName, serverRoutes, type ModelRole } from "../governance/se
 export { defaultModelName };
 import { countTokens } from "../memory/tokens.ts";
 import { quoteLiteral } from "../chains/transcript.ts";
-import { asModelCallError, billedUnanswered, noteExchanges, withinDeadline, type Exchanges } from "./egress.ts";
+import { asModelCallError, noteExchanges, unansweredRequests, withinDeadline, type Exchanges } from "./egress.ts";
 
 /** What a chain is given: a chat model, already budgeted, redacted and metered for its tenant. */
 export type ChatModel = Runnable<BaseLanguageModelInput, AIMessage>;
@@ -218,13 +218,15 @@ export function meteredModel(
       } catch (error) {
         // A provider that read the prompt but never answered whole may bill it: counted (its
         // output unknown, so 0), or a slow or stalled provider could be called past any budget.
-        if (billedUnanswered(noted)) await recordUnanswered(record, { ...meta, inputTokens: promptTokens(sent), outputTokens: 0, redactions });
+        // Every try so sent counts (ENGRAM_MODEL_MAX_RETRIES of them could stall), as on an answered call.
+        const unanswered = unansweredRequests(noted);
+        if (unanswered) await recordUnanswered(record, { ...meta, inputTokens: unanswered * promptTokens(sent), outputTokens: 0, redactions });
         // Only a short reason goes on: a provider's error body can hold what it should not show.
         throw asModelCallError(error);
       }
       const usage = output.usage_metadata;
       // Tries before the answered one that were sent and got no answer may be billed too (each the same prompt).
-      const unansweredTries = Math.max(0, noted.sent - noted.refused - 1);
+      const unansweredTries = Math.max(0, unansweredRequests(noted) - 1);
       await record({
         ...meta,
         inputTokens: (reportedTokens(usage?.input_tokens) ?? promptTokens(sent)) + (unansweredTries ? unansweredTries * promptTokens(sent) : 0),

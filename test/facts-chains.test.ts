@@ -254,6 +254,18 @@ describe("unredacted: what the model named to forget, in the message's own words
     expect(unredacted(["the [EMAIL] tag"], "forget the [EMAIL] tag")).toEqual(["the [EMAIL] tag"]);
     expect(unredacted(["my old address"], "forget my old address")).toEqual(["my old address"]);
   });
+
+  it("names at most 20 phrases, however many ways the placeholders could be read back", () => {
+    // 12 addresses, a target naming [EMAIL] 8 times: 12^8 readings, built whole before (out of memory).
+    const emails = Array.from({ length: 12 }, (_, i) => `user${i}@example.com`);
+    const many = unredacted([Array(8).fill("[EMAIL]").join(" ")], `Forget ${emails.join(", ")}`);
+    expect(many).toHaveLength(20);
+    expect(many[0]).toBe(`${Array(8).fill(emails[0]).join(" ")}`);
+    expect(many.every((phrase) => phrase.split(" ").every((word) => emails.includes(word)))).toBe(true);
+    // One address said 30 times is one value, not 30^8 readings of the same phrase.
+    const same = unredacted([Array(8).fill("[EMAIL]").join(" ")], `Forget ${Array(30).fill("bob@example.com").join(" ")}`);
+    expect(same).toEqual([Array(8).fill("bob@example.com").join(" ")]);
+  });
 });
 
 // --- gateMessage against a real store ------------------------------------------------------------

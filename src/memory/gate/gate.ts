@@ -133,15 +133,24 @@ const MAX_TARGETS = 20;
 export function unredacted(targets: string[], message: string): string[] {
   if (!targets.some((target) => target.match(PLACEHOLDER))) return targets;
   const values = builtInValues(message);
-  const expand = (target: string): string[] => {
+  // Lazily, and from each placeholder's distinct values: a target naming a placeholder k times
+  // stands for (values)^k phrases, which built whole ran a process out of memory.
+  function* expand(target: string): Generator<string> {
     const placeholder = [...target.matchAll(PLACEHOLDER)].map((m) => m[0]).find((p) => !message.includes(p));
-    if (!placeholder) return [target];
-    const stoodFor = values.get(placeholder) ?? [""];
-    return stoodFor.flatMap((value) => expand(target.replace(placeholder, () => value)));
-  };
-  const phrases = targets.flatMap(expand).map((target) => target.replace(/\s+/g, " ").trim());
-  // A message full of addresses is not a list of thousands.
-  return [...new Set(phrases.filter((phrase) => /[\p{L}\p{N}]/u.test(phrase)))].slice(0, MAX_TARGETS);
+    if (!placeholder) return yield target;
+    for (const value of new Set(values.get(placeholder) ?? [""])) yield* expand(target.replace(placeholder, () => value));
+  }
+  const phrases = new Set<string>();
+  let tried = 0;
+  for (const target of targets) {
+    for (const expanded of expand(target)) {
+      const phrase = expanded.replace(/\s+/g, " ").trim();
+      if (/[\p{L}\p{N}]/u.test(phrase)) phrases.add(phrase);
+      // A message full of addresses is not a list of thousands.
+      if (phrases.size === MAX_TARGETS || ++tried === MAX_TARGETS * 50) return [...phrases];
+    }
+  }
+  return [...phrases];
 }
 
 /** The verdict stored for a message of a conversation (the caller's, or an earlier gate's), if any. */

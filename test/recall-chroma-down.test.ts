@@ -97,11 +97,10 @@ describe("with Chroma down", () => {
     // Stopped, not ended: Chroma takes the connection and never answers.
     process.kill(chroma.pid!, "SIGSTOP");
     try {
-      let answer: { data: any; errors?: unknown[] } | undefined;
-      void engram.gql(`mutation($id: ID!) { forgetUser(endUserId: $id) { messages snippets } }`, { id: turn.endUserId }).then((a) => (answer = a));
-      await until("forgetUser to answer while Chroma hangs", async () => answer, 60_000);
-      expect(answer!.errors).toBeUndefined();
-      expect(answer!.data.forgetUser).toMatchObject({ messages: 2, snippets: 1 });
+      // Answered at all: a forget held for as long as Chroma hangs fails at the test's timeout.
+      const answer = await engram.gql(`mutation($id: ID!) { forgetUser(endUserId: $id) { messages snippets } }`, { id: turn.endUserId });
+      expect(answer.errors).toBeUndefined();
+      expect(answer.data.forgetUser).toMatchObject({ messages: 2, snippets: 1 });
       const [{ owed }] = await engram.services.db.$queryRaw<{ owed: number }[]>`
         SELECT count(*)::int AS "owed" FROM "agenda_jobs" WHERE "name" = 'recall.delete-vectors' AND "data"->>'tenantId' = ${engram.tenant.tenantId}
           AND "next_run_at" IS NOT NULL`;

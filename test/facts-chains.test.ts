@@ -247,9 +247,11 @@ describe("unredacted: what the model named to forget, in the message's own words
     expect(unredacted(["card [CARD]"], "forget card 4111 1111 1111 1111")).toEqual(["card 4111 1111 1111 1111"]);
   });
 
-  it("leaves out a placeholder that stands for nothing here, and a phrase left empty", () => {
-    expect(unredacted(["[EMPLOYEE_ID] badge", "[EMPLOYEE_ID]"], "forget my badge E-4471")).toEqual(["badge"]);
-    expect(unredacted(["[EMAIL]"], "forget my email")).toEqual([]);
+  it("names, for a placeholder that stands for nothing here, what the keyword gate reads in the message", () => {
+    // A tenant's own pattern's placeholder: "badge" alone would take every message saying it.
+    expect(unredacted(["[EMPLOYEE_ID] badge", "[EMPLOYEE_ID]"], "forget my badge E-4471")).toEqual(["my badge E-4471"]);
+    expect(unredacted(["[EMAIL]"], "forget my email")).toEqual(["my email"]);
+    expect(unredacted(["[EMPLOYEE_ID]"], "I changed jobs, drop E-4471 from your notes")).toEqual([]);
     // One the user typed is theirs.
     expect(unredacted(["the [EMAIL] tag"], "forget the [EMAIL] tag")).toEqual(["the [EMAIL] tag"]);
     expect(unredacted(["my old address"], "forget my old address")).toEqual(["my old address"]);

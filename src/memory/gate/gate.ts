@@ -127,18 +127,23 @@ const MAX_TARGETS = 20;
  * The model judged the message as redaction left it, so a thing to forget may name a placeholder
  * ("my email [EMAIL]"), and a phrase holding the word alone would take every message that says
  * "email". Each built-in placeholder is put back as what it stood for in this message, one phrase
- * per value; any other placeholder not in the message (a tenant's pattern's) is left out, and a
- * phrase left with nothing goes.
+ * per value. A placeholder this message gives no value for (a tenant's own pattern's, whose
+ * matches are not read back here) cannot be: left out, the phrase would name too much ("[EMPLOYEE_ID]
+ * badge": every message saying "badge"), so the keyword gate, which reads the message itself,
+ * names the thing instead ("my badge E-4471"), or nothing is named by that phrase.
  */
 export function unredacted(targets: string[], message: string): string[] {
   if (!targets.some((target) => target.match(PLACEHOLDER))) return targets;
   const values = builtInValues(message);
+  let byKeywords: string[] | undefined;
   // Lazily, and from each placeholder's distinct values: a target naming a placeholder k times
   // stands for (values)^k phrases, which built whole ran a process out of memory.
   function* expand(target: string): Generator<string> {
     const placeholder = [...target.matchAll(PLACEHOLDER)].map((m) => m[0]).find((p) => !message.includes(p));
     if (!placeholder) return yield target;
-    for (const value of new Set(values.get(placeholder) ?? [""])) yield* expand(target.replace(placeholder, () => value));
+    const stoodFor = values.get(placeholder);
+    if (!stoodFor) return yield* (byKeywords ??= keywordGate(message).forgetTargets);
+    for (const value of new Set(stoodFor)) yield* expand(target.replace(placeholder, () => value));
   }
   const phrases = new Set<string>();
   let tried = 0;

@@ -350,11 +350,15 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
     async late(overMs) {
       const { rows } = await pool.query<{ jobs: number; dueSince: Date | null }>(
         // Late, and nothing taken meanwhile: a worker busy with a backlog (each job name runs at
-        // most its concurrency at once) has jobs locked or finished within the window.
+        // most its concurrency at once) has jobs locked or finished within the window. Only a
+        // lock younger than its lifetime is a worker's (a running job renews its lock): one left by
+        // a worker that was killed stays on its row until another worker takes the job, and
+        // counted, it said ok for as long as no worker ran.
         `SELECT count(*)::int AS "jobs", min("next_run_at") AS "dueSince" FROM "agenda_jobs"
-         WHERE "next_run_at" < now() - $1 * interval '1 millisecond' AND "locked_at" IS NULL AND "disabled" IS NOT TRUE
-           AND NOT EXISTS (SELECT 1 FROM "agenda_jobs" WHERE "locked_at" IS NOT NULL OR "last_finished_at" > now() - $1 * interval '1 millisecond')`,
-        [overMs],
+         WHERE "next_run_at" < now() - $1 * interval '1 millisecond' AND "disabled" IS NOT TRUE
+           AND ("locked_at" IS NULL OR "locked_at" <= now() - $2 * interval '1 millisecond')
+           AND NOT EXISTS (SELECT 1 FROM "agenda_jobs" WHERE "locked_at" > now() - $2 * interval '1 millisecond' OR "last_finished_at" > now() - $1 * interval '1 millisecond')`,
+        [overMs, options.lockMs],
       );
       return rows[0];
     },

@@ -106,6 +106,14 @@ describe("/healthz and /readyz", () => {
     // A worker took it (its lock): nothing is late.
     await engram.services.db.$executeRawUnsafe(`UPDATE "agenda_jobs" SET "locked_at" = now() WHERE "data"->>'conversationId' = $1`, conversationId);
     expect((await get(`${url}/healthz`)).body).toMatchObject({ status: "ok", components: { work: { status: "ok" } } });
+    // A lock its worker stopped renewing past the lock lifetime (the worker was killed, and none
+    // runs now) is no sign of life: the job waits, and no worker takes work.
+    await engram.services.db.$executeRawUnsafe(
+      `UPDATE "agenda_jobs" SET "locked_at" = now() - $1 * interval '1 millisecond' - interval '1 minute' WHERE "data"->>'conversationId' = $2`,
+      engram.services.deps.env.ENGRAM_JOB_LOCK_MS,
+      conversationId,
+    );
+    expect((await get(`${url}/healthz`)).body).toMatchObject({ status: "degraded", components: { work: { status: "down", detail: expect.stringMatching(/^1 job\(s\) due/) } } });
   });
 
   it("say that a check failed, not the failure's own words, which the log has", async () => {

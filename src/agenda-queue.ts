@@ -138,6 +138,8 @@ function keepRequestsMadeDuringARun(backend: PostgresBackend, pool: ReturnType<t
   const save = repository.saveJobState.bind(repository);
   // The runs (Agenda's job attributes, one object for a run's saves) whose start has been saved.
   const started = new WeakSet<object>();
+  // A repeating run's next occurrence, as Agenda set it at the start: its end schedules no later.
+  const occurrences = new WeakMap<object, Date | null>();
   // A locked job's id -> its lock's time and the next run its row held then (a request since moves it).
   const locked = new Map<string, { lockedAt: number; nextRunAt: Date | null }>();
   const remember = <T extends { _id?: unknown; lockedAt?: Date; nextRunAt?: Date | null } | undefined>(job: T): T => {
@@ -163,13 +165,22 @@ function keepRequestsMadeDuringARun(backend: PostgresBackend, pool: ReturnType<t
       if (!lock || lock.lockedAt !== job.lockedAt.getTime()) return save(job, options).then(() => void started.add(job));
       atLock = lock;
     }
-    // At the start, the run's own next run where the row's is unmoved since the lock (within the
-    // driver's millisecond: it cuts a timestamp's microseconds); otherwise the earlier of the two.
+    // A repeating job's row stays due while a run holds it (its start, its signs of life) and
+    // takes the run's next occurrence at the end (its retry instead, when sooner): Agenda wrote
+    // the next occurrence at the start, so a run cut off (a shutdown's grace over, a killed
+    // worker) left a row that the worker taking its lapsed lock found not due and gave back, and
+    // the nightly retention was skipped until the next night. Otherwise: at the start, the run's
+    // own next run where the row's is unmoved since the lock (within the driver's millisecond: it
+    // cuts a timestamp's microseconds); otherwise the earlier of the two.
+    const repeating = Boolean(job.repeatInterval || job.repeatAt);
+    if (repeating && atLock) occurrences.set(job, job.nextRunAt ?? null);
     const result = await pool.query(
       `UPDATE "agenda_jobs"
        SET locked_at = $2, last_run_at = $4, progress = $5, fail_reason = $6,
            fail_count = $7, failed_at = $8, last_finished_at = $9, last_modified_by = $11,
            next_run_at = CASE
+             WHEN $14::boolean AND $2::timestamptz IS NOT NULL THEN next_run_at
+             WHEN $14::boolean THEN LEAST($3::timestamptz, $15::timestamptz)
              WHEN $12::boolean AND (next_run_at IS NULL AND $13::timestamptz IS NULL OR abs(extract(epoch FROM next_run_at - $13::timestamptz)) < 0.001) THEN $3
              ELSE LEAST(next_run_at, $3) END
        WHERE id = $1 AND name = $10`,
@@ -187,6 +198,8 @@ function keepRequestsMadeDuringARun(backend: PostgresBackend, pool: ReturnType<t
         options?.lastModifiedBy || null,
         atLock !== undefined,
         atLock?.nextRunAt ?? null,
+        repeating,
+        (repeating && occurrences.get(job)) || null,
       ],
     );
     // As the backend's: Agenda logs it and goes on (the row was deleted meanwhile).
@@ -374,9 +387,9 @@ export function createAgendaQueue(store: Store, options: { pollMs: number; lockM
       const { rows } = await pool.query<{ at: Date | null }>(`SELECT "next_run_at" AS "at" FROM "agenda_jobs" WHERE ${single}`, [name]);
       await agenda.every(interval, name, payload, { timezone: "UTC", skipImmediate: true });
       const before = rows[0]?.at;
-      // Not while a run holds the row: its own save sets the next run, and a time put back under it
-      // would run the job again at once.
-      if (before) await pool.query(`UPDATE "agenda_jobs" SET "next_run_at" = $2 WHERE ${single} AND "next_run_at" > $2 AND "locked_at" IS NULL`, [name, before]);
+      // Also under a run that holds the row: the run's end writes its own next run over it, and a
+      // run that never ends (its worker killed) is run again once its lock lapses, as it is due.
+      if (before) await pool.query(`UPDATE "agenda_jobs" SET "next_run_at" = $2 WHERE ${single} AND "next_run_at" > $2`, [name, before]);
     },
     async startProcessing() {
       await agenda.start();

@@ -119,7 +119,7 @@ type Quiet = Pick<Logger, "warn" | "info">;
  * delivered to this instance's own subscribers (other instances miss them), every Redis call's
  * failure is caught, and channels are subscribed again when it is back. Writes never wait on it.
  */
-function resilientRedisEventTarget(publishClient: Redis, subscribeClient: Redis, log: Quiet, stall: RedisStall): EventTarget {
+function resilientRedisEventTarget(publishClient: Redis, subscribeClient: Redis, log: Quiet, stall: RedisStall, prefix: string): EventTarget {
   const listeners = new Map<string, Set<Listener>>();
   const deliver = (topic: string, detail: unknown) => {
     for (const listener of listeners.get(topic) ?? []) {
@@ -142,13 +142,15 @@ function resilientRedisEventTarget(publishClient: Redis, subscribeClient: Redis,
   // (then a publish that fails after all needs no delivery here).
   const unanswered = new Map<string, boolean>();
   subscribeClient.on("message", (channel: string, message: string) => {
-    const key = `${channel}\n${message}`;
+    if (!channel.startsWith(prefix)) return;
+    const topic = channel.slice(prefix.length);
+    const key = `${topic}\n${message}`;
     if (unanswered.has(key)) unanswered.set(key, true);
     if (deliveredLocally.delete(key)) return;
-    deliver(channel, message === "" ? null : JSON.parse(message));
+    deliver(topic, message === "" ? null : JSON.parse(message));
   });
   subscribeClient.on("ready", () => {
-    const channels = [...listeners.keys()];
+    const channels = [...listeners.keys()].map((topic) => prefix + topic);
     if (channels.length) subscribeClient.subscribe(...channels).catch(ignore("subscribe"));
   });
   let down = false;
@@ -169,7 +171,7 @@ function resilientRedisEventTarget(publishClient: Redis, subscribeClient: Redis,
       let set = listeners.get(topic);
       if (!set) {
         listeners.set(topic, (set = new Set()));
-        if (subscribeClient.status === "ready") subscribeClient.subscribe(topic).catch(ignore("subscribe"));
+        if (subscribeClient.status === "ready") subscribeClient.subscribe(prefix + topic).catch(ignore("subscribe"));
       }
       set.add(callback);
     },
@@ -179,7 +181,7 @@ function resilientRedisEventTarget(publishClient: Redis, subscribeClient: Redis,
       set.delete(callback);
       if (set.size === 0) {
         listeners.delete(topic);
-        if (subscribeClient.status === "ready") subscribeClient.unsubscribe(topic).catch(ignore("unsubscribe"));
+        if (subscribeClient.status === "ready") subscribeClient.unsubscribe(prefix + topic).catch(ignore("unsubscribe"));
       }
     },
     dispatchEvent(event: Event) {
@@ -192,7 +194,7 @@ function resilientRedisEventTarget(publishClient: Redis, subscribeClient: Redis,
       const message = detail === undefined ? "" : JSON.stringify(detail);
       const key = `${type}\n${message}`;
       unanswered.set(key, false);
-      publishClient.publish(type, message).then(
+      publishClient.publish(prefix + type, message).then(
         () => unanswered.delete(key),
         (error: unknown) => {
           const passedOn = unanswered.get(key);
@@ -269,6 +271,19 @@ function boundedSubscribe(target: EventTarget, log: Quiet): PubSub["subscribe"] 
   }) as PubSub["subscribe"];
 }
 
+/**
+ * Redis's channels are the server's, whatever database a client selects: deployments kept apart
+ * by the database of their REDIS_URL (redis://cache/2) heard each other's announcements, a
+ * recall's whole record included. So the channels of a database other than 0 carry its number
+ * (those of database 0 keep their names, so instances of an older Engram still hear them).
+ */
+function channelPrefix(redisUrl: string): string {
+  // As ioredis reads it: the path (redis://cache/2), else a `db` parameter.
+  const url = new URL(redisUrl);
+  const db = Number(url.pathname.slice(1) || url.searchParams.get("db") || 0);
+  return Number.isInteger(db) && db > 0 ? `engram:db${db}:` : "";
+}
+
 /** In-process, or through Redis so a mutation on one instance reaches subscribers on another. */
 export function createEngramPubSub(redisUrl?: string, log: Quiet = { warn: () => {}, info: () => {} }): PubSub {
   if (!redisUrl) {
@@ -286,7 +301,7 @@ export function createEngramPubSub(redisUrl?: string, log: Quiet = { warn: () =>
   const publishClient = new Redis(redisUrl, { ...options, commandTimeout: REDIS_ANSWER_MS });
   const subscribeClient = new Redis(redisUrl, options);
   const stall = redisStall(log);
-  const target = resilientRedisEventTarget(publishClient, subscribeClient, log, stall);
+  const target = resilientRedisEventTarget(publishClient, subscribeClient, log, stall, channelPrefix(redisUrl));
   const pubsub = createPubSub<Topics>({ eventTarget: target });
   const ready = () => publishClient.status === "ready" && subscribeClient.status === "ready";
   return Object.assign(pubsub, {

@@ -1,6 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { randomUUID } from "node:crypto";
+import { createEngramPubSub, type PubSub } from "../src/pubsub.ts";
 import { startTestEngram, type TestEngram } from "./helpers/engram.ts";
 import { startSecondInstance, testRedisUrl, type TestInstance } from "./helpers/instances.ts";
+import { until } from "./helpers/until.ts";
 import { collect, settle, wsClient } from "./helpers/ws.ts";
 
 const APPEND = /* GraphQL */ `
@@ -88,5 +91,47 @@ describe("several API instances sharing one store and Redis", () => {
     expect(appended.errors).toBeUndefined();
     const received = await feed.next(1, 20_000);
     expect(received.data?.eventAppended.id).toBe(appended.data.appendEvent.id);
+  });
+});
+
+// Redis's channels are the server's, whatever the database: two deployments kept apart by the
+// database of their REDIS_URL (redis://cache/1 and redis://cache/2, say production and a staging
+// copy of its database, with the same tenant ids) heard each other's announcements, a recall's
+// whole record (the user's message, the snippets' texts) included.
+describe("deployments on different databases of one Redis", () => {
+  const pubsubs: PubSub[] = [];
+  afterAll(async () => {
+    await Promise.allSettled(pubsubs.map((pubsub) => pubsub.close()));
+  });
+
+  it("hear only their own announcements", async () => {
+    const onDatabase = async (db: number) => {
+      const url = new URL(await testRedisUrl());
+      url.pathname = `/${db}`;
+      const pubsub = createEngramPubSub(url.toString());
+      pubsubs.push(pubsub);
+      await until(`Redis database ${db} to be ready`, async () => pubsub.mode() === "redis", 20_000);
+      return pubsub;
+    };
+    const [production, productionSubscriber, staging] = [await onDatabase(14), await onDatabase(14), await onDatabase(15)];
+    const tenantId = `tenant-${randomUUID()}`;
+    const heard = (pubsub: PubSub) => {
+      const ids: string[] = [];
+      void (async () => {
+        for await (const { id } of pubsub.subscribe("eventAppended", tenantId)) ids.push(id);
+      })();
+      return ids;
+    };
+    const onStaging = heard(staging);
+    const onProduction = heard(productionSubscriber);
+    const announce = (pubsub: PubSub, id: string) => pubsub.publish("eventAppended", tenantId, { id, scope: "PROJECT", scopeRef: "p" });
+
+    // Staging listens (its own announcement reaches it), then production's reaches its own subscriber.
+    await until("staging to listen", async () => (announce(staging, "staging-ready"), onStaging.includes("staging-ready")), 20_000);
+    await until("production's announcement to go through Redis", async () => (announce(production, "production"), onProduction.includes("production")), 20_000);
+    // Staging's next announcement comes after production's on staging's one connection.
+    await until("staging to hear its own again", async () => (announce(staging, "staging-after"), onStaging.includes("staging-after")), 20_000);
+    expect(onStaging).not.toContain("production");
+    expect(onProduction).not.toContain("staging-ready");
   });
 });

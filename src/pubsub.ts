@@ -215,6 +215,8 @@ function resilientRedisEventTarget(publishClient: Redis, subscribeClient: Redis,
 const REDIS_ANSWER_MS = 1_000;
 /** How long a stalled Redis is left alone (events go to this instance's subscribers) before it is tried again. */
 const REDIS_STALL_MS = 5_000;
+/** How often the subscription connection, which sends nothing while no one announces, is asked for an answer. */
+const SUBSCRIBER_CHECK_MS = 5_000;
 /** How long the late copy of an event delivered here on a failed publish is looked out for. */
 const LATE_COPY_MS = 60_000;
 
@@ -304,6 +306,31 @@ export function createEngramPubSub(redisUrl?: string, log: Quiet = { warn: () =>
   const target = resilientRedisEventTarget(publishClient, subscribeClient, log, stall, channelPrefix(redisUrl));
   const pubsub = createPubSub<Topics>({ eventTarget: target });
   const ready = () => publishClient.status === "ready" && subscribeClient.status === "ready";
+  // A subscription connection dropped without a word in between (a load balancer's or a NAT's
+  // idle timeout) looked ready for hours: this instance's subscribers heard nothing, its own
+  // events included, and /healthz said ok. Asked for a PING every SUBSCRIBER_CHECK_MS (and by
+  // the health check), one that gets no answer within REDIS_ANSWER_MS is connected again (its
+  // channels are subscribed again once it is ready; meanwhile events are delivered here).
+  const subscriberAnswers = async (): Promise<boolean> => {
+    if (subscribeClient.status !== "ready") return false;
+    let answered = false;
+    const ping = subscribeClient.ping().then(() => (answered = true));
+    try {
+      await withTimeout(ping, REDIS_ANSWER_MS, "no answer to PING");
+      return true;
+    } catch (error) {
+      // A timer that fired late, after a busy event loop, with the answer waiting to be read: not silent.
+      await new Promise((resolve) => setImmediate(resolve));
+      if (answered) return true;
+      if (subscribeClient.status === "ready") {
+        log.warn("redis: the subscription connection does not answer; connecting it again", { error: String((error as Error)?.message ?? error) });
+        subscribeClient.disconnect(true);
+      }
+      return false;
+    }
+  };
+  const watch = setInterval(() => void subscriberAnswers().catch(() => {}), SUBSCRIBER_CHECK_MS);
+  watch.unref();
   return Object.assign(pubsub, {
     subscribe: boundedSubscribe(target, log),
     settled: async () => {},
@@ -313,13 +340,14 @@ export function createEngramPubSub(redisUrl?: string, log: Quiet = { warn: () =>
       try {
         await publishClient.ping();
         stall.cleared();
-        return "answers";
+        return (await subscriberAnswers()) ? "answers" : "silent";
       } catch (error) {
         stall.failed(error);
         return ready() ? "silent" : "unreachable";
       }
     },
     async close() {
+      clearInterval(watch);
       // A Redis that does not answer would hold QUIT for ever: closed at once then.
       const quit = (c: Redis) => withTimeout(c.quit(), REDIS_ANSWER_MS, "no answer to QUIT").catch(() => c.disconnect());
       await Promise.allSettled([publishClient, subscribeClient].map((c) => (c.status === "ready" && !stall.stalled() ? quit(c) : c.disconnect())));

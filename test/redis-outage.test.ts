@@ -173,3 +173,86 @@ describe("a stalled Redis", () => {
     redis.kill("SIGCONT");
   });
 });
+
+/**
+ * A TCP proxy in front of Redis that can make the connections that subscribed go silent (they
+ * stay open, and nothing passes either way), as a load balancer or NAT does that drops an idle
+ * connection without a word: a subscriber's connection is idle whenever no one announces. New
+ * connections pass as before.
+ */
+async function startSilencingProxy(redisPort: number) {
+  const connections: { subscriber: boolean; silent: boolean; sockets: net.Socket[] }[] = [];
+  const server = net.createServer((client) => {
+    const upstream = net.connect(redisPort, "127.0.0.1");
+    const connection = { subscriber: false, silent: false, sockets: [client, upstream] };
+    connections.push(connection);
+    client.on("data", (data) => {
+      if (/subscribe/i.test(data.toString())) connection.subscriber = true;
+      if (!connection.silent) upstream.write(data);
+    });
+    upstream.on("data", (data) => {
+      if (!connection.silent) client.write(data);
+    });
+    for (const socket of connection.sockets) socket.on("error", () => {}).on("close", () => connection.sockets.forEach((s) => s.destroy()));
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    port: (server.address() as AddressInfo).port,
+    silenceSubscribers() {
+      for (const connection of connections) if (connection.subscriber) connection.silent = true;
+    },
+    async stop() {
+      for (const { sockets } of connections) sockets.forEach((s) => s.destroy());
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+// The connection that subscribed going silent (dropped by something in between, without a word)
+// looked ready to its client: this instance's subscribers heard nothing more, its own events
+// included (they come back through Redis), and /healthz said Redis was ok, since it asked the
+// other connection. Nothing noticed until the operating system's keepalive, hours later.
+describe("a subscription connection that goes silent", () => {
+  let engram: TestEngram;
+  let redis: ChildProcess;
+  let proxy: Awaited<ReturnType<typeof startSilencingProxy>>;
+  const append = appender(() => engram, "silent");
+
+  beforeAll(async () => {
+    const port = await freePort();
+    redis = await startRedis(port);
+    proxy = await startSilencingProxy(port);
+    engram = await startTestEngram({ env: { REDIS_URL: `redis://127.0.0.1:${proxy.port}`, ENGRAM_EMBEDDINGS: "offline" } });
+  });
+  afterAll(async () => {
+    await engram?.stop();
+    await proxy?.stop();
+    if (redis) await kill(redis);
+  });
+
+  it("is noticed by /healthz and connected again, and the events go on reaching the subscribers", async () => {
+    const { url, client, feed } = await subscribedThroughRedis(engram, "silent");
+    expect((await append("before")).errors).toBeUndefined();
+    await feed.next(1);
+    const heard = (body: string) => feed.received.some((r: any) => r.data?.eventAppended.body.startsWith(body));
+
+    proxy.silenceSubscribers();
+    const health = await (await fetch(`${url}/healthz`)).json();
+    expect(health).toMatchObject({ status: "degraded", components: { redis: { status: "down" } } });
+    let n = 0;
+    await until("this instance's events to reach its subscriber again", async () => {
+      expect((await append(`silent ${n++}`)).errors).toBeUndefined();
+      return heard("silent ");
+    }, 30_000);
+
+    await until("/healthz to say Redis is ok again", async () => (await (await fetch(`${url}/healthz`)).json()).components.redis.status === "ok", 30_000);
+    await until("the subscription to go through Redis again", async () => engram.services.pubsub.mode() === "redis", 30_000);
+    expect((await append("after")).errors).toBeUndefined();
+    await until("the event after", async () => heard("after"));
+    // Each event at most once.
+    const bodies = feed.received.map((r: any) => r.data.eventAppended.body);
+    expect(new Set(bodies).size).toBe(bodies.length);
+    feed.dispose();
+    await client.dispose();
+  }, 120_000);
+});

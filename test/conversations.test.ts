@@ -383,3 +383,49 @@ describe("messages forgotten but kept as a record (forgetDeletesMessages off)", 
     expect(JSON.stringify(exported.data.exportUser.conversations)).toContain("4471");
   });
 });
+
+describe("lists most recently active first, page after page", () => {
+  const CONVERSATIONS = `query($first: Int, $after: String, $last: Int, $before: String) {
+    conversations(first: $first, after: $after, last: $last, before: $before) { edges { node { externalId } } pageInfo { startCursor endCursor hasNextPage hasPreviousPage } } }`;
+  const USERS = `query($first: Int, $after: String) { endUsers(first: $first, after: $after) { edges { node { externalId } } pageInfo { endCursor hasNextPage } } }`;
+  const talk = (conversation: string, user = `pager-${conversation}`) =>
+    engram.gql(RECORD, { input: { ...turn(conversation), agentExternalId: "pager-bot", endUserExternalId: user } });
+  const names = (page: { edges: { node: { externalId: string } }[] }) => page.edges.map((edge) => edge.node.externalId);
+
+  it("goes on after the last row of a page as it stood, though that row was active since", async () => {
+    for (const name of ["p-a", "p-b", "p-c", "p-d", "p-e"]) expect((await talk(name)).errors).toBeUndefined();
+    const first = (await engram.gql(CONVERSATIONS, { first: 2 })).data.conversations;
+    expect(names(first)).toEqual(["p-e", "p-d"]);
+    // The page's last conversation gets a turn: it moves to the top. Prisma's id cursor began the
+    // next page after it there, and repeated p-e.
+    await talk("p-d");
+    const second = (await engram.gql(CONVERSATIONS, { first: 2, after: first.pageInfo.endCursor })).data.conversations;
+    expect(names(second)).toEqual(["p-c", "p-b"]);
+    const third = (await engram.gql(CONVERSATIONS, { first: 2, after: second.pageInfo.endCursor })).data.conversations;
+    expect(names(third)[0]).toBe("p-a");
+    // Backwards from the third page: the rows before it, in the list's order.
+    const back = (await engram.gql(CONVERSATIONS, { last: 2, before: third.pageInfo.startCursor })).data.conversations;
+    expect(names(back)).toEqual(["p-c", "p-b"]);
+    expect(back.pageInfo.hasPreviousPage).toBe(true);
+  });
+
+  it("pages end users the same way", async () => {
+    const first = (await engram.gql(USERS, { first: 2 })).data.endUsers;
+    const [top, last] = names(first);
+    // The page's last user is updated, and moves to the top.
+    const renamed = await engram.gql(`mutation($input: UpsertEndUserInput!) { upsertEndUser(input: $input) { id } }`, { input: { externalId: last, displayName: "Renamed" } });
+    expect(renamed.errors).toBeUndefined();
+    const second = (await engram.gql(USERS, { first: 2, after: first.pageInfo.endCursor })).data.endUsers;
+    expect(names(second)).toHaveLength(2);
+    expect(names(second)).not.toContain(top);
+    expect(names(second)).not.toContain(last);
+  });
+
+  it("refuses a cursor it did not issue, saying which", async () => {
+    const ours = (text: string) => Buffer.from(text).toString("base64url");
+    for (const after of ["bm9wZQ", ours("GPC:S:some-id"), ours("recent:2024-01-01T00:00:00.000Z a\u0000b"), ours("recent:0000-01-01T00:00:00.000Z abc")]) {
+      const { errors } = await engram.gql(CONVERSATIONS, { first: 2, after });
+      expect(errors?.[0]).toMatchObject({ extensions: { code: "BAD_USER_INPUT" }, message: expect.stringContaining("`after` is not a cursor of this list") });
+    }
+  });
+});

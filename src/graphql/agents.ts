@@ -1,9 +1,11 @@
 import type { ArgBuilder } from "@pothos/core";
+import { queryFromInfo } from "@pothos/plugin-prisma";
 import { builder } from "../builder.ts";
 import { notFound, parseInput } from "../errors.ts";
 import { agentSettings, endUserIdOf, externalIdSchema, upsertAgent, upsertEndUser } from "../memory/conversations/agents.ts";
 import { LIMITS } from "../limits.ts";
 import { EXPORT_PATH, exportUser } from "../memory/export.ts";
+import { recentFirst } from "./recent-first.ts";
 
 /**
  * The two ways a field names the end user it is about, as recordTurn names them: Engram's id or
@@ -56,7 +58,7 @@ builder.prismaObject("Agent", {
   }),
 });
 
-builder.prismaObject("EndUser", {
+const EndUser = builder.prismaObject("EndUser", {
   description: "A person an agent talks to.",
   fields: (t) => ({
     id: t.exposeID("id"),
@@ -130,13 +132,14 @@ builder.queryFields((t) => ({
     args: endUserArgs(t.arg),
     resolve: async (_root, args, ctx) => exportUser(ctx.db, await endUserIdOf(ctx.db, args), { apiKeyId: ctx.principal.apiKeyId, via: "graphql" }),
   }),
-  endUsers: t.prismaConnection({
-    type: "EndUser",
-    cursor: "id",
+  endUsers: t.connection({
+    type: EndUser,
     authScopes: { reader: true },
-    maxSize: LIMITS.pageMax,
-    resolve: (query, _root, _args, ctx) =>
-      ctx.db.endUser.findMany({ ...query, orderBy: [{ updatedAt: "desc" }, { id: "desc" }] }),
+    description: "Most recently added or updated first.",
+    resolve: (_root, args, ctx, info) => {
+      const query = queryFromInfo({ context: ctx, info, path: ["edges", "node"] });
+      return recentFirst(args, (page) => ctx.db.endUser.findMany({ ...query, ...page }));
+    },
   }),
 }));
 

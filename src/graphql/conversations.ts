@@ -1,4 +1,5 @@
 import { filter, pipe } from "graphql-yoga";
+import { queryFromInfo } from "@pothos/plugin-prisma";
 import { builder } from "../builder.ts";
 import { notFound, parseInput } from "../errors.ts";
 import { externalIdSchema } from "../memory/conversations/agents.ts";
@@ -7,6 +8,7 @@ import { importConversation, recordTurn } from "../memory/conversations/turns.ts
 import { forgetConversation } from "../memory/forget.ts";
 import { afterTurnRecorded } from "../work/after-turn.ts";
 import { rowOrReread } from "./answer.ts";
+import { recentFirst } from "./recent-first.ts";
 
 const MessageRoleEnum = builder.enumType("MessageRole", {
   values: ["USER", "ASSISTANT", "SYSTEM", "TOOL"] as const,
@@ -46,7 +48,7 @@ builder.prismaObject("SummaryRevision", {
   }),
 });
 
-builder.prismaObject("Conversation", {
+const Conversation = builder.prismaObject("Conversation", {
   fields: (t) => ({
     id: t.exposeID("id"),
     externalId: t.exposeString("externalId"),
@@ -168,22 +170,25 @@ builder.queryFields((t) => ({
     resolve: (query, _root, { externalId }, ctx) =>
       ctx.db.conversation.findFirst({ ...query, where: { externalId: parseInput(externalIdSchema, externalId) } }),
   }),
-  conversations: t.prismaConnection({
-    type: "Conversation",
-    cursor: "id",
+  conversations: t.connection({
+    type: Conversation,
     authScopes: { reader: true },
-    maxSize: LIMITS.pageMax,
     description: "Most recently active first.",
     args: { agentId: t.arg.id(), endUserId: t.arg.id() },
-    resolve: (query, _root, args, ctx) =>
-      ctx.db.conversation.findMany({
-        ...query,
-        where: {
-          ...(args.agentId ? { agentId: String(args.agentId) } : {}),
-          ...(args.endUserId ? { endUserId: String(args.endUserId) } : {}),
-        },
-        orderBy: [{ updatedAt: "desc" }, { id: "desc" }],
-      }),
+    resolve: (_root, args, ctx, info) => {
+      const query = queryFromInfo({ context: ctx, info, path: ["edges", "node"] });
+      return recentFirst(args, (page) =>
+        ctx.db.conversation.findMany({
+          ...query,
+          ...page,
+          where: {
+            ...(args.agentId ? { agentId: String(args.agentId) } : {}),
+            ...(args.endUserId ? { endUserId: String(args.endUserId) } : {}),
+            ...page.where,
+          },
+        }),
+      );
+    },
   }),
   summaryRevisions: t.prismaField({
     type: ["SummaryRevision"],
